@@ -1,0 +1,243 @@
+// Benchmarks of Kiln's discrete-event core (kiln/event_loop.h, kiln/event_queue.h).
+//
+// Each figure comes with the one it is compared against:
+//   * BM_Hold*: the classic hold model (a fixed population of pending events; each event, when
+//     it runs, schedules one new event at now + Exp(mean 1 s)). BM_HoldEventLoop runs it through
+//     the whole virtual loop (callbacks in the slot table, ScheduleAfter, dispatch);
+//     BM_HoldHeapQueue on the heap alone through the EventQueue interface; BM_HoldStdPriorityQueue
+//     on std::priority_queue, the baseline any queue must beat.
+//   * BM_Sleepers/N/K, BM_SleepersDistinctPeriods/N/K: N actors each sleeping K times (each
+//     actor a callback that reschedules itself): the pattern of bench/simgrid_sleepers.cc, the
+//     SimGrid 3.32 peer. bench/compare_simgrid.py runs both and prints the ratio.
+//   * BM_RealTimeLateness: 1,000 timers armed over ~1 s on a real-time loop; reports how late
+//     they run on the real clock (p50, p99, max), against the 1 ms target.
+//
+// Rates are counters ("events/s"). Build with -DCMAKE_BUILD_TYPE=Release for figures:
+//   build/bench/event_loop_bench --benchmark_filter='Hold|Sleepers'
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <queue>
+#include <random>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "benchmark/benchmark.h"
+#include "kiln/event_loop.h"
+#include "kiln/event_queue.h"
+
+namespace kiln {
+namespace {
+
+// Exponentially distributed nanoseconds by inversion of a uniform draw (the project writes its
+// own distributions, so that a seed gives the same numbers with any standard library).
+class ExponentialNs {
+ public:
+  ExponentialNs(uint64_t seed, double mean_ns) : rng_(seed), mean_ns_(mean_ns) {}
+
+  int64_t Next() {
+    // u in (0, 1]: 53 random bits, never 0, so log(u) is finite.
+    const double u = static_cast<double>((rng_() >> 11) + 1) * 0x1.0p-53;
+    return static_cast<int64_t>(-std::log(u) * mean_ns_);
+  }
+
+ private:
+  std::mt19937_64 rng_;
+  double mean_ns_;
+};
+
+constexpr double kOneSecondNs = 1e9;
+constexpr int64_t kHoldEventsPerIteration = 1'000'000;
+
+void SetEventRate(benchmark::State& state, int64_t events) {
+  state.counters["events/s"] =
+      benchmark::Counter(static_cast<double>(events), benchmark::Counter::kIsRate);
+  state.SetItemsProcessed(events);
+}
+
+// The hold model through the virtual event loop.
+class HoldModel {
+ public:
+  HoldModel(EventLoop& loop, uint64_t seed) : loop_(loop), exp_(seed, kOneSecondNs) {}
+
+  void ScheduleOne() {
+    loop_.ScheduleAfter(absl::Nanoseconds(exp_.Next()), [this] { Fire(); });
+  }
+
+  void RunEvents(int64_t n) {
+    remaining_ = n;
+    loop_.Run();  // until Fire() calls Stop()
+  }
+
+ private:
+  void Fire() {
+    ScheduleOne();
+    if (--remaining_ == 0) loop_.Stop();
+  }
+
+  EventLoop& loop_;
+  ExponentialNs exp_;
+  int64_t remaining_ = 0;
+};
+
+void BM_HoldEventLoop(benchmark::State& state) {
+  const int64_t pending = state.range(0);
+  std::unique_ptr<EventLoop> loop = NewVirtualEventLoop();
+  HoldModel model(*loop, /*seed=*/42);
+  for (int64_t i = 0; i < pending; ++i) model.ScheduleOne();
+  model.RunEvents(pending);  // warm up: every slot and heap entry touched once
+  int64_t events = 0;
+  for (auto _ : state) {
+    model.RunEvents(kHoldEventsPerIteration);
+    events += kHoldEventsPerIteration;
+  }
+  if (loop->pending_events() != static_cast<size_t>(pending)) state.SkipWithError("lost events");
+  SetEventRate(state, events);
+}
+BENCHMARK(BM_HoldEventLoop)->Arg(100'000)->Arg(1'000)->Unit(benchmark::kMillisecond);
+
+// The hold model on a queue alone: pop the top, push one entry at its time + Exp(1 s).
+template <class PopPush>
+void HoldOnQueue(benchmark::State& state, PopPush pop_push) {
+  ExponentialNs exp(/*seed=*/42, kOneSecondNs);
+  int64_t events = 0;
+  for (auto _ : state) {
+    for (int64_t k = 0; k < kHoldEventsPerIteration; ++k) pop_push(exp);
+    events += kHoldEventsPerIteration;
+  }
+  SetEventRate(state, events);
+}
+
+void BM_HoldHeapQueue(benchmark::State& state) {
+  const int64_t pending = state.range(0);
+  std::unique_ptr<EventQueue> q = NewHeapEventQueue();
+  ExponentialNs init(/*seed=*/7, kOneSecondNs);
+  uint64_t seq = 0;
+  for (int64_t i = 0; i < pending; ++i) {
+    q->Push({init.Next(), seq++, static_cast<uint32_t>(i), 1});
+  }
+  HoldOnQueue(state, [&](ExponentialNs& exp) {
+    const QueuedEvent top = q->Top();
+    q->Pop();
+    q->Push({top.time_ns + exp.Next(), seq++, top.slot, top.generation});
+  });
+}
+BENCHMARK(BM_HoldHeapQueue)->Arg(100'000)->Arg(1'000)->Unit(benchmark::kMillisecond);
+
+// The baseline: std::priority_queue of the same entries, ordered the same way.
+void BM_HoldStdPriorityQueue(benchmark::State& state) {
+  const int64_t pending = state.range(0);
+  auto after = [](const QueuedEvent& a, const QueuedEvent& b) { return EventBefore(b, a); };
+  std::priority_queue<QueuedEvent, std::vector<QueuedEvent>, decltype(after)> q(after);
+  ExponentialNs init(/*seed=*/7, kOneSecondNs);
+  uint64_t seq = 0;
+  for (int64_t i = 0; i < pending; ++i) {
+    q.push({init.Next(), seq++, static_cast<uint32_t>(i), 1});
+  }
+  HoldOnQueue(state, [&](ExponentialNs& exp) {
+    const QueuedEvent top = q.top();
+    q.pop();
+    q.push({top.time_ns + exp.Next(), seq++, top.slot, top.generation});
+  });
+}
+BENCHMARK(BM_HoldStdPriorityQueue)->Arg(100'000)->Arg(1'000)->Unit(benchmark::kMillisecond);
+
+// N actors x K sleeps, all starting at the loop's start: the SimGrid peer's pattern
+// (bench/simgrid_sleepers.cc). One iteration is a whole run on a fresh loop, as in the peer,
+// whose figure includes creating its actors.
+//   BM_Sleepers: every actor sleeps dt = 1 s, so wake-ups are scheduled in time order and take
+//     the heap queue's first-in first-out lane;
+//   BM_SleepersDistinctPeriods: actor a sleeps dt_a = (1 + a/N) s, so wake-ups arrive out of
+//     order and go through the heap proper (simgrid_sleepers N K distinct).
+// Rates are per second of CPU time, as simgrid_sleepers reports them: on a shared machine CPU
+// time is the stabler figure for single-threaded work (wall time is reported too).
+class Sleeper {
+ public:
+  Sleeper(EventLoop& loop, int64_t sleeps, absl::Duration period)
+      : loop_(loop), left_(sleeps), period_(period) {}
+  void Sleep() {
+    loop_.ScheduleAfter(period_, [this] { Wake(); });
+  }
+
+ private:
+  void Wake() {
+    if (--left_ > 0) Sleep();
+  }
+
+  EventLoop& loop_;
+  int64_t left_;
+  absl::Duration period_;
+};
+
+void RunSleepers(benchmark::State& state, bool distinct_periods) {
+  const int64_t actors = state.range(0);
+  const int64_t sleeps = state.range(1);
+  int64_t events = 0;
+  for (auto _ : state) {
+    std::unique_ptr<EventLoop> loop = NewVirtualEventLoop();
+    std::vector<Sleeper> sleepers;
+    sleepers.reserve(actors);
+    for (int64_t a = 0; a < actors; ++a) {
+      const absl::Duration period =
+          distinct_periods ? absl::Nanoseconds(1'000'000'000 + 1'000'000'000 * a / actors)
+                           : absl::Seconds(1);
+      sleepers.emplace_back(*loop, sleeps, period).Sleep();
+    }
+    loop->RunUntilIdle();
+    const int64_t ran = static_cast<int64_t>(loop->executed_events());
+    if (ran != actors * sleeps) state.SkipWithError("wrong number of wake-ups");
+    events += ran;
+  }
+  SetEventRate(state, events);
+}
+
+void BM_Sleepers(benchmark::State& state) { RunSleepers(state, /*distinct_periods=*/false); }
+BENCHMARK(BM_Sleepers)->Args({1000, 1000})->Args({10000, 100})->Unit(benchmark::kMillisecond);
+
+void BM_SleepersDistinctPeriods(benchmark::State& state) {
+  RunSleepers(state, /*distinct_periods=*/true);
+}
+BENCHMARK(BM_SleepersDistinctPeriods)
+    ->Args({1000, 1000})
+    ->Args({10000, 100})
+    ->Unit(benchmark::kMillisecond);
+
+// 1,000 timers armed at once on a real-time loop, due over ~1 s; lateness = the real clock's
+// reading when the callback starts minus the due time.
+void BM_RealTimeLateness(benchmark::State& state) {
+  constexpr int kTimers = 1000;
+  std::vector<int64_t> lateness_ns;
+  std::mt19937_64 rng(/*seed=*/3);
+  for (auto _ : state) {
+    std::unique_ptr<EventLoop> loop = NewRealTimeEventLoop();
+    const absl::Time start = loop->Now() + absl::Milliseconds(5);
+    for (int i = 0; i < kTimers; ++i) {
+      // Spread uniformly over [start, start + 1 s).
+      const absl::Time due = start + absl::Nanoseconds(static_cast<int64_t>(rng() % 1'000'000'000));
+      loop->ScheduleAt(due, [&loop, &lateness_ns, due] {
+        lateness_ns.push_back(absl::ToInt64Nanoseconds(loop->Now() - due));
+      });
+    }
+    loop->RunUntilIdle();
+  }
+  if (lateness_ns.empty()) return;
+  std::sort(lateness_ns.begin(), lateness_ns.end());
+  auto percentile_us = [&](double p) {
+    const size_t i = std::min(lateness_ns.size() - 1,
+                              static_cast<size_t>(p * static_cast<double>(lateness_ns.size())));
+    return static_cast<double>(lateness_ns[i]) / 1e3;
+  };
+  state.counters["late_p50_us"] = percentile_us(0.50);
+  state.counters["late_p99_us"] = percentile_us(0.99);
+  state.counters["late_max_us"] = static_cast<double>(lateness_ns.back()) / 1e3;
+  state.counters["early_timers"] = static_cast<double>(
+      std::count_if(lateness_ns.begin(), lateness_ns.end(), [](int64_t l) { return l < 0; }));
+}
+BENCHMARK(BM_RealTimeLateness)->Iterations(3)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+}  // namespace
+}  // namespace kiln
+
+BENCHMARK_MAIN();

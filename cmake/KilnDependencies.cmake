@@ -1,0 +1,10 @@
+# Kiln's dependencies, all from Debian 12's packages (cmake/install-deps.sh
+# installs them). kilnConfig.cmake.in repeats the ones an installed Kiln needs.
+find_package(absl CONFIG REQUIRED)
+find_package(Protobuf REQUIRED)          # CMake's FindProtobuf: Debian ships no config
+find_package(fmt CONFIG REQUIRED)
+find_package(PkgConfig REQUIRED)
+# PCRE2: the service model's patterns use \p{L} classes and look-behind, which
+# neither std::regex nor RE2 supports; metric regexes are PCRE-style too.
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET GLOBAL libpcre2-8)
+find_package(Threads REQUIRED)

@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Kiln's developer commands; CI runs `test` (.ci/run).
+#
+#   bash cmake/dev.sh example   install dependencies, build build/ (Release) and
+#                               run the main example
+#   bash cmake/dev.sh test      install dependencies; build and test build/
+#                               (-Werror), then build-asan/ (AddressSanitizer +
+#                               UBSan, Debug); non-zero exit if any step fails
+#
+# Both work from any directory and build in the repository root. The machine
+# has 2 cores: builds and ctest use -j2 (override with KILN_JOBS).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+JOBS="${KILN_JOBS:-2}"
+
+# Sanitizer reports stop the test at the first error, with a stack trace.
+# Options already in the environment come last, so they win.
+export ASAN_OPTIONS="halt_on_error=1:print_stacktrace=1:detect_leaks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+
+log() { printf '\n==> %s\n' "$*"; }
+
+install_deps() {
+  log "dependencies"
+  bash "$ROOT/cmake/install-deps.sh"
+}
+
+# ---------------------------------------------------------------------------
+# THE MAIN EXAMPLE: the one place that says what `dev.sh example` runs
+# (from the repository root, after build/ is built).
+run_main_example() {
+  if [[ -x build/examples/cli/kiln ]]; then
+    shopt -s nullglob
+    local corpus=(tests/corpus/*.json)
+    shopt -u nullglob
+    build/examples/cli/kiln validate "${corpus[@]}"
+  elif [[ -x build/examples/quickstart/quickstart ]]; then
+    build/examples/quickstart/quickstart
+  else
+    echo "dev.sh: no example program is built yet (build/examples/cli/kiln," \
+         "build/examples/quickstart/quickstart)" >&2
+    return 1
+  fi
+}
+# ---------------------------------------------------------------------------
+
+cmd_example() {
+  install_deps
+  log "configure build/ (Release)"
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+  log "build build/"
+  cmake --build build -j "$JOBS"
+  log "main example"
+  run_main_example
+}
+
+# Steps of `test` and their outcomes, for the summary.
+SUMMARY=()
+FAILED=0
+
+# step NAME COMMAND...: runs the command, records pass/fail and seconds.
+step() {
+  local name="$1"
+  shift
+  log "$name"
+  local start=$SECONDS rc=0
+  "$@" || rc=$?
+  local took=$((SECONDS - start))
+  if ((rc == 0)); then
+    SUMMARY+=("$(printf 'ok    %-28s %4ss' "$name" "$took")")
+  else
+    SUMMARY+=("$(printf 'FAIL  %-28s %4ss  (exit %s)' "$name" "$took" "$rc")")
+    FAILED=1
+  fi
+  return "$rc"
+}
+
+# configure_build_test DIR CMAKE_ARGS...: a build directory, configured, built
+# and tested; a later step is skipped when an earlier one fails.
+configure_build_test() {
+  local dir="$1"
+  shift
+  step "$dir: configure" cmake -S . -B "$dir" "$@" || return 0
+  step "$dir: build" cmake --build "$dir" -j "$JOBS" || return 0
+  step "$dir: ctest" ctest --test-dir "$dir" --output-on-failure --no-tests=error -j "$JOBS" \
+    || return 0
+}
+
+cmd_test() {
+  local start=$SECONDS
+  step "dependencies" bash "$ROOT/cmake/install-deps.sh" || true
+  if ((FAILED == 0)); then
+    configure_build_test build -DCMAKE_BUILD_TYPE=Release -DKILN_WERROR=ON
+    # Debug: on 2 cores an optimised sanitizer build takes several times as
+    # long to compile as the tests take to run unoptimised.
+    configure_build_test build-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON \
+      -DKILN_WERROR=ON -DKILN_BUILD_BENCHMARKS=OFF
+  fi
+  log "summary ($((SECONDS - start))s)"
+  printf '%s\n' "${SUMMARY[@]}"
+  if ((FAILED)); then
+    echo "dev.sh test: FAILED"
+    return 1
+  fi
+  echo "dev.sh test: all passed"
+}
+
+usage() {
+  sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+}
+
+case "${1:-}" in
+  example) cmd_example ;;
+  test) cmd_test ;;
+  -h | --help | help) usage ;;
+  *)
+    usage >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Installs Kiln's build and test dependencies from Debian 12's packages, only
+# those that are missing. Safe to run again: when everything is there it
+# installs nothing, runs no apt-get update, and prints one line.
+# Runs as root, or through sudo otherwise; never asks a question.
+#
+#   bash cmake/install-deps.sh
+set -euo pipefail
+
+# The one list of Debian packages Kiln needs (cmake/KilnDependencies.cmake
+# finds the libraries among them).
+KILN_DEBIAN_PACKAGES=(
+  build-essential
+  cmake
+  pkg-config
+  libabsl-dev
+  libprotobuf-dev
+  protobuf-compiler
+  libfmt-dev
+  libgtest-dev
+  libgmock-dev
+  libbenchmark-dev
+  libpcre2-dev
+  libsimgrid-dev
+  libcurl4-openssl-dev
+  libarchive-dev
+  bubblewrap
+  python3
+)
+# botocore (cmake/generate-schema.py reads the service model from it) usually
+# comes with the machine's python3 (pyenv pip); Debian's package is the
+# fallback, for Debian's own python3.
+KILN_BOTOCORE_PACKAGE=python3-botocore
+
+is_installed() {
+  [[ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null || true)" == "installed" ]]
+}
+
+has_botocore() {
+  local py
+  for py in python3 /usr/bin/python3; do
+    if command -v "$py" >/dev/null 2>&1 && "$py" -c 'import botocore' >/dev/null 2>&1; then
+      return 0
+    fi
+  done
+  return 1
+}
+
+missing=()
+for pkg in "${KILN_DEBIAN_PACKAGES[@]}"; do
+  is_installed "$pkg" || missing+=("$pkg")
+done
+if ! has_botocore && ! is_installed "$KILN_BOTOCORE_PACKAGE"; then
+  missing+=("$KILN_BOTOCORE_PACKAGE")
+fi
+
+if ((${#missing[@]} == 0)); then
+  echo "install-deps: all Kiln dependencies are installed"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+if ((EUID == 0)); then
+  as_root=()
+elif command -v sudo >/dev/null 2>&1; then
+  as_root=(sudo -n)
+else
+  echo "install-deps: not root and no sudo; install these yourself: ${missing[*]}" >&2
+  exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -q </dev/null
+"${as_root[@]}" env DEBIAN_FRONTEND=noninteractive \
+  apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null

@@ -1,0 +1,148 @@
+// ClusterProvider: where a training job's instances come from and where its
+// containers run.
+//
+// The engine asks a provider for a cluster (one or more instance groups, spot
+// or on-demand), has it prepare the training image on every instance, run the
+// container on every instance, signal the containers, upload the artifacts and
+// release the cluster. Implementations: the simulation backend
+// (kiln/sim/sim.h: modelled latencies in virtual time), the local backend
+// (instances are directories on this host, containers are processes) and the
+// AWS backend (EC2).
+//
+// Threading: every method is called on the engine's loop thread and must not
+// block: a provider that does blocking work does it on its own threads and
+// posts the completion to the loop (EventLoop::Post). Every completion callback
+// runs on the loop thread, exactly once, and never inline inside the call that
+// started the work.
+#ifndef KILN_CLUSTER_PROVIDER_H_
+#define KILN_CLUSTER_PROVIDER_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kiln/v1/sagemaker.pb.h"
+
+namespace kiln {
+
+// The group name a homogeneous cluster's instances report, as the service's
+// training toolkit does.
+inline constexpr char kHomogeneousGroupName[] = "homogeneousCluster";
+
+// One instance group of a cluster request.
+struct InstanceGroupSpec {
+  std::string name;           // InstanceGroupName, or kHomogeneousGroupName
+  std::string instance_type;  // e.g. "ml.m5.xlarge"
+  int32_t count = 0;
+};
+
+// What the engine asks for.
+struct ClusterSpec {
+  std::string job_name;
+  std::vector<InstanceGroupSpec> groups;  // in the request's order
+  bool spot = false;
+  int32_t volume_size_in_gb = 0;
+};
+
+// One instance of a provisioned cluster. Host names are algo-1 .. algo-N,
+// numbered across all groups in group order.
+struct Instance {
+  std::string id;  // provider-specific, unique within the provider
+  std::string host_name;
+  std::string group_name;
+  std::string instance_type;
+};
+
+struct Cluster {
+  std::string id;  // provider-specific, unique within the provider
+  std::vector<Instance> instances;
+  bool spot = false;
+};
+
+// How one container ended.
+struct ContainerExit {
+  int exit_code = 0;  // the process's exit status; 128 + signal when killed by one
+  // Contents of /opt/ml/output/failure (the engine keeps the first 1024
+  // characters), empty when the container wrote none.
+  std::string failure_text;
+};
+
+// What a container run needs to know about its job. References are valid only
+// during the call that receives them: copy what you keep.
+struct JobContext {
+  std::string_view job_name;
+  std::string_view job_arn;
+  const v1::CreateTrainingJobRequest& request;
+  const Cluster& cluster;
+  int32_t attempt = 1;  // 1 for the first run, +1 per restart
+};
+
+// Receives what happens to the containers of one StartContainers call. Loop
+// thread only. Implemented by the engine; it outlives the containers (until
+// the provider's Release of the cluster returns).
+class ContainerEvents {
+ public:
+  virtual ~ContainerEvents() = default;
+  // A line the container wrote to stdout or stderr, without its newline.
+  virtual void OnLogLine(const Instance& instance, std::string_view line) = 0;
+  // The container on `instance` ended. Called once per instance.
+  virtual void OnExit(const Instance& instance, const ContainerExit& exit) = 0;
+};
+
+// Where the artifacts went.
+struct ArtifactsResult {
+  std::string model_uri;  // e.g. s3://bucket/out/job/output/model.tar.gz
+};
+
+class ClusterProvider {
+ public:
+  using ClusterCallback = absl::AnyInvocable<void(absl::StatusOr<Cluster>)>;
+  using DoneCallback = absl::AnyInvocable<void(absl::Status)>;
+  using ArtifactsCallback = absl::AnyInvocable<void(absl::StatusOr<ArtifactsResult>)>;
+
+  virtual ~ClusterProvider() = default;
+
+  // Obtains instances for `spec`. `done` receives the cluster, or:
+  // ResourceExhausted when capacity is short right now (the engine shows
+  // Pending and asks again later); any other error fails the job with the
+  // status's message. Called exactly once.
+  virtual void Provision(const ClusterSpec& spec, ClusterCallback done) = 0;
+
+  // Makes the training image `image` ready on every instance of `cluster`
+  // (fetch and unpack on a cold instance; nothing on a warm one that has it).
+  // `done` gets OK or an error that fails the job. Called exactly once.
+  virtual void PrepareImage(const Cluster& cluster, std::string_view image, DoneCallback done) = 0;
+
+  // Starts the job's container on every instance of the cluster. `started`
+  // gets OK once every entrypoint is running, or an error that fails the job.
+  // Afterwards `events` gets the log lines and exactly one OnExit per
+  // instance (unless the cluster is released first). `events` must outlive the
+  // containers, i.e. until Release(cluster) returns.
+  virtual void StartContainers(const JobContext& job, ContainerEvents& events,
+                               DoneCallback started) = 0;
+
+  // Sends `signal` (SIGTERM, SIGKILL) to the containers of `cluster` that are
+  // still running; a no-op for those that have ended.
+  virtual void Signal(const Cluster& cluster, int signal) = 0;
+
+  // Uploads /opt/ml/model and /opt/ml/output/data of the cluster's instances to
+  // <S3OutputPath>/<job>/output/ (model.tar.gz, output.tar.gz). Called exactly
+  // once; an error fails the job.
+  virtual void UploadArtifacts(const JobContext& job, ArtifactsCallback done) = 0;
+
+  // Gives the cluster back: stops anything still running on it (containers,
+  // copies) and frees its instances. After Release returns, `events` of the
+  // cluster's containers is never called again; completion callbacks of work
+  // still in flight may run or be dropped, and the engine ignores them. Never
+  // fails from the engine's point of view (a provider retries its own clean-up).
+  virtual void Release(const Cluster& cluster) = 0;
+};
+
+}  // namespace kiln
+
+#endif  // KILN_CLUSTER_PROVIDER_H_

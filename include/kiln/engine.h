@@ -1,0 +1,171 @@
+// Engine: runs training jobs through the service's lifecycle.
+//
+// The engine takes CreateTrainingJob / Describe / List / Stop / Update /
+// Delete requests in the SageMaker API's shape (kiln/v1/sagemaker.pb.h) and
+// carries each job through its statuses (InProgress: Starting, Pending,
+// Downloading, Training, Uploading; then Completed, Failed, Stopping/Stopped)
+// by driving the pluggable components on one event loop. The same engine runs
+// in virtual time (a virtual EventLoop and the simulation backend) and in real
+// time (a real-time EventLoop and the local or AWS backend).
+//
+// Example (virtual time, simulation backend):
+//   auto loop = kiln::NewVirtualEventLoop();
+//   auto provider = kiln::sim::NewSimClusterProvider(*loop, {});
+//   kiln::EngineOptions options;
+//   options.loop = loop.get();
+//   options.cluster_provider = provider.get();
+//   auto engine = kiln::NewEngine(options).value();
+//   kiln::v1::CreateTrainingJobRequest request = ...;
+//   auto created = engine->CreateTrainingJob(request);   // InProgress/Starting
+//   loop->RunUntilIdle();                                // the job runs to its end
+//   auto described = engine->DescribeTrainingJob(...);   // Completed/Completed
+//
+// Errors use absl status codes, each standing for one of the service's errors:
+// InvalidArgument = ValidationException (the message names the field and the
+// rule), NotFound = ResourceNotFound, AlreadyExists = ResourceInUse (name
+// taken), FailedPrecondition = the job's lifecycle state does not allow the
+// call (the message says which state), ResourceExhausted = ResourceLimitExceeded.
+//
+// Threading: the engine's state belongs to its loop thread. Every public method
+// is thread-safe: called on the loop thread (or while no thread runs the loop)
+// it runs at once; called from another thread while the loop runs, it is
+// posted to the loop and the caller blocks until it has run. Observers are
+// called on the loop thread.
+#ifndef KILN_ENGINE_H_
+#define KILN_ENGINE_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kiln/cluster_provider.h"
+#include "kiln/data_channel.h"
+#include "kiln/event_loop.h"
+#include "kiln/v1/sagemaker.pb.h"
+#include "kiln/validation.h"
+
+namespace kiln {
+
+// A job's status changed (a new SecondaryStatusTransition began, or the
+// running one's message changed).
+struct StatusEvent {
+  std::string_view job_name;
+  std::string_view status;            // TrainingJobStatus
+  std::string_view secondary_status;  // SecondaryStatus
+  std::string_view message;           // the transition's StatusMessage
+  absl::Time time;
+};
+
+// Sees what happens to jobs as it happens. Methods are called on the loop
+// thread, in event order; they must not block, and may call the engine.
+// Default bodies do nothing.
+class JobObserver {
+ public:
+  virtual ~JobObserver() = default;
+  virtual void OnStatusChange(const StatusEvent& event) {}
+  // A line a container wrote (stdout or stderr), without its newline.
+  virtual void OnLogLine(std::string_view job_name, std::string_view host_name,
+                         std::string_view line, absl::Time time) {}
+  // A MetricDefinitions regex matched a log line; `value` is its first group.
+  virtual void OnMetric(std::string_view job_name, std::string_view metric_name, double value,
+                        absl::Time time) {}
+};
+
+struct EngineOptions {
+  // The loop that drives everything. Required; must outlive the engine.
+  EventLoop* loop = nullptr;
+  // Where clusters come from. Required; must outlive the engine.
+  ClusterProvider* cluster_provider = nullptr;
+  // Delivers input channels. Optional; must outlive the engine. Without one,
+  // a job with InputDataConfig is refused at CreateTrainingJob
+  // (FailedPrecondition) rather than run without its data.
+  DataChannel* data_channel = nullptr;
+
+  // Used in ARNs: arn:aws:sagemaker:<region>:<account_id>:training-job/<name>.
+  std::string region = "us-east-1";
+  std::string account_id = "000000000000";
+
+  // Time between SIGTERM and SIGKILL when a job is stopped (StopTrainingJob,
+  // MaxRuntimeInSeconds). The service's is 120 s.
+  absl::Duration stop_grace_period = absl::Seconds(120);
+
+  // While capacity is short (Provision returns ResourceExhausted) the job is
+  // Pending and the engine asks again after a delay that starts here and
+  // doubles up to the maximum. MaxPendingTimeInSeconds, when the job sets it,
+  // bounds the wait (the job then fails with a CapacityError); without it the
+  // job waits until stopped.
+  absl::Duration capacity_retry_initial = absl::Seconds(30);
+  absl::Duration capacity_retry_max = absl::Minutes(5);
+
+  ValidationOptions validation;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  // Validates and accepts a job; it starts at once (InProgress/Starting).
+  // Errors: InvalidArgument (the ValidationException text, all violations);
+  // AlreadyExists when a job of that name exists (ResourceInUse, with the
+  // service's wording); FailedPrecondition when the engine lacks a component the
+  // job needs (e.g. a DataChannel). Nothing is kept on error.
+  virtual absl::StatusOr<v1::CreateTrainingJobResponse> CreateTrainingJob(
+      const v1::CreateTrainingJobRequest& request) = 0;
+
+  // Returns the job as the service describes it (statuses, transitions,
+  // times, billing, metrics, the request echoed back).
+  // Errors: InvalidArgument for a malformed name; NotFound for an unknown job
+  // ("Requested resource not found.", which the service sends as a
+  // ValidationException).
+  virtual absl::StatusOr<v1::DescribeTrainingJobResponse> DescribeTrainingJob(
+      const v1::DescribeTrainingJobRequest& request) = 0;
+
+  // Lists job summaries with the service's filters (NameContains,
+  // StatusEquals, WarmPoolStatusEquals, creation and modification time
+  // bounds, strict), SortBy (CreationTime default, Name, Status), SortOrder
+  // (Ascending default), MaxResults (default 10) and NextToken. A NextToken
+  // names the position after the last job returned, so paging stays correct
+  // while jobs are added: no job is returned twice or skipped.
+  // Errors: InvalidArgument for a bad request or a NextToken this engine did
+  // not issue for the same SortBy/SortOrder.
+  virtual absl::StatusOr<v1::ListTrainingJobsResponse> ListTrainingJobs(
+      const v1::ListTrainingJobsRequest& request) = 0;
+
+  // Stops an InProgress job: it becomes Stopping/Stopping at once; running
+  // containers get SIGTERM, then SIGKILL after the grace period; artifacts
+  // written so far are uploaded; it ends Stopped/Stopped. Stopping a job that
+  // is already Stopping is a no-op.
+  // Errors: NotFound; FailedPrecondition if the job has ended.
+  virtual absl::Status StopTrainingJob(const v1::StopTrainingJobRequest& request) = 0;
+
+  // Updates what the service lets one update: ProfilerConfig and
+  // ProfilerRuleConfigurations (echoed back, not acted on), RemoteDebugConfig
+  // (while Downloading or Training), and ResourceConfig.KeepAlivePeriodInSeconds
+  // (only while the job's warm pool is Available).
+  // Errors: InvalidArgument; NotFound; FailedPrecondition when the job's state
+  // does not allow the change (the message says why).
+  virtual absl::StatusOr<v1::UpdateTrainingJobResponse> UpdateTrainingJob(
+      const v1::UpdateTrainingJobRequest& request) = 0;
+
+  // Erases an ended job (Completed, Failed, Stopped); its name can be used
+  // again. Errors: NotFound; FailedPrecondition while it is InProgress or
+  // Stopping.
+  virtual absl::Status DeleteTrainingJob(const v1::DeleteTrainingJobRequest& request) = 0;
+
+  // Adds an observer. `observer` must outlive the engine or be removed first.
+  virtual void AddObserver(JobObserver* observer) = 0;
+  virtual void RemoveObserver(JobObserver* observer) = 0;
+
+  // Returns the number of jobs that are InProgress or Stopping.
+  virtual int active_jobs() const = 0;
+};
+
+// Creates an engine. Errors: InvalidArgument when a required option is missing.
+absl::StatusOr<std::unique_ptr<Engine>> NewEngine(EngineOptions options);
+
+}  // namespace kiln
+
+#endif  // KILN_ENGINE_H_

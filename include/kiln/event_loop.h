@@ -1,0 +1,261 @@
+// EventLoop: Kiln's discrete-event core.
+//
+// Everything the engine does happens in callbacks run one at a time by an event loop, on one
+// thread (the loop thread), so engine state needs no locks. A callback is either scheduled for
+// a time (ScheduleAt / ScheduleAfter, cancellable through a TimerHandle) or posted (Post, the
+// one entry that other threads may use). The same engine code runs on two kinds of loop:
+//
+//   * a virtual loop (NewVirtualEventLoop) keeps its own clock, which stands still while a
+//     callback runs and jumps to the time of the next event: a simulated year runs in seconds,
+//     and a run is reproducible bit for bit (nothing depends on the host's speed);
+//   * a real-time loop (NewRealTimeEventLoop) reads a real clock (clock.h) and sleeps until its
+//     next timer or until another thread posts; real backends use it.
+//
+// Order. Events run in (time, seq) order, where seq is a per-loop counter taken when the event
+// enters the queue: events due at the same time run first-in, first-out. A post gets its time
+// and seq when the loop thread moves it from its inbox into the queue, which it does before
+// taking each next event: a post therefore runs at the loop's time at that moment, after every
+// event already scheduled for that time and before any event scheduled later. Posts keep their
+// order among themselves. Scheduling in the past means "now, after what is already due".
+//
+// Cancellation is O(1) and lazy: Cancel() destroys the callback at once and marks its queue
+// entry dead; dead entries are dropped when they reach the top (or when they outnumber the live
+// ones, by a rebuild of the queue).
+//
+// Example (virtual time):
+//   std::unique_ptr<kiln::EventLoop> loop = kiln::NewVirtualEventLoop();
+//   kiln::TimerHandle t = loop->ScheduleAfter(absl::Minutes(5), [] { /* time out */ });
+//   loop->ScheduleAfter(absl::Seconds(30), [&] { loop->Cancel(t); });
+//   loop->RunUntilIdle();  // returns at start_time + 30 s; the time-out never ran
+//
+// Threading: Now(), is_virtual(), IsLoopThread(), clock(), Post(), AcquireWork() and Stop() are
+// thread-safe; everything else is loop thread only (the thread that calls Run*, or any single
+// thread before the loop first runs).
+
+#ifndef KILN_EVENT_LOOP_H_
+#define KILN_EVENT_LOOP_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <utility>
+
+#include "absl/functional/any_invocable.h"
+#include "absl/time/time.h"
+#include "kiln/clock.h"
+#include "kiln/event_queue.h"
+
+namespace kiln {
+
+class EventLoop;
+
+// Opaque handle to one scheduled callback, returned by EventLoop::ScheduleAt and used only to
+// cancel it. Default-constructed = invalid. Copyable; holding a handle keeps nothing alive.
+// A handle stays safe to use after its event ran or was cancelled (Cancel then returns false):
+// the loop reuses the callback's slot but bumps the slot's generation, which the handle
+// records. (A handle kept across 2^32 reuses of one slot could alias a new event.)
+// Thread-compatible.
+class TimerHandle {
+ public:
+  TimerHandle() = default;
+
+  // Returns true if the handle came from ScheduleAt/ScheduleAfter, whether or not its event is
+  // still pending; false for a default-constructed handle.
+  bool valid() const { return generation_ != 0; }
+
+  friend bool operator==(const TimerHandle& a, const TimerHandle& b) {
+    return a.slot_ == b.slot_ && a.generation_ == b.generation_;
+  }
+  friend bool operator!=(const TimerHandle& a, const TimerHandle& b) { return !(a == b); }
+
+ private:
+  friend class EventLoop;
+  TimerHandle(uint32_t slot, uint32_t generation) : slot_(slot), generation_(generation) {}
+
+  uint32_t slot_ = 0;
+  uint32_t generation_ = 0;  // 0 only in invalid handles
+};
+
+// Options of NewVirtualEventLoop / NewRealTimeEventLoop.
+struct EventLoopOptions {
+  // The virtual clock's reading before the first event runs. Ignored by real-time loops,
+  // whose clock is the real one. Default: 2026-01-01T00:00:00Z.
+  absl::Time start_time = absl::FromUnixSeconds(1767225600);
+  // The pending-event structure; null means NewHeapEventQueue(). Must be empty. The loop takes
+  // ownership.
+  std::unique_ptr<EventQueue> queue;
+};
+
+// A discrete-event loop, virtual or real-time (see the file comment).
+// Implemented by the two factories below. Loop thread only, except where a method says
+// thread-safe.
+class EventLoop {
+ public:
+  // A callback run exactly once by the loop (or destroyed unrun if cancelled, or when the loop
+  // is destroyed). It may schedule, cancel (itself too: a no-op returning false) and post.
+  using Callback = absl::AnyInvocable<void()>;
+
+  class WorkGuard;
+
+  virtual ~EventLoop() = default;
+
+  // Returns the loop's time: for a virtual loop the time of the event running (or of the last
+  // one run, or start_time, or the last RunUntil deadline); for a real-time loop the real
+  // clock's reading.
+  // Thread-safe.
+  virtual absl::Time Now() const = 0;
+
+  // Returns true for a virtual loop, false for a real-time one.
+  // Thread-safe.
+  virtual bool is_virtual() const = 0;
+
+  // Returns true if the calling thread is the loop thread: the thread inside Run*, or, while
+  // no Run* is running, the thread that ran the loop last (before any run: the thread that
+  // created it). Code callable from any thread uses it to act inline on the loop thread and to
+  // Post otherwise.
+  // Thread-safe.
+  virtual bool IsLoopThread() const = 0;
+
+  // Returns a Clock whose Now() is this loop's Now(), for code that takes a `const Clock&`.
+  // The clock is owned by the loop and lives as long as it.
+  // Thread-safe.
+  virtual const Clock& clock() const = 0;
+
+  // Schedules `cb` to run once at `when`, or at Now() if `when` is in the past (then after the
+  // events already due). Never runs `cb` inline. Times outside the nanosecond range of int64
+  // (years 1677..2262, e.g. absl::InfiniteFuture()) are clamped into it. Returns a handle for
+  // Cancel(). The loop owns `cb` until it runs it or destroys it (on Cancel or on destruction).
+  // Loop thread only (or before the loop first runs).
+  virtual TimerHandle ScheduleAt(absl::Time when, Callback cb) = 0;
+
+  // ScheduleAt(Now() + delay, cb). A negative delay means now.
+  // Loop thread only (or before the loop first runs).
+  TimerHandle ScheduleAfter(absl::Duration delay, Callback cb) {
+    return DoScheduleAfter(delay, std::move(cb));
+  }
+
+  // Cancels the event of `h` in O(1): destroys its callback now and leaves a dead queue entry
+  // that is skipped later. Returns true if the event was pending; false if it already ran, is
+  // running, was cancelled, or `h` is invalid or stale.
+  // Loop thread only.
+  virtual bool Cancel(TimerHandle h) = 0;
+
+  // Queues `cb` to run on the loop thread at the loop's current time (see "Order" above),
+  // first-in first-out among posts, and wakes a loop that is waiting (real-time or idle).
+  // The loop owns `cb`; posts never run are destroyed with the loop.
+  // Thread-safe.
+  virtual void Post(Callback cb) = 0;
+
+  // Returns a token that keeps RunUntilIdle() from returning while work goes on off the loop:
+  // a real backend's worker thread holds one until it has posted its completion, so the loop
+  // does not go idle in between. Run(), RunUntil() and Stop() ignore guards.
+  // Thread-safe. REQUIRES: the loop outlives the guard.
+  virtual WorkGuard AcquireWork() = 0;
+
+  // Runs events until none remains: no live scheduled event, no post and no work guard.
+  // Virtual: runs events in (time, seq) order, jumping the clock to each event's time; when
+  // only work guards remain, it waits (in real time, the clock standing still) for a post or
+  // for the last guard to go, like a real loop. Real-time: waits for each timer until it is
+  // due on the real clock, and for posts and guards the same way.
+  // Returns early, after the running callback, if Stop() was called (and clears the request).
+  // The calling thread becomes the loop thread.
+  // Loop thread only. REQUIRES: no Run* of this loop is running (not reentrant).
+  virtual void RunUntilIdle() = 0;
+
+  // Runs every event due at or before `deadline` (posts included), then returns. A virtual
+  // loop then sets its clock to `deadline` (if later than Now() and finite); a real-time loop
+  // returns once the real clock reaches `deadline`, running posts and timers meanwhile.
+  // Work guards do not keep it running past `deadline`. Returns early on Stop(), without
+  // moving the virtual clock to `deadline`.
+  // Loop thread only. REQUIRES: no Run* of this loop is running.
+  virtual void RunUntil(absl::Time deadline) = 0;
+
+  // Runs events, and waits for more when there are none, until Stop() is called.
+  // Loop thread only. REQUIRES: no Run* of this loop is running.
+  virtual void Run() = 0;
+
+  // Makes the running Run(), RunUntil() or RunUntilIdle() return after the current callback
+  // (or wakes it if it is waiting). A Stop() while no Run* is running makes the next Run*
+  // return at once; each Run* that returns because of Stop() clears the request.
+  // Thread-safe.
+  virtual void Stop() = 0;
+
+  // Returns the number of callbacks that will still run: scheduled events neither run nor
+  // cancelled, plus posts not yet run.
+  // Loop thread only.
+  virtual size_t pending_events() const = 0;
+
+  // Returns the number of callbacks (scheduled and posted) run so far.
+  // Loop thread only.
+  virtual uint64_t executed_events() const = 0;
+
+ protected:
+  static TimerHandle MakeHandle(uint32_t slot, uint32_t generation) {
+    return TimerHandle(slot, generation);
+  }
+  static uint32_t HandleSlot(TimerHandle h) { return h.slot_; }
+  static uint32_t HandleGeneration(TimerHandle h) { return h.generation_; }
+  // Returns an active guard on this loop; the implementation has already counted it.
+  WorkGuard MakeWorkGuard();
+
+  // ScheduleAfter's body, which an implementation may override to skip a conversion to
+  // absl::Time on its hot path. The default calls ScheduleAt(Now() + delay, cb).
+  virtual TimerHandle DoScheduleAfter(absl::Duration delay, Callback cb) {
+    return ScheduleAt(Now() + delay, std::move(cb));
+  }
+
+ private:
+  // Called once per active guard when it is released, on any thread.
+  virtual void ReleaseWork() = 0;
+};
+
+// RAII token from EventLoop::AcquireWork(): while an active guard exists, RunUntilIdle() does
+// not return. Releasing the last guard (destruction, move-assignment over it, or Reset()) wakes
+// the loop. Movable, not copyable; a moved-from or default-constructed guard is inactive.
+// AcquireWork and releases are thread-safe: a guard may be created on one thread and released
+// on another. One guard object is thread-compatible.
+class EventLoop::WorkGuard {
+ public:
+  WorkGuard() = default;
+  WorkGuard(WorkGuard&& other) noexcept : loop_(std::exchange(other.loop_, nullptr)) {}
+  WorkGuard& operator=(WorkGuard&& other) noexcept {
+    if (this != &other) {
+      Reset();
+      loop_ = std::exchange(other.loop_, nullptr);
+    }
+    return *this;
+  }
+  WorkGuard(const WorkGuard&) = delete;
+  WorkGuard& operator=(const WorkGuard&) = delete;
+  ~WorkGuard() { Reset(); }
+
+  // Releases the guard now (a no-op if inactive). Post the work's completion before this, so
+  // that the loop sees the post before it can go idle.
+  void Reset() {
+    if (loop_ != nullptr) std::exchange(loop_, nullptr)->ReleaseWork();
+  }
+
+  // Returns true until the guard is released or moved from.
+  bool active() const { return loop_ != nullptr; }
+
+ private:
+  friend class EventLoop;
+  explicit WorkGuard(EventLoop* loop) : loop_(loop) {}
+
+  EventLoop* loop_ = nullptr;
+};
+
+inline EventLoop::WorkGuard EventLoop::MakeWorkGuard() { return WorkGuard(this); }
+
+// Returns a virtual-time loop whose clock starts at options.start_time. The caller owns it;
+// callbacks still pending at destruction are destroyed unrun (on the destroying thread).
+std::unique_ptr<EventLoop> NewVirtualEventLoop(EventLoopOptions options = {});
+
+// Returns a real-time loop on a new real clock (NewRealClock()); options.start_time is ignored.
+// The caller owns it; callbacks still pending at destruction are destroyed unrun.
+// REQUIRES: no work guard outlives it.
+std::unique_ptr<EventLoop> NewRealTimeEventLoop(EventLoopOptions options = {});
+
+}  // namespace kiln
+
+#endif  // KILN_EVENT_LOOP_H_

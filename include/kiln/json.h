@@ -1,0 +1,82 @@
+// The service's wire JSON for the kiln.v1 API messages.
+//
+// Kiln's API messages (kiln/v1/sagemaker.proto) mirror SageMaker's shapes, and
+// these two functions read and write them as the JSON the service speaks: the
+// document a user would pass as
+// boto3.client('sagemaker').create_training_job(**request) after
+// json.dumps(request), or that DescribeTrainingJob returns. So a request
+// written for SageMaker can be given to Kiln as it is.
+//
+//   kiln::v1::CreateTrainingJobRequest request;
+//   absl::Status status = kiln::ParseJson(text, request);
+//   if (!status.ok()) { /* status.message(): "Parameter validation failed:\n..." */ }
+//   std::string response_json = kiln::ToJson(response, {.indent = true});
+//
+// The mapping (generic over messages, through protobuf reflection):
+// - object members are named by the fields' json_name (SageMaker's PascalCase
+//   member names), exactly; nothing else is accepted;
+// - int32/int64 are JSON integers (no fraction or exponent, within the
+//   field's range) and are written as numbers, not strings; double fields
+//   take any number; bool takes true/false; strings, enumerations (by name)
+//   take strings; bytes are base64 strings;
+// - repeated fields are arrays, map fields objects (written with keys sorted),
+//   message fields objects;
+// - google.protobuf.Timestamp is a number of seconds since the Unix epoch with
+//   up to 9 fraction digits (converted exactly, not through a double) or an
+//   RFC 3339 string such as "2026-11-21T09:25:52.163Z"; it is written as a
+//   number with the fraction trimmed (1795253152.163, or 1795253152);
+// - non-finite doubles are the strings "NaN", "Infinity" and "-Infinity", as
+//   the service's JSON protocol writes them;
+// - null as a member value means the member is absent.
+// This is the shape check botocore does before sending a request; the model's
+// other constraints (required members, lengths, patterns, enumeration values)
+// are kiln/validation.h's business.
+//
+// Thread-safe: no shared state. A message passed in is used only during the
+// call and must not be changed by another thread meanwhile.
+#ifndef KILN_JSON_H_
+#define KILN_JSON_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "google/protobuf/message.h"
+
+namespace kiln {
+
+// Clears `message` and fills it from the wire JSON in `json`.
+// Returns OK on success. Returns InvalidArgument when:
+// - `json` is not valid JSON (RFC 8259, strict: no comments, trailing commas
+//   or NaN; valid UTF-8; unique keys): "Invalid JSON: line 3, column 17:
+//   expected ',' or '}' after object member";
+// - the document does not fit the message: the message lists every problem
+//   found, one per line, in botocore's words, e.g.
+//     Parameter validation failed:
+//     Unknown parameter in InputDataConfig[0].DataSource: "Foo", must be one of: S3DataSource, FileSystemDataSource, DatasetSource
+//     Invalid type for parameter ResourceConfig.InstanceCount, value: "2", type: string, valid types: integer
+//     Invalid value for parameter ResourceConfig.VolumeSizeInGB, value: 3000000000, valid range: -2147483648 to 2147483647
+//   ("input" names the top level). The caller should show it to whoever
+//   wrote the document; retrying the same text cannot succeed.
+// On any error `message` is left cleared, never half filled.
+// Thread-safe.
+absl::Status ParseJson(std::string_view json, google::protobuf::Message& message);
+
+struct JsonPrintOptions {
+  // One member or element per line, indented by two spaces.
+  bool indent = false;
+};
+
+// Writes `message` as the service's wire JSON: fields in declaration order;
+// unset optional scalars, unset messages and empty repeated and map fields
+// left out; map keys sorted so equal messages give equal text. The result is
+// always valid JSON, and ParseJson reads it back to an equal message, except
+// where the message holds what the wire cannot: bytes of a string field that
+// are not valid UTF-8 are written as U+FFFD, and a Timestamp outside
+// 0001-01-01..9999-12-31 is written but not read back.
+// Thread-safe.
+std::string ToJson(const google::protobuf::Message& message, const JsonPrintOptions& options = {});
+
+}  // namespace kiln
+
+#endif  // KILN_JSON_H_

@@ -1,0 +1,87 @@
+// Validation of training-job API requests against the SageMaker service model.
+//
+// Every constraint of the model (required members, string lengths, patterns
+// with a full match, enumerations, numeric ranges, list and map sizes) is read
+// from the model itself, compiled into the library, so Kiln accepts exactly
+// what the service accepts. On top of those, ValidateCreateTrainingJobRequest
+// applies the service's cross-field rules (TrainingImage xor AlgorithmName,
+// InstanceType/InstanceCount xor InstanceGroups, spot and warm-pool rules,
+// channel and instance-group names, input-mode rules) and Kiln's extensions
+// (`file://` URIs wherever an S3 URI is allowed).
+//
+// All violations of a request are reported at once, in the service's
+// ValidationException form:
+//
+//   2 validation errors detected: Value 'a_b' at 'trainingJobName' failed to
+//   satisfy constraint: Member must satisfy regular expression pattern:
+//   ^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}; Value null at 'roleArn' failed to
+//   satisfy constraint: Member must not be null
+//
+// Paths are camelCase; list elements are `inputDataConfig.1.member.channelName`
+// (1-based, as the service writes them); map entries are `hyperParameters.<key>`.
+//
+// Example:
+//   kiln::v1::CreateTrainingJobRequest request;
+//   KILN_RETURN_IF_ERROR(kiln::ParseJson(text, request));
+//   absl::Status status = kiln::ValidateCreateTrainingJobRequest(request);
+//   if (!status.ok()) std::cerr << status.message() << "\n";
+//
+// Threading: all functions are thread-safe (the compiled model is immutable).
+#ifndef KILN_VALIDATION_H_
+#define KILN_VALIDATION_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "google/protobuf/message.h"
+#include "kiln/v1/sagemaker.pb.h"
+
+namespace kiln {
+
+struct ValidationOptions {
+  // Accept `file://<path>` wherever the model allows an S3 URI (S3OutputPath,
+  // channel S3Uri, CheckpointConfig.S3Uri, ...). A local engine needs it; an
+  // operator who wants the service's exact rules turns it off.
+  bool allow_local_uris = true;
+};
+
+// One violation: the camelCase path of the offending member and the complete
+// sentence the service would print for it ("Value 'x' at 'path' failed to
+// satisfy constraint: ...", or a cross-field sentence).
+struct ValidationError {
+  std::string path;
+  std::string message;
+};
+
+// Checks `message` (any kiln.v1 message generated from the model) against the
+// model's constraints only: no cross-field rules. Returns the violations in a
+// deterministic order (members in model order, depth first); empty when valid.
+// Thread-safe.
+std::vector<ValidationError> CheckShapeConstraints(const google::protobuf::Message& message,
+                                                   const ValidationOptions& options = {});
+
+// Checks a CreateTrainingJob request: the model's constraints and the
+// service's cross-field rules, all violations at once.
+// Returns OK when the request is acceptable; InvalidArgument with the
+// ValidationException text otherwise (the caller should fix the request; no
+// retry helps). Does not look at anything outside the request (existing jobs,
+// objects under an S3 prefix): the engine checks those.
+// Thread-safe.
+absl::Status ValidateCreateTrainingJobRequest(const v1::CreateTrainingJobRequest& request,
+                                              const ValidationOptions& options = {});
+
+// Checks any other request message of the training-job API (Describe, List,
+// Stop, Update, Delete) against the model's constraints; for a
+// CreateTrainingJobRequest it is ValidateCreateTrainingJobRequest.
+// Returns OK or InvalidArgument as above. Thread-safe.
+absl::Status ValidateRequest(const google::protobuf::Message& request,
+                             const ValidationOptions& options = {});
+
+// Joins violations into the service's text: "N validation error(s) detected:
+// m1; m2". REQUIRES: !errors.empty().
+std::string FormatValidationErrors(const std::vector<ValidationError>& errors);
+
+}  // namespace kiln
+
+#endif  // KILN_VALIDATION_H_

@@ -1,0 +1,933 @@
+#include "kiln/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <csignal>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/notification.h"
+#include "core/internal/regex.h"
+#include "core/internal/status_macros.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/reflection.h"
+#include "google/protobuf/timestamp.pb.h"
+
+namespace kiln {
+namespace {
+
+// Statuses, as the service spells them.
+constexpr char kInProgress[] = "InProgress";
+constexpr char kCompleted[] = "Completed";
+constexpr char kFailed[] = "Failed";
+constexpr char kStopping[] = "Stopping";
+constexpr char kStopped[] = "Stopped";
+
+constexpr char kStarting[] = "Starting";
+constexpr char kPending[] = "Pending";
+constexpr char kDownloading[] = "Downloading";
+constexpr char kTraining[] = "Training";
+constexpr char kUploading[] = "Uploading";
+constexpr char kMaxRuntimeExceeded[] = "MaxRuntimeExceeded";
+
+// Status messages, worded as the service words them.
+constexpr char kMsgLaunching[] = "Launching requested ML instances";
+constexpr char kMsgPreparing[] = "Preparing the instances for training";
+constexpr char kMsgInsufficientCapacity[] =
+    "Insufficient capacity error from EC2 while launching instances, retrying!";
+constexpr char kMsgDownloading[] = "Downloading input data";
+constexpr char kMsgTraining[] = "Training image download completed. Training in progress.";
+constexpr char kMsgUploading[] = "Uploading generated training model";
+constexpr char kMsgCompleted[] = "Training job completed";
+constexpr char kMsgStopping[] = "Stopping the training job";
+constexpr char kMsgStopped[] = "Training job stopped";
+constexpr char kMsgMaxRuntime[] = "Training job stopped because it reached MaxRuntimeInSeconds";
+constexpr char kMsgFailed[] = "Training job failed";
+
+constexpr int64_t kDefaultMaxRuntimeSeconds = 86400;
+constexpr int32_t kDefaultMaxResults = 10;
+constexpr size_t kMaxFailureReason = 1024;
+
+google::protobuf::Timestamp ToProto(absl::Time t) {
+  google::protobuf::Timestamp ts;
+  const int64_t ns = absl::ToUnixNanos(t);
+  int64_t seconds = ns / 1000000000;
+  int64_t nanos = ns % 1000000000;
+  if (nanos < 0) {
+    nanos += 1000000000;
+    --seconds;
+  }
+  ts.set_seconds(seconds);
+  ts.set_nanos(static_cast<int32_t>(nanos));
+  return ts;
+}
+
+absl::Time FromProto(const google::protobuf::Timestamp& ts) {
+  return absl::FromUnixSeconds(ts.seconds()) + absl::Nanoseconds(ts.nanos());
+}
+
+// Whole seconds as the service reports durations: at least 1, rounded up.
+int32_t BilledSeconds(absl::Duration d) {
+  int64_t s = absl::ToInt64Seconds(absl::Ceil(d, absl::Seconds(1)));
+  return static_cast<int32_t>(std::clamp<int64_t>(s, 1, INT32_MAX));
+}
+
+std::string JoinUri(const std::string& base, const std::string& tail) {
+  std::string out(absl::StripSuffix(base, "/"));
+  absl::StrAppend(&out, "/", tail);
+  return out;
+}
+
+// Copies every field of `from` whose json_name also names a field of the same
+// type in `to`: the Describe response echoes the request this way, member for
+// member, with no list to keep in step with the model.
+void EchoFields(const google::protobuf::Message& from, google::protobuf::Message& to) {
+  const auto* to_desc = to.GetDescriptor();
+  const auto* from_refl = from.GetReflection();
+  std::vector<const google::protobuf::FieldDescriptor*> present;
+  from_refl->ListFields(from, &present);
+  for (const auto* f : present) {
+    const auto* t = to_desc->FindFieldByName(f->name());
+    if (t == nullptr || t->json_name() != f->json_name() || t->type() != f->type() ||
+        t->is_repeated() != f->is_repeated() ||
+        (f->message_type() != nullptr && f->message_type() != t->message_type())) {
+      continue;
+    }
+    const auto* to_refl = to.GetReflection();
+    if (f->is_repeated()) {
+      to_refl->ClearField(&to, t);
+      for (int i = 0; i < from_refl->FieldSize(from, f); ++i) {
+        if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE) {
+          to_refl->AddMessage(&to, t)->CopyFrom(from_refl->GetRepeatedMessage(from, f, i));
+        } else if (f->cpp_type() == google::protobuf::FieldDescriptor::CPPTYPE_STRING) {
+          to_refl->AddString(&to, t, from_refl->GetRepeatedString(from, f, i));
+        }
+      }
+      continue;
+    }
+    switch (f->cpp_type()) {
+      case google::protobuf::FieldDescriptor::CPPTYPE_MESSAGE:
+        to_refl->MutableMessage(&to, t)->CopyFrom(from_refl->GetMessage(from, f));
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_STRING:
+        to_refl->SetString(&to, t, from_refl->GetString(from, f));
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_BOOL:
+        to_refl->SetBool(&to, t, from_refl->GetBool(from, f));
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_INT32:
+        to_refl->SetInt32(&to, t, from_refl->GetInt32(from, f));
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_INT64:
+        to_refl->SetInt64(&to, t, from_refl->GetInt64(from, f));
+        break;
+      case google::protobuf::FieldDescriptor::CPPTYPE_DOUBLE:
+        to_refl->SetDouble(&to, t, from_refl->GetDouble(from, f));
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+absl::Status NotFound(const std::string& name) {
+  return absl::NotFoundError(
+      absl::StrCat("Requested resource not found: training job '", name, "' does not exist."));
+}
+
+class EngineImpl;
+
+// Where a job is in its path. Ended jobs keep only their record.
+enum class Phase {
+  kProvisioning,  // Provision called, or waiting to call it again (Pending)
+  kPreparing,     // PrepareImage called
+  kDownloading,   // channels being delivered
+  kTraining,      // containers running
+  kUploading,     // UploadArtifacts called
+  kEnded,
+};
+
+enum class StopCause { kNone, kUser, kMaxRuntime };
+
+struct Transition {
+  std::string status;
+  std::string message;
+  absl::Time start;
+  std::optional<absl::Time> end;
+};
+
+struct MetricState {
+  std::string name;
+  std::unique_ptr<internal::Regex> regex;
+  std::optional<double> value;
+  absl::Time time;
+};
+
+class Job final : public ContainerEvents {
+ public:
+  Job(EngineImpl& engine, uint64_t seq, v1::CreateTrainingJobRequest request, std::string arn,
+      absl::Time now)
+      : engine_(engine),
+        seq_(seq),
+        request_(std::move(request)),
+        arn_(std::move(arn)),
+        creation_time_(now),
+        last_modified_(now) {}
+
+  void OnLogLine(const Instance& instance, std::string_view line) override;
+  void OnExit(const Instance& instance, const ContainerExit& exit) override;
+
+  const std::string& name() const { return request_.training_job_name(); }
+
+  EngineImpl& engine_;
+  const uint64_t seq_;  // creation order; unique
+  v1::CreateTrainingJobRequest request_;
+  const std::string arn_;
+  const absl::Time creation_time_;
+  absl::Time last_modified_;
+
+  std::string status_ = kInProgress;
+  std::vector<Transition> transitions_;
+  std::optional<absl::Time> training_start_;
+  std::optional<absl::Time> training_end_;
+  std::string failure_reason_;
+  std::vector<MetricState> metrics_;
+
+  Phase phase_ = Phase::kProvisioning;
+  StopCause stop_cause_ = StopCause::kNone;
+  // Bumped whenever the engine abandons the work in flight (stop, failure):
+  // completions that carry an older generation are ignored.
+  uint64_t generation_ = 0;
+  std::optional<Cluster> cluster_;
+  std::optional<absl::Time> pending_since_;
+  absl::Duration next_retry_delay_;
+  TimerHandle retry_timer_;
+  TimerHandle runtime_timer_;
+  TimerHandle kill_timer_;
+  int channels_left_ = 0;
+  int containers_running_ = 0;
+  bool algorithm_failed_ = false;
+};
+
+// Names one job at one generation. Completions carry a token instead of a
+// pointer: the job may have ended (and even been deleted) by the time they run.
+struct JobToken {
+  std::string name;
+  uint64_t seq;
+  uint64_t generation;
+};
+
+class EngineImpl final : public Engine {
+ public:
+  explicit EngineImpl(EngineOptions options)
+      : options_(std::move(options)), loop_(*options_.loop), provider_(*options_.cluster_provider) {}
+
+  ~EngineImpl() override {
+    // Give back every cluster still held; the loop may already be gone from
+    // under running work, so nothing is waited for.
+    for (auto& [name, job] : jobs_) {
+      if (job->cluster_.has_value()) provider_.Release(*job->cluster_);
+    }
+  }
+
+  absl::StatusOr<v1::CreateTrainingJobResponse> CreateTrainingJob(
+      const v1::CreateTrainingJobRequest& request) override {
+    return OnLoop([&] { return Create(request); });
+  }
+  absl::StatusOr<v1::DescribeTrainingJobResponse> DescribeTrainingJob(
+      const v1::DescribeTrainingJobRequest& request) override {
+    return OnLoop([&] { return Describe(request); });
+  }
+  absl::StatusOr<v1::ListTrainingJobsResponse> ListTrainingJobs(
+      const v1::ListTrainingJobsRequest& request) override {
+    return OnLoop([&] { return List(request); });
+  }
+  absl::Status StopTrainingJob(const v1::StopTrainingJobRequest& request) override {
+    return OnLoop([&] { return StopRequest(request); });
+  }
+  absl::StatusOr<v1::UpdateTrainingJobResponse> UpdateTrainingJob(
+      const v1::UpdateTrainingJobRequest& request) override {
+    return OnLoop([&] { return Update(request); });
+  }
+  absl::Status DeleteTrainingJob(const v1::DeleteTrainingJobRequest& request) override {
+    return OnLoop([&] { return Delete(request); });
+  }
+  void AddObserver(JobObserver* observer) override {
+    OnLoop([&] {
+      observers_.push_back(observer);
+      return 0;
+    });
+  }
+  void RemoveObserver(JobObserver* observer) override {
+    OnLoop([&] {
+      observers_.erase(std::remove(observers_.begin(), observers_.end(), observer),
+                       observers_.end());
+      return 0;
+    });
+  }
+  int active_jobs() const override { return active_jobs_.load(std::memory_order_relaxed); }
+
+  // --- called by Job (loop thread)
+  void HandleLogLine(Job& job, const Instance& instance, std::string_view line);
+  void HandleExit(Job& job, const Instance& instance, const ContainerExit& exit);
+
+ private:
+  // Runs `fn` on the loop thread and returns its result (see the threading
+  // note in engine.h).
+  template <typename Fn>
+  auto OnLoop(Fn fn) -> decltype(fn()) {
+    if (loop_.IsLoopThread()) return fn();
+    std::optional<decltype(fn())> result;
+    absl::Notification done;
+    loop_.Post([&] {
+      result.emplace(fn());
+      done.Notify();
+    });
+    done.WaitForNotification();
+    return std::move(*result);
+  }
+
+  absl::Time Now() const { return loop_.Now(); }
+
+  Job* FindJob(std::string_view name) {
+    auto it = jobs_.find(name);
+    return it == jobs_.end() ? nullptr : it->second.get();
+  }
+
+  static JobToken TokenOf(const Job& job) { return JobToken{job.name(), job.seq_, job.generation_}; }
+
+  // The job a completion belongs to, or null when the completion is stale
+  // (the job ended, was deleted, or abandoned that work).
+  Job* Resume(const JobToken& token) {
+    Job* job = FindJob(token.name);
+    if (job == nullptr || job->seq_ != token.seq || job->generation_ != token.generation) {
+      return nullptr;
+    }
+    return job;
+  }
+
+  absl::StatusOr<v1::CreateTrainingJobResponse> Create(const v1::CreateTrainingJobRequest& request);
+  absl::StatusOr<v1::DescribeTrainingJobResponse> Describe(
+      const v1::DescribeTrainingJobRequest& request);
+  absl::StatusOr<v1::ListTrainingJobsResponse> List(const v1::ListTrainingJobsRequest& request);
+  absl::Status StopRequest(const v1::StopTrainingJobRequest& request);
+  absl::StatusOr<v1::UpdateTrainingJobResponse> Update(const v1::UpdateTrainingJobRequest& request);
+  absl::Status Delete(const v1::DeleteTrainingJobRequest& request);
+
+  // Lifecycle steps.
+  void SetStatus(Job& job, const char* status, const char* secondary, std::string message);
+  void SetMessage(Job& job, std::string message);
+  void Provision(Job& job);
+  void OnProvisioned(const JobToken& token, absl::StatusOr<Cluster> cluster);
+  void OnImageReady(Job& job, absl::Status status);
+  void StartDownloads(Job& job);
+  void OnChannelDelivered(Job& job, absl::Status status);
+  void StartTraining(Job& job);
+  void OnContainersStarted(Job& job, absl::Status status);
+  void StartUpload(Job& job);
+  void OnUploaded(Job& job, absl::StatusOr<ArtifactsResult> result);
+  void Stop(Job& job, StopCause cause);
+  void Fail(Job& job, std::string reason);
+  void Finish(Job& job, const char* status, const char* secondary, std::string message);
+  void ReleaseCluster(Job& job);
+  void CancelTimers(Job& job);
+
+  v1::TrainingJobSummary Summary(const Job& job) const;
+
+  EngineOptions options_;
+  EventLoop& loop_;
+  ClusterProvider& provider_;
+  std::vector<JobObserver*> observers_;
+  // Ordered by name so nothing depends on hash order.
+  std::map<std::string, std::unique_ptr<Job>, std::less<>> jobs_;
+  uint64_t next_seq_ = 1;
+  std::atomic<int> active_jobs_{0};
+};
+
+void Job::OnLogLine(const Instance& instance, std::string_view line) {
+  engine_.HandleLogLine(*this, instance, line);
+}
+void Job::OnExit(const Instance& instance, const ContainerExit& exit) {
+  engine_.HandleExit(*this, instance, exit);
+}
+
+// ---------------------------------------------------------------------------
+// API operations
+
+absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
+    const v1::CreateTrainingJobRequest& request) {
+  KILN_RETURN_IF_ERROR(ValidateCreateTrainingJobRequest(request, options_.validation));
+  const std::string& name = request.training_job_name();
+  std::string arn = absl::StrCat("arn:aws:sagemaker:", options_.region, ":", options_.account_id,
+                                 ":training-job/", name);
+  if (FindJob(name) != nullptr) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "Training job names must be unique within an AWS account and region, and a training job "
+        "with this name already exists (",
+        arn, ")"));
+  }
+  if (request.input_data_config_size() > 0 && options_.data_channel == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "job '", name, "': InputDataConfig needs a DataChannel, and this engine has none"));
+  }
+  auto job = std::make_unique<Job>(*this, next_seq_++, request, arn, Now());
+  for (const auto& def : request.algorithm_specification().metric_definitions()) {
+    MetricState m;
+    m.name = def.name();
+    // Validation compiled it already; it cannot fail here.
+    m.regex = internal::Regex::Compile(def.regex(), internal::Regex::Mode::kSearch, nullptr);
+    job->metrics_.push_back(std::move(m));
+  }
+  job->next_retry_delay_ = options_.capacity_retry_initial;
+  Job& ref = *job;
+  jobs_.emplace(name, std::move(job));
+  active_jobs_.fetch_add(1, std::memory_order_relaxed);
+  SetStatus(ref, kInProgress, kStarting, kMsgLaunching);
+  Provision(ref);
+  v1::CreateTrainingJobResponse response;
+  response.set_training_job_arn(ref.arn_);
+  return response;
+}
+
+absl::StatusOr<v1::DescribeTrainingJobResponse> EngineImpl::Describe(
+    const v1::DescribeTrainingJobRequest& request) {
+  KILN_RETURN_IF_ERROR(ValidateRequest(request, options_.validation));
+  const Job* job = FindJob(request.training_job_name());
+  if (job == nullptr) return NotFound(request.training_job_name());
+
+  v1::DescribeTrainingJobResponse d;
+  EchoFields(job->request_, d);
+  d.set_training_job_name(job->name());
+  d.set_training_job_arn(job->arn_);
+  d.mutable_model_artifacts()->set_s3_model_artifacts(
+      JoinUri(job->request_.output_data_config().s3_output_path(),
+              absl::StrCat(job->name(), "/output/model.tar.gz")));
+  d.set_training_job_status(job->status_);
+  d.set_secondary_status(job->transitions_.back().status);
+  if (!job->failure_reason_.empty()) d.set_failure_reason(job->failure_reason_);
+  if (!d.stopping_condition().has_max_runtime_in_seconds()) {
+    d.mutable_stopping_condition()->set_max_runtime_in_seconds(kDefaultMaxRuntimeSeconds);
+  }
+  *d.mutable_creation_time() = ToProto(job->creation_time_);
+  *d.mutable_last_modified_time() = ToProto(job->last_modified_);
+  if (job->training_start_) *d.mutable_training_start_time() = ToProto(*job->training_start_);
+  if (job->training_end_) {
+    *d.mutable_training_end_time() = ToProto(*job->training_end_);
+    const int32_t seconds = BilledSeconds(*job->training_end_ - *job->training_start_);
+    d.set_training_time_in_seconds(seconds);
+    d.set_billable_time_in_seconds(seconds);
+  }
+  for (const Transition& t : job->transitions_) {
+    auto* out = d.add_secondary_status_transitions();
+    out->set_status(t.status);
+    *out->mutable_start_time() = ToProto(t.start);
+    if (t.end) *out->mutable_end_time() = ToProto(*t.end);
+    out->set_status_message(t.message);
+  }
+  for (const MetricState& m : job->metrics_) {
+    if (!m.value) continue;
+    auto* out = d.add_final_metric_data_list();
+    out->set_metric_name(m.name);
+    out->set_value(*m.value);
+    *out->mutable_timestamp() = ToProto(m.time);
+  }
+  return d;
+}
+
+v1::TrainingJobSummary EngineImpl::Summary(const Job& job) const {
+  v1::TrainingJobSummary s;
+  s.set_training_job_name(job.name());
+  s.set_training_job_arn(job.arn_);
+  *s.mutable_creation_time() = ToProto(job.creation_time_);
+  if (job.training_end_) *s.mutable_training_end_time() = ToProto(*job.training_end_);
+  *s.mutable_last_modified_time() = ToProto(job.last_modified_);
+  s.set_training_job_status(job.status_);
+  s.set_secondary_status(job.transitions_.back().status);
+  return s;
+}
+
+// A NextToken names the last job of the page it ends: its sort key and its
+// creation sequence (which breaks ties), under the SortBy/SortOrder it was
+// issued for. The next page starts strictly after that position, so jobs
+// created meanwhile neither shift nor repeat what is returned.
+struct Cursor {
+  std::string sort_by;
+  std::string sort_order;
+  std::string key;
+  uint64_t seq = 0;
+};
+
+std::string SortKey(const Job& job, std::string_view sort_by) {
+  if (sort_by == "Name") return job.name();
+  if (sort_by == "Status") return job.status_;
+  // CreationTime: nanoseconds, zero-padded so that strings order as numbers.
+  return absl::StrFormat("%020d", absl::ToUnixNanos(job.creation_time_));
+}
+
+std::string EncodeCursor(const Cursor& c) {
+  return absl::WebSafeBase64Escape(
+      absl::StrCat("kiln1\n", c.sort_by, "\n", c.sort_order, "\n", c.seq, "\n", c.key));
+}
+
+absl::StatusOr<Cursor> DecodeCursor(const std::string& token) {
+  std::string raw;
+  absl::Status invalid = absl::InvalidArgumentError("Invalid pagination token: NextToken '" +
+                                                    token + "' was not issued by this engine");
+  if (!absl::WebSafeBase64Unescape(token, &raw)) return invalid;
+  std::vector<std::string> parts = absl::StrSplit(raw, absl::MaxSplits('\n', 4));
+  if (parts.size() != 5 || parts[0] != "kiln1") return invalid;
+  Cursor c;
+  c.sort_by = parts[1];
+  c.sort_order = parts[2];
+  if (!absl::SimpleAtoi(parts[3], &c.seq)) return invalid;
+  c.key = parts[4];
+  return c;
+}
+
+absl::StatusOr<v1::ListTrainingJobsResponse> EngineImpl::List(
+    const v1::ListTrainingJobsRequest& request) {
+  KILN_RETURN_IF_ERROR(ValidateRequest(request, options_.validation));
+  const std::string sort_by = request.has_sort_by() ? request.sort_by() : "CreationTime";
+  const std::string sort_order = request.has_sort_order() ? request.sort_order() : "Ascending";
+  const int32_t max_results = request.has_max_results() ? request.max_results() : kDefaultMaxResults;
+  std::optional<Cursor> after;
+  if (request.has_next_token() && !request.next_token().empty()) {
+    KILN_ASSIGN_OR_RETURN(Cursor c, DecodeCursor(request.next_token()));
+    if (c.sort_by != sort_by || c.sort_order != sort_order) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Invalid pagination token: it was issued for SortBy=", c.sort_by,
+          " SortOrder=", c.sort_order, ", not SortBy=", sort_by, " SortOrder=", sort_order));
+    }
+    after = std::move(c);
+  }
+  const bool descending = sort_order == "Descending";
+  auto strict = [](const google::protobuf::Timestamp& bound, absl::Time t, bool after_bound) {
+    return after_bound ? t > FromProto(bound) : t < FromProto(bound);
+  };
+
+  std::vector<std::pair<std::pair<std::string, uint64_t>, const Job*>> rows;
+  for (const auto& [name, job_ptr] : jobs_) {
+    const Job& job = *job_ptr;
+    if (request.has_name_contains() && !absl::StrContains(job.name(), request.name_contains())) {
+      continue;
+    }
+    if (request.has_status_equals() && job.status_ != request.status_equals()) continue;
+    if (request.has_warm_pool_status_equals()) continue;  // no warm pools yet: none matches
+    if (request.has_creation_time_after() &&
+        !strict(request.creation_time_after(), job.creation_time_, true)) {
+      continue;
+    }
+    if (request.has_creation_time_before() &&
+        !strict(request.creation_time_before(), job.creation_time_, false)) {
+      continue;
+    }
+    if (request.has_last_modified_time_after() &&
+        !strict(request.last_modified_time_after(), job.last_modified_, true)) {
+      continue;
+    }
+    if (request.has_last_modified_time_before() &&
+        !strict(request.last_modified_time_before(), job.last_modified_, false)) {
+      continue;
+    }
+    std::pair<std::string, uint64_t> key{SortKey(job, sort_by), job.seq_};
+    if (after) {
+      std::pair<std::string, uint64_t> cursor{after->key, after->seq};
+      if (descending ? !(key < cursor) : !(cursor < key)) continue;
+    }
+    rows.emplace_back(std::move(key), &job);
+  }
+  std::sort(rows.begin(), rows.end(), [descending](const auto& a, const auto& b) {
+    return descending ? b.first < a.first : a.first < b.first;
+  });
+  v1::ListTrainingJobsResponse response;
+  const size_t n = std::min<size_t>(rows.size(), static_cast<size_t>(max_results));
+  for (size_t i = 0; i < n; ++i) *response.add_training_job_summaries() = Summary(*rows[i].second);
+  if (rows.size() > n && n > 0) {
+    response.set_next_token(
+        EncodeCursor(Cursor{sort_by, sort_order, rows[n - 1].first.first, rows[n - 1].first.second}));
+  }
+  return response;
+}
+
+absl::Status EngineImpl::StopRequest(const v1::StopTrainingJobRequest& request) {
+  KILN_RETURN_IF_ERROR(ValidateRequest(request, options_.validation));
+  Job* job = FindJob(request.training_job_name());
+  if (job == nullptr) return NotFound(request.training_job_name());
+  if (job->status_ == kStopping) return absl::OkStatus();
+  if (job->status_ != kInProgress) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("The request was rejected because the training job is in status ",
+                     job->status_, "."));
+  }
+  Stop(*job, StopCause::kUser);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::UpdateTrainingJobResponse> EngineImpl::Update(
+    const v1::UpdateTrainingJobRequest& request) {
+  KILN_RETURN_IF_ERROR(ValidateRequest(request, options_.validation));
+  Job* job = FindJob(request.training_job_name());
+  if (job == nullptr) return NotFound(request.training_job_name());
+  if (request.has_resource_config()) {
+    // Warm pools are not kept yet, so no job is ever Available.
+    return absl::FailedPreconditionError(absl::StrCat(
+        "You can only update KeepAlivePeriodInSeconds of a training job whose warm pool is "
+        "Available; training job '",
+        job->name(), "' has no warm pool"));
+  }
+  const std::string& secondary = job->transitions_.back().status;
+  if (request.has_remote_debug_config() && secondary != kDownloading && secondary != kTraining) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "RemoteDebugConfig can only be updated while the training job's secondary status is "
+        "Downloading or Training; it is ",
+        secondary));
+  }
+  if (request.has_profiler_config()) {
+    EchoFields(request.profiler_config(), *job->request_.mutable_profiler_config());
+  }
+  if (request.profiler_rule_configurations_size() > 0) {
+    *job->request_.mutable_profiler_rule_configurations() = request.profiler_rule_configurations();
+  }
+  if (request.has_remote_debug_config()) {
+    EchoFields(request.remote_debug_config(), *job->request_.mutable_remote_debug_config());
+  }
+  job->last_modified_ = Now();
+  v1::UpdateTrainingJobResponse response;
+  response.set_training_job_arn(job->arn_);
+  return response;
+}
+
+absl::Status EngineImpl::Delete(const v1::DeleteTrainingJobRequest& request) {
+  KILN_RETURN_IF_ERROR(ValidateRequest(request, options_.validation));
+  auto it = jobs_.find(request.training_job_name());
+  if (it == jobs_.end()) return NotFound(request.training_job_name());
+  const std::string& status = it->second->status_;
+  if (status == kInProgress || status == kStopping) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Training job '", it->first, "' cannot be deleted while its status is ", status,
+        "; stop it and wait for it to end"));
+  }
+  jobs_.erase(it);
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Lifecycle
+
+void EngineImpl::SetStatus(Job& job, const char* status, const char* secondary,
+                           std::string message) {
+  const absl::Time now = Now();
+  if (!job.transitions_.empty()) job.transitions_.back().end = now;
+  job.status_ = status;
+  job.transitions_.push_back(Transition{secondary, std::move(message), now, std::nullopt});
+  job.last_modified_ = now;
+  const Transition& t = job.transitions_.back();
+  StatusEvent event{job.name(), job.status_, t.status, t.message, now};
+  for (JobObserver* o : observers_) o->OnStatusChange(event);
+}
+
+void EngineImpl::SetMessage(Job& job, std::string message) {
+  Transition& t = job.transitions_.back();
+  t.message = std::move(message);
+  job.last_modified_ = Now();
+  StatusEvent event{job.name(), job.status_, t.status, t.message, Now()};
+  for (JobObserver* o : observers_) o->OnStatusChange(event);
+}
+
+void EngineImpl::Provision(Job& job) {
+  job.phase_ = Phase::kProvisioning;
+  ClusterSpec spec;
+  spec.job_name = job.name();
+  const auto& rc = job.request_.resource_config();
+  if (rc.instance_groups_size() > 0) {
+    for (const auto& g : rc.instance_groups()) {
+      spec.groups.push_back({g.instance_group_name(), g.instance_type(), g.instance_count()});
+    }
+  } else {
+    spec.groups.push_back({kHomogeneousGroupName, rc.instance_type(), rc.instance_count()});
+  }
+  spec.spot = job.request_.enable_managed_spot_training();
+  spec.volume_size_in_gb = rc.volume_size_in_gb();
+  provider_.Provision(spec, [this, token = TokenOf(job)](absl::StatusOr<Cluster> cluster) {
+    OnProvisioned(token, std::move(cluster));
+  });
+}
+
+void EngineImpl::OnProvisioned(const JobToken& token, absl::StatusOr<Cluster> cluster) {
+  Job* resumed = Resume(token);
+  if (resumed == nullptr || resumed->phase_ != Phase::kProvisioning) {
+    // The job moved on (stopped) while the request was in flight.
+    if (cluster.ok()) provider_.Release(*cluster);
+    return;
+  }
+  Job& job = *resumed;
+  if (!cluster.ok()) {
+    if (!absl::IsResourceExhausted(cluster.status())) {
+      Fail(job, absl::StrCat("InternalServerError: could not provision instances: ",
+                             cluster.status().message()));
+      return;
+    }
+    const absl::Time now = Now();
+    if (!job.pending_since_) {
+      job.pending_since_ = now;
+      SetStatus(job, kInProgress, kPending, kMsgInsufficientCapacity);
+    }
+    const auto& sc = job.request_.stopping_condition();
+    if (sc.has_max_pending_time_in_seconds() &&
+        now - *job.pending_since_ >= absl::Seconds(sc.max_pending_time_in_seconds())) {
+      Fail(job, absl::StrCat("CapacityError: Unable to provision requested ML compute capacity "
+                             "within MaxPendingTimeInSeconds (",
+                             sc.max_pending_time_in_seconds(), " s)"));
+      return;
+    }
+    absl::Time retry_at = now + job.next_retry_delay_;
+    if (sc.has_max_pending_time_in_seconds()) {
+      // Ask one last time exactly when the pending budget runs out.
+      retry_at = std::min(retry_at,
+                          *job.pending_since_ + absl::Seconds(sc.max_pending_time_in_seconds()));
+    }
+    job.next_retry_delay_ = std::min(job.next_retry_delay_ * 2, options_.capacity_retry_max);
+    job.retry_timer_ = loop_.ScheduleAt(retry_at, [this, token] {
+      if (Job* job = Resume(token)) Provision(*job);
+    });
+    return;
+  }
+  job.cluster_ = std::move(*cluster);
+  job.training_start_ = Now();
+  if (job.pending_since_) {
+    SetStatus(job, kInProgress, kStarting, kMsgPreparing);
+  } else {
+    SetMessage(job, kMsgPreparing);
+  }
+  const auto& sc = job.request_.stopping_condition();
+  const int64_t max_runtime =
+      sc.has_max_runtime_in_seconds() ? sc.max_runtime_in_seconds() : kDefaultMaxRuntimeSeconds;
+  job.runtime_timer_ = loop_.ScheduleAfter(absl::Seconds(max_runtime), [this, &job] {
+    job.runtime_timer_ = TimerHandle();
+    if (job.status_ == kInProgress) Stop(job, StopCause::kMaxRuntime);
+  });
+  job.phase_ = Phase::kPreparing;
+  provider_.PrepareImage(*job.cluster_, job.request_.algorithm_specification().training_image(),
+                         [this, token = TokenOf(job)](absl::Status s) {
+                           if (Job* job = Resume(token)) OnImageReady(*job, std::move(s));
+                         });
+}
+
+void EngineImpl::OnImageReady(Job& job, absl::Status status) {
+  if (job.phase_ != Phase::kPreparing) return;
+  if (!status.ok()) {
+    Fail(job, absl::StrCat("ClientError: could not prepare training image '",
+                           job.request_.algorithm_specification().training_image(),
+                           "': ", status.message()));
+    return;
+  }
+  StartDownloads(job);
+}
+
+void EngineImpl::StartDownloads(Job& job) {
+  job.phase_ = Phase::kDownloading;
+  SetStatus(job, kInProgress, kDownloading, kMsgDownloading);
+  const auto& channels = job.request_.input_data_config();
+  if (channels.empty()) {
+    StartTraining(job);
+    return;
+  }
+  job.channels_left_ = channels.size();
+  JobContext context{job.name(), job.arn_, job.request_, *job.cluster_, 1};
+  const std::string& default_mode = job.request_.algorithm_specification().training_input_mode();
+  for (const v1::Channel& channel : channels) {
+    std::vector<const Instance*> receivers;
+    const auto& groups = channel.data_source().s3_data_source().instance_group_names();
+    for (const Instance& instance : job.cluster_->instances) {
+      if (groups.empty() ||
+          std::find(groups.begin(), groups.end(), instance.group_name) != groups.end()) {
+        receivers.push_back(&instance);
+      }
+    }
+    ChannelDelivery delivery{context, channel,
+                             channel.has_input_mode() ? channel.input_mode() : default_mode,
+                             std::move(receivers)};
+    options_.data_channel->Deliver(delivery, [this, token = TokenOf(job)](absl::Status s) {
+      if (Job* job = Resume(token)) OnChannelDelivered(*job, std::move(s));
+    });
+  }
+}
+
+void EngineImpl::OnChannelDelivered(Job& job, absl::Status status) {
+  if (job.phase_ != Phase::kDownloading) return;
+  if (!status.ok()) {
+    Fail(job, absl::StrCat("ClientError: ", status.message()));
+    return;
+  }
+  if (--job.channels_left_ == 0) StartTraining(job);
+}
+
+void EngineImpl::StartTraining(Job& job) {
+  job.phase_ = Phase::kTraining;
+  SetStatus(job, kInProgress, kTraining, kMsgTraining);
+  job.containers_running_ = static_cast<int>(job.cluster_->instances.size());
+  JobContext context{job.name(), job.arn_, job.request_, *job.cluster_, 1};
+  provider_.StartContainers(context, job, [this, token = TokenOf(job)](absl::Status s) {
+    if (Job* job = Resume(token)) OnContainersStarted(*job, std::move(s));
+  });
+}
+
+void EngineImpl::OnContainersStarted(Job& job, absl::Status status) {
+  if (job.phase_ != Phase::kTraining) return;
+  if (!status.ok()) {
+    Fail(job, absl::StrCat("ClientError: could not start the training container: ",
+                           status.message()));
+  }
+}
+
+void EngineImpl::HandleLogLine(Job& job, const Instance& instance, std::string_view line) {
+  const absl::Time now = Now();
+  for (JobObserver* o : observers_) o->OnLogLine(job.name(), instance.host_name, line, now);
+  std::string group;
+  for (MetricState& m : job.metrics_) {
+    double value = 0;
+    if (m.regex->Search(line, &group) && absl::SimpleAtod(group, &value)) {
+      m.value = value;
+      m.time = now;
+      for (JobObserver* o : observers_) o->OnMetric(job.name(), m.name, value, now);
+    }
+  }
+}
+
+void EngineImpl::HandleExit(Job& job, const Instance& instance, const ContainerExit& exit) {
+  if (job.phase_ != Phase::kTraining) return;
+  --job.containers_running_;
+  if (exit.exit_code != 0 && job.stop_cause_ == StopCause::kNone && !job.algorithm_failed_) {
+    // One instance failing fails the job; the others are stopped with the
+    // cluster.
+    job.algorithm_failed_ = true;
+    std::string text = exit.failure_text.empty() ? "See job logs for more information"
+                                                 : exit.failure_text;
+    std::string reason = absl::StrCat("AlgorithmError: ", text);
+    if (reason.size() > kMaxFailureReason) reason.resize(kMaxFailureReason);
+    Fail(job, std::move(reason));
+    return;
+  }
+  if (job.containers_running_ > 0) return;
+  loop_.Cancel(job.kill_timer_);
+  StartUpload(job);
+}
+
+void EngineImpl::StartUpload(Job& job) {
+  job.phase_ = Phase::kUploading;
+  if (job.status_ == kInProgress) SetStatus(job, kInProgress, kUploading, kMsgUploading);
+  JobContext context{job.name(), job.arn_, job.request_, *job.cluster_, 1};
+  provider_.UploadArtifacts(context, [this, token = TokenOf(job)](absl::StatusOr<ArtifactsResult> r) {
+    if (Job* job = Resume(token)) OnUploaded(*job, std::move(r));
+  });
+}
+
+void EngineImpl::OnUploaded(Job& job, absl::StatusOr<ArtifactsResult> result) {
+  if (job.phase_ != Phase::kUploading) return;
+  if (!result.ok()) {
+    Fail(job, absl::StrCat("ClientError: could not upload the model artifacts: ",
+                           result.status().message()));
+    return;
+  }
+  switch (job.stop_cause_) {
+    case StopCause::kNone:
+      Finish(job, kCompleted, kCompleted, kMsgCompleted);
+      break;
+    case StopCause::kUser:
+      Finish(job, kStopped, kStopped, kMsgStopped);
+      break;
+    case StopCause::kMaxRuntime:
+      Finish(job, kStopped, kMaxRuntimeExceeded, kMsgMaxRuntime);
+      break;
+  }
+}
+
+void EngineImpl::Stop(Job& job, StopCause cause) {
+  job.stop_cause_ = cause;
+  SetStatus(job, kStopping, kStopping, kMsgStopping);
+  const char* secondary = cause == StopCause::kMaxRuntime ? kMaxRuntimeExceeded : kStopped;
+  const char* message = cause == StopCause::kMaxRuntime ? kMsgMaxRuntime : kMsgStopped;
+  switch (job.phase_) {
+    case Phase::kTraining:
+      // The containers get SIGTERM now and SIGKILL after the grace period;
+      // when the last one has exited, its artifacts are uploaded.
+      provider_.Signal(*job.cluster_, SIGTERM);
+      job.kill_timer_ = loop_.ScheduleAfter(options_.stop_grace_period, [this, &job] {
+        job.kill_timer_ = TimerHandle();
+        if (job.phase_ == Phase::kTraining) provider_.Signal(*job.cluster_, SIGKILL);
+      });
+      return;
+    case Phase::kUploading:
+      return;  // the upload in flight ends the job, as Stopped
+    case Phase::kProvisioning:
+    case Phase::kPreparing:
+    case Phase::kDownloading: {
+      // Nothing ran: abandon the work in flight and end without artifacts.
+      ++job.generation_;
+      CancelTimers(job);
+      ReleaseCluster(job);
+      job.phase_ = Phase::kEnded;
+      loop_.ScheduleAfter(absl::ZeroDuration(), [this, &job, secondary, message] {
+        Finish(job, kStopped, secondary, message);
+      });
+      return;
+    }
+    case Phase::kEnded:
+      return;
+  }
+}
+
+void EngineImpl::Fail(Job& job, std::string reason) {
+  job.failure_reason_ = std::move(reason);
+  Finish(job, kFailed, kFailed, kMsgFailed);
+}
+
+void EngineImpl::Finish(Job& job, const char* status, const char* secondary, std::string message) {
+  ++job.generation_;
+  CancelTimers(job);
+  if (job.training_start_) job.training_end_ = Now();
+  job.phase_ = Phase::kEnded;
+  ReleaseCluster(job);
+  SetStatus(job, status, secondary, std::move(message));
+  job.transitions_.back().end = job.transitions_.back().start;
+  job.metrics_.shrink_to_fit();
+  active_jobs_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void EngineImpl::ReleaseCluster(Job& job) {
+  if (!job.cluster_) return;
+  provider_.Release(*job.cluster_);
+  job.cluster_.reset();
+}
+
+void EngineImpl::CancelTimers(Job& job) {
+  loop_.Cancel(job.retry_timer_);
+  loop_.Cancel(job.runtime_timer_);
+  loop_.Cancel(job.kill_timer_);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Engine>> NewEngine(EngineOptions options) {
+  if (options.loop == nullptr) return absl::InvalidArgumentError("EngineOptions.loop is required");
+  if (options.cluster_provider == nullptr) {
+    return absl::InvalidArgumentError("EngineOptions.cluster_provider is required");
+  }
+  return std::unique_ptr<Engine>(new EngineImpl(std::move(options)));
+}
+
+}  // namespace kiln

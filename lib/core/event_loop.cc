@@ -1,0 +1,485 @@
+// The virtual and real-time event loops (kiln/event_loop.h).
+//
+// One class template serves both kinds and both queue flavours:
+//   EventLoopImpl<HeapEventQueue, kVirtual>: the default queue, called without virtual dispatch;
+//   EventLoopImpl<EventQueue, kVirtual>: any queue a user plugs in.
+//
+// Data structures (all loop thread only, except the inbox block):
+//   * slot table: callbacks live in fixed-size chunks of slots that never move (a running
+//     callback is invoked in place while it may schedule more, which may add chunks), with a
+//     LIFO free list. Each slot has a generation; an event's queue entry and its TimerHandle
+//     carry the generation the slot had when the event was scheduled. The generation is bumped
+//     when the event starts running or is cancelled, so stale handles and dead entries are told
+//     apart in O(1). A cancelled slot is only freed when its dead entry leaves the queue, so a
+//     dead entry can never be mistaken for a later event in the same slot.
+//   * queue: one QueuedEvent per scheduled event, live or dead.
+//   * inbox: posts from any thread, under `mu_`; the loop thread moves them into the queue
+//     (time = now, next seq) before taking each event, which is what orders posts with timers.
+//
+// Hot path of a virtual loop, per event: two relaxed atomic loads (stop, inbox), Top(), one
+// slot read, the callback invoked in place, its destructor, free-list push, and Pop() -- or,
+// when the callback schedules (the common case), ReplaceTop() instead of Pop() + Push(): the
+// running event's entry stays at the top of the queue while its callback runs (anything it
+// schedules orders after it), and the first event it schedules takes that entry's place.
+#include "kiln/event_loop.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "core/internal/heap_event_queue.h"
+#include "core/internal/real_clock.h"
+#include "kiln/clock.h"
+#include "kiln/event_queue.h"
+
+namespace kiln {
+namespace {
+
+using internal::HeapEventQueue;
+using internal::RealClock;
+using Callback = EventLoop::Callback;
+
+constexpr int64_t kMaxNs = std::numeric_limits<int64_t>::max();
+constexpr int64_t kMinNs = std::numeric_limits<int64_t>::min();
+
+// Saturates absl's infinities (and anything outside int64 nanoseconds) into the range.
+int64_t ToUnixNs(absl::Time t) {
+  if (t == absl::InfiniteFuture()) return kMaxNs;
+  if (t == absl::InfinitePast()) return kMinNs;
+  return absl::ToUnixNanos(t);  // finite times saturate too
+}
+
+// Generations skip 0, which marks invalid handles.
+uint32_t NextGeneration(uint32_t g) {
+  ++g;
+  return g == 0 ? 1 : g;
+}
+
+// The callback table. Slots live in chunks that never move.
+class SlotTable {
+ public:
+  static constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
+
+  enum class State : uint8_t { kFree, kPending, kRunning, kDead };
+
+  struct Slot {
+    Slot() {}
+    ~Slot() {}  // the owner destroys `cb` explicitly (it is alive only while kPending/kRunning)
+    union {
+      Callback cb;
+    };
+    uint32_t generation = 1;
+    uint32_t next_free = kNone;
+    State state = State::kFree;
+  };
+
+  SlotTable() = default;
+  SlotTable(const SlotTable&) = delete;
+  SlotTable& operator=(const SlotTable&) = delete;
+
+  ~SlotTable() {
+    for (uint32_t i = 0; i < used_; ++i) {
+      Slot& s = at(i);
+      if (s.state == State::kPending || s.state == State::kRunning) s.cb.~Callback();
+    }
+  }
+
+  Slot& at(uint32_t i) { return chunks_[i >> kChunkBits][i & kChunkMask]; }
+  const Slot& at(uint32_t i) const { return chunks_[i >> kChunkBits][i & kChunkMask]; }
+
+  // Number of slots ever handed out; valid indices are below it.
+  uint32_t used() const { return used_; }
+
+  uint32_t Allocate() {
+    if (free_head_ != kNone) {
+      const uint32_t i = free_head_;
+      free_head_ = at(i).next_free;
+      return i;
+    }
+    if (used_ == (static_cast<uint64_t>(chunks_.size()) << kChunkBits)) {
+      chunks_.push_back(std::make_unique<Slot[]>(kChunkSize));
+    }
+    return used_++;
+  }
+
+  // REQUIRES: the slot's callback is destroyed.
+  void Free(uint32_t i, Slot& s) {
+    s.state = State::kFree;
+    s.next_free = free_head_;
+    free_head_ = i;
+  }
+
+ private:
+  static constexpr uint32_t kChunkBits = 12;
+  static constexpr uint32_t kChunkSize = uint32_t{1} << kChunkBits;
+  static constexpr uint32_t kChunkMask = kChunkSize - 1;
+
+  std::vector<std::unique_ptr<Slot[]>> chunks_;
+  uint32_t used_ = 0;
+  uint32_t free_head_ = kNone;
+};
+
+using Slot = SlotTable::Slot;
+using State = SlotTable::State;
+
+// A virtual loop's clock, as a Clock.
+class LoopClock final : public Clock {
+ public:
+  explicit LoopClock(const std::atomic<int64_t>& now_ns) : now_ns_(now_ns) {}
+  absl::Time Now() const override {
+    return absl::FromUnixNanos(now_ns_.load(std::memory_order_relaxed));
+  }
+
+ private:
+  const std::atomic<int64_t>& now_ns_;
+};
+
+enum class RunMode { kUntilIdle, kUntilDeadline, kForever };
+
+// Rebuild the queue when dead entries outnumber live ones by this much.
+constexpr size_t kCompactSlack = 1024;
+
+template <class Queue, bool kVirtual>
+class EventLoopImpl final : public EventLoop {
+ public:
+  EventLoopImpl(std::unique_ptr<EventQueue> owned_queue, Queue* queue, absl::Time start_time)
+      : owned_queue_(std::move(owned_queue)),
+        queue_(queue),
+        now_ns_(ToUnixNs(start_time)),
+        loop_clock_(now_ns_) {}
+
+  ~EventLoopImpl() override {
+    // Destroy pending callbacks (slot table), then the queue entries that named them.
+    inbox_.clear();
+  }
+
+  absl::Time Now() const override { return absl::FromUnixNanos(NowNs()); }
+  bool is_virtual() const override { return kVirtual; }
+  bool IsLoopThread() const override {
+    return loop_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id();
+  }
+  const Clock& clock() const override {
+    if constexpr (kVirtual) {
+      return loop_clock_;
+    } else {
+      return real_clock_;
+    }
+  }
+
+  TimerHandle ScheduleAt(absl::Time when, Callback cb) override {
+    int64_t t = ToUnixNs(when);
+    const int64_t now = NowNs();
+    if (t < now) t = now;
+    const uint32_t i = Enqueue(t, std::move(cb));
+    return MakeHandle(i, slots_.at(i).generation);
+  }
+
+  TimerHandle DoScheduleAfter(absl::Duration delay, Callback cb) override {
+    const int64_t now = NowNs();
+    int64_t t;
+    if (delay <= absl::ZeroDuration()) {
+      t = now;
+    } else if (__builtin_add_overflow(now, absl::ToInt64Nanoseconds(delay), &t)) {
+      t = kMaxNs;  // ToInt64Nanoseconds saturates an infinite delay; the sum saturates here
+    }
+    const uint32_t i = Enqueue(t, std::move(cb));
+    return MakeHandle(i, slots_.at(i).generation);
+  }
+
+  bool Cancel(TimerHandle h) override {
+    const uint32_t i = HandleSlot(h);
+    const uint32_t generation = HandleGeneration(h);
+    if (generation == 0 || i >= slots_.used()) return false;
+    Slot& s = slots_.at(i);
+    // The generation changes when the event starts running or is cancelled, so a match means
+    // the event is pending.
+    if (s.generation != generation || s.state != State::kPending) return false;
+    Callback doomed = std::move(s.cb);
+    s.cb.~Callback();
+    s.generation = NextGeneration(s.generation);
+    s.state = State::kDead;  // freed when its entry leaves the queue
+    --live_;
+    ++dead_;
+    if (dead_ > live_ + kCompactSlack && !top_running_) Compact();
+    return true;  // `doomed` is destroyed here, after the loop's state is consistent
+  }
+
+  void Post(Callback cb) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      inbox_.push_back(std::move(cb));
+      inbox_nonempty_.store(true, std::memory_order_relaxed);
+    }
+    cv_.notify_one();
+  }
+
+  WorkGuard AcquireWork() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++work_count_;
+    return MakeWorkGuard();
+  }
+
+  void RunUntilIdle() override { RunLoop<RunMode::kUntilIdle>(kMaxNs); }
+  void RunUntil(absl::Time deadline) override {
+    RunLoop<RunMode::kUntilDeadline>(ToUnixNs(deadline));
+  }
+  void Run() override { RunLoop<RunMode::kForever>(kMaxNs); }
+
+  void Stop() override {
+    stop_requested_.store(true, std::memory_order_relaxed);
+    // Taking the mutex orders the store before a waiter's check under it: no lost wake-up.
+    { std::lock_guard<std::mutex> lock(mu_); }
+    cv_.notify_all();
+  }
+
+  size_t pending_events() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_ + inbox_.size();
+  }
+
+  uint64_t executed_events() const override { return executed_; }
+
+ private:
+  void ReleaseWork() override {
+    bool idle;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      idle = --work_count_ == 0;
+    }
+    if (idle) cv_.notify_all();
+  }
+
+  int64_t NowNs() const {
+    if constexpr (kVirtual) {
+      return now_ns_.load(std::memory_order_relaxed);
+    } else {
+      return real_clock_.NowNs();
+    }
+  }
+
+  // Stores `cb` in a slot and queues it at `t`; returns the slot.
+  uint32_t Enqueue(int64_t t, Callback&& cb) {
+    const uint32_t i = slots_.Allocate();
+    Slot& s = slots_.at(i);
+    ::new (static_cast<void*>(&s.cb)) Callback(std::move(cb));
+    s.state = State::kPending;
+    const QueuedEvent e{t, next_seq_++, i, s.generation};
+    if (top_running_) {
+      top_running_ = false;
+      queue_->ReplaceTop(e);
+    } else {
+      queue_->Push(e);
+    }
+    ++live_;
+    return i;
+  }
+
+  // Moves the inbox into the queue at the loop's time, in posting order.
+  void DrainInbox() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      draining_.swap(inbox_);
+      inbox_nonempty_.store(false, std::memory_order_relaxed);
+    }
+    const int64_t now = NowNs();
+    for (Callback& cb : draining_) Enqueue(now, std::move(cb));
+    draining_.clear();
+  }
+
+  // Pops the top entry, which is dead, and frees its slot.
+  void PopDead(uint32_t i, Slot& s) {
+    queue_->Pop();
+    slots_.Free(i, s);
+    --dead_;
+  }
+
+  // Rebuilds the queue without its dead entries. O(n log n); runs when dead entries outnumber
+  // live ones, so O(log n) amortized per Cancel.
+  // REQUIRES: !top_running_.
+  void Compact() {
+    std::vector<QueuedEvent> keep;
+    keep.reserve(live_);
+    while (!queue_->Empty()) {
+      const QueuedEvent e = queue_->Top();
+      queue_->Pop();
+      Slot& s = slots_.at(e.slot);
+      if (s.generation == e.generation) {
+        keep.push_back(e);
+      } else {
+        slots_.Free(e.slot, s);
+      }
+    }
+    dead_ = 0;
+    for (const QueuedEvent& e : keep) queue_->Push(e);  // sorted: each push is O(1) on a heap
+  }
+
+  // Waits (real time) until `until_ns` on the loop's clock, a post, or Stop(). A virtual loop
+  // only ever waits with until_ns == kMaxNs.
+  void Wait(int64_t until_ns) {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!inbox_.empty() || stop_requested_.load(std::memory_order_relaxed)) return;
+    if constexpr (kVirtual) {
+      cv_.wait(lock);
+    } else {
+      if (until_ns == kMaxNs) {
+        cv_.wait(lock);
+      } else {
+        cv_.wait_until(lock, real_clock_.ToSteady(until_ns));
+      }
+    }
+  }
+
+  // With no timer left: waits until a post arrives, Stop() is called (returns true: keep
+  // looping) or no work guard remains (returns false: the loop is idle).
+  bool WaitForPostOrWork() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      if (!inbox_.empty() || stop_requested_.load(std::memory_order_relaxed)) return true;
+      if (work_count_ == 0) return false;
+      cv_.wait(lock);
+    }
+  }
+
+  template <RunMode kMode>
+  void RunLoop(int64_t deadline_ns) {
+    loop_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
+    for (;;) {
+      if (stop_requested_.load(std::memory_order_relaxed)) [[unlikely]] {
+        stop_requested_.store(false, std::memory_order_relaxed);
+        return;
+      }
+      if (inbox_nonempty_.load(std::memory_order_relaxed)) [[unlikely]] DrainInbox();
+
+      int64_t next_ns = kMaxNs;  // time of the next live event, if any
+      if (live_ != 0) [[likely]] {
+        const QueuedEvent& top = queue_->Top();
+        const uint32_t i = top.slot;
+        Slot& s = slots_.at(i);
+        if (s.generation != top.generation) [[unlikely]] {
+          PopDead(i, s);
+          continue;
+        }
+        next_ns = top.time_ns;
+        bool due = true;
+        if constexpr (kMode == RunMode::kUntilDeadline) due = next_ns <= deadline_ns;
+        if constexpr (!kVirtual) due = due && next_ns <= real_clock_.NowNs();
+        if (due) [[likely]] {
+          RunTop(i, s, next_ns);
+          continue;
+        }
+      } else if (!queue_->Empty()) {
+        // Only dead entries remain: drop them (they never move the clock).
+        while (!queue_->Empty()) {
+          const uint32_t i = queue_->Top().slot;
+          PopDead(i, slots_.at(i));
+        }
+      }
+
+      // Nothing is due: decide whether to return or wait.
+      if constexpr (kMode == RunMode::kUntilDeadline) {
+        if constexpr (kVirtual) {
+          if (deadline_ns != kMaxNs && deadline_ns > NowNs()) {
+            now_ns_.store(deadline_ns, std::memory_order_relaxed);
+          }
+          return;
+        } else {
+          if (real_clock_.NowNs() >= deadline_ns) return;
+          Wait(std::min(next_ns, deadline_ns));
+          continue;
+        }
+      }
+      if (next_ns != kMaxNs) {
+        // Real time, a timer pending but not due yet.
+        Wait(next_ns);
+        continue;
+      }
+      if constexpr (kMode == RunMode::kUntilIdle) {
+        if (!WaitForPostOrWork()) return;
+      } else {
+        Wait(kMaxNs);
+      }
+    }
+  }
+
+  // Runs the live event at the top of the queue, in slot `i`, due at `t`.
+  void RunTop(uint32_t i, Slot& s, int64_t t) {
+    if constexpr (kVirtual) now_ns_.store(t, std::memory_order_relaxed);
+    s.generation = NextGeneration(s.generation);  // its handle is stale from now on
+    s.state = State::kRunning;
+    --live_;
+    ++executed_;
+    top_running_ = true;  // the entry stays on top while the callback runs
+    if constexpr (std::is_same_v<Queue, HeapEventQueue>) {
+      // Fetch the next event's slot (a likely cache miss) while this callback runs.
+      if (const QueuedEvent* next = queue_->RunnerUp()) {
+        __builtin_prefetch(&slots_.at(next->slot));
+      }
+    }
+    s.cb();
+    s.cb.~Callback();
+    slots_.Free(i, s);
+    if (top_running_) {
+      top_running_ = false;
+      queue_->Pop();
+    }
+  }
+
+  // Loop thread only.
+  std::unique_ptr<EventQueue> owned_queue_;
+  Queue* const queue_;
+  SlotTable slots_;
+  uint64_t next_seq_ = 0;
+  size_t live_ = 0;  // pending scheduled events and moved posts, i.e. live queue entries
+  size_t dead_ = 0;  // cancelled entries still in the queue
+  uint64_t executed_ = 0;
+  bool top_running_ = false;      // the queue's top entry is the running event's
+  std::vector<Callback> draining_;
+
+  // Thread-safe.
+  std::atomic<int64_t> now_ns_;  // virtual loops: the clock
+  LoopClock loop_clock_;
+  RealClock real_clock_;  // real-time loops: the clock (unused by virtual ones)
+  std::atomic<std::thread::id> loop_thread_{std::this_thread::get_id()};
+  std::atomic<bool> stop_requested_{false};
+  std::atomic<bool> inbox_nonempty_{false};
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Callback> inbox_;  // guarded by mu_
+  size_t work_count_ = 0;        // guarded by mu_
+};
+
+template <bool kVirtual>
+std::unique_ptr<EventLoop> NewLoop(EventLoopOptions options) {
+  std::unique_ptr<EventQueue> queue = std::move(options.queue);
+  if (queue == nullptr) queue = std::make_unique<HeapEventQueue>();
+  if (auto* heap = dynamic_cast<HeapEventQueue*>(queue.get())) {
+    return std::make_unique<EventLoopImpl<HeapEventQueue, kVirtual>>(std::move(queue), heap,
+                                                                    options.start_time);
+  }
+  EventQueue* q = queue.get();
+  return std::make_unique<EventLoopImpl<EventQueue, kVirtual>>(std::move(queue), q,
+                                                              options.start_time);
+}
+
+}  // namespace
+
+std::unique_ptr<EventLoop> NewVirtualEventLoop(EventLoopOptions options) {
+  return NewLoop<true>(std::move(options));
+}
+
+std::unique_ptr<EventLoop> NewRealTimeEventLoop(EventLoopOptions options) {
+  return NewLoop<false>(std::move(options));
+}
+
+}  // namespace kiln

@@ -1,0 +1,14 @@
+// Factories of the shipped EventQueue implementations (kiln/event_queue.h).
+#include "kiln/event_queue.h"
+
+#include <memory>
+
+#include "core/internal/heap_event_queue.h"
+
+namespace kiln {
+
+std::unique_ptr<EventQueue> NewHeapEventQueue() {
+  return std::make_unique<internal::HeapEventQueue>();
+}
+
+}  // namespace kiln

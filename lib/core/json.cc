@@ -1,0 +1,652 @@
+#include "kiln/json.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "core/internal/json_value.h"
+#include "fmt/format.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/message.h"
+
+namespace kiln {
+namespace {
+
+namespace pb = google::protobuf;
+using internal::JsonValue;
+using FieldDescriptor = pb::FieldDescriptor;
+
+constexpr std::string_view kTimestampType = "google.protobuf.Timestamp";
+// google.protobuf.Timestamp's valid range: 0001-01-01T00:00:00Z to
+// 9999-12-31T23:59:59.999999999Z.
+constexpr int64_t kMinTimestampSeconds = -62'135'596'800;
+constexpr int64_t kMaxTimestampSeconds = 253'402'300'799;
+constexpr int64_t kNanosPerSecond = 1'000'000'000;
+// Values quoted in error messages are cut after this many bytes.
+constexpr size_t kMaxQuotedValue = 200;
+
+bool IsTimestamp(const pb::Descriptor* descriptor) {
+  return descriptor->full_name() == kTimestampType;
+}
+
+absl::string_view AbslView(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+// ---------------------------------------------------------------------------
+// Timestamps as decimal numbers, exactly.
+
+// Converts a JSON number lexeme of seconds to (seconds, nanos) without going
+// through a double. Returns false with `*reason` set when the value has more
+// than 9 fraction digits or lies outside Timestamp's range.
+bool TimestampFromLexeme(std::string_view lexeme, int64_t& seconds, int32_t& nanos,
+                         std::string& reason) {
+  const internal::JsonNumberParts parts = internal::SplitJsonNumber(lexeme);
+  std::string digits = absl::StrCat(AbslView(parts.integer), AbslView(parts.fraction));
+  int64_t exponent = parts.exponent - static_cast<int64_t>(parts.fraction.size());
+  const size_t lead = digits.find_first_not_of('0');
+  if (lead == std::string::npos) {
+    seconds = 0;
+    nanos = 0;
+    return true;
+  }
+  digits.erase(0, lead);
+  while (digits.back() == '0') {
+    digits.pop_back();
+    ++exponent;
+  }
+  if (exponent < -9) {
+    reason = "timestamps take at most 9 fraction digits";
+    return false;
+  }
+  const int64_t integer_digits = static_cast<int64_t>(digits.size()) + exponent;
+  const std::string range_reason =
+      "out of range for a timestamp (0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z)";
+  if (integer_digits > 12) {
+    reason = range_reason;
+    return false;
+  }
+  std::string whole;
+  std::string fraction;
+  if (exponent >= 0) {
+    whole = digits + std::string(static_cast<size_t>(exponent), '0');
+  } else if (integer_digits > 0) {
+    whole = digits.substr(0, static_cast<size_t>(integer_digits));
+    fraction = digits.substr(static_cast<size_t>(integer_digits));
+  } else {
+    whole = "0";
+    fraction = std::string(static_cast<size_t>(-integer_digits), '0') + digits;
+  }
+  fraction.resize(9, '0');
+  int64_t s = 0;
+  int64_t n = 0;
+  std::from_chars(whole.data(), whole.data() + whole.size(), s);  // <= 12 digits: fits
+  std::from_chars(fraction.data(), fraction.data() + fraction.size(), n);
+  if (parts.negative) {
+    s = -s;
+    if (n > 0) {
+      s -= 1;
+      n = kNanosPerSecond - n;
+    }
+  }
+  if (s < kMinTimestampSeconds || s > kMaxTimestampSeconds) {
+    reason = range_reason;
+    return false;
+  }
+  seconds = s;
+  nanos = static_cast<int32_t>(n);
+  return true;
+}
+
+// Parses an RFC 3339 date-time with a zone ("2026-11-21T09:25:52.163Z",
+// "2026-11-21T11:25:52.163+02:00").
+bool TimestampFromRfc3339(const std::string& text, int64_t& seconds, int32_t& nanos) {
+  absl::Time time;
+  std::string error;
+  if (!absl::ParseTime(absl::RFC3339_full, text, &time, &error)) return false;
+  if (time < absl::FromUnixSeconds(kMinTimestampSeconds) ||
+      time >= absl::FromUnixSeconds(kMaxTimestampSeconds + 1)) {
+    return false;
+  }
+  seconds = absl::ToUnixSeconds(time);  // rounds toward the past
+  nanos = static_cast<int32_t>((time - absl::FromUnixSeconds(seconds)) / absl::Nanoseconds(1));
+  return true;
+}
+
+// Seconds since the epoch as a decimal number, fraction trimmed of trailing
+// zeros: 1795253152.163, -0.5, 1795253152. Accepts unnormalized input.
+std::string FormatTimestamp(int64_t seconds, int64_t nanos) {
+  int64_t carry = nanos / kNanosPerSecond;
+  nanos %= kNanosPerSecond;
+  if (nanos < 0) {
+    nanos += kNanosPerSecond;
+    carry -= 1;
+  }
+  if (__builtin_add_overflow(seconds, carry, &seconds)) {
+    seconds = carry > 0 ? std::numeric_limits<int64_t>::max() : std::numeric_limits<int64_t>::min();
+    nanos = 0;
+  }
+  if (nanos == 0) return absl::StrCat(seconds);
+  const bool negative = seconds < 0;
+  // For negative values the magnitude is (-seconds - 1) + (1e9 - nanos)/1e9.
+  const uint64_t whole = negative ? static_cast<uint64_t>(-(seconds + 1)) : static_cast<uint64_t>(seconds);
+  const int64_t fraction_nanos = negative ? kNanosPerSecond - nanos : nanos;
+  std::string fraction = fmt::format("{:09d}", fraction_nanos);
+  while (fraction.back() == '0') fraction.pop_back();
+  return absl::StrCat(negative ? "-" : "", whole, ".", fraction);
+}
+
+// ---------------------------------------------------------------------------
+// Reading.
+
+class Decoder {
+ public:
+  std::vector<std::string>& errors() { return errors_; }
+
+  void DecodeMessage(const JsonValue& json, pb::Message& message, const std::string& path) {
+    const pb::Descriptor* descriptor = message.GetDescriptor();
+    if (IsTimestamp(descriptor)) {
+      DecodeTimestamp(json, message, path);
+      return;
+    }
+    if (!json.is_object()) {
+      TypeError(path, json, "object");
+      return;
+    }
+    // botocore's order: first every unknown member, then the known ones.
+    std::vector<std::pair<const JsonValue*, const FieldDescriptor*>> known;
+    for (const auto& [key, value] : json.members()) {
+      const FieldDescriptor* field = FindField(descriptor, key);
+      if (field == nullptr) {
+        UnknownError(path, key, descriptor);
+      } else {
+        known.emplace_back(&value, field);
+      }
+    }
+    const pb::Reflection* reflection = message.GetReflection();
+    for (const auto& [value, field] : known) {
+      if (value->is_null()) continue;  // null means absent
+      const std::string field_path =
+          path.empty() ? field->json_name() : absl::StrCat(path, ".", field->json_name());
+      if (const pb::OneofDescriptor* oneof = field->real_containing_oneof();
+          oneof != nullptr && reflection->HasOneof(message, oneof)) {
+        std::vector<std::string> names;
+        for (int i = 0; i < oneof->field_count(); ++i) names.push_back(oneof->field(i)->json_name());
+        errors_.push_back(absl::StrCat(
+            "Invalid number of parameters set for tagged union structure ", Name(path),
+            ". Can only set one of the following keys: ", absl::StrJoin(names, ", "), "."));
+        continue;
+      }
+      DecodeField(*value, message, field, field_path);
+    }
+  }
+
+ private:
+  static const FieldDescriptor* FindField(const pb::Descriptor* descriptor, std::string_view json_name) {
+    for (int i = 0; i < descriptor->field_count(); ++i) {
+      const FieldDescriptor* field = descriptor->field(i);
+      if (field->json_name() == json_name) return field;
+    }
+    return nullptr;
+  }
+
+  static std::string Name(const std::string& path) { return path.empty() ? "input" : path; }
+
+  // The value as JSON, cut to a readable length.
+  static std::string Quote(const JsonValue& json) {
+    std::string text = internal::WriteJson(json);
+    if (text.size() > kMaxQuotedValue) {
+      size_t cut = kMaxQuotedValue;
+      while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+      text.resize(cut);
+      text += "...";
+    }
+    return text;
+  }
+
+  // The JSON type of a value as the messages name it; "integer" for numbers
+  // without fraction or exponent.
+  static std::string_view TypeName(const JsonValue& json) {
+    if (json.IsIntegerLexeme()) return "integer";
+    return internal::JsonKindName(json.kind());
+  }
+
+  void TypeError(const std::string& path, const JsonValue& json, std::string_view valid_types) {
+    errors_.push_back(absl::StrCat("Invalid type for parameter ", Name(path), ", value: ", Quote(json),
+                                   ", type: ", AbslView(TypeName(json)), ", valid types: ", AbslView(valid_types)));
+  }
+
+  void ValueError(const std::string& path, const JsonValue& json, std::string_view reason) {
+    errors_.push_back(absl::StrCat("Invalid value for parameter ", Name(path), ", value: ", Quote(json),
+                                   ", ", AbslView(reason)));
+  }
+
+  void UnknownError(const std::string& path, const std::string& key, const pb::Descriptor* descriptor) {
+    std::vector<std::string> names;
+    for (int i = 0; i < descriptor->field_count(); ++i) names.push_back(descriptor->field(i)->json_name());
+    errors_.push_back(absl::StrCat("Unknown parameter in ", Name(path), ": \"", key,
+                                   "\", must be one of: ", absl::StrJoin(names, ", ")));
+  }
+
+  void DecodeTimestamp(const JsonValue& json, pb::Message& message, const std::string& path) {
+    int64_t seconds = 0;
+    int32_t nanos = 0;
+    if (json.is_number()) {
+      std::string reason;
+      if (!TimestampFromLexeme(json.number_lexeme(), seconds, nanos, reason)) {
+        ValueError(path, json, reason);
+        return;
+      }
+    } else if (!json.is_string() || !TimestampFromRfc3339(json.string_value(), seconds, nanos)) {
+      TypeError(path, json, "number, timestamp-string");
+      return;
+    }
+    const pb::Descriptor* descriptor = message.GetDescriptor();
+    const pb::Reflection* reflection = message.GetReflection();
+    reflection->SetInt64(&message, descriptor->FindFieldByNumber(1), seconds);
+    reflection->SetInt32(&message, descriptor->FindFieldByNumber(2), nanos);
+  }
+
+  void DecodeField(const JsonValue& json, pb::Message& message, const FieldDescriptor* field,
+                   const std::string& path) {
+    if (field->is_map()) {
+      DecodeMap(json, message, field, path);
+    } else if (field->is_repeated()) {
+      if (!json.is_array()) {
+        TypeError(path, json, "array");
+        return;
+      }
+      for (size_t i = 0; i < json.elements().size(); ++i) {
+        DecodeValue(json.elements()[i], message, field, absl::StrCat(path, "[", i, "]"));
+      }
+    } else {
+      DecodeValue(json, message, field, path);
+    }
+  }
+
+  void DecodeMap(const JsonValue& json, pb::Message& message, const FieldDescriptor* field,
+                 const std::string& path) {
+    if (!json.is_object()) {
+      TypeError(path, json, "object");
+      return;
+    }
+    const pb::Descriptor* entry_type = field->message_type();
+    const FieldDescriptor* key_field = entry_type->map_key();
+    const FieldDescriptor* value_field = entry_type->map_value();
+    for (const auto& [key, value] : json.members()) {
+      pb::Message* entry = message.GetReflection()->AddMessage(&message, field);
+      if (!SetMapKey(key, *entry, key_field)) {
+        errors_.push_back(absl::StrCat("Invalid type for parameter ", path, " (key: ", key,
+                                       "), valid types: ", AbslView(KeyTypeName(key_field))));
+        continue;
+      }
+      DecodeValue(value, *entry, value_field, absl::StrCat(path, ".", key));
+    }
+  }
+
+  static std::string_view KeyTypeName(const FieldDescriptor* key_field) {
+    switch (key_field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_BOOL: return "boolean";
+      case FieldDescriptor::CPPTYPE_STRING: return "string";
+      default: return "integer";
+    }
+  }
+
+  // Map keys are JSON strings; integral and bool keys are read from them.
+  static bool SetMapKey(const std::string& key, pb::Message& entry, const FieldDescriptor* key_field) {
+    const pb::Reflection* r = entry.GetReflection();
+    const char* begin = key.data();
+    const char* end = key.data() + key.size();
+    const auto parse = [&](auto& out) {
+      const auto [ptr, ec] = std::from_chars(begin, end, out);
+      return !key.empty() && ec == std::errc() && ptr == end;
+    };
+    switch (key_field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_STRING:
+        r->SetString(&entry, key_field, key);
+        return true;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        if (key != "true" && key != "false") return false;
+        r->SetBool(&entry, key_field, key == "true");
+        return true;
+      case FieldDescriptor::CPPTYPE_INT32: {
+        int32_t v;
+        if (!parse(v)) return false;
+        r->SetInt32(&entry, key_field, v);
+        return true;
+      }
+      case FieldDescriptor::CPPTYPE_INT64: {
+        int64_t v;
+        if (!parse(v)) return false;
+        r->SetInt64(&entry, key_field, v);
+        return true;
+      }
+      case FieldDescriptor::CPPTYPE_UINT32: {
+        uint32_t v;
+        if (!parse(v)) return false;
+        r->SetUInt32(&entry, key_field, v);
+        return true;
+      }
+      case FieldDescriptor::CPPTYPE_UINT64: {
+        uint64_t v;
+        if (!parse(v)) return false;
+        r->SetUInt64(&entry, key_field, v);
+        return true;
+      }
+      default:
+        return false;
+    }
+  }
+
+  // Reads an integer of type T; reports and returns false when `json` is not
+  // an integer or out of T's range.
+  template <typename T>
+  bool ReadInteger(const JsonValue& json, const std::string& path, T& out) {
+    if (!json.IsIntegerLexeme()) {
+      TypeError(path, json, "integer");
+      return false;
+    }
+    const std::string& lexeme = json.number_lexeme();
+    const auto [ptr, ec] = std::from_chars(lexeme.data(), lexeme.data() + lexeme.size(), out);
+    if (ec != std::errc() || ptr != lexeme.data() + lexeme.size()) {
+      ValueError(path, json,
+                 absl::StrCat("valid range: ", std::numeric_limits<T>::min(), " to ",
+                              std::numeric_limits<T>::max()));
+      return false;
+    }
+    return true;
+  }
+
+  // Reads a double: any JSON number, or the strings the service's JSON
+  // protocol uses for non-finite values.
+  bool ReadDouble(const JsonValue& json, const std::string& path, double& out) {
+    if (json.is_string()) {
+      const std::string& s = json.string_value();
+      if (s == "NaN") {
+        out = std::numeric_limits<double>::quiet_NaN();
+      } else if (s == "Infinity") {
+        out = std::numeric_limits<double>::infinity();
+      } else if (s == "-Infinity") {
+        out = -std::numeric_limits<double>::infinity();
+      } else {
+        TypeError(path, json, "number");
+        return false;
+      }
+      return true;
+    }
+    if (!json.is_number()) {
+      TypeError(path, json, "number");
+      return false;
+    }
+    absl::StatusOr<double> value = json.AsDouble();
+    if (!value.ok()) {
+      ValueError(path, json, "out of range for a double");
+      return false;
+    }
+    out = *value;
+    return true;
+  }
+
+  // Decodes one value (a singular field, one element of a repeated field, or
+  // a map entry's value) into `message`.
+  void DecodeValue(const JsonValue& json, pb::Message& message, const FieldDescriptor* field,
+                   const std::string& path) {
+    const pb::Reflection* r = message.GetReflection();
+    const bool repeated = field->is_repeated();
+    switch (field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_MESSAGE: {
+        pb::Message* child = repeated ? r->AddMessage(&message, field) : r->MutableMessage(&message, field);
+        DecodeMessage(json, *child, path);
+        return;
+      }
+      case FieldDescriptor::CPPTYPE_INT32: {
+        int32_t v;
+        if (!ReadInteger(json, path, v)) return;
+        repeated ? r->AddInt32(&message, field, v) : r->SetInt32(&message, field, v);
+        return;
+      }
+      case FieldDescriptor::CPPTYPE_INT64: {
+        int64_t v;
+        if (!ReadInteger(json, path, v)) return;
+        repeated ? r->AddInt64(&message, field, v) : r->SetInt64(&message, field, v);
+        return;
+      }
+      case FieldDescriptor::CPPTYPE_UINT32: {
+        uint32_t v;
+        if (!ReadInteger(json, path, v)) return;
+        repeated ? r->AddUInt32(&message, field, v) : r->SetUInt32(&message, field, v);
+        return;
+      }
+      case FieldDescriptor::CPPTYPE_UINT64: {
+        uint64_t v;
+        if (!ReadInteger(json, path, v)) return;
+        repeated ? r->AddUInt64(&message, field, v) : r->SetUInt64(&message, field, v);
+        return;
+      }
+      case FieldDescriptor::CPPTYPE_DOUBLE: {
+        double v;
+        if (!ReadDouble(json, path, v)) return;
+        repeated ? r->AddDouble(&message, field, v) : r->SetDouble(&message, field, v);
+        return;
+      }
+      case FieldDescriptor::CPPTYPE_FLOAT: {
+        double v;
+        if (!ReadDouble(json, path, v)) return;
+        if (std::isfinite(v) && std::fabs(v) > std::numeric_limits<float>::max()) {
+          ValueError(path, json, "out of range for a float");
+          return;
+        }
+        const float f = static_cast<float>(v);
+        repeated ? r->AddFloat(&message, field, f) : r->SetFloat(&message, field, f);
+        return;
+      }
+      case FieldDescriptor::CPPTYPE_BOOL: {
+        if (!json.is_bool()) {
+          TypeError(path, json, "boolean");
+          return;
+        }
+        const bool v = json.bool_value();
+        repeated ? r->AddBool(&message, field, v) : r->SetBool(&message, field, v);
+        return;
+      }
+      case FieldDescriptor::CPPTYPE_STRING: {
+        if (!json.is_string()) {
+          TypeError(path, json, "string");
+          return;
+        }
+        std::string v = json.string_value();
+        if (field->type() == FieldDescriptor::TYPE_BYTES) {
+          std::string decoded;
+          if (!absl::Base64Unescape(v, &decoded)) {
+            ValueError(path, json, "not valid base64");
+            return;
+          }
+          v = std::move(decoded);
+        }
+        repeated ? r->AddString(&message, field, std::move(v)) : r->SetString(&message, field, std::move(v));
+        return;
+      }
+      case FieldDescriptor::CPPTYPE_ENUM: {
+        if (!json.is_string()) {
+          TypeError(path, json, "string");
+          return;
+        }
+        const pb::EnumValueDescriptor* value = field->enum_type()->FindValueByName(json.string_value());
+        if (value == nullptr) {
+          std::vector<std::string> names;
+          for (int i = 0; i < field->enum_type()->value_count(); ++i) {
+            names.push_back(field->enum_type()->value(i)->name());
+          }
+          ValueError(path, json, absl::StrCat("valid values: ", absl::StrJoin(names, ", ")));
+          return;
+        }
+        repeated ? r->AddEnum(&message, field, value) : r->SetEnum(&message, field, value);
+        return;
+      }
+    }
+  }
+
+  std::vector<std::string> errors_;
+};
+
+// ---------------------------------------------------------------------------
+// Writing.
+
+JsonValue EncodeDouble(double v) {
+  if (std::isnan(v)) return JsonValue::String("NaN");
+  if (std::isinf(v)) return JsonValue::String(v > 0 ? "Infinity" : "-Infinity");
+  return JsonValue::Double(v);
+}
+
+JsonValue EncodeMessage(const pb::Message& message);
+
+// One value of `field`: the singular value when index < 0, else element `index`.
+JsonValue EncodeValue(const pb::Message& message, const FieldDescriptor* field, int index) {
+  const pb::Reflection* r = message.GetReflection();
+  const bool one = index < 0;
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_MESSAGE:
+      return EncodeMessage(one ? r->GetMessage(message, field) : r->GetRepeatedMessage(message, field, index));
+    case FieldDescriptor::CPPTYPE_INT32:
+      return JsonValue::Int(one ? r->GetInt32(message, field) : r->GetRepeatedInt32(message, field, index));
+    case FieldDescriptor::CPPTYPE_INT64:
+      return JsonValue::Int(one ? r->GetInt64(message, field) : r->GetRepeatedInt64(message, field, index));
+    case FieldDescriptor::CPPTYPE_UINT32:
+      return JsonValue::Uint(one ? r->GetUInt32(message, field) : r->GetRepeatedUInt32(message, field, index));
+    case FieldDescriptor::CPPTYPE_UINT64:
+      return JsonValue::Uint(one ? r->GetUInt64(message, field) : r->GetRepeatedUInt64(message, field, index));
+    case FieldDescriptor::CPPTYPE_DOUBLE:
+      return EncodeDouble(one ? r->GetDouble(message, field) : r->GetRepeatedDouble(message, field, index));
+    case FieldDescriptor::CPPTYPE_FLOAT: {
+      const float v = one ? r->GetFloat(message, field) : r->GetRepeatedFloat(message, field, index);
+      if (!std::isfinite(v)) return EncodeDouble(v);
+      // Shortest text that reads back as the same float (0.1, not 0.100000001).
+      return *JsonValue::Number(fmt::format("{}", v));
+    }
+    case FieldDescriptor::CPPTYPE_BOOL:
+      return JsonValue::Bool(one ? r->GetBool(message, field) : r->GetRepeatedBool(message, field, index));
+    case FieldDescriptor::CPPTYPE_STRING: {
+      std::string v = one ? r->GetString(message, field) : r->GetRepeatedString(message, field, index);
+      if (field->type() == FieldDescriptor::TYPE_BYTES) v = absl::Base64Escape(v);
+      return JsonValue::String(std::move(v));
+    }
+    case FieldDescriptor::CPPTYPE_ENUM: {
+      const int number = one ? r->GetEnumValue(message, field) : r->GetRepeatedEnumValue(message, field, index);
+      const pb::EnumValueDescriptor* value = field->enum_type()->FindValueByNumber(number);
+      if (value == nullptr) return JsonValue::Int(number);  // open enum, unknown number
+      return JsonValue::String(value->name());
+    }
+  }
+  return JsonValue();
+}
+
+JsonValue EncodeMap(const pb::Message& message, const FieldDescriptor* field) {
+  const pb::Reflection* r = message.GetReflection();
+  const FieldDescriptor* key_field = field->message_type()->map_key();
+  const FieldDescriptor* value_field = field->message_type()->map_value();
+  std::vector<const pb::Message*> entries;
+  const int n = r->FieldSize(message, field);
+  for (int i = 0; i < n; ++i) entries.push_back(&r->GetRepeatedMessage(message, field, i));
+  const auto less = [&](const pb::Message* a, const pb::Message* b) {
+    const pb::Reflection* ra = a->GetReflection();
+    const pb::Reflection* rb = b->GetReflection();
+    switch (key_field->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_STRING:
+        return ra->GetString(*a, key_field) < rb->GetString(*b, key_field);
+      case FieldDescriptor::CPPTYPE_INT32:
+        return ra->GetInt32(*a, key_field) < rb->GetInt32(*b, key_field);
+      case FieldDescriptor::CPPTYPE_INT64:
+        return ra->GetInt64(*a, key_field) < rb->GetInt64(*b, key_field);
+      case FieldDescriptor::CPPTYPE_UINT32:
+        return ra->GetUInt32(*a, key_field) < rb->GetUInt32(*b, key_field);
+      case FieldDescriptor::CPPTYPE_UINT64:
+        return ra->GetUInt64(*a, key_field) < rb->GetUInt64(*b, key_field);
+      case FieldDescriptor::CPPTYPE_BOOL:
+        return ra->GetBool(*a, key_field) < rb->GetBool(*b, key_field);
+      default:
+        return false;
+    }
+  };
+  std::sort(entries.begin(), entries.end(), less);
+  JsonValue object = JsonValue::Object();
+  for (const pb::Message* entry : entries) {
+    const JsonValue key = EncodeValue(*entry, key_field, -1);
+    std::string key_text;
+    if (key.is_string()) {
+      key_text = key.string_value();
+    } else if (key.is_bool()) {
+      key_text = key.bool_value() ? "true" : "false";
+    } else {
+      key_text = key.number_lexeme();
+    }
+    // Keys are unique in a map, so append without Set's search.
+    object.mutable_members().emplace_back(std::move(key_text), EncodeValue(*entry, value_field, -1));
+  }
+  return object;
+}
+
+JsonValue EncodeMessage(const pb::Message& message) {
+  const pb::Descriptor* descriptor = message.GetDescriptor();
+  const pb::Reflection* r = message.GetReflection();
+  if (IsTimestamp(descriptor)) {
+    const int64_t seconds = r->GetInt64(message, descriptor->FindFieldByNumber(1));
+    const int32_t nanos = r->GetInt32(message, descriptor->FindFieldByNumber(2));
+    return *JsonValue::Number(FormatTimestamp(seconds, nanos));
+  }
+  JsonValue object = JsonValue::Object();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const FieldDescriptor* field = descriptor->field(i);
+    JsonValue value;
+    if (field->is_map()) {
+      if (r->FieldSize(message, field) == 0) continue;
+      value = EncodeMap(message, field);
+    } else if (field->is_repeated()) {
+      const int n = r->FieldSize(message, field);
+      if (n == 0) continue;
+      value = JsonValue::Array();
+      for (int k = 0; k < n; ++k) value.Push(EncodeValue(message, field, k));
+    } else {
+      // Fields with presence: set or not. Proto3 fields without presence:
+      // HasField is true when the value is not the default.
+      if (!r->HasField(message, field)) continue;
+      value = EncodeValue(message, field, -1);
+    }
+    object.mutable_members().emplace_back(field->json_name(), std::move(value));
+  }
+  return object;
+}
+
+}  // namespace
+
+absl::Status ParseJson(std::string_view json, pb::Message& message) {
+  message.Clear();
+  absl::StatusOr<JsonValue> document = internal::ParseJsonValue(json);
+  if (!document.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("Invalid JSON: ", document.status().message()));
+  }
+  Decoder decoder;
+  decoder.DecodeMessage(*document, message, "");
+  if (!decoder.errors().empty()) {
+    message.Clear();
+    return absl::InvalidArgumentError(
+        absl::StrCat("Parameter validation failed:\n", absl::StrJoin(decoder.errors(), "\n")));
+  }
+  return absl::OkStatus();
+}
+
+std::string ToJson(const pb::Message& message, const JsonPrintOptions& options) {
+  return internal::WriteJson(EncodeMessage(message), options.indent);
+}
+
+}  // namespace kiln

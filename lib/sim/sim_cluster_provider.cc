@@ -1,0 +1,196 @@
+#include <csignal>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kiln/sim/sim.h"
+
+namespace kiln::sim {
+namespace {
+
+class SimClusterProvider final : public ClusterProvider {
+ public:
+  SimClusterProvider(EventLoop& loop, SimClusterOptions options)
+      : loop_(loop), options_(std::move(options)) {}
+
+  ~SimClusterProvider() override {
+    for (auto& [id, cluster] : clusters_) CancelAll(cluster);
+  }
+
+  void Provision(const ClusterSpec& spec, ClusterCallback done) override {
+    SimJobBehavior behavior =
+        options_.behavior ? options_.behavior(spec.job_name) : options_.defaults;
+    int attempt = ++provision_attempts_[spec.job_name];
+    if (attempt <= behavior.capacity_failures) {
+      loop_.ScheduleAfter(behavior.capacity_error_latency,
+                          [done = std::move(done), job = spec.job_name]() mutable {
+                            done(absl::ResourceExhaustedError(absl::StrCat(
+                                "insufficient capacity for job '", job, "'")));
+                          });
+      return;
+    }
+    Cluster cluster;
+    cluster.id = absl::StrCat("sim-cluster-", ++next_cluster_);
+    cluster.spot = spec.spot;
+    int host = 0;
+    for (const InstanceGroupSpec& g : spec.groups) {
+      for (int i = 0; i < g.count; ++i) {
+        ++host;
+        cluster.instances.push_back(Instance{absl::StrCat(cluster.id, "-i", host),
+                                             absl::StrCat("algo-", host), g.name, g.instance_type});
+      }
+    }
+    SimCluster& sim = clusters_[cluster.id];
+    sim.behavior = std::move(behavior);
+    sim.cluster = cluster;
+    loop_.ScheduleAfter(sim.behavior.provision_latency,
+                        [done = std::move(done), cluster = std::move(cluster)]() mutable {
+                          done(std::move(cluster));
+                        });
+  }
+
+  void PrepareImage(const Cluster& cluster, std::string_view image, DoneCallback done) override {
+    SimCluster* sim = Find(cluster);
+    absl::Duration d = sim != nullptr ? sim->behavior.image_preparation : absl::ZeroDuration();
+    Track(sim, loop_.ScheduleAfter(d, [done = std::move(done)]() mutable { done(absl::OkStatus()); }));
+  }
+
+  void StartContainers(const JobContext& job, ContainerEvents& events,
+                       DoneCallback started) override {
+    SimCluster* sim = Find(job.cluster);
+    if (sim == nullptr) {
+      loop_.ScheduleAfter(absl::ZeroDuration(), [started = std::move(started)]() mutable {
+        started(absl::FailedPreconditionError("unknown cluster"));
+      });
+      return;
+    }
+    sim->events = &events;
+    sim->running.assign(sim->cluster.instances.size(), true);
+    sim->exit_timers.assign(sim->cluster.instances.size(), TimerHandle());
+    Track(sim, loop_.ScheduleAfter(absl::ZeroDuration(), [started = std::move(started)]() mutable {
+      started(absl::OkStatus());
+    }));
+    const std::string id = sim->cluster.id;
+    for (size_t i = 0; i < sim->cluster.instances.size(); ++i) {
+      for (const auto& [offset, line] : sim->behavior.log_lines) {
+        Track(sim, loop_.ScheduleAfter(offset, [this, id, i, line = line] {
+          if (SimCluster* s = Find(id); s != nullptr && s->running[i]) {
+            s->events->OnLogLine(s->cluster.instances[i], line);
+          }
+        }));
+      }
+      const bool fails = static_cast<int>(i) == sim->behavior.failing_instance;
+      ScheduleExit(*sim, i, sim->behavior.run_duration,
+                   ContainerExit{fails ? sim->behavior.exit_code : 0,
+                                 fails ? sim->behavior.failure_text : std::string()});
+    }
+  }
+
+  void Signal(const Cluster& cluster, int signal) override {
+    SimCluster* sim = Find(cluster);
+    if (sim == nullptr) return;
+    for (size_t i = 0; i < sim->running.size(); ++i) {
+      if (!sim->running[i]) continue;
+      if (signal == SIGKILL) {
+        ScheduleExit(*sim, i, absl::ZeroDuration(), ContainerExit{128 + SIGKILL, ""});
+      } else if (signal == SIGTERM && sim->behavior.sigterm_exit_delay != absl::InfiniteDuration()) {
+        ScheduleExit(*sim, i, sim->behavior.sigterm_exit_delay, ContainerExit{0, ""});
+      }
+    }
+  }
+
+  void UploadArtifacts(const JobContext& job, ArtifactsCallback done) override {
+    SimCluster* sim = Find(job.cluster);
+    absl::Duration d = sim != nullptr ? sim->behavior.upload_duration : absl::ZeroDuration();
+    std::string uri = absl::StrCat(job.request.output_data_config().s3_output_path(), "/",
+                                   std::string(job.job_name), "/output/model.tar.gz");
+    Track(sim, loop_.ScheduleAfter(d, [done = std::move(done), uri = std::move(uri)]() mutable {
+      done(ArtifactsResult{std::move(uri)});
+    }));
+  }
+
+  void Release(const Cluster& cluster) override {
+    auto it = clusters_.find(cluster.id);
+    if (it == clusters_.end()) return;
+    CancelAll(it->second);
+    clusters_.erase(it);
+  }
+
+ private:
+  struct SimCluster {
+    SimJobBehavior behavior;
+    Cluster cluster;
+    ContainerEvents* events = nullptr;
+    std::vector<bool> running;
+    std::vector<TimerHandle> exit_timers;
+    std::vector<TimerHandle> timers;  // everything else pending on this cluster
+  };
+
+  SimCluster* Find(const Cluster& cluster) { return Find(cluster.id); }
+  SimCluster* Find(const std::string& id) {
+    auto it = clusters_.find(id);
+    return it == clusters_.end() ? nullptr : &it->second;
+  }
+
+  void Track(SimCluster* sim, TimerHandle h) {
+    if (sim != nullptr) sim->timers.push_back(h);
+  }
+
+  void CancelAll(SimCluster& sim) {
+    for (TimerHandle h : sim.timers) loop_.Cancel(h);
+    for (TimerHandle h : sim.exit_timers) loop_.Cancel(h);
+    sim.timers.clear();
+  }
+
+  // (Re)schedules the exit of container `i`: a signal replaces the natural
+  // end of the run.
+  void ScheduleExit(SimCluster& sim, size_t i, absl::Duration after, ContainerExit exit) {
+    loop_.Cancel(sim.exit_timers[i]);
+    const std::string id = sim.cluster.id;
+    sim.exit_timers[i] = loop_.ScheduleAfter(after, [this, id, i, exit = std::move(exit)] {
+      SimCluster* s = Find(id);
+      if (s == nullptr || !s->running[i]) return;
+      s->running[i] = false;
+      s->exit_timers[i] = TimerHandle();
+      s->events->OnExit(s->cluster.instances[i], exit);
+    });
+  }
+
+  EventLoop& loop_;
+  SimClusterOptions options_;
+  std::map<std::string, SimCluster> clusters_;
+  std::map<std::string, int> provision_attempts_;
+  uint64_t next_cluster_ = 0;
+};
+
+class SimDataChannel final : public DataChannel {
+ public:
+  SimDataChannel(EventLoop& loop, SimDataChannelOptions options)
+      : loop_(loop), options_(std::move(options)) {}
+
+  void Deliver(const ChannelDelivery& delivery, DoneCallback done) override {
+    absl::Duration d = options_.duration
+                           ? options_.duration(delivery.job.job_name, delivery.channel.channel_name())
+                           : options_.per_channel;
+    loop_.ScheduleAfter(d, [done = std::move(done)]() mutable { done(absl::OkStatus()); });
+  }
+
+ private:
+  EventLoop& loop_;
+  SimDataChannelOptions options_;
+};
+
+}  // namespace
+
+std::unique_ptr<ClusterProvider> NewSimClusterProvider(EventLoop& loop, SimClusterOptions options) {
+  return std::make_unique<SimClusterProvider>(loop, std::move(options));
+}
+
+std::unique_ptr<DataChannel> NewSimDataChannel(EventLoop& loop, SimDataChannelOptions options) {
+  return std::make_unique<SimDataChannel>(loop, std::move(options));
+}
+
+}  // namespace kiln::sim

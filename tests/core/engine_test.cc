@@ -1,0 +1,620 @@
+#include "kiln/engine.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/text_format.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "gtest/gtest.h"
+#include "kiln/json.h"
+#include "kiln/sim/sim.h"
+
+namespace kiln {
+namespace {
+
+using sim::SimJobBehavior;
+
+class RecordingObserver : public JobObserver {
+ public:
+  void OnStatusChange(const StatusEvent& e) override {
+    statuses.push_back(absl::StrCat(std::string(e.job_name), ":", std::string(e.status), "/",
+                                    std::string(e.secondary_status)));
+  }
+  void OnLogLine(std::string_view job, std::string_view host, std::string_view line,
+                 absl::Time) override {
+    lines.push_back(
+        absl::StrCat(std::string(job), "@", std::string(host), ": ", std::string(line)));
+  }
+  void OnMetric(std::string_view job, std::string_view name, double value, absl::Time) override {
+    metrics.push_back(absl::StrCat(std::string(job), ":", std::string(name), "=", value));
+  }
+  std::vector<std::string> statuses, lines, metrics;
+};
+
+class EngineTest : public testing::Test {
+ protected:
+  void SetUp() override { Build(); }
+
+  void Build(absl::Duration grace = absl::Seconds(120)) {
+    engine_.reset();
+    loop_ = NewVirtualEventLoop();
+    start_ = loop_->Now();
+    sim::SimClusterOptions cluster_options;
+    cluster_options.behavior = [this](std::string_view job) {
+      auto it = behaviors_.find(std::string(job));
+      return it == behaviors_.end() ? SimJobBehavior() : it->second;
+    };
+    provider_ = sim::NewSimClusterProvider(*loop_, cluster_options);
+    channel_ = sim::NewSimDataChannel(*loop_, {});
+    EngineOptions options;
+    options.loop = loop_.get();
+    options.cluster_provider = provider_.get();
+    options.data_channel = channel_.get();
+    options.stop_grace_period = grace;
+    engine_ = NewEngine(std::move(options)).value();
+    engine_->AddObserver(&observer_);
+  }
+
+  static v1::CreateTrainingJobRequest Request(const std::string& name) {
+    v1::CreateTrainingJobRequest r;
+    EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(
+        R"pb(
+          role_arn: "arn:aws:iam::123456789012:role/SageMakerRole"
+          algorithm_specification { training_image: "train:latest" training_input_mode: "File" }
+          output_data_config { s3_output_path: "s3://bucket/out" }
+          resource_config { instance_type: "ml.m5.xlarge" instance_count: 1 volume_size_in_gb: 30 }
+        )pb",
+        &r));
+    r.set_training_job_name(name);
+    return r;
+  }
+
+  void Create(const v1::CreateTrainingJobRequest& r) {
+    ASSERT_TRUE(engine_->CreateTrainingJob(r).ok());
+  }
+
+  void RunUntilSecond(int64_t s) { loop_->RunUntil(start_ + absl::Seconds(s)); }
+
+  v1::DescribeTrainingJobResponse Describe(const std::string& name) {
+    v1::DescribeTrainingJobRequest r;
+    r.set_training_job_name(name);
+    auto d = engine_->DescribeTrainingJob(r);
+    EXPECT_TRUE(d.ok()) << d.status();
+    return d.ok() ? *d : v1::DescribeTrainingJobResponse();
+  }
+
+  int64_t Offset(const google::protobuf::Timestamp& t) const {
+    return absl::ToInt64Seconds(absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos()) -
+                                start_);
+  }
+
+  // "Starting[0,90) Downloading[90,90) ..." with times in seconds from the start.
+  std::string Transitions(const std::string& name) {
+    std::vector<std::string> out;
+    const v1::DescribeTrainingJobResponse d = Describe(name);
+    for (const auto& t : d.secondary_status_transitions()) {
+      out.push_back(absl::StrCat(t.status(), "[", Offset(t.start_time()), ",",
+                                 t.has_end_time() ? absl::StrCat(Offset(t.end_time())) : "", ")"));
+    }
+    return absl::StrJoin(out, " ");
+  }
+
+  absl::Status Stop(const std::string& name) {
+    v1::StopTrainingJobRequest r;
+    r.set_training_job_name(name);
+    return engine_->StopTrainingJob(r);
+  }
+
+  std::map<std::string, SimJobBehavior> behaviors_;
+  std::unique_ptr<EventLoop> loop_;
+  absl::Time start_;
+  std::unique_ptr<ClusterProvider> provider_;
+  std::unique_ptr<DataChannel> channel_;
+  std::unique_ptr<Engine> engine_;
+  RecordingObserver observer_;
+};
+
+// Default sim behaviour: provision 60 s, image 30 s, run 600 s, upload 5 s.
+
+TEST_F(EngineTest, HappyPathRunsEveryStatusWithTimesAndBilling) {
+  Create(Request("job"));
+  auto d = Describe("job");
+  EXPECT_EQ(d.training_job_status(), "InProgress");
+  EXPECT_EQ(d.secondary_status(), "Starting");
+  loop_->RunUntilIdle();
+  d = Describe("job");
+  EXPECT_EQ(d.training_job_status(), "Completed");
+  EXPECT_EQ(d.secondary_status(), "Completed");
+  EXPECT_EQ(Transitions("job"),
+            "Starting[0,90) Downloading[90,90) Training[90,690) Uploading[690,695) "
+            "Completed[695,695)");
+  EXPECT_EQ(d.secondary_status_transitions(0).status_message(),
+            "Preparing the instances for training");
+  EXPECT_EQ(Offset(d.creation_time()), 0);
+  EXPECT_EQ(Offset(d.training_start_time()), 60);
+  EXPECT_EQ(Offset(d.training_end_time()), 695);
+  EXPECT_EQ(Offset(d.last_modified_time()), 695);
+  EXPECT_EQ(d.training_time_in_seconds(), 635);
+  EXPECT_EQ(d.billable_time_in_seconds(), 635);
+  EXPECT_EQ(d.model_artifacts().s3_model_artifacts(), "s3://bucket/out/job/output/model.tar.gz");
+  EXPECT_EQ(d.training_job_arn(), "arn:aws:sagemaker:us-east-1:000000000000:training-job/job");
+  EXPECT_EQ(d.stopping_condition().max_runtime_in_seconds(), 86400);  // the default, shown
+  EXPECT_EQ(d.resource_config().instance_type(), "ml.m5.xlarge");      // the request, echoed
+  EXPECT_FALSE(d.has_failure_reason());
+  EXPECT_EQ(observer_.statuses,
+            (std::vector<std::string>{"job:InProgress/Starting", "job:InProgress/Starting",
+                                      "job:InProgress/Downloading", "job:InProgress/Training",
+                                      "job:InProgress/Uploading", "job:Completed/Completed"}));
+  EXPECT_EQ(engine_->active_jobs(), 0);
+}
+
+TEST_F(EngineTest, DownloadingLastsAsLongAsTheChannels) {
+  auto r = Request("job");
+  auto* c = r.add_input_data_config();
+  c->set_channel_name("train");
+  c->mutable_data_source()->mutable_s3_data_source()->set_s3_data_type("S3Prefix");
+  c->mutable_data_source()->mutable_s3_data_source()->set_s3_uri("s3://bucket/train/");
+  Create(r);
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Transitions("job"),
+            "Starting[0,90) Downloading[90,100) Training[100,700) Uploading[700,705) "
+            "Completed[705,705)");
+}
+
+TEST_F(EngineTest, StopDuringTrainingSignalsUploadsAndEndsStopped) {
+  Create(Request("job"));
+  RunUntilSecond(200);
+  ASSERT_TRUE(Stop("job").ok());
+  EXPECT_EQ(Describe("job").training_job_status(), "Stopping");  // at once
+  loop_->RunUntilIdle();
+  auto d = Describe("job");
+  EXPECT_EQ(d.training_job_status(), "Stopped");
+  EXPECT_EQ(d.secondary_status(), "Stopped");
+  // SIGTERM at 200, exit 1 s later, upload 5 s.
+  EXPECT_EQ(Transitions("job"),
+            "Starting[0,90) Downloading[90,90) Training[90,200) Stopping[200,206) "
+            "Stopped[206,206)");
+  EXPECT_EQ(d.training_time_in_seconds(), 146);
+}
+
+TEST_F(EngineTest, StopKillsAContainerThatIgnoresSigtermAfterTheGracePeriod) {
+  Build(absl::Seconds(30));
+  SimJobBehavior b;
+  b.sigterm_exit_delay = absl::InfiniteDuration();
+  behaviors_["job"] = b;
+  Create(Request("job"));
+  RunUntilSecond(200);
+  ASSERT_TRUE(Stop("job").ok());
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Transitions("job"),
+            "Starting[0,90) Downloading[90,90) Training[90,200) Stopping[200,235) "
+            "Stopped[235,235)");
+}
+
+TEST_F(EngineTest, DefaultGracePeriodIs120Seconds) {
+  SimJobBehavior b;
+  b.sigterm_exit_delay = absl::InfiniteDuration();
+  behaviors_["job"] = b;
+  Create(Request("job"));
+  RunUntilSecond(200);
+  ASSERT_TRUE(Stop("job").ok());
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Transitions("job"),
+            "Starting[0,90) Downloading[90,90) Training[90,200) Stopping[200,325) "
+            "Stopped[325,325)");
+}
+
+TEST_F(EngineTest, StopTwiceIsOneStop) {
+  Create(Request("job"));
+  RunUntilSecond(200);
+  ASSERT_TRUE(Stop("job").ok());
+  RunUntilSecond(201);
+  ASSERT_TRUE(Stop("job").ok());
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Transitions("job"),
+            "Starting[0,90) Downloading[90,90) Training[90,200) Stopping[200,206) "
+            "Stopped[206,206)");
+  absl::Status again = Stop("job");
+  EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(again.message(),
+            "The request was rejected because the training job is in status Stopped.");
+}
+
+TEST_F(EngineTest, StopDuringDownloadingEndsWithoutTraining) {
+  auto r = Request("job");
+  auto* c = r.add_input_data_config();
+  c->set_channel_name("train");
+  c->mutable_data_source()->mutable_s3_data_source()->set_s3_data_type("S3Prefix");
+  c->mutable_data_source()->mutable_s3_data_source()->set_s3_uri("s3://bucket/train/");
+  Create(r);
+  RunUntilSecond(95);
+  ASSERT_TRUE(Stop("job").ok());
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Transitions("job"),
+            "Starting[0,90) Downloading[90,95) Stopping[95,95) Stopped[95,95)");
+  auto d = Describe("job");
+  EXPECT_EQ(d.training_time_in_seconds(), 35);  // instances were held from 60 to 95
+}
+
+TEST_F(EngineTest, StopWhileStartingEndsAtOnceWithoutBilling) {
+  Create(Request("job"));
+  RunUntilSecond(30);  // provisioning in flight
+  ASSERT_TRUE(Stop("job").ok());
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Transitions("job"), "Starting[0,30) Stopping[30,30) Stopped[30,30)");
+  auto d = Describe("job");
+  EXPECT_FALSE(d.has_training_start_time());
+  EXPECT_FALSE(d.has_billable_time_in_seconds());
+}
+
+TEST_F(EngineTest, CapacityShortageIsPendingWithBackoffThenRuns) {
+  SimJobBehavior b;
+  b.capacity_failures = 2;  // each answered after 5 s
+  behaviors_["job"] = b;
+  Create(Request("job"));
+  loop_->RunUntilIdle();
+  // Fail at 5, retry at 35 fails at 40, retry at 100 (backoff doubled) gets
+  // instances at 160.
+  EXPECT_EQ(Transitions("job"),
+            "Starting[0,5) Pending[5,160) Starting[160,190) Downloading[190,190) "
+            "Training[190,790) Uploading[790,795) Completed[795,795)");
+  EXPECT_EQ(Describe("job").secondary_status_transitions(1).status_message(),
+            "Insufficient capacity error from EC2 while launching instances, retrying!");
+}
+
+TEST_F(EngineTest, StopDuringPendingEnds) {
+  SimJobBehavior b;
+  b.capacity_failures = 100;
+  behaviors_["job"] = b;
+  Create(Request("job"));
+  RunUntilSecond(50);
+  ASSERT_TRUE(Stop("job").ok());
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Transitions("job"), "Starting[0,5) Pending[5,50) Stopping[50,50) Stopped[50,50)");
+  EXPECT_EQ(loop_->Now(), start_ + absl::Seconds(50));  // the retry timer was cancelled
+}
+
+TEST_F(EngineTest, MaxPendingTimeFailsWithCapacityError) {
+  SimJobBehavior b;
+  b.capacity_failures = 1000;
+  behaviors_["job"] = b;
+  auto r = Request("job");
+  r.mutable_stopping_condition()->set_max_pending_time_in_seconds(7200);
+  Create(r);
+  loop_->RunUntilIdle();
+  auto d = Describe("job");
+  EXPECT_EQ(d.training_job_status(), "Failed");
+  EXPECT_EQ(d.failure_reason(),
+            "CapacityError: Unable to provision requested ML compute capacity within "
+            "MaxPendingTimeInSeconds (7200 s)");
+  // Pending from 5; the last request goes out when the budget ends (7205)
+  // and is answered at 7210.
+  EXPECT_EQ(Transitions("job"), "Starting[0,5) Pending[5,7210) Failed[7210,7210)");
+}
+
+TEST_F(EngineTest, MaxRuntimeStopsTheJobAsMaxRuntimeExceeded) {
+  auto r = Request("job");
+  r.mutable_stopping_condition()->set_max_runtime_in_seconds(300);
+  Create(r);
+  loop_->RunUntilIdle();
+  auto d = Describe("job");
+  EXPECT_EQ(d.training_job_status(), "Stopped");
+  EXPECT_EQ(d.secondary_status(), "MaxRuntimeExceeded");
+  // Runtime counts from the instances (60): the limit hits at 360.
+  EXPECT_EQ(Transitions("job"),
+            "Starting[0,90) Downloading[90,90) Training[90,360) Stopping[360,366) "
+            "MaxRuntimeExceeded[366,366)");
+}
+
+TEST_F(EngineTest, MaxRuntimeDuringDownloadingStopsWithoutTraining) {
+  auto r = Request("job");
+  r.mutable_stopping_condition()->set_max_runtime_in_seconds(35);
+  auto* c = r.add_input_data_config();
+  c->set_channel_name("train");
+  c->mutable_data_source()->mutable_s3_data_source()->set_s3_data_type("S3Prefix");
+  c->mutable_data_source()->mutable_s3_data_source()->set_s3_uri("s3://bucket/train/");
+  Create(r);
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Transitions("job"),
+            "Starting[0,90) Downloading[90,95) Stopping[95,95) MaxRuntimeExceeded[95,95)");
+}
+
+TEST_F(EngineTest, NonZeroExitFailsWithTheFailureFile) {
+  SimJobBehavior b;
+  b.exit_code = 1;
+  b.failure_text = "ValueError: bad learning rate";
+  behaviors_["job"] = b;
+  Create(Request("job"));
+  loop_->RunUntilIdle();
+  auto d = Describe("job");
+  EXPECT_EQ(d.training_job_status(), "Failed");
+  EXPECT_EQ(d.failure_reason(), "AlgorithmError: ValueError: bad learning rate");
+  EXPECT_EQ(Transitions("job"),
+            "Starting[0,90) Downloading[90,90) Training[90,690) Failed[690,690)");
+  EXPECT_EQ(d.training_time_in_seconds(), 630);
+}
+
+TEST_F(EngineTest, FailureWithoutFailureFilePointsToTheLogs) {
+  SimJobBehavior b;
+  b.exit_code = 2;
+  behaviors_["job"] = b;
+  Create(Request("job"));
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Describe("job").failure_reason(), "AlgorithmError: See job logs for more information");
+}
+
+TEST_F(EngineTest, FailureReasonIsCappedAt1024Characters) {
+  SimJobBehavior b;
+  b.exit_code = 1;
+  b.failure_text = std::string(5000, 'x');
+  behaviors_["job"] = b;
+  Create(Request("job"));
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Describe("job").failure_reason().size(), 1024u);
+}
+
+TEST_F(EngineTest, OneFailingInstanceOfThreeFailsTheJob) {
+  SimJobBehavior b;
+  b.exit_code = 3;
+  b.failing_instance = 2;
+  behaviors_["job"] = b;
+  auto r = Request("job");
+  r.mutable_resource_config()->set_instance_count(3);
+  Create(r);
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Describe("job").training_job_status(), "Failed");
+}
+
+TEST_F(EngineTest, MetricsAreExtractedFromLogLines) {
+  SimJobBehavior b;
+  b.log_lines = {{absl::Seconds(100), "epoch 1 loss=0.5;"},
+                 {absl::Seconds(200), "epoch 2 loss=0.25; acc=0.9"},
+                 {absl::Seconds(300), "no metric here"}};
+  behaviors_["job"] = b;
+  auto r = Request("job");
+  auto* loss = r.mutable_algorithm_specification()->add_metric_definitions();
+  loss->set_name("train:loss");
+  loss->set_regex("loss=(.*?);");
+  auto* acc = r.mutable_algorithm_specification()->add_metric_definitions();
+  acc->set_name("acc");
+  acc->set_regex("acc=([0-9.]+)");
+  auto* never = r.mutable_algorithm_specification()->add_metric_definitions();
+  never->set_name("never");
+  never->set_regex("f1=([0-9.]+)");
+  Create(r);
+  loop_->RunUntilIdle();
+  auto d = Describe("job");
+  ASSERT_EQ(d.final_metric_data_list_size(), 2);
+  EXPECT_EQ(d.final_metric_data_list(0).metric_name(), "train:loss");
+  EXPECT_EQ(d.final_metric_data_list(0).value(), 0.25);
+  EXPECT_EQ(Offset(d.final_metric_data_list(0).timestamp()), 290);
+  EXPECT_EQ(d.final_metric_data_list(1).metric_name(), "acc");
+  EXPECT_EQ(observer_.metrics,
+            (std::vector<std::string>{"job:train:loss=0.5", "job:train:loss=0.25", "job:acc=0.9"}));
+  EXPECT_EQ(observer_.lines.size(), 3u);
+  EXPECT_EQ(observer_.lines[0], "job@algo-1: epoch 1 loss=0.5;");
+}
+
+TEST_F(EngineTest, DuplicateNameIsResourceInUse) {
+  Create(Request("job"));
+  auto again = engine_->CreateTrainingJob(Request("job"));
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(again.status().message(),
+            "Training job names must be unique within an AWS account and region, and a training "
+            "job with this name already exists "
+            "(arn:aws:sagemaker:us-east-1:000000000000:training-job/job)");
+}
+
+TEST_F(EngineTest, InvalidRequestIsRejectedAndNothingIsKept) {
+  auto r = Request("bad_name");
+  auto created = engine_->CreateTrainingJob(r);
+  EXPECT_EQ(created.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine_->ListTrainingJobs({}).value().training_job_summaries_size(), 0);
+  EXPECT_EQ(loop_->pending_events(), 0u);
+}
+
+TEST_F(EngineTest, UnknownJobIsNotFound) {
+  v1::DescribeTrainingJobRequest r;
+  r.set_training_job_name("nope");
+  auto d = engine_->DescribeTrainingJob(r);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(d.status().message(),
+            "Requested resource not found: training job 'nope' does not exist.");
+  EXPECT_EQ(Stop("nope").code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(EngineTest, DeleteOnlyEndedJobsAndTheNameBecomesFree) {
+  Create(Request("job"));
+  v1::DeleteTrainingJobRequest del;
+  del.set_training_job_name("job");
+  absl::Status refused = engine_->DeleteTrainingJob(del);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(refused.message(),
+            "Training job 'job' cannot be deleted while its status is InProgress; stop it and "
+            "wait for it to end");
+  loop_->RunUntilIdle();
+  ASSERT_TRUE(engine_->DeleteTrainingJob(del).ok());
+  v1::DescribeTrainingJobRequest describe;
+  describe.set_training_job_name("job");
+  EXPECT_EQ(engine_->DescribeTrainingJob(describe).status().code(), absl::StatusCode::kNotFound);
+  Create(Request("job"));  // the name is free again
+}
+
+TEST_F(EngineTest, JobWithChannelsNeedsADataChannel) {
+  EngineOptions options;
+  options.loop = loop_.get();
+  options.cluster_provider = provider_.get();
+  auto engine = NewEngine(std::move(options)).value();
+  auto r = Request("job");
+  auto* c = r.add_input_data_config();
+  c->set_channel_name("train");
+  c->mutable_data_source()->mutable_s3_data_source()->set_s3_data_type("S3Prefix");
+  c->mutable_data_source()->mutable_s3_data_source()->set_s3_uri("s3://bucket/train/");
+  EXPECT_EQ(engine->CreateTrainingJob(r).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(EngineTest, UpdateKeepAliveWithoutWarmPoolIsRefused) {
+  Create(Request("job"));
+  v1::UpdateTrainingJobRequest u;
+  u.set_training_job_name("job");
+  u.mutable_resource_config()->set_keep_alive_period_in_seconds(60);
+  EXPECT_EQ(engine_->UpdateTrainingJob(u).status().code(), absl::StatusCode::kFailedPrecondition);
+  v1::UpdateTrainingJobRequest profiler;
+  profiler.set_training_job_name("job");
+  profiler.mutable_profiler_config()->set_disable_profiler(true);
+  ASSERT_TRUE(engine_->UpdateTrainingJob(profiler).ok());
+  EXPECT_TRUE(Describe("job").profiler_config().disable_profiler());
+}
+
+// --- ListTrainingJobs
+
+class EngineListTest : public EngineTest {
+ protected:
+  // Jobs created 10 s apart: c-job at 0, a-job at 10, ...
+  void CreateJobs(const std::vector<std::string>& names) {
+    for (const auto& name : names) {
+      Create(Request(name));
+      loop_->RunUntil(loop_->Now() + absl::Seconds(10));
+    }
+  }
+  std::vector<std::string> Names(const v1::ListTrainingJobsResponse& r) {
+    std::vector<std::string> out;
+    for (const auto& s : r.training_job_summaries()) out.push_back(s.training_job_name());
+    return out;
+  }
+};
+
+TEST_F(EngineListTest, DefaultsToCreationTimeAscending) {
+  CreateJobs({"c-job", "a-job", "b-job"});
+  auto r = engine_->ListTrainingJobs({}).value();
+  EXPECT_EQ(Names(r), (std::vector<std::string>{"c-job", "a-job", "b-job"}));
+  EXPECT_EQ(r.training_job_summaries(0).training_job_status(), "InProgress");
+  EXPECT_FALSE(r.has_next_token());
+}
+
+TEST_F(EngineListTest, SortsByNameDescendingAndFilters) {
+  CreateJobs({"c-job", "a-job", "b-job", "other"});
+  v1::ListTrainingJobsRequest req;
+  req.set_sort_by("Name");
+  req.set_sort_order("Descending");
+  req.set_name_contains("job");
+  EXPECT_EQ(Names(engine_->ListTrainingJobs(req).value()),
+            (std::vector<std::string>{"c-job", "b-job", "a-job"}));
+}
+
+TEST_F(EngineListTest, FiltersByStatusAndStrictTimeBounds) {
+  CreateJobs({"j1", "j2", "j3"});
+  ASSERT_TRUE(Stop("j2").ok());
+  loop_->RunUntil(loop_->Now() + absl::Seconds(1));
+  v1::ListTrainingJobsRequest req;
+  req.set_status_equals("Stopped");
+  EXPECT_EQ(Names(engine_->ListTrainingJobs(req).value()), (std::vector<std::string>{"j2"}));
+  v1::ListTrainingJobsRequest times;
+  *times.mutable_creation_time_after() = google::protobuf::Timestamp();
+  times.mutable_creation_time_after()->set_seconds(absl::ToUnixSeconds(start_ + absl::Seconds(10)));
+  // Strictly after 10 s: j3 (at 20 s), not j2 (at exactly 10 s).
+  EXPECT_EQ(Names(engine_->ListTrainingJobs(times).value()), (std::vector<std::string>{"j3"}));
+}
+
+TEST_F(EngineListTest, PaginationStaysCorrectWhileJobsAreAdded) {
+  CreateJobs({"j1", "j2", "j3", "j4", "j5"});
+  v1::ListTrainingJobsRequest req;
+  req.set_max_results(2);
+  auto page1 = engine_->ListTrainingJobs(req).value();
+  EXPECT_EQ(Names(page1), (std::vector<std::string>{"j1", "j2"}));
+  ASSERT_TRUE(page1.has_next_token());
+  CreateJobs({"j6"});  // added between pages: it comes at the end, nothing repeats
+  req.set_next_token(page1.next_token());
+  auto page2 = engine_->ListTrainingJobs(req).value();
+  EXPECT_EQ(Names(page2), (std::vector<std::string>{"j3", "j4"}));
+  req.set_next_token(page2.next_token());
+  auto page3 = engine_->ListTrainingJobs(req).value();
+  EXPECT_EQ(Names(page3), (std::vector<std::string>{"j5", "j6"}));
+  EXPECT_FALSE(page3.has_next_token());
+}
+
+TEST_F(EngineListTest, PaginationByNameIsNotConfusedByNewEarlierNames) {
+  CreateJobs({"b", "d", "f"});
+  v1::ListTrainingJobsRequest req;
+  req.set_sort_by("Name");
+  req.set_max_results(2);
+  auto page1 = engine_->ListTrainingJobs(req).value();
+  EXPECT_EQ(Names(page1), (std::vector<std::string>{"b", "d"}));
+  CreateJobs({"a", "e"});  // "a" sorts before the cursor: not returned; "e" after: returned
+  req.set_next_token(page1.next_token());
+  EXPECT_EQ(Names(engine_->ListTrainingJobs(req).value()), (std::vector<std::string>{"e", "f"}));
+}
+
+TEST_F(EngineListTest, ForeignOrMismatchedTokensAreRejected) {
+  CreateJobs({"j1", "j2", "j3"});
+  v1::ListTrainingJobsRequest req;
+  req.set_next_token("not-a-token");
+  EXPECT_EQ(engine_->ListTrainingJobs(req).status().code(), absl::StatusCode::kInvalidArgument);
+  v1::ListTrainingJobsRequest first;
+  first.set_max_results(1);
+  auto page = engine_->ListTrainingJobs(first).value();
+  v1::ListTrainingJobsRequest other;
+  other.set_sort_by("Name");
+  other.set_next_token(page.next_token());
+  EXPECT_EQ(engine_->ListTrainingJobs(other).status().message(),
+            "Invalid pagination token: it was issued for SortBy=CreationTime "
+            "SortOrder=Ascending, not SortBy=Name SortOrder=Ascending");
+}
+
+// --- Determinism
+
+std::string RunScenario() {
+  auto loop = NewVirtualEventLoop();
+  sim::SimClusterOptions options;
+  options.behavior = [](std::string_view job) {
+    SimJobBehavior b;
+    b.run_duration = absl::Seconds(100 + 37 * static_cast<int>(job.size()));
+    b.capacity_failures = static_cast<int>(job.size() % 3);
+    b.exit_code = job.size() % 4 == 0 ? 1 : 0;
+    return b;
+  };
+  auto provider = sim::NewSimClusterProvider(*loop, options);
+  EngineOptions engine_options;
+  engine_options.loop = loop.get();
+  engine_options.cluster_provider = provider.get();
+  auto engine = NewEngine(std::move(engine_options)).value();
+  std::string out;
+  for (int i = 0; i < 12; ++i) {
+    v1::CreateTrainingJobRequest r;
+    google::protobuf::TextFormat::ParseFromString(
+        R"pb(
+          role_arn: "arn:aws:iam::123456789012:role/SageMakerRole"
+          algorithm_specification { training_image: "train:latest" training_input_mode: "File" }
+          output_data_config { s3_output_path: "s3://bucket/out" }
+          resource_config { instance_type: "ml.m5.xlarge" instance_count: 2 }
+        )pb",
+        &r);
+    r.set_training_job_name(absl::StrCat("job-", std::string(i % 5, 'x'), i));
+    EXPECT_TRUE(engine->CreateTrainingJob(r).ok());
+    loop->RunUntil(loop->Now() + absl::Seconds(7));
+  }
+  loop->RunUntilIdle();
+  v1::ListTrainingJobsRequest list;
+  list.set_max_results(100);
+  const v1::ListTrainingJobsResponse listed = engine->ListTrainingJobs(list).value();
+  for (const auto& s : listed.training_job_summaries()) {
+    v1::DescribeTrainingJobRequest d;
+    d.set_training_job_name(s.training_job_name());
+    absl::StrAppend(&out, ToJson(engine->DescribeTrainingJob(d).value()), "\n");
+  }
+  return out;
+}
+
+TEST(EngineDeterminismTest, IdenticalRunsGiveIdenticalDescribeJson) {
+  std::string a = RunScenario();
+  std::string b = RunScenario();
+  EXPECT_FALSE(a.empty());
+  EXPECT_EQ(a, b);
+}
+
+}  // namespace
+}  // namespace kiln

@@ -1,0 +1,240 @@
+// Conformance suite for EventQueue implementations (kiln/event_queue.h): every queue must hand
+// entries back in (time_ns, seq) order, unchanged, with ReplaceTop equal to Pop then Push.
+// Instantiated for each shipped queue (the heap), and for the test-only reference queue, which
+// validates the suite itself and EventQueue's default ReplaceTop.
+#include <algorithm>
+#include <cstdint>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <queue>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "core/reference_event_queue.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kiln/event_queue.h"
+
+namespace kiln {
+namespace {
+
+struct QueueImplementation {
+  std::string name;
+  std::function<std::unique_ptr<EventQueue>()> make;
+};
+
+class EventQueueConformanceTest : public ::testing::TestWithParam<QueueImplementation> {
+ protected:
+  void SetUp() override { queue_ = GetParam().make(); }
+
+  QueuedEvent Make(int64_t time_ns, uint32_t slot = 0, uint32_t generation = 1) {
+    return QueuedEvent{time_ns, next_seq_++, slot, generation};
+  }
+
+  // Pops everything, returning the seqs in pop order.
+  std::vector<uint64_t> DrainSeqs() {
+    std::vector<uint64_t> seqs;
+    while (!queue_->Empty()) {
+      seqs.push_back(queue_->Top().seq);
+      queue_->Pop();
+    }
+    return seqs;
+  }
+
+  std::unique_ptr<EventQueue> queue_;
+  uint64_t next_seq_ = 0;
+};
+
+// The reference order of a set of entries.
+struct After {
+  bool operator()(const QueuedEvent& a, const QueuedEvent& b) const { return EventBefore(b, a); }
+};
+using ReferenceQueue = std::priority_queue<QueuedEvent, std::vector<QueuedEvent>, After>;
+
+TEST_P(EventQueueConformanceTest, NewQueueIsEmpty) {
+  EXPECT_TRUE(queue_->Empty());
+  EXPECT_EQ(queue_->Size(), 0u);
+}
+
+TEST_P(EventQueueConformanceTest, PushedEntriesPopInTimeOrder) {
+  for (int64_t t : {50, 10, 40, 20, 30}) queue_->Push(Make(t));
+  std::vector<int64_t> times;
+  while (!queue_->Empty()) {
+    times.push_back(queue_->Top().time_ns);
+    queue_->Pop();
+  }
+  EXPECT_THAT(times, ::testing::ElementsAre(10, 20, 30, 40, 50));
+}
+
+TEST_P(EventQueueConformanceTest, EqualTimesPopFirstInFirstOut) {
+  for (int i = 0; i < 20; ++i) queue_->Push(Make(7));
+  std::vector<uint64_t> expected(20);
+  for (uint64_t i = 0; i < 20; ++i) expected[i] = i;
+  EXPECT_EQ(DrainSeqs(), expected);
+}
+
+TEST_P(EventQueueConformanceTest, EqualTimesOrderBySeqNotByPushOrder) {
+  queue_->Push({5, 9, 0, 1});
+  queue_->Push({5, 3, 0, 1});
+  queue_->Push({5, 6, 0, 1});
+  EXPECT_THAT(DrainSeqs(), ::testing::ElementsAre(3, 6, 9));
+}
+
+TEST_P(EventQueueConformanceTest, ExtremeAndNegativeTimesOrderAsSignedIntegers) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min();
+  for (int64_t t : {kMax, int64_t{0}, int64_t{-1}, kMin, int64_t{1}}) queue_->Push(Make(t));
+  std::vector<int64_t> times;
+  while (!queue_->Empty()) {
+    times.push_back(queue_->Top().time_ns);
+    queue_->Pop();
+  }
+  EXPECT_THAT(times, ::testing::ElementsAre(kMin, -1, 0, 1, kMax));
+}
+
+TEST_P(EventQueueConformanceTest, TopReturnsSlotAndGenerationUnchanged) {
+  queue_->Push({100, 0, 123456, 0xdeadbeef});
+  queue_->Push({200, 1, 7, 1});
+  const QueuedEvent& top = queue_->Top();
+  EXPECT_EQ(top.time_ns, 100);
+  EXPECT_EQ(top.seq, 0u);
+  EXPECT_EQ(top.slot, 123456u);
+  EXPECT_EQ(top.generation, 0xdeadbeefu);
+}
+
+TEST_P(EventQueueConformanceTest, SizeCountsPushesMinusPops) {
+  for (int i = 0; i < 10; ++i) queue_->Push(Make(i));
+  EXPECT_EQ(queue_->Size(), 10u);
+  queue_->Pop();
+  queue_->Pop();
+  EXPECT_EQ(queue_->Size(), 8u);
+  EXPECT_FALSE(queue_->Empty());
+}
+
+TEST_P(EventQueueConformanceTest, ReplaceTopEqualsPopThenPush) {
+  queue_->Push(Make(10));
+  queue_->Push(Make(20));
+  queue_->Push(Make(30));
+  queue_->ReplaceTop(Make(25));  // removes 10
+  queue_->ReplaceTop(Make(5));   // removes 20; 5 is the new top
+  EXPECT_EQ(queue_->Size(), 3u);
+  std::vector<int64_t> times;
+  while (!queue_->Empty()) {
+    times.push_back(queue_->Top().time_ns);
+    queue_->Pop();
+  }
+  EXPECT_THAT(times, ::testing::ElementsAre(5, 25, 30));
+}
+
+TEST_P(EventQueueConformanceTest, LargeRandomQueueDrainsSorted) {
+  std::mt19937_64 rng(1);
+  std::vector<QueuedEvent> pushed;
+  for (int i = 0; i < 100'000; ++i) {
+    pushed.push_back(Make(static_cast<int64_t>(rng() % 1000), static_cast<uint32_t>(i)));
+    queue_->Push(pushed.back());
+  }
+  std::sort(pushed.begin(), pushed.end(), EventBefore);
+  for (const QueuedEvent& want : pushed) {
+    ASSERT_FALSE(queue_->Empty());
+    const QueuedEvent& got = queue_->Top();
+    ASSERT_EQ(got.seq, want.seq);
+    ASSERT_EQ(got.slot, want.slot);
+    queue_->Pop();
+  }
+  EXPECT_TRUE(queue_->Empty());
+}
+
+// Random interleavings of Push, Pop and ReplaceTop, with many equal times, against
+// std::priority_queue.
+TEST_P(EventQueueConformanceTest, RandomOperationsMatchStdPriorityQueue) {
+  std::mt19937_64 rng(2);
+  ReferenceQueue reference;
+  int64_t now = 0;
+  for (int step = 0; step < 200'000; ++step) {
+    const uint64_t op = rng() % 10;
+    if (op < 5 || reference.empty()) {
+      // Times at or after the last popped one, as an event loop schedules; few distinct values
+      // so that ties are common.
+      const QueuedEvent e = Make(now + static_cast<int64_t>(rng() % 8), static_cast<uint32_t>(step));
+      queue_->Push(e);
+      reference.push(e);
+    } else if (op < 8) {
+      ASSERT_EQ(queue_->Top().seq, reference.top().seq) << "step " << step;
+      now = reference.top().time_ns;
+      queue_->Pop();
+      reference.pop();
+    } else {
+      ASSERT_EQ(queue_->Top().seq, reference.top().seq) << "step " << step;
+      now = reference.top().time_ns;
+      const QueuedEvent e = Make(now + static_cast<int64_t>(rng() % 8), static_cast<uint32_t>(step));
+      queue_->ReplaceTop(e);
+      reference.pop();
+      reference.push(e);
+    }
+    ASSERT_EQ(queue_->Size(), reference.size());
+  }
+  while (!reference.empty()) {
+    ASSERT_EQ(queue_->Top().seq, reference.top().seq);
+    queue_->Pop();
+    reference.pop();
+  }
+  EXPECT_TRUE(queue_->Empty());
+}
+
+// The way an event loop uses a queue: cancellation marks entries dead without touching the
+// queue, and dead entries are skipped when they reach the top. The live entries must still come
+// out in exact (time, seq) order: compared with a sorted std::set that erases cancelled ones.
+TEST_P(EventQueueConformanceTest, LazyCancellationYieldsLiveEntriesInSortedOrder) {
+  std::mt19937_64 rng(3);
+  std::set<QueuedEvent, decltype(&EventBefore)> live(&EventBefore);
+  std::set<uint64_t> cancelled;  // seqs
+  std::vector<QueuedEvent> cancellable;
+  int64_t now = 0;
+  int popped_live = 0;
+  for (int step = 0; step < 100'000; ++step) {
+    const uint64_t op = rng() % 10;
+    if (op < 4 || live.empty()) {
+      const QueuedEvent e = Make(now + static_cast<int64_t>(rng() % 1000));
+      queue_->Push(e);
+      live.insert(e);
+      cancellable.push_back(e);
+    } else if (op < 6 && !cancellable.empty()) {
+      // Cancel a random entry that may or may not still be pending.
+      const size_t k = rng() % cancellable.size();
+      const QueuedEvent e = cancellable[k];
+      cancellable[k] = cancellable.back();
+      cancellable.pop_back();
+      if (live.erase(e) == 1) cancelled.insert(e.seq);
+    } else {
+      // Pop dead entries, then the next live one, which must be the reference's first.
+      while (!queue_->Empty() && cancelled.count(queue_->Top().seq) == 1) {
+        cancelled.erase(queue_->Top().seq);
+        queue_->Pop();
+      }
+      ASSERT_FALSE(queue_->Empty());
+      ASSERT_EQ(queue_->Top().seq, live.begin()->seq) << "step " << step;
+      now = queue_->Top().time_ns;
+      live.erase(live.begin());
+      queue_->Pop();
+      ++popped_live;
+    }
+    ASSERT_EQ(queue_->Size(), live.size() + cancelled.size());
+  }
+  EXPECT_GT(popped_live, 10'000);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Implementations, EventQueueConformanceTest,
+    ::testing::Values(QueueImplementation{"Heap", [] { return NewHeapEventQueue(); }},
+                      QueueImplementation{"Reference",
+                                          [] {
+                                            return std::unique_ptr<EventQueue>(
+                                                std::make_unique<test::ReferenceEventQueue>());
+                                          }}),
+    [](const ::testing::TestParamInfo<QueueImplementation>& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace kiln

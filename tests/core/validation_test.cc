@@ -1,0 +1,451 @@
+#include "kiln/validation.h"
+
+#include <functional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "core/internal/shapes.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+
+namespace kiln {
+namespace {
+
+using v1::CreateTrainingJobRequest;
+
+// A complete, valid container job: every test below changes one thing.
+CreateTrainingJobRequest BaseRequest() {
+  CreateTrainingJobRequest r;
+  const char* text = R"pb(
+    training_job_name: "hpo-17"
+    role_arn: "arn:aws:iam::123456789012:role/SageMakerRole"
+    algorithm_specification {
+      training_image: "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:latest"
+      training_input_mode: "File"
+    }
+    output_data_config { s3_output_path: "s3://bucket/output" }
+    resource_config { instance_type: "ml.m5.xlarge" instance_count: 1 volume_size_in_gb: 30 }
+    stopping_condition { max_runtime_in_seconds: 3600 }
+    input_data_config {
+      channel_name: "train"
+      data_source {
+        s3_data_source { s3_data_type: "S3Prefix" s3_uri: "s3://bucket/train/" }
+      }
+    }
+  )pb";
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &r));
+  return r;
+}
+
+std::string Validate(const CreateTrainingJobRequest& r, ValidationOptions options = {}) {
+  absl::Status s = ValidateCreateTrainingJobRequest(r, options);
+  if (s.ok()) return "OK";
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  return std::string(s.message());
+}
+
+std::string One(const std::string& message) {
+  return absl::StrCat("1 validation error detected: ", message);
+}
+
+TEST(ShapeModelTest, EmbeddedModelHasTheTrainingShapes) {
+  const auto& model = internal::ShapeModel::Get();
+  const internal::Shape* name = model.Find("TrainingJobName");
+  ASSERT_NE(name, nullptr);
+  EXPECT_EQ(*name->max, 63);
+  EXPECT_EQ(name->pattern->text(), "[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}");
+  const internal::Shape* type = model.Find("TrainingInstanceType");
+  ASSERT_NE(type, nullptr);
+  EXPECT_TRUE(type->enum_set.contains("ml.p4d.24xlarge"));
+  EXPECT_EQ(model.Find("NoSuchShape"), nullptr);
+}
+
+TEST(ShapeModelTest, PatternsAreFullMatchesWithUnicodeClassesAndLookBehind) {
+  const auto& model = internal::ShapeModel::Get();
+  const auto& tag = *model.Find("TagKey")->pattern;
+  EXPECT_TRUE(tag.Matches("Équipe Ünit_1:/=+-@"));
+  EXPECT_FALSE(tag.Matches("bad*key"));
+  const auto& arn_or_name = *model.Find("ArnOrName")->pattern;
+  EXPECT_TRUE(arn_or_name.Matches("my-algo"));
+  EXPECT_FALSE(arn_or_name.Matches("my-algo-"));  // (?<!-) look-behind
+  const auto& name = *model.Find("TrainingJobName")->pattern;
+  EXPECT_FALSE(name.Matches("ok-prefix_then_bad"));  // not a partial match
+  EXPECT_FALSE(name.Matches(std::string("a\xff", 2)));  // invalid UTF-8 never matches
+  // Java's ASCII-only \p{Alnum} class.
+  const auto& lambda = *model.Find("TrainingRepositoryCredentialsProviderArn")->pattern;
+  EXPECT_TRUE(lambda.Matches("arn:aws:lambda:us-east-1:123456789012:function:auth"));
+  EXPECT_FALSE(lambda.Matches("arn:a_ws:lambda:us-east-1:123456789012:function:auth"));
+}
+
+TEST(ValidationTest, BaseRequestIsValid) { EXPECT_EQ(Validate(BaseRequest()), "OK"); }
+
+struct Case {
+  const char* name;
+  std::function<void(CreateTrainingJobRequest&)> change;
+  std::string expected;  // "OK" or the full message
+};
+
+class ValidationTableTest : public testing::TestWithParam<Case> {};
+
+TEST_P(ValidationTableTest, GivesExactMessage) {
+  CreateTrainingJobRequest r = BaseRequest();
+  GetParam().change(r);
+  EXPECT_EQ(Validate(r), GetParam().expected);
+}
+
+const char kNamePattern[] =
+    "Member must satisfy regular expression pattern: ^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}";
+
+INSTANTIATE_TEST_SUITE_P(
+    Constraints, ValidationTableTest,
+    testing::Values(
+        // --- required members
+        Case{"RequiredMissing", [](auto& r) { r.clear_role_arn(); },
+             One("Value null at 'roleArn' failed to satisfy constraint: Member must not be null")},
+        Case{"NestedRequiredMissing",
+             [](auto& r) { r.mutable_input_data_config(0)->clear_channel_name(); },
+             One("Value null at 'inputDataConfig.1.member.channelName' failed to satisfy "
+                 "constraint: Member must not be null")},
+        Case{"NestedRequiredPresent", [](auto& r) { r.mutable_retry_strategy()->set_maximum_retry_attempts(3); },
+             "OK"},
+        Case{"NestedRequiredMissingInOptionalStruct",
+             [](auto& r) { r.mutable_retry_strategy(); },
+             One("Value null at 'retryStrategy.maximumRetryAttempts' failed to satisfy "
+                 "constraint: Member must not be null")},
+        // --- string length
+        Case{"NameMaxLengthAccepted", [](auto& r) { r.set_training_job_name(std::string(63, 'a')); },
+             "OK"},
+        Case{"NameTooLong", [](auto& r) { r.set_training_job_name(std::string(64, 'a')); },
+             // The {0,62} pattern fails too, and the service reports both.
+             absl::StrCat("2 validation errors detected: Value '", std::string(64, 'a'),
+                          "' at 'trainingJobName' failed to satisfy constraint: Member must "
+                          "have length less than or equal to 63; Value '", std::string(64, 'a'),
+                          "' at 'trainingJobName' failed to satisfy constraint: ", kNamePattern)},
+        Case{"RoleArnTooShort", [](auto& r) { r.set_role_arn("arn:aws:iam::1:role"); },
+             "2 validation errors detected: Value 'arn:aws:iam::1:role' at 'roleArn' failed to "
+             "satisfy constraint: Member must have length greater than or equal to 20; Value "
+             "'arn:aws:iam::1:role' at 'roleArn' failed to satisfy constraint: Member must satisfy "
+             "regular expression pattern: ^arn:aws[a-z\\-]*:iam::\\d{12}:role/?[a-zA-Z_0-9+=,.@\\-_/]+"},
+        // --- patterns (full match)
+        Case{"NamePatternRejectsUnderscore", [](auto& r) { r.set_training_job_name("a_b"); },
+             One(absl::StrCat("Value 'a_b' at 'trainingJobName' failed to satisfy constraint: ",
+                              kNamePattern))},
+        Case{"NamePatternRejectsTrailingDash", [](auto& r) { r.set_training_job_name("job-"); },
+             One(absl::StrCat("Value 'job-' at 'trainingJobName' failed to satisfy constraint: ",
+                              kNamePattern))},
+        Case{"NamePatternAcceptsInnerDashes", [](auto& r) { r.set_training_job_name("a--b-1"); },
+             "OK"},
+        Case{"ChannelNamePattern",
+             [](auto& r) { r.mutable_input_data_config(0)->set_channel_name("tr ain"); },
+             One("Value 'tr ain' at 'inputDataConfig.1.member.channelName' failed to satisfy "
+                 "constraint: Member must satisfy regular expression pattern: "
+                 "^[A-Za-z0-9\\.\\-_]+")},
+        Case{"S3UriPattern",
+             [](auto& r) { r.mutable_output_data_config()->set_s3_output_path("bucket/out"); },
+             One("Value 'bucket/out' at 'outputDataConfig.s3OutputPath' failed to satisfy "
+                 "constraint: Member must satisfy regular expression pattern: "
+                 "^(https|s3)://([^/]+)/?(.*) or ^file://.+")},
+        Case{"LocalUriAccepted",
+             [](auto& r) { r.mutable_output_data_config()->set_s3_output_path("file:///tmp/out"); },
+             "OK"},
+        Case{"TagUnicodeAccepted",
+             [](auto& r) {
+               auto* t = r.add_tags();
+               t->set_key("équipe");
+               t->set_value("Zürich 1");
+             },
+             "OK"},
+        Case{"TagPatternRejected",
+             [](auto& r) {
+               auto* t = r.add_tags();
+               t->set_key("team");
+               t->set_value("a*b");
+             },
+             One("Value 'a*b' at 'tags.1.member.value' failed to satisfy constraint: Member must "
+                 "satisfy regular expression pattern: ^([\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*)")},
+        // --- enums
+        Case{"InputModeEnum",
+             [](auto& r) { r.mutable_algorithm_specification()->set_training_input_mode("Stream"); },
+             One("Value 'Stream' at 'algorithmSpecification.trainingInputMode' failed to satisfy "
+                 "constraint: Member must satisfy enum value set: [Pipe, File, FastFile]")},
+        Case{"ChannelInputModeEnumAccepted",
+             [](auto& r) { r.mutable_input_data_config(0)->set_input_mode("FastFile"); }, "OK"},
+        Case{"OutputCompressionEnum",
+             [](auto& r) { r.mutable_output_data_config()->set_compression_type("gzip"); },
+             One("Value 'gzip' at 'outputDataConfig.compressionType' failed to satisfy "
+                 "constraint: Member must satisfy enum value set: [GZIP, NONE]")},
+        // --- numeric ranges
+        Case{"KeepAliveMaxAccepted",
+             [](auto& r) { r.mutable_resource_config()->set_keep_alive_period_in_seconds(21600); },
+             "OK"},
+        Case{"KeepAliveTooLarge",
+             [](auto& r) { r.mutable_resource_config()->set_keep_alive_period_in_seconds(21601); },
+             One("Value '21601' at 'resourceConfig.keepAlivePeriodInSeconds' failed to satisfy "
+                 "constraint: Member must have value less than or equal to 21600")},
+        Case{"MaxRuntimeZero",
+             [](auto& r) { r.mutable_stopping_condition()->set_max_runtime_in_seconds(0); },
+             One("Value '0' at 'stoppingCondition.maxRuntimeInSeconds' failed to satisfy "
+                 "constraint: Member must have value greater than or equal to 1")},
+        Case{"MaxPendingTooSmall",
+             [](auto& r) { r.mutable_stopping_condition()->set_max_pending_time_in_seconds(60); },
+             One("Value '60' at 'stoppingCondition.maxPendingTimeInSeconds' failed to satisfy "
+                 "constraint: Member must have value greater than or equal to 7200")},
+        Case{"RetryAttemptsTooMany",
+             [](auto& r) { r.mutable_retry_strategy()->set_maximum_retry_attempts(31); },
+             One("Value '31' at 'retryStrategy.maximumRetryAttempts' failed to satisfy "
+                 "constraint: Member must have value less than or equal to 30")},
+        // --- list sizes
+        Case{"TooManyChannels",
+             [](auto& r) {
+               for (int i = 0; i < 20; ++i) {
+                 auto* c = r.add_input_data_config();
+                 *c = r.input_data_config(0);
+                 c->set_channel_name(absl::StrCat("c", i));
+               }
+             },
+             One("Value '[...]' at 'inputDataConfig' failed to satisfy constraint: Member must "
+                 "have length less than or equal to 20")},
+        Case{"TooManySecurityGroups",
+             [](auto& r) {
+               auto* vpc = r.mutable_vpc_config();
+               vpc->add_subnets("subnet-1");
+               for (int i = 0; i < 6; ++i) vpc->add_security_group_ids(absl::StrCat("sg-", i));
+             },
+             One("Value '[sg-0, sg-1, sg-2, sg-3, sg-4, sg-5]' at 'vpcConfig.securityGroupIds' "
+                 "failed to satisfy constraint: Member must have length less than or equal to 5")},
+        Case{"ListElementConstraint",
+             [](auto& r) {
+               auto* vpc = r.mutable_vpc_config();
+               vpc->add_subnets("subnet_1");
+               vpc->add_security_group_ids("sg-1");
+             },
+             One("Value 'subnet_1' at 'vpcConfig.subnets.1.member' failed to satisfy constraint: "
+                 "Member must satisfy regular expression pattern: ^[-0-9a-zA-Z]+")},
+        // --- map sizes, keys and values
+        Case{"HyperParameterValueTooLong",
+             [](auto& r) { (*r.mutable_hyper_parameters())["lr"] = std::string(2501, '1'); },
+             One(absl::StrCat("Value '", std::string(256, '1'),
+                              "...' at 'hyperParameters.lr' failed to satisfy constraint: Member "
+                              "must have length less than or equal to 2500"))},
+        Case{"HyperParameterValueAtMaxAccepted",
+             [](auto& r) { (*r.mutable_hyper_parameters())["lr"] = std::string(2500, '1'); },
+             "OK"},
+        Case{"EnvironmentKeyPattern",
+             [](auto& r) { (*r.mutable_environment())["1BAD"] = "x"; },
+             One("Value '1BAD' at 'environment' failed to satisfy constraint: Map keys must "
+                 "satisfy constraint: [Member must satisfy regular expression pattern: "
+                 "^[a-zA-Z_][a-zA-Z0-9_]*]")},
+        Case{"TooManyHyperParameters",
+             [](auto& r) {
+               for (int i = 0; i < 101; ++i) (*r.mutable_hyper_parameters())[absl::StrCat("k", i)] = "v";
+             },
+             One("Value '{101 entries}' at 'hyperParameters' failed to satisfy constraint: "
+                 "Member must have length less than or equal to 100")},
+        // --- cross-field rules
+        Case{"ImageAndAlgorithmName",
+             [](auto& r) { r.mutable_algorithm_specification()->set_algorithm_name("xgboost"); },
+             One("Invalid value at 'algorithmSpecification': specify either TrainingImage or "
+                 "AlgorithmName, not both")},
+        Case{"NeitherImageNorAlgorithm",
+             [](auto& r) { r.mutable_algorithm_specification()->clear_training_image(); },
+             One("Invalid value at 'algorithmSpecification': specify either TrainingImage or "
+                 "AlgorithmName")},
+        Case{"InstanceTypeAndGroups",
+             [](auto& r) {
+               auto* g = r.mutable_resource_config()->add_instance_groups();
+               g->set_instance_group_name("gpu");
+               g->set_instance_type("ml.p3.2xlarge");
+               g->set_instance_count(1);
+             },
+             One("Invalid value at 'resourceConfig': specify either InstanceType and "
+                 "InstanceCount, or InstanceGroups, not both")},
+        Case{"NoInstancesAtAll",
+             [](auto& r) {
+               r.mutable_resource_config()->clear_instance_type();
+               r.mutable_resource_config()->clear_instance_count();
+             },
+             One("Invalid value at 'resourceConfig': specify either InstanceType and "
+                 "InstanceCount, or InstanceGroups")},
+        Case{"MaxWaitWithoutSpot",
+             [](auto& r) { r.mutable_stopping_condition()->set_max_wait_time_in_seconds(7200); },
+             One("Invalid MaxWaitTimeInSeconds. It is only supported when "
+                 "EnableManagedSpotTraining is set to true")},
+        Case{"MaxWaitBelowMaxRuntime",
+             [](auto& r) {
+               r.set_enable_managed_spot_training(true);
+               r.mutable_stopping_condition()->set_max_wait_time_in_seconds(1800);
+             },
+             One("Value '1800' at 'stoppingCondition.maxWaitTimeInSeconds' failed to satisfy "
+                 "constraint: MaxWaitTimeInSeconds must be greater than or equal to "
+                 "MaxRuntimeInSeconds (3600)")},
+        Case{"MaxWaitEqualMaxRuntimeAccepted",
+             [](auto& r) {
+               r.set_enable_managed_spot_training(true);
+               r.mutable_stopping_condition()->set_max_wait_time_in_seconds(3600);
+             },
+             "OK"},
+        Case{"SpotNeedsMaxWait", [](auto& r) { r.set_enable_managed_spot_training(true); },
+             One("Value null at 'stoppingCondition.maxWaitTimeInSeconds' failed to satisfy "
+                 "constraint: MaxWaitTimeInSeconds is required when EnableManagedSpotTraining is "
+                 "true")},
+        Case{"KeepAliveWithSpot",
+             [](auto& r) {
+               r.set_enable_managed_spot_training(true);
+               r.mutable_stopping_condition()->set_max_wait_time_in_seconds(3600);
+               r.mutable_resource_config()->set_keep_alive_period_in_seconds(600);
+             },
+             One("Value '600' at 'resourceConfig.keepAlivePeriodInSeconds' failed to satisfy "
+                 "constraint: KeepAlivePeriodInSeconds (warm pools) is not supported with "
+                 "EnableManagedSpotTraining")},
+        Case{"DuplicateChannel",
+             [](auto& r) { *r.add_input_data_config() = r.input_data_config(0); },
+             One("Value 'train' at 'inputDataConfig.2.member.channelName' failed to satisfy "
+                 "constraint: ChannelName must be unique within the job")},
+        Case{"FastFileWithManifest",
+             [](auto& r) {
+               auto* c = r.mutable_input_data_config(0);
+               c->set_input_mode("FastFile");
+               c->mutable_data_source()->mutable_s3_data_source()->set_s3_data_type("ManifestFile");
+             },
+             One("Value 'ManifestFile' at "
+                 "'inputDataConfig.1.member.dataSource.s3DataSource.s3DataType' failed to satisfy "
+                 "constraint: FastFile input mode supports only S3DataType S3Prefix")},
+        Case{"GzipInFileMode",
+             [](auto& r) { r.mutable_input_data_config(0)->set_compression_type("Gzip"); },
+             One("Value 'Gzip' at 'inputDataConfig.1.member.compressionType' failed to satisfy "
+                 "constraint: CompressionType Gzip is supported only in Pipe input mode")},
+        Case{"GzipInPipeModeAccepted",
+             [](auto& r) {
+               r.mutable_input_data_config(0)->set_compression_type("Gzip");
+               r.mutable_input_data_config(0)->set_input_mode("Pipe");
+             },
+             "OK"},
+        Case{"GroupNamesWithoutGroups",
+             [](auto& r) {
+               r.mutable_input_data_config(0)
+                   ->mutable_data_source()
+                   ->mutable_s3_data_source()
+                   ->add_instance_group_names("gpu");
+             },
+             One("Value 'gpu' at "
+                 "'inputDataConfig.1.member.dataSource.s3DataSource.instanceGroupNames.1.member' "
+                 "failed to satisfy constraint: InstanceGroupNames requires "
+                 "ResourceConfig.InstanceGroups")},
+        Case{"MetricRegexInvalid",
+             [](auto& r) {
+               auto* m = r.mutable_algorithm_specification()->add_metric_definitions();
+               m->set_name("loss");
+               m->set_regex("loss=([0-9.]+");
+             },
+             One("Value 'loss=([0-9.]+' at "
+                 "'algorithmSpecification.metricDefinitions.1.member.regex' failed to satisfy "
+                 "constraint: Member must be a valid regular expression: missing closing "
+                 "parenthesis at offset 13")},
+        Case{"MetricRegexLazyAccepted",
+             [](auto& r) {
+               auto* m = r.mutable_algorithm_specification()->add_metric_definitions();
+               m->set_name("train:error");
+               m->set_regex("Train_error=(.*?);");
+             },
+             "OK"},
+        Case{"DuplicateTagKeys",
+             [](auto& r) {
+               for (int i = 0; i < 2; ++i) {
+                 auto* t = r.add_tags();
+                 t->set_key("team");
+                 t->set_value("a");
+               }
+             },
+             One("Value 'team' at 'tags.2.member.key' failed to satisfy constraint: Tag keys "
+                 "must be unique")}),
+    [](const testing::TestParamInfo<Case>& info) { return info.param.name; });
+
+TEST(ValidationTest, AllViolationsAreReportedAtOnceInModelOrder) {
+  CreateTrainingJobRequest r = BaseRequest();
+  r.set_training_job_name("a_b");
+  r.clear_role_arn();
+  r.mutable_stopping_condition()->set_max_wait_time_in_seconds(7200);
+  EXPECT_EQ(Validate(r),
+            "3 validation errors detected: Value 'a_b' at 'trainingJobName' failed to satisfy "
+            "constraint: Member must satisfy regular expression pattern: "
+            "^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}; Value null at 'roleArn' failed to satisfy "
+            "constraint: Member must not be null; Invalid MaxWaitTimeInSeconds. It is only "
+            "supported when EnableManagedSpotTraining is set to true");
+}
+
+TEST(ValidationTest, HeterogeneousJobWithPerGroupChannelsIsValid) {
+  CreateTrainingJobRequest r = BaseRequest();
+  auto* rc = r.mutable_resource_config();
+  rc->clear_instance_type();
+  rc->clear_instance_count();
+  for (const char* name : {"gpu", "cpu"}) {
+    auto* g = rc->add_instance_groups();
+    g->set_instance_group_name(name);
+    g->set_instance_type("ml.c5.xlarge");
+    g->set_instance_count(2);
+  }
+  r.mutable_input_data_config(0)
+      ->mutable_data_source()
+      ->mutable_s3_data_source()
+      ->add_instance_group_names("cpu");
+  EXPECT_EQ(Validate(r), "OK");
+  r.mutable_input_data_config(0)
+      ->mutable_data_source()
+      ->mutable_s3_data_source()
+      ->add_instance_group_names("tpu");
+  EXPECT_EQ(Validate(r),
+            One("Value 'tpu' at "
+                "'inputDataConfig.1.member.dataSource.s3DataSource.instanceGroupNames.2.member' "
+                "failed to satisfy constraint: InstanceGroupNames must name an instance group "
+                "declared in ResourceConfig.InstanceGroups"));
+  rc->set_keep_alive_period_in_seconds(60);
+  EXPECT_NE(Validate(r).find("KeepAlivePeriodInSeconds (warm pools) is not supported with "
+                             "InstanceGroups"),
+            std::string::npos);
+}
+
+TEST(ValidationTest, LocalUrisCanBeTurnedOff) {
+  CreateTrainingJobRequest r = BaseRequest();
+  r.mutable_output_data_config()->set_s3_output_path("file:///tmp/out");
+  ValidationOptions strict;
+  strict.allow_local_uris = false;
+  EXPECT_EQ(Validate(r, strict),
+            One("Value 'file:///tmp/out' at 'outputDataConfig.s3OutputPath' failed to satisfy "
+                "constraint: Member must satisfy regular expression pattern: "
+                "^(https|s3)://([^/]+)/?(.*)"));
+}
+
+TEST(ValidationTest, LengthCountsUtf16UnitsLikeTheService) {
+  CreateTrainingJobRequest r = BaseRequest();
+  auto* t = r.add_tags();
+  // 128 characters, each one UTF-16 unit but two UTF-8 bytes: at the limit.
+  std::string key;
+  for (int i = 0; i < 128; ++i) key += "é";
+  t->set_key(key);
+  t->set_value("v");
+  EXPECT_EQ(Validate(r), "OK");
+}
+
+TEST(ValidationTest, OtherRequestsAreCheckedAgainstTheModel) {
+  v1::ListTrainingJobsRequest list;
+  list.set_max_results(101);
+  list.set_status_equals("Running");
+  absl::Status s = ValidateRequest(list);
+  EXPECT_EQ(s.message(),
+            "2 validation errors detected: Value '101' at 'maxResults' failed to satisfy "
+            "constraint: Member must have value less than or equal to 100; Value 'Running' at "
+            "'statusEquals' failed to satisfy constraint: Member must satisfy enum value set: "
+            "[InProgress, Completed, Failed, Stopping, Stopped, Deleting]");
+  v1::UpdateTrainingJobRequest update;
+  update.set_training_job_name("job");
+  update.mutable_resource_config();
+  EXPECT_EQ(ValidateRequest(update).message(),
+            "1 validation error detected: Value null at "
+            "'resourceConfig.keepAlivePeriodInSeconds' failed to satisfy constraint: Member must "
+            "not be null");
+  update.mutable_resource_config()->set_keep_alive_period_in_seconds(0);
+  EXPECT_TRUE(ValidateRequest(update).ok());
+}
+
+}  // namespace
+}  // namespace kiln
