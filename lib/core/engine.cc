@@ -103,11 +103,19 @@ void EchoFields(const google::protobuf::Message& from, google::protobuf::Message
   for (const auto* f : present) {
     const auto* t = to_desc->FindFieldByName(f->name());
     if (t == nullptr || t->json_name() != f->json_name() || t->type() != f->type() ||
-        t->is_repeated() != f->is_repeated() ||
-        (f->message_type() != nullptr && f->message_type() != t->message_type())) {
+        t->is_repeated() != f->is_repeated() || t->is_map() != f->is_map() ||
+        (!f->is_map() && f->message_type() != t->message_type())) {
       continue;
     }
     const auto* to_refl = to.GetReflection();
+    if (f->is_map()) {
+      // Each message has its own map-entry type: copy entries member by member.
+      to_refl->ClearField(&to, t);
+      for (int i = 0; i < from_refl->FieldSize(from, f); ++i) {
+        EchoFields(from_refl->GetRepeatedMessage(from, f, i), *to_refl->AddMessage(&to, t));
+      }
+      continue;
+    }
     if (f->is_repeated()) {
       to_refl->ClearField(&to, t);
       for (int i = 0; i < from_refl->FieldSize(from, f); ++i) {

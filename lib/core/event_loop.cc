@@ -21,6 +21,10 @@
 // when the callback schedules (the common case), ReplaceTop() instead of Pop() + Push(): the
 // running event's entry stays at the top of the queue while its callback runs (anything it
 // schedules orders after it), and the first event it schedules takes that entry's place.
+// On large heaps the next event's slot is prefetched while the current callback runs.
+//
+// Destruction: members go in reverse order, so posts in the inbox, then pending callbacks in
+// the slot table, are destroyed unrun before the queue.
 #include "kiln/event_loop.h"
 
 #include <algorithm>
@@ -158,11 +162,6 @@ class EventLoopImpl final : public EventLoop {
         queue_(queue),
         now_ns_(ToUnixNs(start_time)),
         loop_clock_(now_ns_) {}
-
-  ~EventLoopImpl() override {
-    // Destroy pending callbacks (slot table), then the queue entries that named them.
-    inbox_.clear();
-  }
 
   absl::Time Now() const override { return absl::FromUnixNanos(NowNs()); }
   bool is_virtual() const override { return kVirtual; }
@@ -321,7 +320,8 @@ class EventLoopImpl final : public EventLoop {
       }
     }
     dead_ = 0;
-    for (const QueuedEvent& e : keep) queue_->Push(e);  // sorted: each push is O(1) on a heap
+    // In order, each push is O(1): the heap queue appends them all to its lane.
+    for (const QueuedEvent& e : keep) queue_->Push(e);
   }
 
   // Waits (real time) until `until_ns` on the loop's clock, a post, or Stop(). A virtual loop

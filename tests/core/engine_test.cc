@@ -152,6 +152,28 @@ TEST_F(EngineTest, HappyPathRunsEveryStatusWithTimesAndBilling) {
   EXPECT_EQ(engine_->active_jobs(), 0);
 }
 
+TEST_F(EngineTest, DescribeEchoesTheRequest) {
+  auto r = Request("job");
+  (*r.mutable_hyper_parameters())["lr"] = "0.1";
+  (*r.mutable_environment())["MODE"] = "fast";
+  r.mutable_experiment_config()->set_experiment_name("exp");
+  r.mutable_vpc_config()->add_subnets("subnet-1");
+  r.mutable_vpc_config()->add_security_group_ids("sg-1");
+  r.set_enable_network_isolation(false);
+  auto* tag = r.add_tags();
+  tag->set_key("team");
+  tag->set_value("ml");
+  Create(r);
+  auto d = Describe("job");
+  EXPECT_EQ(d.hyper_parameters().at("lr"), "0.1");
+  EXPECT_EQ(d.environment().at("MODE"), "fast");
+  EXPECT_EQ(d.experiment_config().experiment_name(), "exp");
+  EXPECT_EQ(d.vpc_config().subnets(0), "subnet-1");
+  EXPECT_TRUE(d.has_enable_network_isolation());
+  EXPECT_EQ(d.algorithm_specification().training_image(), "train:latest");
+  EXPECT_EQ(d.role_arn(), r.role_arn());
+}
+
 TEST_F(EngineTest, DownloadingLastsAsLongAsTheChannels) {
   auto r = Request("job");
   auto* c = r.add_input_data_config();

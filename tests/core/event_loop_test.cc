@@ -78,6 +78,26 @@ TEST_F(EventLoopTest, ScheduleAfterIsRelativeToTheCurrentEvent) {
   EXPECT_EQ(inner, start_ + absl::Seconds(15));
 }
 
+TEST_F(EventLoopTest, ScheduleAfterANegativeDelayRunsNowAfterEventsAlreadyDue) {
+  loop_->ScheduleAfter(absl::Seconds(1), [&] {
+    loop_->ScheduleAfter(absl::Seconds(-30), [&] {
+      trace_.push_back("negative");
+      EXPECT_EQ(loop_->Now(), start_ + absl::Seconds(1));
+    });
+  });
+  loop_->ScheduleAfter(absl::Seconds(1), Record("due"));
+  loop_->RunUntilIdle();
+  EXPECT_THAT(trace_, ElementsAre("due", "negative"));
+}
+
+TEST_F(EventLoopTest, ScheduleAfterAnInfiniteDelayStaysPendingPastAnyFiniteDeadline) {
+  loop_->ScheduleAfter(absl::InfiniteDuration(), Record("never"));
+  loop_->ScheduleAt(absl::InfiniteFuture(), Record("never-either"));
+  loop_->RunUntil(start_ + absl::Hours(24 * 365 * 100));
+  EXPECT_TRUE(trace_.empty());
+  EXPECT_EQ(loop_->pending_events(), 2u);
+}
+
 TEST_F(EventLoopTest, ScheduleNeverRunsInline) {
   loop_->ScheduleAt(start_, Record("a"));
   EXPECT_TRUE(trace_.empty());

@@ -1,0 +1,98 @@
+// The `kiln` command-line program. It uses only Kiln's public headers.
+//
+//   kiln validate FILE.json...   check CreateTrainingJob requests
+//
+// Exit status of `validate`: 0 when every file is a valid request, 2 when any
+// is invalid, 1 on other errors (a file that cannot be read or is not JSON).
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/json.h"
+#include "kiln/v1/sagemaker.pb.h"
+#include "kiln/validation.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: kiln validate FILE.json...\n"
+    "\n"
+    "  validate   check CreateTrainingJob requests (SageMaker's JSON) against the\n"
+    "             service's rules; prints 'FILE: valid' or what is wrong.\n"
+    "             Exit 0: all valid; 2: some invalid; 1: a file unreadable or not JSON.\n";
+
+enum ExitCode { kOk = 0, kError = 1, kInvalid = 2 };
+
+bool ReadFile(const std::string& path, std::string* out, std::string* error) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    *error = std::strerror(errno);
+    return false;
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) {
+    *error = "read error";
+    return false;
+  }
+  *out = ss.str();
+  return true;
+}
+
+int Validate(const std::vector<std::string>& files) {
+  if (files.empty()) {
+    std::cerr << kUsage;
+    return kError;
+  }
+  int result = kOk;
+  for (const std::string& path : files) {
+    std::string text, error;
+    if (!ReadFile(path, &text, &error)) {
+      std::cout << path << ": cannot read the file: " << error << "\n";
+      result = kError;
+      continue;
+    }
+    kiln::v1::CreateTrainingJobRequest request;
+    absl::Status status = kiln::ParseJson(text, request);
+    if (!status.ok()) {
+      const std::string message(status.message());
+      const bool not_json = message.rfind("Invalid JSON:", 0) == 0;
+      std::cout << path << ": " << (not_json ? "not JSON: " : "") << message << "\n";
+      if (not_json) {
+        result = kError;
+      } else if (result == kOk) {
+        result = kInvalid;
+      }
+      continue;
+    }
+    status = kiln::ValidateCreateTrainingJobRequest(request);
+    if (!status.ok()) {
+      std::cout << path << ": " << status.message() << "\n";
+      if (result == kOk) result = kInvalid;
+      continue;
+    }
+    std::cout << path << ": valid\n";
+  }
+  return result;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
+    std::cout << kUsage;
+    return args.empty() ? kError : kOk;
+  }
+  const std::string command = args[0];
+  args.erase(args.begin());
+  if (command == "validate") return Validate(args);
+  std::cerr << "kiln: unknown command '" << command << "'\n" << kUsage;
+  return kError;
+}

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# `kiln validate`: output and exit status for valid, invalid, non-JSON and
+# unreadable files. Usage: cli_validate_test.sh KILN CORPUS_DIR
+set -u
+kiln="$1"
+corpus="$2"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+check() {  # check NAME EXPECTED_STATUS EXPECTED_OUTPUT_REGEX FILES...
+  local name="$1" want_status="$2" want_output="$3"
+  shift 3
+  local out status
+  out="$("$kiln" validate "$@" 2>&1)"
+  status=$?
+  if [[ "$status" != "$want_status" ]] || ! grep -Eq -- "$want_output" <<<"$out"; then
+    echo "FAIL $name: status $status (want $want_status), output:"
+    echo "$out"
+    fail=1
+  else
+    echo "ok   $name"
+  fi
+}
+check "corpus is valid" 0 "spot-checkpoint.json: valid" "$corpus"/*.json
+printf '{"TrainingJobName":"a_b","RoleArn":"arn:aws:iam::123456789012:role/R","OutputDataConfig":{"S3OutputPath":"s3://b/o"},"AlgorithmSpecification":{"TrainingImage":"i","TrainingInputMode":"File"},"ResourceConfig":{"InstanceType":"ml.m5.large","InstanceCount":1}}' >"$tmp/bad.json"
+check "invalid request" 2 "bad.json: 1 validation error detected: Value 'a_b' at 'trainingJobName'" "$tmp/bad.json"
+printf '{"TrainingJobName": 5}' >"$tmp/type.json"
+check "wrong type" 2 "Invalid type for parameter TrainingJobName" "$tmp/type.json"
+printf '{"TrainingJobName": ' >"$tmp/broken.json"
+check "not JSON" 1 "broken.json: not JSON: Invalid JSON: line 1" "$tmp/broken.json"
+check "unreadable" 1 "missing.json: cannot read the file: No such file or directory" "$tmp/missing.json"
+check "valid and invalid together" 2 "bad.json: 1 validation error" "$corpus/local-file.json" "$tmp/bad.json"
+exit $fail
