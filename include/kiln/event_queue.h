@@ -93,6 +93,13 @@ class EventQueue {
 // default queue of every event loop. The caller owns the result.
 std::unique_ptr<EventQueue> NewHeapEventQueue();
 
+// Returns an empty ladder queue (Tang, Goh and Thng 2005): entries far ahead wait unsorted in
+// a top vector, nearer ones in rungs of time buckets (unsorted lists, split into a finer rung
+// when crowded), and only the next few, the bottom, are kept sorted. O(1) amortized Push, Pop
+// and ReplaceTop for the usual event-time distributions (its cost does not grow with the number
+// of pending events), O(log n) at worst. The caller owns the result.
+std::unique_ptr<EventQueue> NewLadderEventQueue();
+
 }  // namespace kiln
 
 #endif  // KILN_EVENT_QUEUE_H_

@@ -171,44 +171,77 @@ enum class Phase {
 
 enum class StopCause { kNone, kUser, kMaxRuntime };
 
+// One SecondaryStatusTransition. Statuses and messages are the constants
+// above, so a transition holds pointers, not copies.
 struct Transition {
-  std::string status;
-  std::string message;
+  const char* status;
+  const char* message;
   absl::Time start;
-  std::optional<absl::Time> end;
+  absl::Time end = absl::InfiniteFuture();  // InfiniteFuture: not ended
 };
 
 struct MetricState {
   std::string name;
-  std::unique_ptr<internal::Regex> regex;
+  std::unique_ptr<internal::Regex> regex;  // released when the job ends
   std::optional<double> value;
   absl::Time time;
 };
 
+// A job: its record (what Describe reports), plus, while it runs, the parsed
+// request and the state of the work in flight. When it ends the request is
+// kept serialized, which keeps a finished job's footprint small.
 class Job final : public ContainerEvents {
  public:
-  Job(EngineImpl& engine, uint64_t seq, v1::CreateTrainingJobRequest request, std::string arn,
-      absl::Time now)
+  Job(EngineImpl& engine, uint64_t seq, const v1::CreateTrainingJobRequest& request, absl::Time now)
       : engine_(engine),
         seq_(seq),
-        request_(std::move(request)),
-        arn_(std::move(arn)),
+        name_(request.training_job_name()),
+        request_(std::make_unique<v1::CreateTrainingJobRequest>(request)),
         creation_time_(now),
         last_modified_(now) {}
 
   void OnLogLine(const Instance& instance, std::string_view line) override;
   void OnExit(const Instance& instance, const ContainerExit& exit) override;
 
-  const std::string& name() const { return request_.training_job_name(); }
+  const std::string& name() const { return name_; }
+  bool ended() const { return request_ == nullptr; }
+
+  // The request while the job runs. REQUIRES: !ended().
+  const v1::CreateTrainingJobRequest& request() const { return *request_; }
+  v1::CreateTrainingJobRequest& mutable_request() { return *request_; }
+
+  // The request at any time (parsed again once the job has ended).
+  v1::CreateTrainingJobRequest LoadRequest() const {
+    if (request_ != nullptr) return *request_;
+    v1::CreateTrainingJobRequest r;
+    r.ParseFromString(request_bytes_);
+    return r;
+  }
+  void StoreRequest(const v1::CreateTrainingJobRequest& r) {
+    if (request_ != nullptr) {
+      *request_ = r;
+    } else {
+      r.SerializeToString(&request_bytes_);
+    }
+  }
+
+  // Drops what only a running job needs.
+  void Compact() {
+    request_->SerializeToString(&request_bytes_);
+    request_.reset();
+    for (MetricState& m : metrics_) m.regex.reset();
+    transitions_.shrink_to_fit();
+  }
 
   EngineImpl& engine_;
   const uint64_t seq_;  // creation order; unique
-  v1::CreateTrainingJobRequest request_;
-  const std::string arn_;
+  const std::string name_;
+  std::unique_ptr<v1::CreateTrainingJobRequest> request_;  // null once ended
+  std::string request_bytes_;                              // set once ended
   const absl::Time creation_time_;
   absl::Time last_modified_;
 
-  std::string status_ = kInProgress;
+  const char* status_ = kInProgress;
   std::vector<Transition> transitions_;
   std::optional<absl::Time> training_start_;
   std::optional<absl::Time> training_end_;
@@ -234,7 +267,6 @@ class Job final : public ContainerEvents {
 // Names one job at one generation. Completions carry a token instead of a
 // pointer: the job may have ended (and even been deleted) by the time they run.
 struct JobToken {
-  std::string name;
   uint64_t seq;
   uint64_t generation;
 };
@@ -242,7 +274,11 @@ struct JobToken {
 class EngineImpl final : public Engine {
  public:
   explicit EngineImpl(EngineOptions options)
-      : options_(std::move(options)), loop_(*options_.loop), provider_(*options_.cluster_provider) {}
+      : options_(std::move(options)),
+        loop_(*options_.loop),
+        provider_(*options_.cluster_provider),
+        arn_prefix_(absl::StrCat("arn:aws:sagemaker:", options_.region, ":", options_.account_id,
+                                 ":training-job/")) {}
 
   ~EngineImpl() override {
     // Give back every cluster still held; the loop may already be gone from
@@ -311,21 +347,21 @@ class EngineImpl final : public Engine {
 
   absl::Time Now() const { return loop_.Now(); }
 
-  Job* FindJob(std::string_view name) {
+  std::string Arn(const Job& job) const { return arn_prefix_ + job.name(); }
+
+  Job* FindJob(const std::string& name) {
     auto it = jobs_.find(name);
     return it == jobs_.end() ? nullptr : it->second.get();
   }
 
-  static JobToken TokenOf(const Job& job) { return JobToken{job.name(), job.seq_, job.generation_}; }
+  static JobToken TokenOf(const Job& job) { return JobToken{job.seq_, job.generation_}; }
 
   // The job a completion belongs to, or null when the completion is stale
   // (the job ended, was deleted, or abandoned that work).
   Job* Resume(const JobToken& token) {
-    Job* job = FindJob(token.name);
-    if (job == nullptr || job->seq_ != token.seq || job->generation_ != token.generation) {
-      return nullptr;
-    }
-    return job;
+    auto it = by_seq_.find(token.seq);
+    if (it == by_seq_.end() || it->second->generation_ != token.generation) return nullptr;
+    return it->second;
   }
 
   absl::StatusOr<v1::CreateTrainingJobResponse> Create(const v1::CreateTrainingJobRequest& request);
@@ -337,8 +373,8 @@ class EngineImpl final : public Engine {
   absl::Status Delete(const v1::DeleteTrainingJobRequest& request);
 
   // Lifecycle steps.
-  void SetStatus(Job& job, const char* status, const char* secondary, std::string message);
-  void SetMessage(Job& job, std::string message);
+  void SetStatus(Job& job, const char* status, const char* secondary, const char* message);
+  void SetMessage(Job& job, const char* message);
   void Provision(Job& job);
   void OnProvisioned(const JobToken& token, absl::StatusOr<Cluster> cluster);
   void OnImageReady(Job& job, absl::Status status);
@@ -350,7 +386,7 @@ class EngineImpl final : public Engine {
   void OnUploaded(Job& job, absl::StatusOr<ArtifactsResult> result);
   void Stop(Job& job, StopCause cause);
   void Fail(Job& job, std::string reason);
-  void Finish(Job& job, const char* status, const char* secondary, std::string message);
+  void Finish(Job& job, const char* status, const char* secondary, const char* message);
   void ReleaseCluster(Job& job);
   void CancelTimers(Job& job);
 
@@ -360,8 +396,10 @@ class EngineImpl final : public Engine {
   EventLoop& loop_;
   ClusterProvider& provider_;
   std::vector<JobObserver*> observers_;
-  // Ordered by name so nothing depends on hash order.
-  std::map<std::string, std::unique_ptr<Job>, std::less<>> jobs_;
+  // No behaviour depends on the iteration order of these (List sorts).
+  absl::flat_hash_map<std::string, std::unique_ptr<Job>> jobs_;
+  absl::flat_hash_map<uint64_t, Job*> by_seq_;
+  std::string arn_prefix_;  // arn:aws:sagemaker:<region>:<account>:training-job/
   uint64_t next_seq_ = 1;
   std::atomic<int> active_jobs_{0};
 };
@@ -380,19 +418,17 @@ absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
     const v1::CreateTrainingJobRequest& request) {
   KILN_RETURN_IF_ERROR(ValidateCreateTrainingJobRequest(request, options_.validation));
   const std::string& name = request.training_job_name();
-  std::string arn = absl::StrCat("arn:aws:sagemaker:", options_.region, ":", options_.account_id,
-                                 ":training-job/", name);
   if (FindJob(name) != nullptr) {
     return absl::AlreadyExistsError(absl::StrCat(
         "Training job names must be unique within an AWS account and region, and a training job "
         "with this name already exists (",
-        arn, ")"));
+        arn_prefix_, name, ")"));
   }
   if (request.input_data_config_size() > 0 && options_.data_channel == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "job '", name, "': InputDataConfig needs a DataChannel, and this engine has none"));
   }
-  auto job = std::make_unique<Job>(*this, next_seq_++, request, arn, Now());
+  auto job = std::make_unique<Job>(*this, next_seq_++, request, Now());
   for (const auto& def : request.algorithm_specification().metric_definitions()) {
     MetricState m;
     m.name = def.name();
@@ -402,12 +438,13 @@ absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
   }
   job->next_retry_delay_ = options_.capacity_retry_initial;
   Job& ref = *job;
+  by_seq_.emplace(ref.seq_, &ref);
   jobs_.emplace(name, std::move(job));
   active_jobs_.fetch_add(1, std::memory_order_relaxed);
   SetStatus(ref, kInProgress, kStarting, kMsgLaunching);
   Provision(ref);
   v1::CreateTrainingJobResponse response;
-  response.set_training_job_arn(ref.arn_);
+  response.set_training_job_arn(Arn(ref));
   return response;
 }
 
@@ -418,11 +455,12 @@ absl::StatusOr<v1::DescribeTrainingJobResponse> EngineImpl::Describe(
   if (job == nullptr) return NotFound(request.training_job_name());
 
   v1::DescribeTrainingJobResponse d;
-  EchoFields(job->request_, d);
+  const v1::CreateTrainingJobRequest request_echo = job->LoadRequest();
+  EchoFields(request_echo, d);
   d.set_training_job_name(job->name());
-  d.set_training_job_arn(job->arn_);
+  d.set_training_job_arn(Arn(*job));
   d.mutable_model_artifacts()->set_s3_model_artifacts(
-      JoinUri(job->request_.output_data_config().s3_output_path(),
+      JoinUri(request_echo.output_data_config().s3_output_path(),
               absl::StrCat(job->name(), "/output/model.tar.gz")));
   d.set_training_job_status(job->status_);
   d.set_secondary_status(job->transitions_.back().status);
@@ -443,7 +481,7 @@ absl::StatusOr<v1::DescribeTrainingJobResponse> EngineImpl::Describe(
     auto* out = d.add_secondary_status_transitions();
     out->set_status(t.status);
     *out->mutable_start_time() = ToProto(t.start);
-    if (t.end) *out->mutable_end_time() = ToProto(*t.end);
+    if (t.end != absl::InfiniteFuture()) *out->mutable_end_time() = ToProto(t.end);
     out->set_status_message(t.message);
   }
   for (const MetricState& m : job->metrics_) {
@@ -459,7 +497,7 @@ absl::StatusOr<v1::DescribeTrainingJobResponse> EngineImpl::Describe(
 v1::TrainingJobSummary EngineImpl::Summary(const Job& job) const {
   v1::TrainingJobSummary s;
   s.set_training_job_name(job.name());
-  s.set_training_job_arn(job.arn_);
+  s.set_training_job_arn(Arn(job));
   *s.mutable_creation_time() = ToProto(job.creation_time_);
   if (job.training_end_) *s.mutable_training_end_time() = ToProto(*job.training_end_);
   *s.mutable_last_modified_time() = ToProto(job.last_modified_);
@@ -533,7 +571,7 @@ absl::StatusOr<v1::ListTrainingJobsResponse> EngineImpl::List(
     if (request.has_name_contains() && !absl::StrContains(job.name(), request.name_contains())) {
       continue;
     }
-    if (request.has_status_equals() && job.status_ != request.status_equals()) continue;
+    if (request.has_status_equals() && request.status_equals() != job.status_) continue;
     if (request.has_warm_pool_status_equals()) continue;  // no warm pools yet: none matches
     if (request.has_creation_time_after() &&
         !strict(request.creation_time_after(), job.creation_time_, true)) {
@@ -597,25 +635,27 @@ absl::StatusOr<v1::UpdateTrainingJobResponse> EngineImpl::Update(
         "Available; training job '",
         job->name(), "' has no warm pool"));
   }
-  const std::string& secondary = job->transitions_.back().status;
+  const std::string secondary = job->transitions_.back().status;
   if (request.has_remote_debug_config() && secondary != kDownloading && secondary != kTraining) {
     return absl::FailedPreconditionError(absl::StrCat(
         "RemoteDebugConfig can only be updated while the training job's secondary status is "
         "Downloading or Training; it is ",
         secondary));
   }
+  v1::CreateTrainingJobRequest updated = job->LoadRequest();
   if (request.has_profiler_config()) {
-    EchoFields(request.profiler_config(), *job->request_.mutable_profiler_config());
+    EchoFields(request.profiler_config(), *updated.mutable_profiler_config());
   }
   if (request.profiler_rule_configurations_size() > 0) {
-    *job->request_.mutable_profiler_rule_configurations() = request.profiler_rule_configurations();
+    *updated.mutable_profiler_rule_configurations() = request.profiler_rule_configurations();
   }
   if (request.has_remote_debug_config()) {
-    EchoFields(request.remote_debug_config(), *job->request_.mutable_remote_debug_config());
+    EchoFields(request.remote_debug_config(), *updated.mutable_remote_debug_config());
   }
+  job->StoreRequest(updated);
   job->last_modified_ = Now();
   v1::UpdateTrainingJobResponse response;
-  response.set_training_job_arn(job->arn_);
+  response.set_training_job_arn(Arn(*job));
   return response;
 }
 
@@ -623,12 +663,13 @@ absl::Status EngineImpl::Delete(const v1::DeleteTrainingJobRequest& request) {
   KILN_RETURN_IF_ERROR(ValidateRequest(request, options_.validation));
   auto it = jobs_.find(request.training_job_name());
   if (it == jobs_.end()) return NotFound(request.training_job_name());
-  const std::string& status = it->second->status_;
+  const std::string status = it->second->status_;
   if (status == kInProgress || status == kStopping) {
     return absl::FailedPreconditionError(absl::StrCat(
         "Training job '", it->first, "' cannot be deleted while its status is ", status,
         "; stop it and wait for it to end"));
   }
+  by_seq_.erase(it->second->seq_);
   jobs_.erase(it);
   return absl::OkStatus();
 }
@@ -637,20 +678,20 @@ absl::Status EngineImpl::Delete(const v1::DeleteTrainingJobRequest& request) {
 // Lifecycle
 
 void EngineImpl::SetStatus(Job& job, const char* status, const char* secondary,
-                           std::string message) {
+                           const char* message) {
   const absl::Time now = Now();
   if (!job.transitions_.empty()) job.transitions_.back().end = now;
   job.status_ = status;
-  job.transitions_.push_back(Transition{secondary, std::move(message), now, std::nullopt});
+  job.transitions_.push_back(Transition{secondary, message, now});
   job.last_modified_ = now;
   const Transition& t = job.transitions_.back();
   StatusEvent event{job.name(), job.status_, t.status, t.message, now};
   for (JobObserver* o : observers_) o->OnStatusChange(event);
 }
 
-void EngineImpl::SetMessage(Job& job, std::string message) {
+void EngineImpl::SetMessage(Job& job, const char* message) {
   Transition& t = job.transitions_.back();
-  t.message = std::move(message);
+  t.message = message;
   job.last_modified_ = Now();
   StatusEvent event{job.name(), job.status_, t.status, t.message, Now()};
   for (JobObserver* o : observers_) o->OnStatusChange(event);
@@ -660,7 +701,7 @@ void EngineImpl::Provision(Job& job) {
   job.phase_ = Phase::kProvisioning;
   ClusterSpec spec;
   spec.job_name = job.name();
-  const auto& rc = job.request_.resource_config();
+  const auto& rc = job.request().resource_config();
   if (rc.instance_groups_size() > 0) {
     for (const auto& g : rc.instance_groups()) {
       spec.groups.push_back({g.instance_group_name(), g.instance_type(), g.instance_count()});
@@ -668,7 +709,7 @@ void EngineImpl::Provision(Job& job) {
   } else {
     spec.groups.push_back({kHomogeneousGroupName, rc.instance_type(), rc.instance_count()});
   }
-  spec.spot = job.request_.enable_managed_spot_training();
+  spec.spot = job.request().enable_managed_spot_training();
   spec.volume_size_in_gb = rc.volume_size_in_gb();
   provider_.Provision(spec, [this, token = TokenOf(job)](absl::StatusOr<Cluster> cluster) {
     OnProvisioned(token, std::move(cluster));
@@ -694,7 +735,7 @@ void EngineImpl::OnProvisioned(const JobToken& token, absl::StatusOr<Cluster> cl
       job.pending_since_ = now;
       SetStatus(job, kInProgress, kPending, kMsgInsufficientCapacity);
     }
-    const auto& sc = job.request_.stopping_condition();
+    const auto& sc = job.request().stopping_condition();
     if (sc.has_max_pending_time_in_seconds() &&
         now - *job.pending_since_ >= absl::Seconds(sc.max_pending_time_in_seconds())) {
       Fail(job, absl::StrCat("CapacityError: Unable to provision requested ML compute capacity "
@@ -721,7 +762,7 @@ void EngineImpl::OnProvisioned(const JobToken& token, absl::StatusOr<Cluster> cl
   } else {
     SetMessage(job, kMsgPreparing);
   }
-  const auto& sc = job.request_.stopping_condition();
+  const auto& sc = job.request().stopping_condition();
   const int64_t max_runtime =
       sc.has_max_runtime_in_seconds() ? sc.max_runtime_in_seconds() : kDefaultMaxRuntimeSeconds;
   job.runtime_timer_ = loop_.ScheduleAfter(absl::Seconds(max_runtime), [this, &job] {
@@ -729,7 +770,7 @@ void EngineImpl::OnProvisioned(const JobToken& token, absl::StatusOr<Cluster> cl
     if (job.status_ == kInProgress) Stop(job, StopCause::kMaxRuntime);
   });
   job.phase_ = Phase::kPreparing;
-  provider_.PrepareImage(*job.cluster_, job.request_.algorithm_specification().training_image(),
+  provider_.PrepareImage(*job.cluster_, job.request().algorithm_specification().training_image(),
                          [this, token = TokenOf(job)](absl::Status s) {
                            if (Job* job = Resume(token)) OnImageReady(*job, std::move(s));
                          });
@@ -739,7 +780,7 @@ void EngineImpl::OnImageReady(Job& job, absl::Status status) {
   if (job.phase_ != Phase::kPreparing) return;
   if (!status.ok()) {
     Fail(job, absl::StrCat("ClientError: could not prepare training image '",
-                           job.request_.algorithm_specification().training_image(),
+                           job.request().algorithm_specification().training_image(),
                            "': ", status.message()));
     return;
   }
@@ -749,14 +790,15 @@ void EngineImpl::OnImageReady(Job& job, absl::Status status) {
 void EngineImpl::StartDownloads(Job& job) {
   job.phase_ = Phase::kDownloading;
   SetStatus(job, kInProgress, kDownloading, kMsgDownloading);
-  const auto& channels = job.request_.input_data_config();
+  const auto& channels = job.request().input_data_config();
   if (channels.empty()) {
     StartTraining(job);
     return;
   }
   job.channels_left_ = channels.size();
-  JobContext context{job.name(), job.arn_, job.request_, *job.cluster_, 1};
-  const std::string& default_mode = job.request_.algorithm_specification().training_input_mode();
+  const std::string arn = Arn(job);
+  JobContext context{job.name(), arn, job.request(), *job.cluster_, 1};
+  const std::string& default_mode = job.request().algorithm_specification().training_input_mode();
   for (const v1::Channel& channel : channels) {
     std::vector<const Instance*> receivers;
     const auto& groups = channel.data_source().s3_data_source().instance_group_names();
@@ -788,7 +830,8 @@ void EngineImpl::StartTraining(Job& job) {
   job.phase_ = Phase::kTraining;
   SetStatus(job, kInProgress, kTraining, kMsgTraining);
   job.containers_running_ = static_cast<int>(job.cluster_->instances.size());
-  JobContext context{job.name(), job.arn_, job.request_, *job.cluster_, 1};
+  const std::string arn = Arn(job);
+  JobContext context{job.name(), arn, job.request(), *job.cluster_, 1};
   provider_.StartContainers(context, job, [this, token = TokenOf(job)](absl::Status s) {
     if (Job* job = Resume(token)) OnContainersStarted(*job, std::move(s));
   });
@@ -838,7 +881,8 @@ void EngineImpl::HandleExit(Job& job, const Instance& instance, const ContainerE
 void EngineImpl::StartUpload(Job& job) {
   job.phase_ = Phase::kUploading;
   if (job.status_ == kInProgress) SetStatus(job, kInProgress, kUploading, kMsgUploading);
-  JobContext context{job.name(), job.arn_, job.request_, *job.cluster_, 1};
+  const std::string arn = Arn(job);
+  JobContext context{job.name(), arn, job.request(), *job.cluster_, 1};
   provider_.UploadArtifacts(context, [this, token = TokenOf(job)](absl::StatusOr<ArtifactsResult> r) {
     if (Job* job = Resume(token)) OnUploaded(*job, std::move(r));
   });
@@ -904,15 +948,15 @@ void EngineImpl::Fail(Job& job, std::string reason) {
   Finish(job, kFailed, kFailed, kMsgFailed);
 }
 
-void EngineImpl::Finish(Job& job, const char* status, const char* secondary, std::string message) {
+void EngineImpl::Finish(Job& job, const char* status, const char* secondary, const char* message) {
   ++job.generation_;
   CancelTimers(job);
   if (job.training_start_) job.training_end_ = Now();
   job.phase_ = Phase::kEnded;
   ReleaseCluster(job);
-  SetStatus(job, status, secondary, std::move(message));
+  SetStatus(job, status, secondary, message);
   job.transitions_.back().end = job.transitions_.back().start;
-  job.metrics_.shrink_to_fit();
+  job.Compact();
   active_jobs_.fetch_sub(1, std::memory_order_relaxed);
 }
 

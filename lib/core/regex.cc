@@ -79,19 +79,35 @@ Regex::~Regex() { pcre2_code_free(static_cast<pcre2_code*>(code_)); }
 
 bool Regex::Matches(std::string_view text) const { return Search(text, nullptr); }
 
+namespace {
+
+// Match data reused by every match on this thread: only the whole match and
+// the first group are ever read, so two pairs are enough (PCRE2 returns 0 when
+// a match has more groups than fit, which still means "matched").
+pcre2_match_data* ThreadMatchData() {
+  struct Holder {
+    pcre2_match_data* data = pcre2_match_data_create(2, nullptr);
+    ~Holder() { pcre2_match_data_free(data); }
+  };
+  thread_local Holder holder;
+  return holder.data;
+}
+
+}  // namespace
+
 bool Regex::Search(std::string_view text, std::string* group) const {
   auto* code = static_cast<pcre2_code*>(code_);
-  pcre2_match_data* data = pcre2_match_data_create_from_pattern(code, nullptr);
-  int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0, 0, data,
-                       nullptr);
-  bool matched = rc >= 0;  // negative: no match, or an error such as invalid UTF-8
+  pcre2_match_data* data = ThreadMatchData();
+  const int rc = pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0, 0,
+                             data, nullptr);
+  const bool matched = rc >= 0;  // negative: no match, or an error such as invalid UTF-8
   if (matched && group != nullptr) {
     PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);
-    int index = rc >= 2 ? 1 : 0;  // first group when the pattern has one and it took part
-    if (ovector[2 * index] == PCRE2_UNSET) index = 0;
+    // The first group when the pattern has one and it took part; else the whole match.
+    int index = (rc == 0 || rc >= 2) && pcre2_get_ovector_count(data) >= 2 ? 1 : 0;
+    if (index == 1 && (rc == 1 || ovector[2] == PCRE2_UNSET)) index = 0;
     group->assign(text.data() + ovector[2 * index], ovector[2 * index + 1] - ovector[2 * index]);
   }
-  pcre2_match_data_free(data);
   return matched;
 }
 

@@ -33,9 +33,14 @@ constexpr char kLocalUriPattern[] = "file://.+";
 
 // A generated message type bound to its shape: each field with the member it
 // stands for, in the proto's (= the model's) member order.
+struct BoundField {
+  const FieldDescriptor* field;
+  const Member* member;
+  std::string camel_name;  // the member's name as the service writes it in paths
+};
 struct Binding {
   const Shape* shape = nullptr;
-  std::vector<std::pair<const FieldDescriptor*, const Member*>> fields;
+  std::vector<BoundField> fields;
 };
 
 class Bindings {
@@ -63,7 +68,9 @@ class Bindings {
         const FieldDescriptor* field = d->field(f);
         for (const Member& member : binding.shape->members) {
           if (member.name == field->json_name()) {
-            binding.fields.emplace_back(field, &member);
+            std::string camel = member.name;
+            camel[0] = absl::ascii_tolower(static_cast<unsigned char>(camel[0]));
+            binding.fields.push_back(BoundField{field, &member, std::move(camel)});
             break;
           }
         }
@@ -76,16 +83,6 @@ class Bindings {
   absl::flat_hash_map<const Descriptor*, Binding> by_descriptor_;
   std::unique_ptr<internal::Regex> local_uri_;
 };
-
-std::string CamelCase(const std::string& member) {
-  std::string out = member;
-  if (!out.empty()) out[0] = absl::ascii_tolower(static_cast<unsigned char>(out[0]));
-  return out;
-}
-
-std::string Join(const std::string& path, const std::string& part) {
-  return path.empty() ? part : absl::StrCat(path, ".", part);
-}
 
 // Length as the service counts it (Java String length: UTF-16 code units).
 int64_t Utf16Length(const std::string& s) {
@@ -107,83 +104,112 @@ std::string Quote(const std::string& value) {
   return absl::StrCat("'", value.substr(0, cut), "...'");
 }
 
+// Walks a message depth first. The path of the member being checked is kept as
+// a stack of parts and turned into text only when a violation is reported, so
+// a valid request costs no string building.
 class Checker {
  public:
   explicit Checker(const ValidationOptions& options) : options_(options) {}
 
-  void CheckMessage(const Message& message, const std::string& path) {
+  void CheckMessage(const Message& message) {
     const Binding* binding = Bindings::Get().Find(message.GetDescriptor());
     if (binding == nullptr) return;  // not a model message (e.g. Timestamp)
     const Reflection* r = message.GetReflection();
-    for (const auto& [field, member] : binding->fields) {
-      std::string member_path = Join(path, CamelCase(member->name));
-      bool present = field->is_repeated() ? r->FieldSize(message, field) > 0
-                                          : r->HasField(message, field);
-      if (!present) {
-        if (member->required) Add(member_path, "null", "Member must not be null");
-        continue;
+    for (const BoundField& b : binding->fields) {
+      bool present = b.field->is_repeated() ? r->FieldSize(message, b.field) > 0
+                                            : r->HasField(message, b.field);
+      if (!present && !b.member->required) continue;
+      path_.push_back(PathPart{&b.camel_name, 0, nullptr});
+      if (present) {
+        CheckField(message, b.field, *b.member->shape);
+      } else {
+        Add("null", "Member must not be null");
       }
-      CheckField(message, field, *member->shape, member_path);
+      path_.pop_back();
     }
   }
 
   std::vector<ValidationError> Take() { return std::move(errors_); }
 
  private:
-  void Add(const std::string& path, const std::string& value, const std::string& constraint) {
-    errors_.push_back(ValidationError{
-        path, absl::StrCat("Value ", value, " at '", path, "' failed to satisfy constraint: ",
-                           constraint)});
+  // One step of a path: a member name, a list element (".N.member") or a map
+  // key.
+  struct PathPart {
+    const std::string* name;
+    int index;
+    const std::string* key;
+  };
+
+  std::string PathText() const {
+    std::string out;
+    for (const PathPart& p : path_) {
+      if (p.name == nullptr && p.key == nullptr) {
+        absl::StrAppend(&out, ".", p.index, ".member");
+        continue;
+      }
+      if (!out.empty()) out += '.';
+      out += p.name != nullptr ? *p.name : *p.key;
+    }
+    return out;
   }
 
-  void CheckField(const Message& message, const FieldDescriptor* field, const Shape& shape,
-                  const std::string& path) {
+  void Add(const std::string& value, const std::string& constraint) {
+    std::string path = PathText();
+    std::string message = absl::StrCat("Value ", value, " at '", path,
+                                       "' failed to satisfy constraint: ", constraint);
+    errors_.push_back(ValidationError{std::move(path), std::move(message)});
+  }
+
+  void CheckField(const Message& message, const FieldDescriptor* field, const Shape& shape) {
     const Reflection* r = message.GetReflection();
     if (field->is_map()) {
-      CheckMap(message, field, shape, path);
+      CheckMap(message, field, shape);
       return;
     }
     if (field->is_repeated()) {
-      int size = r->FieldSize(message, field);
-      std::vector<std::string> rendered;
-      if (field->cpp_type() == FieldDescriptor::CPPTYPE_STRING) {
-        for (int i = 0; i < size; ++i) rendered.push_back(r->GetRepeatedString(message, field, i));
-      }
-      CheckSize(size, shape, path,
-                rendered.empty() ? std::string("'[...]'")
-                                 : Quote(absl::StrCat("[", absl::StrJoin(rendered, ", "), "]")));
+      const int size = r->FieldSize(message, field);
+      CheckSize(size, shape, [&] {
+        if (field->cpp_type() != FieldDescriptor::CPPTYPE_STRING) return std::string("'[...]'");
+        std::vector<std::string> items;
+        for (int i = 0; i < size; ++i) items.push_back(r->GetRepeatedString(message, field, i));
+        return Quote(absl::StrCat("[", absl::StrJoin(items, ", "), "]"));
+      });
       for (int i = 0; i < size; ++i) {
-        std::string element_path = absl::StrCat(path, ".", i + 1, ".member");
+        path_.push_back(PathPart{nullptr, i + 1, nullptr});
         if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
-          CheckMessage(r->GetRepeatedMessage(message, field, i), element_path);
+          CheckMessage(r->GetRepeatedMessage(message, field, i));
         } else if (field->cpp_type() == FieldDescriptor::CPPTYPE_STRING) {
-          CheckString(r->GetRepeatedString(message, field, i), *shape.element, element_path);
+          std::string scratch;
+          CheckString(r->GetRepeatedStringReference(message, field, i, &scratch), *shape.element);
         }
+        path_.pop_back();
       }
       return;
     }
     switch (field->cpp_type()) {
       case FieldDescriptor::CPPTYPE_MESSAGE:
-        CheckMessage(r->GetMessage(message, field), path);
+        CheckMessage(r->GetMessage(message, field));
         break;
-      case FieldDescriptor::CPPTYPE_STRING:
-        CheckString(r->GetString(message, field), shape, path);
+      case FieldDescriptor::CPPTYPE_STRING: {
+        std::string scratch;
+        CheckString(r->GetStringReference(message, field, &scratch), shape);
         break;
+      }
       case FieldDescriptor::CPPTYPE_INT32:
-        CheckNumber(r->GetInt32(message, field), shape, path);
+        CheckNumber(r->GetInt32(message, field), shape);
         break;
       case FieldDescriptor::CPPTYPE_INT64:
-        CheckNumber(r->GetInt64(message, field), shape, path);
+        CheckNumber(r->GetInt64(message, field), shape);
         break;
       default:
         break;  // booleans and floats carry no constraints in the model
     }
   }
 
-  // Returns the failed constraints of a string against its shape.
-  std::vector<std::string> StringViolations(const std::string& value, const Shape& shape) {
-    std::vector<std::string> out;
-    int64_t length = Utf16Length(value);
+  // Appends the failed constraints of a string against its shape to `out`.
+  void StringViolations(const std::string& value, const Shape& shape,
+                        std::vector<std::string>& out) {
+    const int64_t length = Utf16Length(value);
     if (shape.max && length > *shape.max) {
       out.push_back(absl::StrCat("Member must have length less than or equal to ", *shape.max));
     }
@@ -191,12 +217,11 @@ class Checker {
       out.push_back(absl::StrCat("Member must have length greater than or equal to ", *shape.min));
     }
     if (shape.pattern != nullptr && !shape.pattern->Matches(value)) {
-      bool local_ok = options_.allow_local_uris && shape.name == "S3Uri" &&
-                      Bindings::Get().local_uri().Matches(value);
-      if (!local_ok) {
+      const bool s3_uri = shape.name == "S3Uri";
+      if (!(options_.allow_local_uris && s3_uri && Bindings::Get().local_uri().Matches(value))) {
         std::string constraint =
             absl::StrCat("Member must satisfy regular expression pattern: ^", shape.pattern->text());
-        if (options_.allow_local_uris && shape.name == "S3Uri") {
+        if (options_.allow_local_uris && s3_uri) {
           absl::StrAppend(&constraint, " or ^", kLocalUriPattern);
         }
         out.push_back(std::move(constraint));
@@ -206,63 +231,67 @@ class Checker {
       out.push_back(absl::StrCat("Member must satisfy enum value set: [",
                                  absl::StrJoin(shape.enum_values, ", "), "]"));
     }
-    return out;
   }
 
-  void CheckString(const std::string& value, const Shape& shape, const std::string& path) {
-    for (const std::string& constraint : StringViolations(value, shape)) {
-      Add(path, Quote(value), constraint);
-    }
+  void CheckString(const std::string& value, const Shape& shape) {
+    violations_.clear();
+    StringViolations(value, shape, violations_);
+    for (const std::string& constraint : violations_) Add(Quote(value), constraint);
   }
 
-  void CheckNumber(int64_t value, const Shape& shape, const std::string& path) {
+  void CheckNumber(int64_t value, const Shape& shape) {
     if (shape.max && value > *shape.max) {
-      Add(path, Quote(absl::StrCat(value)),
+      Add(Quote(absl::StrCat(value)),
           absl::StrCat("Member must have value less than or equal to ", *shape.max));
     }
     if (shape.min && value < *shape.min) {
-      Add(path, Quote(absl::StrCat(value)),
+      Add(Quote(absl::StrCat(value)),
           absl::StrCat("Member must have value greater than or equal to ", *shape.min));
     }
   }
 
-  void CheckSize(int64_t size, const Shape& shape, const std::string& path,
-                 const std::string& rendered) {
+  // `render` produces the value for the message, only when one is needed.
+  template <typename Render>
+  void CheckSize(int64_t size, const Shape& shape, Render render) {
     if (shape.max && size > *shape.max) {
-      Add(path, rendered, absl::StrCat("Member must have length less than or equal to ", *shape.max));
+      Add(render(), absl::StrCat("Member must have length less than or equal to ", *shape.max));
     }
     if (shape.min && size < *shape.min) {
-      Add(path, rendered,
-          absl::StrCat("Member must have length greater than or equal to ", *shape.min));
+      Add(render(), absl::StrCat("Member must have length greater than or equal to ", *shape.min));
     }
   }
 
-  void CheckMap(const Message& message, const FieldDescriptor* field, const Shape& shape,
-                const std::string& path) {
+  void CheckMap(const Message& message, const FieldDescriptor* field, const Shape& shape) {
     const Reflection* r = message.GetReflection();
-    int size = r->FieldSize(message, field);
-    // Entries sorted by key: map order in protobuf is unspecified.
-    std::map<std::string, std::string> entries;
+    const int size = r->FieldSize(message, field);
+    CheckSize(size, shape, [&] { return absl::StrCat("'{", size, " entries}'"); });
+    // Entries in key order: protobuf's map order is unspecified.
     const FieldDescriptor* key_field = field->message_type()->map_key();
     const FieldDescriptor* value_field = field->message_type()->map_value();
+    std::vector<std::pair<std::string, std::string>> entries;
+    entries.reserve(size);
     for (int i = 0; i < size; ++i) {
       const Message& entry = r->GetRepeatedMessage(message, field, i);
-      entries[entry.GetReflection()->GetString(entry, key_field)] =
-          entry.GetReflection()->GetString(entry, value_field);
+      entries.emplace_back(entry.GetReflection()->GetString(entry, key_field),
+                           entry.GetReflection()->GetString(entry, value_field));
     }
-    CheckSize(size, shape, path, absl::StrCat("'{", size, " entries}'"));
+    std::sort(entries.begin(), entries.end());
     for (const auto& [key, value] : entries) {
-      std::vector<std::string> key_violations = StringViolations(key, *shape.key);
-      if (!key_violations.empty()) {
-        Add(path, Quote(key),
-            absl::StrCat("Map keys must satisfy constraint: [", absl::StrJoin(key_violations, ", "),
-                         "]"));
+      violations_.clear();
+      StringViolations(key, *shape.key, violations_);
+      if (!violations_.empty()) {
+        Add(Quote(key), absl::StrCat("Map keys must satisfy constraint: [",
+                                     absl::StrJoin(violations_, ", "), "]"));
       }
-      CheckString(value, *shape.value, Join(path, key));
+      path_.push_back(PathPart{nullptr, 0, &key});
+      CheckString(value, *shape.value);
+      path_.pop_back();
     }
   }
 
   const ValidationOptions& options_;
+  std::vector<PathPart> path_;
+  std::vector<std::string> violations_;  // scratch
   std::vector<ValidationError> errors_;
 };
 
@@ -490,7 +519,7 @@ class CreateRules {
 std::vector<ValidationError> CheckShapeConstraints(const google::protobuf::Message& message,
                                                    const ValidationOptions& options) {
   Checker checker(options);
-  checker.CheckMessage(message, "");
+  checker.CheckMessage(message);
   return checker.Take();
 }
 

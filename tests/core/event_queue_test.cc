@@ -1,6 +1,6 @@
 // Conformance suite for EventQueue implementations (kiln/event_queue.h): every queue must hand
 // entries back in (time_ns, seq) order, unchanged, with ReplaceTop equal to Pop then Push.
-// Instantiated for each shipped queue (the heap), and for the test-only reference queue, which
+// Instantiated for each shipped queue (the heap, the ladder), and for the test-only reference queue, which
 // validates the suite itself and EventQueue's default ReplaceTop.
 #include <algorithm>
 #include <cstdint>
@@ -226,9 +226,110 @@ TEST_P(EventQueueConformanceTest, LazyCancellationYieldsLiveEntriesInSortedOrder
   EXPECT_GT(popped_live, 10'000);
 }
 
+// The hold model, the classic event-queue workload: a fixed population of pending entries, each
+// pop followed by a push at the popped time plus a random increment (here spread over nine
+// orders of magnitude, with some zero increments and some entries at the end of time), against
+// std::priority_queue. Long enough for a ladder queue to go through many epochs and rungs.
+TEST_P(EventQueueConformanceTest, HoldModelMatchesStdPriorityQueue) {
+  std::mt19937_64 rng(4);
+  ReferenceQueue reference;
+  auto increment = [&rng]() -> int64_t {
+    const uint64_t kind = rng() % 100;
+    if (kind < 5) return 0;                                          // "now"
+    if (kind == 5) return std::numeric_limits<int64_t>::max() / 4;  // far future
+    return static_cast<int64_t>(rng() % (uint64_t{1} << (rng() % 31)));
+  };
+  for (int i = 0; i < 5'000; ++i) {
+    const QueuedEvent e = Make(increment(), static_cast<uint32_t>(i));
+    queue_->Push(e);
+    reference.push(e);
+  }
+  for (int step = 0; step < 300'000; ++step) {
+    ASSERT_EQ(queue_->Top().seq, reference.top().seq) << "step " << step;
+    const int64_t now = reference.top().time_ns;
+    int64_t t = now + increment();
+    if (t < now) t = std::numeric_limits<int64_t>::max();  // saturate
+    const QueuedEvent e = Make(t, static_cast<uint32_t>(step));
+    if (step % 2 == 0) {
+      queue_->ReplaceTop(e);
+    } else {
+      queue_->Pop();
+      queue_->Push(e);
+    }
+    reference.pop();
+    reference.push(e);
+  }
+  ASSERT_EQ(queue_->Size(), reference.size());
+  while (!reference.empty()) {
+    ASSERT_EQ(queue_->Top().seq, reference.top().seq);
+    queue_->Pop();
+    reference.pop();
+  }
+  EXPECT_TRUE(queue_->Empty());
+}
+
+// Pushes that a loop never makes but the interface allows: times before entries already popped,
+// descending runs, the whole int64 range, bursts of one time; interleaved with pops, and the
+// queue drained to empty and reused.
+TEST_P(EventQueueConformanceTest, ArbitraryPushOrderMatchesStdPriorityQueue) {
+  std::mt19937_64 rng(5);
+  ReferenceQueue reference;
+  auto random_time = [&rng]() -> int64_t {
+    switch (rng() % 4) {
+      case 0: return static_cast<int64_t>(rng());             // anywhere
+      case 1: return static_cast<int64_t>(rng() % 1000) - 500;  // near zero
+      case 2: return 1'000'000'000 - static_cast<int64_t>(rng() % 3);
+      default: return static_cast<int64_t>(rng() % 1'000'000) * 1'000;
+    }
+  };
+  for (int round = 0; round < 20; ++round) {
+    const int pushes = static_cast<int>(rng() % 20'000);
+    int64_t descending = random_time();
+    for (int i = 0; i < pushes; ++i) {
+      int64_t t = random_time();
+      if (round % 3 == 0) t = descending--;  // a descending run
+      const QueuedEvent e = Make(t, static_cast<uint32_t>(i));
+      queue_->Push(e);
+      reference.push(e);
+      if (rng() % 3 == 0) {
+        ASSERT_EQ(queue_->Top().seq, reference.top().seq) << "round " << round;
+        queue_->Pop();
+        reference.pop();
+      }
+    }
+    // Drain some rounds to empty, others only halfway.
+    const size_t keep = round % 2 == 0 ? 0 : reference.size() / 2;
+    while (reference.size() > keep) {
+      ASSERT_EQ(queue_->Top().seq, reference.top().seq) << "round " << round;
+      queue_->Pop();
+      reference.pop();
+    }
+    ASSERT_EQ(queue_->Size(), reference.size());
+  }
+}
+
+// Many entries of one time, pushed in seq order (timers armed at a fixed delay, posts), mixed
+// with entries at the next few nanoseconds: first-in first-out within each time.
+TEST_P(EventQueueConformanceTest, LargeEqualTimeBurstsPopFirstInFirstOut) {
+  std::vector<QueuedEvent> pushed;
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 30'000; ++i) {
+      pushed.push_back(Make(1'000 * round + i % 3));
+      queue_->Push(pushed.back());
+    }
+  }
+  std::stable_sort(pushed.begin(), pushed.end(), EventBefore);
+  for (const QueuedEvent& want : pushed) {
+    ASSERT_EQ(queue_->Top().seq, want.seq);
+    queue_->Pop();
+  }
+  EXPECT_TRUE(queue_->Empty());
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Implementations, EventQueueConformanceTest,
     ::testing::Values(QueueImplementation{"Heap", [] { return NewHeapEventQueue(); }},
+                      QueueImplementation{"Ladder", [] { return NewLadderEventQueue(); }},
                       QueueImplementation{"Reference",
                                           [] {
                                             return std::unique_ptr<EventQueue>(
