@@ -31,18 +31,11 @@ install_deps() {
 # THE MAIN EXAMPLE: the one place that says what `dev.sh example` runs
 # (from the repository root, after build/ is built).
 run_main_example() {
-  if [[ -x build/examples/cli/kiln ]]; then
-    shopt -s nullglob
-    local corpus=(tests/corpus/*.json)
-    shopt -u nullglob
-    build/examples/cli/kiln validate "${corpus[@]}"
-  elif [[ -x build/examples/quickstart/quickstart ]]; then
-    build/examples/quickstart/quickstart
-  else
-    echo "dev.sh: no example program is built yet (build/examples/cli/kiln," \
-         "build/examples/quickstart/quickstart)" >&2
-    return 1
-  fi
+  # Three jobs through the engine in virtual time (simulation backend), then
+  # `kiln validate` on the request corpus.
+  build/examples/lifecycle/lifecycle
+  echo
+  build/examples/cli/kiln validate tests/corpus/*.json
 }
 # ---------------------------------------------------------------------------
 

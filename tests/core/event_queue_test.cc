@@ -308,6 +308,44 @@ TEST_P(EventQueueConformanceTest, ArbitraryPushOrderMatchesStdPriorityQueue) {
   }
 }
 
+// Times at many scales at once: uniform below 2^b ns, b one of 62, 57, ..., 7. Most entries
+// crowd the start of any range, the worst case for bucketed queues (a ladder queue nests its
+// rungs as deep as it may here).
+TEST_P(EventQueueConformanceTest, MultiScaleTimesMatchStdPriorityQueue) {
+  std::mt19937_64 rng(6);
+  ReferenceQueue reference;
+  auto multi_scale = [&rng]() -> int64_t {
+    const int bits = 62 - 5 * static_cast<int>(rng() % 12);
+    return static_cast<int64_t>(rng() & ((uint64_t{1} << bits) - 1));
+  };
+  for (int round = 0; round < 30; ++round) {
+    const int n = 1'000 + static_cast<int>(rng() % 3'000);
+    for (int i = 0; i < n; ++i) {
+      const QueuedEvent e = Make(multi_scale(), static_cast<uint32_t>(i));
+      queue_->Push(e);
+      reference.push(e);
+    }
+    while (reference.size() > static_cast<size_t>(n / 4)) {
+      ASSERT_EQ(queue_->Top().seq, reference.top().seq) << "round " << round;
+      const int64_t now = reference.top().time_ns;
+      queue_->Pop();
+      reference.pop();
+      if (rng() % 4 == 0) {  // a later push, as a loop makes
+        const int64_t t = now + (multi_scale() >> 20);
+        const QueuedEvent e = Make(t < now ? now : t, 0);
+        queue_->Push(e);
+        reference.push(e);
+      }
+    }
+  }
+  while (!reference.empty()) {
+    ASSERT_EQ(queue_->Top().seq, reference.top().seq);
+    queue_->Pop();
+    reference.pop();
+  }
+  EXPECT_TRUE(queue_->Empty());
+}
+
 // Many entries of one time, pushed in seq order (timers armed at a fixed delay, posts), mixed
 // with entries at the next few nanoseconds: first-in first-out within each time.
 TEST_P(EventQueueConformanceTest, LargeEqualTimeBurstsPopFirstInFirstOut) {
