@@ -46,6 +46,7 @@
 #include "kiln/event_loop.h"
 #include "kiln/v1/sagemaker.pb.h"
 #include "kiln/validation.h"
+#include "kiln/warm_pool.h"
 
 namespace kiln {
 
@@ -100,6 +101,13 @@ struct EngineOptions {
   absl::Duration capacity_retry_initial = absl::Seconds(30);
   absl::Duration capacity_retry_max = absl::Minutes(5);
 
+  // Managed warm pools. Optional; must outlive the engine. Null means the
+  // engine's own NewWarmPoolManager(loop, cluster_provider, warm_pools).
+  WarmPoolManager* warm_pool_manager = nullptr;
+  // Options of the engine's own warm-pool manager (keep-alive policy, caps,
+  // quota); ignored when warm_pool_manager is set.
+  WarmPoolOptions warm_pools;
+
   ValidationOptions validation;
 };
 
@@ -144,7 +152,8 @@ class Engine {
   // Updates what the service lets one update: ProfilerConfig and
   // ProfilerRuleConfigurations (echoed back, not acted on), RemoteDebugConfig
   // (while Downloading or Training), and ResourceConfig.KeepAlivePeriodInSeconds
-  // (only while the job's warm pool is Available).
+  // (only while the job's warm pool is Available: counted from when it became
+  // Available; 0 releases the pool now).
   // Errors: InvalidArgument; NotFound; FailedPrecondition when the job's state
   // does not allow the change (the message says why).
   virtual absl::StatusOr<v1::UpdateTrainingJobResponse> UpdateTrainingJob(
@@ -152,7 +161,7 @@ class Engine {
 
   // Erases an ended job (Completed, Failed, Stopped); its name can be used
   // again. Errors: NotFound; FailedPrecondition while it is InProgress or
-  // Stopping.
+  // Stopping, or while its warm pool is Available.
   virtual absl::Status DeleteTrainingJob(const v1::DeleteTrainingJobRequest& request) = 0;
 
   // Adds an observer. `observer` must outlive the engine or be removed first.

@@ -262,6 +262,7 @@ class Job final : public ContainerEvents {
   int channels_left_ = 0;
   int containers_running_ = 0;
   bool algorithm_failed_ = false;
+  bool warm_pool_ = false;  // takes part in warm pools
 };
 
 // Names one job at one generation. Completions carry a token instead of a
@@ -278,11 +279,16 @@ class EngineImpl final : public Engine {
         loop_(*options_.loop),
         provider_(*options_.cluster_provider),
         arn_prefix_(absl::StrCat("arn:aws:sagemaker:", options_.region, ":", options_.account_id,
-                                 ":training-job/")) {}
+                                 ":training-job/")) {
+    if (options_.warm_pool_manager == nullptr) {
+      owned_pools_ = NewWarmPoolManager(loop_, provider_, options_.warm_pools);
+      options_.warm_pool_manager = owned_pools_.get();
+    }
+  }
 
   ~EngineImpl() override {
-    // Give back every cluster still held; the loop may already be gone from
-    // under running work, so nothing is waited for.
+    // Give back every cluster still held (nothing is waited for); the engine's
+    // own warm-pool manager releases its pools as it goes.
     for (auto& [name, job] : jobs_) {
       if (job->cluster_.has_value()) provider_.Release(*job->cluster_);
     }
@@ -377,6 +383,7 @@ class EngineImpl final : public Engine {
   void SetMessage(Job& job, const char* message);
   void Provision(Job& job);
   void OnProvisioned(const JobToken& token, absl::StatusOr<Cluster> cluster);
+  void OnClusterReady(Job& job);
   void OnImageReady(Job& job, absl::Status status);
   void StartDownloads(Job& job);
   void OnChannelDelivered(Job& job, absl::Status status);
@@ -385,16 +392,23 @@ class EngineImpl final : public Engine {
   void StartUpload(Job& job);
   void OnUploaded(Job& job, absl::StatusOr<ArtifactsResult> result);
   void Stop(Job& job, StopCause cause);
-  void Fail(Job& job, std::string reason);
-  void Finish(Job& job, const char* status, const char* secondary, const char* message);
-  void ReleaseCluster(Job& job);
+  // `healthy`: whether the cluster may be kept in a warm pool afterwards (an
+  // algorithm error leaves it healthy; infrastructure failures may not).
+  void Fail(Job& job, std::string reason, bool healthy = false);
+  void Finish(Job& job, const char* status, const char* secondary, const char* message,
+              bool healthy = true);
+  void ReturnCluster(Job& job, bool healthy);
   void CancelTimers(Job& job);
 
   v1::TrainingJobSummary Summary(const Job& job) const;
 
+  WarmPoolManager& pools() { return *options_.warm_pool_manager; }
+  const WarmPoolManager& pools() const { return *options_.warm_pool_manager; }
+
   EngineOptions options_;
   EventLoop& loop_;
   ClusterProvider& provider_;
+  std::unique_ptr<WarmPoolManager> owned_pools_;
   std::vector<JobObserver*> observers_;
   // No behaviour depends on the iteration order of these (List sorts).
   absl::flat_hash_map<std::string, std::unique_ptr<Job>> jobs_;
@@ -440,6 +454,7 @@ absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
   Job& ref = *job;
   by_seq_.emplace(ref.seq_, &ref);
   jobs_.emplace(name, std::move(job));
+  ref.warm_pool_ = pools().OnJobCreated(WarmPoolJob{name, request});
   active_jobs_.fetch_add(1, std::memory_order_relaxed);
   SetStatus(ref, kInProgress, kStarting, kMsgLaunching);
   Provision(ref);
@@ -484,6 +499,14 @@ absl::StatusOr<v1::DescribeTrainingJobResponse> EngineImpl::Describe(
     if (t.end != absl::InfiniteFuture()) *out->mutable_end_time() = ToProto(t.end);
     out->set_status_message(t.message);
   }
+  if (job->warm_pool_) {
+    if (auto status = pools().Status(job->name())) *d.mutable_warm_pool_status() = *status;
+    const std::string reason = pools().NotKeptReason(job->name());
+    if (!reason.empty() && job->ended()) {
+      auto* last = d.mutable_secondary_status_transitions(d.secondary_status_transitions_size() - 1);
+      last->set_status_message(absl::StrCat(last->status_message(), ". Warm pool not kept: ", reason));
+    }
+  }
   for (const MetricState& m : job->metrics_) {
     if (!m.value) continue;
     auto* out = d.add_final_metric_data_list();
@@ -503,6 +526,9 @@ v1::TrainingJobSummary EngineImpl::Summary(const Job& job) const {
   *s.mutable_last_modified_time() = ToProto(job.last_modified_);
   s.set_training_job_status(job.status_);
   s.set_secondary_status(job.transitions_.back().status);
+  if (job.warm_pool_) {
+    if (auto status = pools().Status(job.name())) *s.mutable_warm_pool_status() = *status;
+  }
   return s;
 }
 
@@ -572,7 +598,11 @@ absl::StatusOr<v1::ListTrainingJobsResponse> EngineImpl::List(
       continue;
     }
     if (request.has_status_equals() && request.status_equals() != job.status_) continue;
-    if (request.has_warm_pool_status_equals()) continue;  // no warm pools yet: none matches
+    if (request.has_warm_pool_status_equals()) {
+      std::optional<v1::WarmPoolStatus> pool =
+          job.warm_pool_ ? pools().Status(job.name()) : std::nullopt;
+      if (!pool || pool->status() != request.warm_pool_status_equals()) continue;
+    }
     if (request.has_creation_time_after() &&
         !strict(request.creation_time_after(), job.creation_time_, true)) {
       continue;
@@ -629,11 +659,15 @@ absl::StatusOr<v1::UpdateTrainingJobResponse> EngineImpl::Update(
   Job* job = FindJob(request.training_job_name());
   if (job == nullptr) return NotFound(request.training_job_name());
   if (request.has_resource_config()) {
-    // Warm pools are not kept yet, so no job is ever Available.
-    return absl::FailedPreconditionError(absl::StrCat(
-        "You can only update KeepAlivePeriodInSeconds of a training job whose warm pool is "
-        "Available; training job '",
-        job->name(), "' has no warm pool"));
+    if (!job->warm_pool_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "KeepAlivePeriodInSeconds can only be updated while the training job's warm pool is "
+          "Available; training job '",
+          job->name(), "' has no warm pool"));
+    }
+    KILN_RETURN_IF_ERROR(pools().UpdateKeepAlive(
+        job->name(), absl::Seconds(request.resource_config().keep_alive_period_in_seconds())));
+    job->last_modified_ = Now();
   }
   const std::string secondary = job->transitions_.back().status;
   if (request.has_remote_debug_config() && secondary != kDownloading && secondary != kTraining) {
@@ -669,6 +703,7 @@ absl::Status EngineImpl::Delete(const v1::DeleteTrainingJobRequest& request) {
         "Training job '", it->first, "' cannot be deleted while its status is ", status,
         "; stop it and wait for it to end"));
   }
+  if (it->second->warm_pool_) KILN_RETURN_IF_ERROR(pools().OnJobDeleted(it->first));
   by_seq_.erase(it->second->seq_);
   jobs_.erase(it);
   return absl::OkStatus();
@@ -699,6 +734,14 @@ void EngineImpl::SetMessage(Job& job, const char* message) {
 
 void EngineImpl::Provision(Job& job) {
   job.phase_ = Phase::kProvisioning;
+  if (job.warm_pool_) {
+    if (std::optional<Cluster> warm = pools().Acquire(job.name())) {
+      // A retained cluster: no provisioning; its image cache is warm.
+      job.cluster_ = std::move(*warm);
+      OnClusterReady(job);
+      return;
+    }
+  }
   ClusterSpec spec;
   spec.job_name = job.name();
   const auto& rc = job.request().resource_config();
@@ -750,12 +793,17 @@ void EngineImpl::OnProvisioned(const JobToken& token, absl::StatusOr<Cluster> cl
                           *job.pending_since_ + absl::Seconds(sc.max_pending_time_in_seconds()));
     }
     job.next_retry_delay_ = std::min(job.next_retry_delay_ * 2, options_.capacity_retry_max);
-    job.retry_timer_ = loop_.ScheduleAt(retry_at, [this, token] {
+    job.retry_timer_ = loop_.ScheduleAt(retry_at, [this, token = TokenOf(job)] {
       if (Job* job = Resume(token)) Provision(*job);
     });
     return;
   }
   job.cluster_ = std::move(*cluster);
+  if (job.warm_pool_) pools().OnClusterLaunched(job.name(), *job.cluster_);
+  OnClusterReady(job);
+}
+
+void EngineImpl::OnClusterReady(Job& job) {
   job.training_start_ = Now();
   if (job.pending_since_) {
     SetStatus(job, kInProgress, kStarting, kMsgPreparing);
@@ -870,7 +918,7 @@ void EngineImpl::HandleExit(Job& job, const Instance& instance, const ContainerE
                                                  : exit.failure_text;
     std::string reason = absl::StrCat("AlgorithmError: ", text);
     if (reason.size() > kMaxFailureReason) reason.resize(kMaxFailureReason);
-    Fail(job, std::move(reason));
+    Fail(job, std::move(reason), /*healthy=*/true);
     return;
   }
   if (job.containers_running_ > 0) return;
@@ -928,10 +976,10 @@ void EngineImpl::Stop(Job& job, StopCause cause) {
     case Phase::kProvisioning:
     case Phase::kPreparing:
     case Phase::kDownloading: {
-      // Nothing ran: abandon the work in flight and end without artifacts.
+      // Nothing ran: abandon the work in flight and end without artifacts
+      // (Finish gives the cluster back, or to a warm pool).
       ++job.generation_;
       CancelTimers(job);
-      ReleaseCluster(job);
       job.phase_ = Phase::kEnded;
       loop_.ScheduleAfter(absl::ZeroDuration(), [this, &job, secondary, message] {
         Finish(job, kStopped, secondary, message);
@@ -943,26 +991,30 @@ void EngineImpl::Stop(Job& job, StopCause cause) {
   }
 }
 
-void EngineImpl::Fail(Job& job, std::string reason) {
+void EngineImpl::Fail(Job& job, std::string reason, bool healthy) {
   job.failure_reason_ = std::move(reason);
-  Finish(job, kFailed, kFailed, kMsgFailed);
+  Finish(job, kFailed, kFailed, kMsgFailed, healthy);
 }
 
-void EngineImpl::Finish(Job& job, const char* status, const char* secondary, const char* message) {
+void EngineImpl::Finish(Job& job, const char* status, const char* secondary, const char* message,
+                        bool healthy) {
   ++job.generation_;
   CancelTimers(job);
   if (job.training_start_) job.training_end_ = Now();
+  const bool containers_running = job.phase_ == Phase::kTraining && job.containers_running_ > 0;
   job.phase_ = Phase::kEnded;
-  ReleaseCluster(job);
+  if (containers_running) provider_.Signal(*job.cluster_, SIGKILL);
+  ReturnCluster(job, healthy);
   SetStatus(job, status, secondary, message);
   job.transitions_.back().end = job.transitions_.back().start;
   job.Compact();
   active_jobs_.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void EngineImpl::ReleaseCluster(Job& job) {
-  if (!job.cluster_) return;
-  provider_.Release(*job.cluster_);
+void EngineImpl::ReturnCluster(Job& job, bool healthy) {
+  const Cluster* cluster = job.cluster_ ? &*job.cluster_ : nullptr;
+  const bool kept = job.warm_pool_ && pools().OnJobEnded(job.name(), cluster, healthy);
+  if (cluster != nullptr && !kept) provider_.Release(*cluster);
   job.cluster_.reset();
 }
 

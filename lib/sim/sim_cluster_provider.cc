@@ -1,5 +1,6 @@
 #include <csignal>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <utility>
@@ -54,7 +55,12 @@ class SimClusterProvider final : public ClusterProvider {
 
   void PrepareImage(const Cluster& cluster, std::string_view image, DoneCallback done) override {
     SimCluster* sim = Find(cluster);
-    absl::Duration d = sim != nullptr ? sim->behavior.image_preparation : absl::ZeroDuration();
+    absl::Duration d = absl::ZeroDuration();
+    // A cluster keeps the images it has prepared: a warm cluster reused for
+    // the same image pays nothing.
+    if (sim != nullptr && sim->images.insert(std::string(image)).second) {
+      d = sim->behavior.image_preparation;
+    }
     Track(sim, loop_.ScheduleAfter(d, [done = std::move(done)]() mutable { done(absl::OkStatus()); }));
   }
 
@@ -67,6 +73,11 @@ class SimClusterProvider final : public ClusterProvider {
       });
       return;
     }
+    // A reused cluster: the behaviour is the new job's, and nothing of the
+    // previous run may reach the new job's events.
+    if (options_.behavior) sim->behavior = options_.behavior(job.job_name);
+    for (TimerHandle h : sim->exit_timers) loop_.Cancel(h);
+    const uint64_t run = ++sim->run;
     sim->events = &events;
     sim->running.assign(sim->cluster.instances.size(), true);
     sim->exit_timers.assign(sim->cluster.instances.size(), TimerHandle());
@@ -76,8 +87,8 @@ class SimClusterProvider final : public ClusterProvider {
     const std::string id = sim->cluster.id;
     for (size_t i = 0; i < sim->cluster.instances.size(); ++i) {
       for (const auto& [offset, line] : sim->behavior.log_lines) {
-        Track(sim, loop_.ScheduleAfter(offset, [this, id, i, line = line] {
-          if (SimCluster* s = Find(id); s != nullptr && s->running[i]) {
+        Track(sim, loop_.ScheduleAfter(offset, [this, id, i, run, line = line] {
+          if (SimCluster* s = Find(id); s != nullptr && s->run == run && s->running[i]) {
             s->events->OnLogLine(s->cluster.instances[i], line);
           }
         }));
@@ -127,6 +138,8 @@ class SimClusterProvider final : public ClusterProvider {
     std::vector<bool> running;
     std::vector<TimerHandle> exit_timers;
     std::vector<TimerHandle> timers;  // everything else pending on this cluster
+    std::set<std::string> images;     // prepared on this cluster (its image cache)
+    uint64_t run = 0;                 // StartContainers calls so far
   };
 
   SimCluster* Find(const Cluster& cluster) { return Find(cluster.id); }
@@ -150,9 +163,10 @@ class SimClusterProvider final : public ClusterProvider {
   void ScheduleExit(SimCluster& sim, size_t i, absl::Duration after, ContainerExit exit) {
     loop_.Cancel(sim.exit_timers[i]);
     const std::string id = sim.cluster.id;
-    sim.exit_timers[i] = loop_.ScheduleAfter(after, [this, id, i, exit = std::move(exit)] {
+    sim.exit_timers[i] = loop_.ScheduleAfter(after, [this, id, i, run = sim.run,
+                                                     exit = std::move(exit)] {
       SimCluster* s = Find(id);
-      if (s == nullptr || !s->running[i]) return;
+      if (s == nullptr || s->run != run || !s->running[i]) return;
       s->running[i] = false;
       s->exit_timers[i] = TimerHandle();
       s->events->OnExit(s->cluster.instances[i], exit);

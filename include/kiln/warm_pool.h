@@ -1,0 +1,196 @@
+// Managed warm pools: after a job, keep its cluster for a while so that the
+// next matching job starts on it without provisioning or image download.
+//
+// Two pluggable parts:
+// - KeepAlivePolicy decides how long a finished job's cluster is kept. Ship:
+//   JobRequested (the service's behaviour: the job's KeepAlivePeriodInSeconds),
+//   Fixed(T), Never, and AdaptiveHistogram (learns the idle gaps per cluster
+//   shape; see NewAdaptiveHistogramKeepAlive).
+// - WarmPoolManager holds the retained clusters: matches new jobs to them,
+//   retains clusters after jobs, expires them, reports each job's
+//   WarmPoolStatus and bills retained time. NewWarmPoolManager is the default;
+//   the engine uses it unless EngineOptions names another.
+//
+// Semantics (the service's, see the contract §4):
+// - A job takes part in warm pools when the policy says so (JobRequested: when
+//   it sets KeepAlivePeriodInSeconds > 0) and its cluster can be pooled
+//   (homogeneous, not spot). Its WarmPoolStatus is InUse while it runs; when it
+//   Completes, is Stopped after its cluster launched, or Fails with an
+//   algorithm error, its cluster becomes Available for the policy's keep-alive;
+//   then Reused (ReusedByJob = the job that took it) or Terminated (expired,
+//   released by UpdateTrainingJob KeepAlive 0, or not kept). A job whose
+//   cluster never launched, or that failed in a way that may leave the cluster
+//   unhealthy, shows Terminated at once. ResourceRetainedBillableTimeInSeconds
+//   (seconds Available, rounded up) is filled in once Reused or Terminated.
+// - A pool is reused only by a job whose matching criteria are all identical:
+//   RoleArn, InstanceType, InstanceCount, VolumeSizeInGB, VolumeKmsKeyId,
+//   VpcConfig subnets and security groups (as sets),
+//   EnableInterContainerTrafficEncryption, EnableNetworkIsolation.
+// - When several pools match, the one that became Available last is taken
+//   (ties: the older pool), so idle pools age out and fewer are billed.
+// - A pool is Available during [available_since, available_since + keep-alive):
+//   a job arriving at exactly the end does not get it.
+//
+// Threading: loop thread only, like every engine component.
+#ifndef KILN_WARM_POOL_H_
+#define KILN_WARM_POOL_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "kiln/cluster_provider.h"
+#include "kiln/event_loop.h"
+#include "kiln/v1/sagemaker.pb.h"
+
+namespace kiln {
+
+// What must be identical for a job to reuse a pool.
+struct PoolShape {
+  std::string role_arn;
+  std::string instance_type;
+  int32_t instance_count = 0;
+  int32_t volume_size_in_gb = 0;
+  std::string volume_kms_key_id;
+  std::vector<std::string> subnets;          // sorted
+  std::vector<std::string> security_groups;  // sorted
+  bool inter_container_traffic_encryption = false;
+  bool network_isolation = false;
+
+  // The shape of a request. REQUIRES: a homogeneous request (InstanceType).
+  static PoolShape Of(const v1::CreateTrainingJobRequest& request);
+  // A stable text form, usable as a map key.
+  std::string Key() const;
+  friend bool operator==(const PoolShape& a, const PoolShape& b) { return a.Key() == b.Key(); }
+};
+
+// What a policy is asked about.
+struct KeepAliveQuery {
+  std::string_view job_name;
+  const PoolShape& shape;
+  // The job's KeepAlivePeriodInSeconds, zero when it set none.
+  absl::Duration requested;
+  absl::Time now;
+};
+
+// Decides how long a finished job's cluster is kept Available. Policies see
+// only the past: what they are told through the On* calls.
+// Loop thread only.
+class KeepAlivePolicy {
+ public:
+  virtual ~KeepAlivePolicy() = default;
+  // Whether the job takes part in warm pools at all (may reuse a pool, shows
+  // a WarmPoolStatus). Default: it requested a keep-alive, as the service does.
+  virtual bool Participates(const KeepAliveQuery& query) { return query.requested > absl::ZeroDuration(); }
+  // How long to keep the job's cluster; zero releases it at once.
+  virtual absl::Duration KeepAlive(const KeepAliveQuery& query) = 0;
+  // A pool of `shape` became Available at `time`.
+  virtual void OnPoolAvailable(const PoolShape& shape, absl::Time time) {}
+  // A participating job of `shape` arrived at `time` (whether or not it found
+  // a pool).
+  virtual void OnJobArrived(const PoolShape& shape, absl::Time time) {}
+  // A short name for reports ("JobRequested", "Fixed(600s)", ...).
+  virtual std::string Name() const = 0;
+};
+
+// The service's behaviour: keep for the job's own KeepAlivePeriodInSeconds.
+std::unique_ptr<KeepAlivePolicy> NewJobRequestedKeepAlive();
+// Every eligible job takes part and is kept for `keep_alive`.
+std::unique_ptr<KeepAlivePolicy> NewFixedKeepAlive(absl::Duration keep_alive);
+// No warm pools at all.
+std::unique_ptr<KeepAlivePolicy> NewNeverKeepAlive();
+
+struct AdaptiveHistogramOptions {
+  // Histogram bins of idle gaps, and its range; longer gaps count in the last bin.
+  absl::Duration bin_width = absl::Minutes(1);
+  absl::Duration range = absl::Hours(6);
+  // Keep until this percentile of the observed gaps, plus the margin.
+  double percentile = 0.99;
+  double margin = 0.10;
+  // Until a shape has this many observed gaps, keep for `fallback`.
+  int min_samples = 10;
+  absl::Duration fallback = absl::Minutes(10);
+};
+// Per cluster shape, a histogram of the idle gaps between a pool becoming
+// Available and the next job of that shape arriving; keeps a cluster until a
+// tail percentile of that histogram (the hybrid-histogram policy of
+// "Serverless in the Wild", ATC'20, applied to clusters). Every eligible job
+// takes part.
+std::unique_ptr<KeepAlivePolicy> NewAdaptiveHistogramKeepAlive(AdaptiveHistogramOptions options = {});
+
+// What the engine tells the manager about a job, at creation.
+struct WarmPoolJob {
+  std::string_view name;
+  const v1::CreateTrainingJobRequest& request;
+};
+
+// Holds retained clusters. The engine calls it at each step of a job.
+// Loop thread only.
+class WarmPoolManager {
+ public:
+  virtual ~WarmPoolManager() = default;
+
+  // A job was accepted. Returns whether it takes part in warm pools.
+  virtual bool OnJobCreated(const WarmPoolJob& job) = 0;
+
+  // For a taking-part job about to provision: returns a retained cluster that
+  // matches (now InUse by `job`; the previous owner shows Reused), or nullopt.
+  virtual std::optional<Cluster> Acquire(std::string_view job) = 0;
+
+  // The job's cluster was provisioned cold.
+  virtual void OnClusterLaunched(std::string_view job, const Cluster& cluster) = 0;
+
+  // The job ended. `cluster` is its cluster (null if it never had one);
+  // `healthy` is false when the cluster may be unhealthy. Returns true when the
+  // manager keeps the cluster (it is then Available; the engine must not
+  // release it); false when the engine should release it.
+  virtual bool OnJobEnded(std::string_view job, const Cluster* cluster, bool healthy) = 0;
+
+  // UpdateTrainingJob: sets the keep-alive of the job's Available pool,
+  // counted from when it became Available; zero (or a time already past)
+  // terminates it now. Errors: FailedPrecondition when the job's pool is not
+  // Available (the message says why).
+  virtual absl::Status UpdateKeepAlive(std::string_view job, absl::Duration keep_alive) = 0;
+
+  // The job's WarmPoolStatus, or nullopt when it takes no part.
+  virtual std::optional<v1::WarmPoolStatus> Status(std::string_view job) const = 0;
+
+  // Why the job's cluster was not kept, when a cap or quota prevented it
+  // (empty otherwise). Describe shows it in the final status message.
+  virtual std::string NotKeptReason(std::string_view job) const { return ""; }
+
+  // The job's record is being erased (DeleteTrainingJob). Errors:
+  // FailedPrecondition while the job's pool is Available.
+  virtual absl::Status OnJobDeleted(std::string_view job) = 0;
+
+  // Releases every retained cluster (engine shutdown).
+  virtual void ReleaseAll() = 0;
+};
+
+struct WarmPoolOptions {
+  // Null means NewJobRequestedKeepAlive().
+  std::shared_ptr<KeepAlivePolicy> policy;
+  // The longest keep-alive one job gets (the model's maximum by default).
+  absl::Duration max_keep_alive = absl::Seconds(21600);
+  // The longest one cluster stays pooled across a chain of reusing jobs,
+  // counted from its cold launch.
+  absl::Duration max_chain_life = absl::Hours(28 * 24);
+  // Warm-pool quota in instances per instance type; types not listed have no
+  // limit. A pool that would exceed it is not kept.
+  std::map<std::string, int32_t> quota_instances;
+};
+
+// The default manager. `loop` and `provider` must outlive it; it releases
+// expired clusters through `provider`.
+std::unique_ptr<WarmPoolManager> NewWarmPoolManager(EventLoop& loop, ClusterProvider& provider,
+                                                    WarmPoolOptions options = {});
+
+}  // namespace kiln
+
+#endif  // KILN_WARM_POOL_H_

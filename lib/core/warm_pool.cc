@@ -1,0 +1,370 @@
+#include "kiln/warm_pool.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace kiln {
+namespace {
+
+constexpr char kInUse[] = "InUse";
+constexpr char kAvailable[] = "Available";
+constexpr char kReused[] = "Reused";
+constexpr char kTerminated[] = "Terminated";
+
+// Seconds a pool was retained, as the service bills them: rounded up.
+int32_t RetainedSeconds(absl::Duration d) {
+  if (d <= absl::ZeroDuration()) return 0;
+  return static_cast<int32_t>(
+      std::min<int64_t>(absl::ToInt64Seconds(absl::Ceil(d, absl::Seconds(1))), INT32_MAX));
+}
+
+std::string SecondsText(absl::Duration d) { return absl::StrCat(absl::ToInt64Seconds(d), " s"); }
+
+class JobRequestedKeepAlive final : public KeepAlivePolicy {
+ public:
+  absl::Duration KeepAlive(const KeepAliveQuery& q) override { return q.requested; }
+  std::string Name() const override { return "JobRequested"; }
+};
+
+class FixedKeepAlive final : public KeepAlivePolicy {
+ public:
+  explicit FixedKeepAlive(absl::Duration d) : keep_alive_(d) {}
+  bool Participates(const KeepAliveQuery&) override { return keep_alive_ > absl::ZeroDuration(); }
+  absl::Duration KeepAlive(const KeepAliveQuery&) override { return keep_alive_; }
+  std::string Name() const override { return absl::StrCat("Fixed(", SecondsText(keep_alive_), ")"); }
+
+ private:
+  absl::Duration keep_alive_;
+};
+
+class NeverKeepAlive final : public KeepAlivePolicy {
+ public:
+  bool Participates(const KeepAliveQuery&) override { return false; }
+  absl::Duration KeepAlive(const KeepAliveQuery&) override { return absl::ZeroDuration(); }
+  std::string Name() const override { return "Never"; }
+};
+
+class AdaptiveHistogramKeepAlive final : public KeepAlivePolicy {
+ public:
+  explicit AdaptiveHistogramKeepAlive(AdaptiveHistogramOptions o) : options_(o) {
+    bins_ = static_cast<size_t>(std::max<int64_t>(1, options_.range / options_.bin_width));
+  }
+
+  bool Participates(const KeepAliveQuery&) override { return true; }
+
+  absl::Duration KeepAlive(const KeepAliveQuery& q) override {
+    auto it = shapes_.find(q.shape.Key());
+    if (it == shapes_.end() || it->second.samples < options_.min_samples) return options_.fallback;
+    const Histogram& h = it->second;
+    // The smallest bin edge below which `percentile` of the gaps fall.
+    const double wanted = options_.percentile * h.samples;
+    double seen = 0;
+    size_t bin = 0;
+    for (; bin < h.counts.size(); ++bin) {
+      seen += h.counts[bin];
+      if (seen >= wanted) break;
+    }
+    const absl::Duration edge = options_.bin_width * static_cast<int64_t>(bin + 1);
+    return std::min(edge * (1.0 + options_.margin), options_.range);
+  }
+
+  void OnPoolAvailable(const PoolShape& shape, absl::Time time) override {
+    shapes_[shape.Key()].open.push_back(time);
+  }
+
+  void OnJobArrived(const PoolShape& shape, absl::Time time) override {
+    Histogram& h = shapes_[shape.Key()];
+    if (h.counts.empty()) h.counts.assign(bins_, 0);
+    for (absl::Time opened : h.open) {
+      const int64_t bin = (time - opened) / options_.bin_width;
+      ++h.counts[static_cast<size_t>(std::clamp<int64_t>(bin, 0, bins_ - 1))];
+      ++h.samples;
+    }
+    h.open.clear();
+  }
+
+  std::string Name() const override {
+    return absl::StrCat("AdaptiveHistogram(p", options_.percentile * 100, ")");
+  }
+
+ private:
+  struct Histogram {
+    std::vector<int64_t> counts;
+    int64_t samples = 0;
+    std::vector<absl::Time> open;  // pools Available, waiting for the next job
+  };
+  AdaptiveHistogramOptions options_;
+  size_t bins_;
+  absl::flat_hash_map<std::string, Histogram> shapes_;
+};
+
+class DefaultWarmPoolManager final : public WarmPoolManager {
+ public:
+  DefaultWarmPoolManager(EventLoop& loop, ClusterProvider& provider, WarmPoolOptions options)
+      : loop_(loop), provider_(provider), options_(std::move(options)) {
+    if (options_.policy == nullptr) options_.policy = NewJobRequestedKeepAlive();
+  }
+
+  ~DefaultWarmPoolManager() override { ReleaseAll(); }
+
+  bool OnJobCreated(const WarmPoolJob& job) override {
+    const auto& rc = job.request.resource_config();
+    // Heterogeneous clusters and spot jobs never use warm pools.
+    if (rc.instance_groups_size() > 0 || job.request.enable_managed_spot_training()) return false;
+    PoolShape shape = PoolShape::Of(job.request);
+    const absl::Duration requested = absl::Seconds(rc.keep_alive_period_in_seconds());
+    if (!options_.policy->Participates({job.name, shape, requested, loop_.Now()})) return false;
+    options_.policy->OnJobArrived(shape, loop_.Now());
+    JobState& s = jobs_[std::string(job.name)];
+    s = JobState();
+    s.shape = std::move(shape);
+    s.shape_key = s.shape.Key();
+    s.requested = requested;
+    s.status = kInUse;
+    return true;
+  }
+
+  std::optional<Cluster> Acquire(std::string_view job) override {
+    JobState* s = Find(job);
+    if (s == nullptr) return std::nullopt;
+    const absl::Time now = loop_.Now();
+    Pool* best = nullptr;
+    for (auto& [id, pool] : pools_) {  // ordered by id: ties go to the older pool
+      if (pool.shape_key != s->shape_key || now >= pool.expires_at) continue;
+      if (best == nullptr || pool.available_since > best->available_since) best = &pool;
+    }
+    if (best == nullptr) return std::nullopt;
+    JobState& owner = jobs_.at(best->owner_job);
+    owner.status = kReused;
+    owner.reused_by = std::string(job);
+    owner.retained_seconds = RetainedSeconds(now - best->available_since);
+    loop_.Cancel(best->expiry);
+    s->chain_start = best->chain_start;
+    Cluster cluster = std::move(best->cluster);
+    pools_.erase(best->id);
+    return cluster;
+  }
+
+  void OnClusterLaunched(std::string_view job, const Cluster& cluster) override {
+    if (JobState* s = Find(job)) s->chain_start = loop_.Now();
+  }
+
+  bool OnJobEnded(std::string_view job, const Cluster* cluster, bool healthy) override {
+    JobState* s = Find(job);
+    if (s == nullptr) return false;
+    const absl::Time now = loop_.Now();
+    auto terminate = [&](std::string reason) {
+      s->status = kTerminated;
+      s->retained_seconds = 0;
+      s->not_kept_reason = std::move(reason);
+      return false;
+    };
+    if (cluster == nullptr || !healthy) return terminate("");
+    const absl::Duration keep = std::min(
+        options_.policy->KeepAlive({job, s->shape, s->requested, now}), options_.max_keep_alive);
+    if (keep <= absl::ZeroDuration()) return terminate("");
+    const absl::Time chain_end = s->chain_start + options_.max_chain_life;
+    if (chain_end <= now) {
+      return terminate(absl::StrCat("the cluster reached the maximum warm-pool life of ",
+                                    SecondsText(options_.max_chain_life)));
+    }
+    auto quota = options_.quota_instances.find(s->shape.instance_type);
+    if (quota != options_.quota_instances.end()) {
+      int64_t held = 0;
+      for (const auto& [id, pool] : pools_) {
+        if (pool.instance_type == s->shape.instance_type) held += pool.instance_count;
+      }
+      if (held + s->shape.instance_count > quota->second) {
+        return terminate(absl::StrCat("the warm-pool quota for ", s->shape.instance_type, " (",
+                                      quota->second, " instances) is in use"));
+      }
+    }
+    const uint64_t id = ++next_pool_;
+    Pool& pool = pools_[id];
+    pool.id = id;
+    pool.cluster = *cluster;
+    pool.shape_key = s->shape_key;
+    pool.instance_type = s->shape.instance_type;
+    pool.instance_count = s->shape.instance_count;
+    pool.owner_job = std::string(job);
+    pool.available_since = now;
+    pool.chain_start = s->chain_start;
+    s->status = kAvailable;
+    s->pool_id = id;
+    Schedule(pool, std::min(now + keep, chain_end));
+    options_.policy->OnPoolAvailable(s->shape, now);
+    return true;
+  }
+
+  absl::Status UpdateKeepAlive(std::string_view job, absl::Duration keep_alive) override {
+    JobState* s = Find(job);
+    if (s == nullptr || s->status != kAvailable) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "KeepAlivePeriodInSeconds can only be updated while the training job's warm pool is "
+          "Available; the warm pool of training job '",
+          std::string(job), "' is ", s == nullptr ? "absent" : s->status));
+    }
+    Pool& pool = pools_.at(s->pool_id);
+    const absl::Time expires =
+        std::min(pool.available_since + std::min(keep_alive, options_.max_keep_alive),
+                 pool.chain_start + options_.max_chain_life);
+    if (keep_alive <= absl::ZeroDuration() || expires <= loop_.Now()) {
+      Expire(pool.id);
+      return absl::OkStatus();
+    }
+    loop_.Cancel(pool.expiry);
+    Schedule(pool, expires);
+    return absl::OkStatus();
+  }
+
+  std::optional<v1::WarmPoolStatus> Status(std::string_view job) const override {
+    auto it = jobs_.find(Key(job));
+    if (it == jobs_.end()) return std::nullopt;
+    const JobState& s = it->second;
+    v1::WarmPoolStatus status;
+    status.set_status(s.status);
+    if (s.retained_seconds) status.set_resource_retained_billable_time_in_seconds(*s.retained_seconds);
+    if (!s.reused_by.empty()) status.set_reused_by_job(s.reused_by);
+    return status;
+  }
+
+  std::string NotKeptReason(std::string_view job) const override {
+    auto it = jobs_.find(Key(job));
+    return it == jobs_.end() ? "" : it->second.not_kept_reason;
+  }
+
+  absl::Status OnJobDeleted(std::string_view job) override {
+    auto it = jobs_.find(Key(job));
+    if (it == jobs_.end()) return absl::OkStatus();
+    if (it->second.status == kAvailable) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Training job '", std::string(job),
+          "' cannot be deleted while its warm pool is Available; release it first "
+          "(UpdateTrainingJob with KeepAlivePeriodInSeconds 0)"));
+    }
+    jobs_.erase(it);
+    return absl::OkStatus();
+  }
+
+  void ReleaseAll() override {
+    std::vector<uint64_t> ids;
+    for (const auto& [id, pool] : pools_) ids.push_back(id);
+    for (uint64_t id : ids) Expire(id);
+  }
+
+ private:
+  struct JobState {
+    PoolShape shape;
+    std::string shape_key;
+    absl::Duration requested;
+    const char* status = kInUse;
+    std::optional<int32_t> retained_seconds;
+    std::string reused_by;
+    std::string not_kept_reason;
+    absl::Time chain_start;
+    uint64_t pool_id = 0;
+  };
+  struct Pool {
+    uint64_t id = 0;
+    Cluster cluster;
+    std::string shape_key;
+    std::string instance_type;
+    int32_t instance_count = 0;
+    std::string owner_job;
+    absl::Time available_since;
+    absl::Time expires_at;
+    absl::Time chain_start;
+    TimerHandle expiry;
+  };
+
+  // (Debian's Abseil hashes absl::string_view, not std::string_view.)
+  static absl::string_view Key(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+  JobState* Find(std::string_view job) {
+    auto it = jobs_.find(Key(job));
+    return it == jobs_.end() ? nullptr : &it->second;
+  }
+
+  void Schedule(Pool& pool, absl::Time expires) {
+    pool.expires_at = expires;
+    pool.expiry = loop_.ScheduleAt(expires, [this, id = pool.id] { Expire(id); });
+  }
+
+  // Terminates a pool: releases its cluster and bills its owner.
+  void Expire(uint64_t id) {
+    auto it = pools_.find(id);
+    if (it == pools_.end()) return;
+    Pool& pool = it->second;
+    loop_.Cancel(pool.expiry);
+    const absl::Time end = std::min(loop_.Now(), pool.expires_at);
+    if (JobState* owner = Find(pool.owner_job)) {
+      owner->status = kTerminated;
+      owner->retained_seconds = RetainedSeconds(end - pool.available_since);
+    }
+    provider_.Release(pool.cluster);
+    pools_.erase(it);
+  }
+
+  EventLoop& loop_;
+  ClusterProvider& provider_;
+  WarmPoolOptions options_;
+  absl::flat_hash_map<std::string, JobState> jobs_;
+  std::map<uint64_t, Pool> pools_;  // by id: iteration order is creation order
+  uint64_t next_pool_ = 0;
+};
+
+}  // namespace
+
+PoolShape PoolShape::Of(const v1::CreateTrainingJobRequest& request) {
+  PoolShape s;
+  const auto& rc = request.resource_config();
+  s.role_arn = request.role_arn();
+  s.instance_type = rc.instance_type();
+  s.instance_count = rc.instance_count();
+  s.volume_size_in_gb = rc.volume_size_in_gb();
+  s.volume_kms_key_id = rc.volume_kms_key_id();
+  s.subnets.assign(request.vpc_config().subnets().begin(), request.vpc_config().subnets().end());
+  s.security_groups.assign(request.vpc_config().security_group_ids().begin(),
+                           request.vpc_config().security_group_ids().end());
+  std::sort(s.subnets.begin(), s.subnets.end());
+  std::sort(s.security_groups.begin(), s.security_groups.end());
+  s.inter_container_traffic_encryption = request.enable_inter_container_traffic_encryption();
+  s.network_isolation = request.enable_network_isolation();
+  return s;
+}
+
+std::string PoolShape::Key() const {
+  // '\n' cannot occur in any member (the model's patterns exclude it), so the
+  // text is unambiguous.
+  return absl::StrCat(role_arn, "\n", instance_type, "\n", instance_count, "\n",
+                      volume_size_in_gb, "\n", volume_kms_key_id, "\n",
+                      absl::StrJoin(subnets, ","), "\n", absl::StrJoin(security_groups, ","), "\n",
+                      inter_container_traffic_encryption ? 1 : 0, network_isolation ? 1 : 0);
+}
+
+std::unique_ptr<KeepAlivePolicy> NewJobRequestedKeepAlive() {
+  return std::make_unique<JobRequestedKeepAlive>();
+}
+std::unique_ptr<KeepAlivePolicy> NewFixedKeepAlive(absl::Duration keep_alive) {
+  return std::make_unique<FixedKeepAlive>(keep_alive);
+}
+std::unique_ptr<KeepAlivePolicy> NewNeverKeepAlive() { return std::make_unique<NeverKeepAlive>(); }
+std::unique_ptr<KeepAlivePolicy> NewAdaptiveHistogramKeepAlive(AdaptiveHistogramOptions options) {
+  return std::make_unique<AdaptiveHistogramKeepAlive>(options);
+}
+
+std::unique_ptr<WarmPoolManager> NewWarmPoolManager(EventLoop& loop, ClusterProvider& provider,
+                                                    WarmPoolOptions options) {
+  return std::make_unique<DefaultWarmPoolManager>(loop, provider, std::move(options));
+}
+
+}  // namespace kiln
