@@ -1,0 +1,468 @@
+// Managed warm pools through the engine, in virtual time.
+//
+// Sim defaults: provisioning 60 s, image 30 s, run 600 s, upload 5 s, so a cold
+// job created at t ends at t + 695 and a warm one (no provisioning, image
+// cached) at t + 605.
+#include "kiln/warm_pool.h"
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+#include "kiln/engine.h"
+#include "kiln/sim/sim.h"
+
+namespace kiln {
+namespace {
+
+class WarmPoolTest : public testing::Test {
+ protected:
+  void SetUp() override { Build({}); }
+
+  void Build(WarmPoolOptions options) {
+    engine_.reset();
+    loop_ = NewVirtualEventLoop();
+    start_ = loop_->Now();
+    sim::SimClusterOptions sim_options;
+    sim_options.behavior = [this](std::string_view job) {
+      auto it = behaviors_.find(std::string(job));
+      return it == behaviors_.end() ? sim::SimJobBehavior() : it->second;
+    };
+    provider_ = sim::NewSimClusterProvider(*loop_, sim_options);
+    EngineOptions engine_options;
+    engine_options.loop = loop_.get();
+    engine_options.cluster_provider = provider_.get();
+    engine_options.warm_pools = std::move(options);
+    engine_ = NewEngine(std::move(engine_options)).value();
+  }
+
+  static v1::CreateTrainingJobRequest Request(const std::string& name, int keep_alive = 600) {
+    v1::CreateTrainingJobRequest r;
+    EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(
+        R"pb(
+          role_arn: "arn:aws:iam::123456789012:role/SageMakerRole"
+          algorithm_specification { training_image: "train:1" training_input_mode: "File" }
+          output_data_config { s3_output_path: "s3://bucket/out" }
+          resource_config { instance_type: "ml.m5.xlarge" instance_count: 2 volume_size_in_gb: 30 }
+        )pb",
+        &r));
+    r.set_training_job_name(name);
+    if (keep_alive >= 0) r.mutable_resource_config()->set_keep_alive_period_in_seconds(keep_alive);
+    return r;
+  }
+
+  void CreateAt(int64_t second, const v1::CreateTrainingJobRequest& r) {
+    loop_->RunUntil(start_ + absl::Seconds(second));
+    auto created = engine_->CreateTrainingJob(r);
+    ASSERT_TRUE(created.ok()) << created.status();
+  }
+
+  void RunUntil(int64_t second) { loop_->RunUntil(start_ + absl::Seconds(second)); }
+
+  v1::DescribeTrainingJobResponse Describe(const std::string& name) {
+    v1::DescribeTrainingJobRequest r;
+    r.set_training_job_name(name);
+    auto d = engine_->DescribeTrainingJob(r);
+    EXPECT_TRUE(d.ok()) << d.status();
+    return d.ok() ? *d : v1::DescribeTrainingJobResponse();
+  }
+
+  // "Available", "Reused by b after 105 s", "Terminated after 600 s", "none".
+  std::string Pool(const std::string& name) {
+    const auto d = Describe(name);
+    if (!d.has_warm_pool_status()) return "none";
+    const auto& w = d.warm_pool_status();
+    std::string out = w.status();
+    if (w.has_reused_by_job()) absl::StrAppend(&out, " by ", w.reused_by_job());
+    if (w.has_resource_retained_billable_time_in_seconds()) {
+      absl::StrAppend(&out, " after ", w.resource_retained_billable_time_in_seconds(), " s");
+    }
+    return out;
+  }
+
+  int64_t Offset(const google::protobuf::Timestamp& t) const {
+    return absl::ToInt64Seconds(absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos()) -
+                                start_);
+  }
+
+  // Seconds from creation to the Training status: the job's start-up time.
+  int64_t Startup(const std::string& name) {
+    const auto d = Describe(name);
+    for (const auto& t : d.secondary_status_transitions()) {
+      if (t.status() == "Training") return Offset(t.start_time()) - Offset(d.creation_time());
+    }
+    return -1;
+  }
+
+  absl::Status Update(const std::string& name, int keep_alive) {
+    v1::UpdateTrainingJobRequest u;
+    u.set_training_job_name(name);
+    u.mutable_resource_config()->set_keep_alive_period_in_seconds(keep_alive);
+    return engine_->UpdateTrainingJob(u).status();
+  }
+
+  std::map<std::string, sim::SimJobBehavior> behaviors_;
+  std::unique_ptr<EventLoop> loop_;
+  absl::Time start_;
+  std::unique_ptr<ClusterProvider> provider_;
+  std::unique_ptr<Engine> engine_;
+};
+
+TEST_F(WarmPoolTest, JobWithoutKeepAliveHasNoWarmPoolStatus) {
+  CreateAt(0, Request("a", -1));
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Pool("a"), "none");
+}
+
+TEST_F(WarmPoolTest, PoolIsInUseThenAvailableThenTerminatedWithRetainedTime) {
+  CreateAt(0, Request("a"));
+  EXPECT_EQ(Pool("a"), "InUse");
+  RunUntil(695);
+  EXPECT_EQ(Describe("a").training_job_status(), "Completed");
+  EXPECT_EQ(Pool("a"), "Available");  // no retained time until final
+  RunUntil(1294);
+  EXPECT_EQ(Pool("a"), "Available");
+  RunUntil(1295);
+  EXPECT_EQ(Pool("a"), "Terminated after 600 s");
+}
+
+TEST_F(WarmPoolTest, MatchingJobReusesThePoolAndStartsWithoutProvisioning) {
+  CreateAt(0, Request("a"));
+  CreateAt(800, Request("b", 300));
+  EXPECT_EQ(Pool("a"), "Reused by b after 105 s");
+  EXPECT_EQ(Pool("b"), "InUse");
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Startup("a"), 90);  // provisioning 60 s + image 30 s
+  EXPECT_EQ(Startup("b"), 0);   // neither
+  const auto b = Describe("b");
+  EXPECT_EQ(Offset(b.training_end_time()), 1405);
+  EXPECT_EQ(b.billable_time_in_seconds(), 605);
+  // b's own keep-alive (300 s) applies to the pool it carries on.
+  EXPECT_EQ(Pool("b"), "Terminated after 300 s");
+}
+
+TEST_F(WarmPoolTest, JobArrivingAtTheExpiryInstantStartsCold) {
+  CreateAt(0, Request("a"));
+  CreateAt(1295, Request("b"));  // a's pool is Available during [695, 1295)
+  EXPECT_EQ(Pool("a"), "Terminated after 600 s");
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Startup("b"), 90);
+}
+
+TEST_F(WarmPoolTest, ExpiryInstantWinsWhateverTheEventOrder) {
+  CreateAt(0, Request("a"));
+  // This event was scheduled before the pool's expiry timer, so at 1295 it
+  // runs first: the half-open window, not event order, refuses the pool.
+  loop_->ScheduleAt(start_ + absl::Seconds(1295),
+                    [this] { ASSERT_TRUE(engine_->CreateTrainingJob(Request("b")).ok()); });
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Pool("a"), "Terminated after 600 s");
+  EXPECT_EQ(Startup("b"), 90);
+}
+
+TEST_F(WarmPoolTest, JobArrivingJustBeforeExpiryGetsThePool) {
+  CreateAt(0, Request("a"));
+  loop_->RunUntil(start_ + absl::Seconds(1295) - absl::Nanoseconds(1));
+  ASSERT_TRUE(engine_->CreateTrainingJob(Request("b")).ok());
+  EXPECT_EQ(Pool("a"), "Reused by b after 600 s");  // 599.999999999 s, rounded up
+}
+
+TEST_F(WarmPoolTest, ChainOfFiveJobsEachReusingThePrevious) {
+  // Each job is created 100 s after the previous one ended.
+  int64_t t = 0;
+  for (int i = 1; i <= 5; ++i) {
+    CreateAt(t, Request(absl::StrCat("j", i)));
+    t += (i == 1 ? 695 : 605) + 100;
+  }
+  loop_->RunUntilIdle();
+  for (int i = 1; i <= 4; ++i) {
+    EXPECT_EQ(Pool(absl::StrCat("j", i)), absl::StrCat("Reused by j", i + 1, " after 100 s"));
+  }
+  EXPECT_EQ(Pool("j5"), "Terminated after 600 s");
+  EXPECT_EQ(Startup("j1"), 90);
+  for (int i = 2; i <= 5; ++i) EXPECT_EQ(Startup(absl::StrCat("j", i)), 0);
+}
+
+TEST_F(WarmPoolTest, TwoConcurrentMatchingJobsTakeOnePoolAndMakeASecond) {
+  CreateAt(0, Request("a"));
+  CreateAt(700, Request("b"));
+  CreateAt(700, Request("c"));
+  EXPECT_EQ(Pool("a"), "Reused by b after 5 s");
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Startup("b"), 0);
+  EXPECT_EQ(Startup("c"), 90);
+  // Both became pools of their own and expired.
+  EXPECT_EQ(Pool("b"), "Terminated after 600 s");
+  EXPECT_EQ(Pool("c"), "Terminated after 600 s");
+}
+
+TEST_F(WarmPoolTest, NewestPoolIsTakenWhenSeveralMatch) {
+  CreateAt(0, Request("a"));
+  CreateAt(100, Request("b"));  // both cold (a's cluster is busy)
+  CreateAt(900, Request("c"));  // a Available since 695, b since 795
+  EXPECT_EQ(Pool("b"), "Reused by c after 105 s");
+  EXPECT_EQ(Pool("a"), "Available");
+}
+
+TEST_F(WarmPoolTest, AnotherRoleNeverGetsThePool) {
+  CreateAt(0, Request("a"));
+  auto other = Request("b");
+  other.set_role_arn("arn:aws:iam::123456789012:role/OtherTeam");
+  CreateAt(800, other);
+  EXPECT_EQ(Pool("a"), "Available");
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Startup("b"), 90);
+}
+
+TEST_F(WarmPoolTest, EachMatchingCriterionChangedAlonePreventsReuse) {
+  const std::vector<std::pair<std::string, std::function<void(v1::CreateTrainingJobRequest&)>>>
+      changes = {
+          {"role", [](auto& r) { r.set_role_arn("arn:aws:iam::123456789012:role/Other"); }},
+          {"type", [](auto& r) { r.mutable_resource_config()->set_instance_type("ml.m5.2xlarge"); }},
+          {"count", [](auto& r) { r.mutable_resource_config()->set_instance_count(3); }},
+          {"volume", [](auto& r) { r.mutable_resource_config()->set_volume_size_in_gb(31); }},
+          {"kms", [](auto& r) { r.mutable_resource_config()->set_volume_kms_key_id("key-1"); }},
+          {"subnets",
+           [](auto& r) {
+             r.mutable_vpc_config()->add_subnets("subnet-2");
+             r.mutable_vpc_config()->add_security_group_ids("sg-1");
+           }},
+          {"groups",
+           [](auto& r) {
+             r.mutable_vpc_config()->add_subnets("subnet-1");
+             r.mutable_vpc_config()->add_security_group_ids("sg-2");
+           }},
+          {"encryption", [](auto& r) { r.set_enable_inter_container_traffic_encryption(true); }},
+          {"isolation", [](auto& r) { r.set_enable_network_isolation(true); }},
+      };
+  for (const auto& [what, change] : changes) {
+    SCOPED_TRACE(what);
+    Build({});
+    auto base = Request("a");
+    base.mutable_vpc_config()->add_subnets("subnet-1");
+    base.mutable_vpc_config()->add_security_group_ids("sg-1");
+    if (what == "subnets" || what == "groups") base.clear_vpc_config();
+    CreateAt(0, base);
+    auto changed = what == "subnets" || what == "groups" ? Request("b") : base;
+    changed.set_training_job_name("b");
+    change(changed);
+    CreateAt(800, changed);
+    EXPECT_EQ(Pool("a"), "Available");
+  }
+  // And with nothing changed (VPC lists in another order), it is reused.
+  Build({});
+  auto base = Request("a");
+  base.mutable_vpc_config()->add_subnets("subnet-1");
+  base.mutable_vpc_config()->add_subnets("subnet-2");
+  base.mutable_vpc_config()->add_security_group_ids("sg-1");
+  CreateAt(0, base);
+  auto same = base;
+  same.set_training_job_name("b");
+  same.mutable_vpc_config()->clear_subnets();
+  same.mutable_vpc_config()->add_subnets("subnet-2");
+  same.mutable_vpc_config()->add_subnets("subnet-1");
+  same.mutable_hyper_parameters()->insert({"lr", "0.2"});  // may differ
+  same.mutable_algorithm_specification()->set_training_image("train:2");  // may differ
+  CreateAt(800, same);
+  EXPECT_EQ(Pool("a"), "Reused by b after 105 s");
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Startup("b"), 30);  // no provisioning, but the new image is fetched
+}
+
+TEST_F(WarmPoolTest, ReusingJobWithoutKeepAliveDoesNotTakeThePool) {
+  CreateAt(0, Request("a"));
+  CreateAt(800, Request("b", -1));
+  EXPECT_EQ(Pool("a"), "Available");
+  EXPECT_EQ(Pool("b"), "none");
+}
+
+TEST_F(WarmPoolTest, AlgorithmErrorKeepsThePoolAndStoppedAfterLaunchToo) {
+  sim::SimJobBehavior fails;
+  fails.exit_code = 1;
+  behaviors_["a"] = fails;
+  CreateAt(0, Request("a"));
+  CreateAt(0, Request("b"));
+  RunUntil(200);
+  v1::StopTrainingJobRequest stop;
+  stop.set_training_job_name("b");
+  ASSERT_TRUE(engine_->StopTrainingJob(stop).ok());
+  RunUntil(700);
+  EXPECT_EQ(Describe("a").training_job_status(), "Failed");
+  EXPECT_EQ(Pool("a"), "Available");
+  EXPECT_EQ(Describe("b").training_job_status(), "Stopped");
+  EXPECT_EQ(Pool("b"), "Available");
+}
+
+TEST_F(WarmPoolTest, NoClusterMeansTerminatedAtOnce) {
+  sim::SimJobBehavior short_of_capacity;
+  short_of_capacity.capacity_failures = 100;
+  behaviors_["a"] = short_of_capacity;
+  CreateAt(0, Request("a"));
+  RunUntil(50);
+  v1::StopTrainingJobRequest stop;
+  stop.set_training_job_name("a");
+  ASSERT_TRUE(engine_->StopTrainingJob(stop).ok());
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Pool("a"), "Terminated after 0 s");
+}
+
+TEST_F(WarmPoolTest, UpdateKeepAliveOnlyWhileAvailable) {
+  CreateAt(0, Request("a"));
+  absl::Status in_use = Update("a", 60);
+  EXPECT_EQ(in_use.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(in_use.message(),
+            "KeepAlivePeriodInSeconds can only be updated while the training job's warm pool is "
+            "Available; the warm pool of training job 'a' is InUse");
+  RunUntil(700);
+  // Extend: counted from when it became Available (695).
+  ASSERT_TRUE(Update("a", 1000).ok());
+  RunUntil(1600);
+  EXPECT_EQ(Pool("a"), "Available");
+  RunUntil(1695);
+  EXPECT_EQ(Pool("a"), "Terminated after 1000 s");
+  EXPECT_EQ(Update("a", 60).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(WarmPoolTest, UpdateToZeroReleasesNowAndShorterPastEndToo) {
+  CreateAt(0, Request("a"));
+  CreateAt(0, Request("b"));
+  RunUntil(800);
+  ASSERT_TRUE(Update("a", 0).ok());
+  EXPECT_EQ(Pool("a"), "Terminated after 105 s");
+  ASSERT_TRUE(Update("b", 60).ok());  // 695 + 60 is already past
+  EXPECT_EQ(Pool("b"), "Terminated after 105 s");
+  CreateAt(801, Request("c"));
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Startup("c"), 90);  // nothing left to reuse
+}
+
+TEST_F(WarmPoolTest, UpdateOfReusedPoolIsRefused) {
+  CreateAt(0, Request("a"));
+  CreateAt(800, Request("b"));
+  EXPECT_EQ(Update("a", 60).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(WarmPoolTest, ListFiltersByWarmPoolStatusAndDeleteWaitsForRelease) {
+  CreateAt(0, Request("a"));
+  CreateAt(0, Request("b", -1));
+  RunUntil(700);
+  v1::ListTrainingJobsRequest list;
+  list.set_warm_pool_status_equals("Available");
+  auto listed = engine_->ListTrainingJobs(list).value();
+  ASSERT_EQ(listed.training_job_summaries_size(), 1);
+  EXPECT_EQ(listed.training_job_summaries(0).training_job_name(), "a");
+  EXPECT_EQ(listed.training_job_summaries(0).warm_pool_status().status(), "Available");
+  v1::DeleteTrainingJobRequest del;
+  del.set_training_job_name("a");
+  EXPECT_EQ(engine_->DeleteTrainingJob(del).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(Update("a", 0).ok());
+  EXPECT_TRUE(engine_->DeleteTrainingJob(del).ok());
+}
+
+TEST_F(WarmPoolTest, MaxKeepAliveCapsTheRequest) {
+  WarmPoolOptions options;
+  options.max_keep_alive = absl::Seconds(120);
+  Build(options);
+  CreateAt(0, Request("a", 21600));
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Pool("a"), "Terminated after 120 s");
+}
+
+TEST_F(WarmPoolTest, ChainLifeCapEndsThePool) {
+  WarmPoolOptions options;
+  options.max_chain_life = absl::Seconds(1500);  // from a's launch at 60 s: until 1560
+  Build(options);
+  CreateAt(0, Request("a"));
+  CreateAt(800, Request("b"));  // ends at 1405; pool until min(1405 + 600, 1560)
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Pool("b"), "Terminated after 155 s");
+  Build(options);
+  CreateAt(0, Request("a"));
+  CreateAt(1000, Request("b"));  // ends at 1605, past the chain's end
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Pool("b"), "Terminated after 0 s");
+  EXPECT_NE(Describe("b").secondary_status_transitions().rbegin()->status_message().find(
+                "Warm pool not kept: the cluster reached the maximum warm-pool life of 1500 s"),
+            std::string::npos);
+}
+
+TEST_F(WarmPoolTest, QuotaPerInstanceTypeLimitsRetainedInstances) {
+  WarmPoolOptions options;
+  options.quota_instances["ml.m5.xlarge"] = 3;  // each job holds 2
+  Build(options);
+  CreateAt(0, Request("a"));
+  CreateAt(10, Request("b"));
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Pool("a"), "Terminated after 600 s");
+  EXPECT_EQ(Pool("b"), "Terminated after 0 s");
+  EXPECT_EQ(Describe("b").secondary_status_transitions().rbegin()->status_message(),
+            "Training job completed. Warm pool not kept: the warm-pool quota for ml.m5.xlarge "
+            "(3 instances) is in use");
+}
+
+TEST_F(WarmPoolTest, HeterogeneousAndSpotJobsNeverPool) {
+  WarmPoolOptions options;
+  options.policy = NewFixedKeepAlive(absl::Seconds(600));  // would pool every eligible job
+  Build(options);
+  auto spot = Request("spot", -1);
+  spot.set_enable_managed_spot_training(true);
+  spot.mutable_stopping_condition()->set_max_wait_time_in_seconds(86400);
+  CreateAt(0, spot);
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Pool("spot"), "none");
+}
+
+TEST_F(WarmPoolTest, FixedPolicyPoolsJobsThatAskedForNothing) {
+  WarmPoolOptions options;
+  options.policy = NewFixedKeepAlive(absl::Seconds(200));
+  Build(options);
+  CreateAt(0, Request("a", -1));
+  CreateAt(800, Request("b", -1));
+  EXPECT_EQ(Pool("a"), "Reused by b after 105 s");
+}
+
+TEST_F(WarmPoolTest, NeverPolicyPoolsNothing) {
+  WarmPoolOptions options;
+  options.policy = NewNeverKeepAlive();
+  Build(options);
+  CreateAt(0, Request("a"));
+  CreateAt(800, Request("b"));
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Pool("a"), "none");
+  EXPECT_EQ(Startup("b"), 90);
+}
+
+TEST(AdaptiveHistogramTest, FallsBackUntilEnoughSamplesThenKeepsTheTailPercentile) {
+  AdaptiveHistogramOptions o;
+  o.min_samples = 5;
+  o.fallback = absl::Minutes(10);
+  o.percentile = 0.8;
+  o.margin = 0.1;
+  auto policy = NewAdaptiveHistogramKeepAlive(o);
+  PoolShape shape;
+  shape.instance_type = "ml.m5.xlarge";
+  const absl::Time t0 = absl::FromUnixSeconds(0);
+  KeepAliveQuery q{"job", shape, absl::ZeroDuration(), t0};
+  EXPECT_TRUE(policy->Participates(q));
+  EXPECT_EQ(policy->KeepAlive(q), absl::Minutes(10));
+  // Five gaps: 2, 3, 3, 7 and 30 minutes (each: pool Available, next job arrives).
+  absl::Time t = t0;
+  for (int minutes : {2, 3, 3, 7, 30}) {
+    policy->OnPoolAvailable(shape, t);
+    t += absl::Minutes(minutes) + absl::Seconds(1);
+    policy->OnJobArrived(shape, t);
+  }
+  // The 80th percentile falls in the bin [7, 8) min: keep 8 min + 10%.
+  EXPECT_EQ(policy->KeepAlive(q), absl::Minutes(8) * 1.1);
+  PoolShape other = shape;
+  other.instance_count = 4;
+  EXPECT_EQ(policy->KeepAlive({"job", other, absl::ZeroDuration(), t}), absl::Minutes(10));
+}
+
+}  // namespace
+}  // namespace kiln
