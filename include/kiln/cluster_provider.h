@@ -94,6 +94,26 @@ class ContainerEvents {
   virtual void OnExit(const Instance& instance, const ContainerExit& exit) = 0;
 };
 
+// What happens to instances outside any one call: spot interruption notices
+// and instances lost to a failure. The engine sets one listener per provider.
+// Loop thread only.
+class ClusterListener {
+ public:
+  virtual ~ClusterListener() = default;
+  // The instance will be taken back at `deadline` (EC2 gives 2 minutes).
+  virtual void OnInterruptionNotice(const Cluster& cluster, const Instance& instance,
+                                    absl::Time deadline) = 0;
+  // The instance is gone (node failure, or the end of a spot notice): its
+  // container, if any, will not report an exit.
+  virtual void OnInstanceLost(const Cluster& cluster, const Instance& instance) = 0;
+};
+
+// What an injected fault stands for.
+enum class InterruptionKind {
+  kSpotNotice,    // a spot interruption notice; the instance is lost at its deadline
+  kInstanceLoss,  // the instance fails now (a node failure)
+};
+
 // Where the artifacts went.
 struct ArtifactsResult {
   std::string model_uri;  // e.g. s3://bucket/out/job/output/model.tar.gz
@@ -121,8 +141,14 @@ class ClusterProvider {
   // Starts the job's container on every instance of the cluster. `started`
   // gets OK once every entrypoint is running, or an error that fails the job.
   // Afterwards `events` gets the log lines and exactly one OnExit per
-  // instance (unless the cluster is released first). `events` must outlive the
-  // containers, i.e. until Release(cluster) returns.
+  // instance (unless the cluster is released first or the instance is lost).
+  // `events` must outlive the containers, i.e. until Release(cluster)
+  // returns or the next StartContainers on the cluster.
+  // When the request has a CheckpointConfig, the provider restores the
+  // checkpoints into LocalPath before each entrypoint starts, syncs them to
+  // S3Uri while it runs, and completes a last sync before reporting OnExit
+  // (see kiln/checkpoint_sync.h). A cluster reused from a warm pool starts
+  // every job with fresh input, model, output and checkpoint directories.
   virtual void StartContainers(const JobContext& job, ContainerEvents& events,
                                DoneCallback started) = 0;
 
@@ -134,6 +160,20 @@ class ClusterProvider {
   // <S3OutputPath>/<job>/output/ (model.tar.gz, output.tar.gz). Called exactly
   // once; an error fails the job.
   virtual void UploadArtifacts(const JobContext& job, ArtifactsCallback done) = 0;
+
+  // Sets the listener for interruption notices and lost instances of every
+  // cluster of this provider. `listener` must outlive the provider's clusters.
+  // Default: the provider never reports such events.
+  virtual void SetListener(ClusterListener* listener) {}
+
+  // Injects a fault into the instance `instance_id` of a provisioned cluster,
+  // as if the platform had caused it: a spot notice with `notice` until the
+  // instance is lost, or an instance loss now. For tests and chaos drills.
+  // Errors: NotFound for an unknown instance; Unimplemented by default.
+  virtual absl::Status InjectInterruption(std::string_view instance_id, InterruptionKind kind,
+                                          absl::Duration notice) {
+    return absl::UnimplementedError("this ClusterProvider does not support injected interruptions");
+  }
 
   // Gives the cluster back: stops anything still running on it (containers,
   // copies) and frees its instances. After Release returns, `events` of the

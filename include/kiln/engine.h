@@ -44,6 +44,7 @@
 #include "kiln/cluster_provider.h"
 #include "kiln/data_channel.h"
 #include "kiln/event_loop.h"
+#include "kiln/spot.h"
 #include "kiln/v1/sagemaker.pb.h"
 #include "kiln/validation.h"
 #include "kiln/warm_pool.h"
@@ -108,6 +109,11 @@ struct EngineOptions {
   // quota); ignored when warm_pool_manager is set.
   WarmPoolOptions warm_pools;
 
+  // Decides what happens after a spot interruption or a lost instance.
+  // Optional; must outlive the engine. Null means
+  // NewDefaultSpotInterruptionHandler().
+  SpotInterruptionHandler* spot_handler = nullptr;
+
   ValidationOptions validation;
 };
 
@@ -170,6 +176,16 @@ class Engine {
 
   // Returns the number of jobs that are InProgress or Stopping.
   virtual int active_jobs() const = 0;
+
+  // Injects a fault into the instance `host_name` (algo-1, ...) of the job's
+  // current cluster, as the platform would cause it: a spot interruption
+  // notice with `notice` before the instance is taken back, or an instance
+  // loss now. For tests and chaos drills.
+  // Errors: NotFound for an unknown job or host; FailedPrecondition when the
+  // job holds no instances now; Unimplemented when the cluster provider cannot
+  // inject faults.
+  virtual absl::Status InjectInterruption(std::string_view job_name, std::string_view host_name,
+                                          InterruptionKind kind, absl::Duration notice) = 0;
 };
 
 // Creates an engine. Errors: InvalidArgument when a required option is missing.

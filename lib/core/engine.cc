@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -43,6 +44,8 @@ constexpr char kDownloading[] = "Downloading";
 constexpr char kTraining[] = "Training";
 constexpr char kUploading[] = "Uploading";
 constexpr char kMaxRuntimeExceeded[] = "MaxRuntimeExceeded";
+constexpr char kInterrupted[] = "Interrupted";
+constexpr char kMaxWaitTimeExceeded[] = "MaxWaitTimeExceeded";
 
 // Status messages, worded as the service words them.
 constexpr char kMsgLaunching[] = "Launching requested ML instances";
@@ -57,6 +60,10 @@ constexpr char kMsgStopping[] = "Stopping the training job";
 constexpr char kMsgStopped[] = "Training job stopped";
 constexpr char kMsgMaxRuntime[] = "Training job stopped because it reached MaxRuntimeInSeconds";
 constexpr char kMsgFailed[] = "Training job failed";
+constexpr char kMsgSpotCapacity[] = "Waiting for Spot capacity";
+constexpr char kMsgInterrupted[] = "Spot interruption: training was interrupted";
+constexpr char kMsgRestarting[] = "Restarting training after a lost instance";
+constexpr char kMsgMaxWait[] = "Training job stopped because it reached MaxWaitTimeInSeconds";
 
 constexpr int64_t kDefaultMaxRuntimeSeconds = 86400;
 constexpr int32_t kDefaultMaxResults = 10;
@@ -169,7 +176,7 @@ enum class Phase {
   kEnded,
 };
 
-enum class StopCause { kNone, kUser, kMaxRuntime };
+enum class StopCause { kNone, kUser, kMaxRuntime, kMaxWait };
 
 // One SecondaryStatusTransition. Statuses and messages are the constants
 // above, so a transition holds pointers, not copies.
@@ -178,6 +185,11 @@ struct Transition {
   const char* message;
   absl::Time start;
   absl::Time end = absl::InfiniteFuture();  // InfiniteFuture: not ended
+  std::string detail;                       // appended to the message; usually empty
+
+  std::string Message() const {
+    return detail.empty() ? std::string(message) : absl::StrCat(message, ". ", detail);
+  }
 };
 
 struct MetricState {
@@ -263,6 +275,21 @@ class Job final : public ContainerEvents {
   int containers_running_ = 0;
   bool algorithm_failed_ = false;
   bool warm_pool_ = false;  // takes part in warm pools
+
+  // Attempts. A spot interruption or a lost instance ends an attempt; the
+  // SpotInterruptionHandler may start another.
+  int attempt_ = 1;
+  int spot_interruptions_ = 0;
+  int infrastructure_failures_ = 0;
+  bool on_spot_ = false;                  // capacity type of the current attempt
+  absl::Duration held_;                   // instance time of ended attempts (billable)
+  std::optional<absl::Time> held_since_;  // the current attempt's cluster is held since
+  TimerHandle max_wait_timer_;
+  absl::flat_hash_set<std::string> running_hosts_;  // containers not yet exited
+  // An interruption being handled: containers are stopping.
+  bool interrupting_ = false;
+  bool interrupt_preempted_ = false;
+  std::string interrupted_host_;
 };
 
 // Names one job at one generation. Completions carry a token instead of a
@@ -272,7 +299,7 @@ struct JobToken {
   uint64_t generation;
 };
 
-class EngineImpl final : public Engine {
+class EngineImpl final : public Engine, public ClusterListener {
  public:
   explicit EngineImpl(EngineOptions options)
       : options_(std::move(options)),
@@ -284,11 +311,17 @@ class EngineImpl final : public Engine {
       owned_pools_ = NewWarmPoolManager(loop_, provider_, options_.warm_pools);
       options_.warm_pool_manager = owned_pools_.get();
     }
+    if (options_.spot_handler == nullptr) {
+      owned_spot_handler_ = NewDefaultSpotInterruptionHandler();
+      options_.spot_handler = owned_spot_handler_.get();
+    }
+    provider_.SetListener(this);
   }
 
   ~EngineImpl() override {
     // Give back every cluster still held (nothing is waited for); the engine's
     // own warm-pool manager releases its pools as it goes.
+    provider_.SetListener(nullptr);
     for (auto& [name, job] : jobs_) {
       if (job->cluster_.has_value()) provider_.Release(*job->cluster_);
     }
@@ -330,6 +363,31 @@ class EngineImpl final : public Engine {
     });
   }
   int active_jobs() const override { return active_jobs_.load(std::memory_order_relaxed); }
+
+  absl::Status InjectInterruption(std::string_view job, std::string_view host,
+                                  InterruptionKind kind, absl::Duration notice) override {
+    return OnLoop([&]() -> absl::Status {
+      Job* j = FindJob(std::string(job));
+      if (j == nullptr) return NotFound(std::string(job));
+      if (!j->cluster_) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "training job '", std::string(job), "' holds no instances now (status ", j->status_,
+            "/", j->transitions_.back().status, ")"));
+      }
+      for (const Instance& instance : j->cluster_->instances) {
+        if (instance.host_name == host) {
+          return provider_.InjectInterruption(instance.id, kind, notice);
+        }
+      }
+      return absl::NotFoundError(absl::StrCat("training job '", std::string(job),
+                                              "' has no instance '", std::string(host), "'"));
+    });
+  }
+
+  // ClusterListener
+  void OnInterruptionNotice(const Cluster& cluster, const Instance& instance,
+                            absl::Time deadline) override;
+  void OnInstanceLost(const Cluster& cluster, const Instance& instance) override;
 
   // --- called by Job (loop thread)
   void HandleLogLine(Job& job, const Instance& instance, std::string_view line);
@@ -379,7 +437,8 @@ class EngineImpl final : public Engine {
   absl::Status Delete(const v1::DeleteTrainingJobRequest& request);
 
   // Lifecycle steps.
-  void SetStatus(Job& job, const char* status, const char* secondary, const char* message);
+  void SetStatus(Job& job, const char* status, const char* secondary, const char* message,
+                 std::string detail = "");
   void SetMessage(Job& job, const char* message);
   void Provision(Job& job);
   void OnProvisioned(const JobToken& token, absl::StatusOr<Cluster> cluster);
@@ -402,6 +461,21 @@ class EngineImpl final : public Engine {
 
   v1::TrainingJobSummary Summary(const Job& job) const;
 
+  Job* OwnerOf(const Cluster& cluster) {
+    auto it = cluster_owners_.find(cluster.id);
+    if (it == cluster_owners_.end()) return nullptr;
+    auto job = by_seq_.find(it->second);
+    return job == by_seq_.end() ? nullptr : job->second;
+  }
+  void AttachCluster(Job& job, Cluster cluster) {
+    cluster_owners_[cluster.id] = job.seq_;
+    job.cluster_ = std::move(cluster);
+    job.held_since_ = Now();
+  }
+  void Interrupt(Job& job, const std::string& host, bool preempted);
+  void EndInterruption(Job& job);
+  void ContainerGone(Job& job, const std::string& host);
+
   WarmPoolManager& pools() { return *options_.warm_pool_manager; }
   const WarmPoolManager& pools() const { return *options_.warm_pool_manager; }
 
@@ -409,6 +483,8 @@ class EngineImpl final : public Engine {
   EventLoop& loop_;
   ClusterProvider& provider_;
   std::unique_ptr<WarmPoolManager> owned_pools_;
+  std::unique_ptr<SpotInterruptionHandler> owned_spot_handler_;
+  absl::flat_hash_map<std::string, uint64_t> cluster_owners_;  // cluster id -> job seq
   std::vector<JobObserver*> observers_;
   // No behaviour depends on the iteration order of these (List sorts).
   absl::flat_hash_map<std::string, std::unique_ptr<Job>> jobs_;
@@ -455,6 +531,15 @@ absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
   by_seq_.emplace(ref.seq_, &ref);
   jobs_.emplace(name, std::move(job));
   ref.warm_pool_ = pools().OnJobCreated(WarmPoolJob{name, request});
+  ref.on_spot_ = request.enable_managed_spot_training();
+  if (ref.on_spot_ && request.stopping_condition().has_max_wait_time_in_seconds()) {
+    // MaxWaitTimeInSeconds: waiting and running together, from creation.
+    ref.max_wait_timer_ = loop_.ScheduleAfter(
+        absl::Seconds(request.stopping_condition().max_wait_time_in_seconds()), [this, &ref] {
+          ref.max_wait_timer_ = TimerHandle();
+          if (ref.status_ == kInProgress) Stop(ref, StopCause::kMaxWait);
+        });
+  }
   active_jobs_.fetch_add(1, std::memory_order_relaxed);
   SetStatus(ref, kInProgress, kStarting, kMsgLaunching);
   Provision(ref);
@@ -488,16 +573,17 @@ absl::StatusOr<v1::DescribeTrainingJobResponse> EngineImpl::Describe(
   if (job->training_start_) *d.mutable_training_start_time() = ToProto(*job->training_start_);
   if (job->training_end_) {
     *d.mutable_training_end_time() = ToProto(*job->training_end_);
-    const int32_t seconds = BilledSeconds(*job->training_end_ - *job->training_start_);
-    d.set_training_time_in_seconds(seconds);
-    d.set_billable_time_in_seconds(seconds);
+    // Training time is wall time from start to end; billable time only the
+    // time instances were held (they differ when spot attempts waited).
+    d.set_training_time_in_seconds(BilledSeconds(*job->training_end_ - *job->training_start_));
+    d.set_billable_time_in_seconds(BilledSeconds(job->held_));
   }
   for (const Transition& t : job->transitions_) {
     auto* out = d.add_secondary_status_transitions();
     out->set_status(t.status);
     *out->mutable_start_time() = ToProto(t.start);
     if (t.end != absl::InfiniteFuture()) *out->mutable_end_time() = ToProto(t.end);
-    out->set_status_message(t.message);
+    out->set_status_message(t.Message());
   }
   if (job->warm_pool_) {
     if (auto status = pools().Status(job->name())) *d.mutable_warm_pool_status() = *status;
@@ -713,14 +799,16 @@ absl::Status EngineImpl::Delete(const v1::DeleteTrainingJobRequest& request) {
 // Lifecycle
 
 void EngineImpl::SetStatus(Job& job, const char* status, const char* secondary,
-                           const char* message) {
+                           const char* message, std::string detail) {
   const absl::Time now = Now();
   if (!job.transitions_.empty()) job.transitions_.back().end = now;
   job.status_ = status;
-  job.transitions_.push_back(Transition{secondary, message, now});
+  job.transitions_.push_back(Transition{secondary, message, now, absl::InfiniteFuture(),
+                                        std::move(detail)});
   job.last_modified_ = now;
   const Transition& t = job.transitions_.back();
-  StatusEvent event{job.name(), job.status_, t.status, t.message, now};
+  const std::string text = t.Message();
+  StatusEvent event{job.name(), job.status_, t.status, text, now};
   for (JobObserver* o : observers_) o->OnStatusChange(event);
 }
 
@@ -728,7 +816,8 @@ void EngineImpl::SetMessage(Job& job, const char* message) {
   Transition& t = job.transitions_.back();
   t.message = message;
   job.last_modified_ = Now();
-  StatusEvent event{job.name(), job.status_, t.status, t.message, Now()};
+  const std::string text = t.Message();
+  StatusEvent event{job.name(), job.status_, t.status, text, Now()};
   for (JobObserver* o : observers_) o->OnStatusChange(event);
 }
 
@@ -737,7 +826,7 @@ void EngineImpl::Provision(Job& job) {
   if (job.warm_pool_) {
     if (std::optional<Cluster> warm = pools().Acquire(job.name())) {
       // A retained cluster: no provisioning; its image cache is warm.
-      job.cluster_ = std::move(*warm);
+      AttachCluster(job, std::move(*warm));
       OnClusterReady(job);
       return;
     }
@@ -752,7 +841,7 @@ void EngineImpl::Provision(Job& job) {
   } else {
     spec.groups.push_back({kHomogeneousGroupName, rc.instance_type(), rc.instance_count()});
   }
-  spec.spot = job.request().enable_managed_spot_training();
+  spec.spot = job.on_spot_;
   spec.volume_size_in_gb = rc.volume_size_in_gb();
   provider_.Provision(spec, [this, token = TokenOf(job)](absl::StatusOr<Cluster> cluster) {
     OnProvisioned(token, std::move(cluster));
@@ -776,7 +865,12 @@ void EngineImpl::OnProvisioned(const JobToken& token, absl::StatusOr<Cluster> cl
     const absl::Time now = Now();
     if (!job.pending_since_) {
       job.pending_since_ = now;
-      SetStatus(job, kInProgress, kPending, kMsgInsufficientCapacity);
+      // Spot capacity shortage stays within Starting, as the service shows it.
+      if (job.on_spot_) {
+        SetMessage(job, kMsgSpotCapacity);
+      } else {
+        SetStatus(job, kInProgress, kPending, kMsgInsufficientCapacity);
+      }
     }
     const auto& sc = job.request().stopping_condition();
     if (sc.has_max_pending_time_in_seconds() &&
@@ -798,22 +892,24 @@ void EngineImpl::OnProvisioned(const JobToken& token, absl::StatusOr<Cluster> cl
     });
     return;
   }
-  job.cluster_ = std::move(*cluster);
+  AttachCluster(job, std::move(*cluster));
   if (job.warm_pool_) pools().OnClusterLaunched(job.name(), *job.cluster_);
   OnClusterReady(job);
 }
 
 void EngineImpl::OnClusterReady(Job& job) {
-  job.training_start_ = Now();
-  if (job.pending_since_) {
+  if (!job.training_start_) job.training_start_ = Now();
+  job.pending_since_.reset();
+  if (job.transitions_.back().status != kStarting) {
     SetStatus(job, kInProgress, kStarting, kMsgPreparing);
   } else {
     SetMessage(job, kMsgPreparing);
   }
+  // MaxRuntimeInSeconds counts instance time over all attempts.
   const auto& sc = job.request().stopping_condition();
   const int64_t max_runtime =
       sc.has_max_runtime_in_seconds() ? sc.max_runtime_in_seconds() : kDefaultMaxRuntimeSeconds;
-  job.runtime_timer_ = loop_.ScheduleAfter(absl::Seconds(max_runtime), [this, &job] {
+  job.runtime_timer_ = loop_.ScheduleAfter(absl::Seconds(max_runtime) - job.held_, [this, &job] {
     job.runtime_timer_ = TimerHandle();
     if (job.status_ == kInProgress) Stop(job, StopCause::kMaxRuntime);
   });
@@ -845,7 +941,7 @@ void EngineImpl::StartDownloads(Job& job) {
   }
   job.channels_left_ = channels.size();
   const std::string arn = Arn(job);
-  JobContext context{job.name(), arn, job.request(), *job.cluster_, 1};
+  JobContext context{job.name(), arn, job.request(), *job.cluster_, job.attempt_};
   const std::string& default_mode = job.request().algorithm_specification().training_input_mode();
   for (const v1::Channel& channel : channels) {
     std::vector<const Instance*> receivers;
@@ -878,8 +974,10 @@ void EngineImpl::StartTraining(Job& job) {
   job.phase_ = Phase::kTraining;
   SetStatus(job, kInProgress, kTraining, kMsgTraining);
   job.containers_running_ = static_cast<int>(job.cluster_->instances.size());
+  job.running_hosts_.clear();
+  for (const Instance& instance : job.cluster_->instances) job.running_hosts_.insert(instance.host_name);
   const std::string arn = Arn(job);
-  JobContext context{job.name(), arn, job.request(), *job.cluster_, 1};
+  JobContext context{job.name(), arn, job.request(), *job.cluster_, job.attempt_};
   provider_.StartContainers(context, job, [this, token = TokenOf(job)](absl::Status s) {
     if (Job* job = Resume(token)) OnContainersStarted(*job, std::move(s));
   });
@@ -908,7 +1006,13 @@ void EngineImpl::HandleLogLine(Job& job, const Instance& instance, std::string_v
 }
 
 void EngineImpl::HandleExit(Job& job, const Instance& instance, const ContainerExit& exit) {
-  if (job.phase_ != Phase::kTraining) return;
+  if (job.phase_ != Phase::kTraining || !job.running_hosts_.contains(instance.host_name)) return;
+  if (job.interrupting_) {
+    // Stopping for an interruption: exit codes say nothing about the algorithm.
+    ContainerGone(job, instance.host_name);
+    return;
+  }
+  job.running_hosts_.erase(instance.host_name);
   --job.containers_running_;
   if (exit.exit_code != 0 && job.stop_cause_ == StopCause::kNone && !job.algorithm_failed_) {
     // One instance failing fails the job; the others are stopped with the
@@ -930,7 +1034,7 @@ void EngineImpl::StartUpload(Job& job) {
   job.phase_ = Phase::kUploading;
   if (job.status_ == kInProgress) SetStatus(job, kInProgress, kUploading, kMsgUploading);
   const std::string arn = Arn(job);
-  JobContext context{job.name(), arn, job.request(), *job.cluster_, 1};
+  JobContext context{job.name(), arn, job.request(), *job.cluster_, job.attempt_};
   provider_.UploadArtifacts(context, [this, token = TokenOf(job)](absl::StatusOr<ArtifactsResult> r) {
     if (Job* job = Resume(token)) OnUploaded(*job, std::move(r));
   });
@@ -953,14 +1057,26 @@ void EngineImpl::OnUploaded(Job& job, absl::StatusOr<ArtifactsResult> result) {
     case StopCause::kMaxRuntime:
       Finish(job, kStopped, kMaxRuntimeExceeded, kMsgMaxRuntime);
       break;
+    case StopCause::kMaxWait:
+      Finish(job, kStopped, kMaxWaitTimeExceeded, kMsgMaxWait);
+      break;
   }
 }
 
 void EngineImpl::Stop(Job& job, StopCause cause) {
   job.stop_cause_ = cause;
   SetStatus(job, kStopping, kStopping, kMsgStopping);
-  const char* secondary = cause == StopCause::kMaxRuntime ? kMaxRuntimeExceeded : kStopped;
-  const char* message = cause == StopCause::kMaxRuntime ? kMsgMaxRuntime : kMsgStopped;
+  const char* secondary = cause == StopCause::kMaxRuntime ? kMaxRuntimeExceeded
+                          : cause == StopCause::kMaxWait ? kMaxWaitTimeExceeded
+                                                         : kStopped;
+  const char* message = cause == StopCause::kMaxRuntime ? kMsgMaxRuntime
+                        : cause == StopCause::kMaxWait  ? kMsgMaxWait
+                                                        : kMsgStopped;
+  if (job.interrupting_) {
+    // The containers are already stopping for an interruption; when they are
+    // gone the job ends instead of retrying (EndInterruption).
+    return;
+  }
   switch (job.phase_) {
     case Phase::kTraining:
       // The containers get SIGTERM now and SIGKILL after the grace period;
@@ -1000,18 +1116,37 @@ void EngineImpl::Finish(Job& job, const char* status, const char* secondary, con
                         bool healthy) {
   ++job.generation_;
   CancelTimers(job);
+  loop_.Cancel(job.max_wait_timer_);
   if (job.training_start_) job.training_end_ = Now();
   const bool containers_running = job.phase_ == Phase::kTraining && job.containers_running_ > 0;
   job.phase_ = Phase::kEnded;
+  job.interrupting_ = false;
   if (containers_running) provider_.Signal(*job.cluster_, SIGKILL);
   ReturnCluster(job, healthy);
-  SetStatus(job, status, secondary, message);
+  std::string detail;
+  if (job.request().enable_managed_spot_training() && job.training_end_) {
+    const int32_t training = BilledSeconds(*job.training_end_ - *job.training_start_);
+    const int32_t billable = BilledSeconds(job.held_);
+    detail = absl::StrFormat("Managed spot training savings: %.1f%%",
+                             (1.0 - static_cast<double>(billable) / training) * 100);
+  }
+  if (job.spot_interruptions_ + job.infrastructure_failures_ > 0) {
+    absl::StrAppend(&detail, detail.empty() ? "" : ". ", job.spot_interruptions_,
+                    " spot interruption(s), ", job.infrastructure_failures_,
+                    " lost instance(s) over ", job.attempt_, " attempt(s)");
+  }
+  SetStatus(job, status, secondary, message, std::move(detail));
   job.transitions_.back().end = job.transitions_.back().start;
   job.Compact();
   active_jobs_.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void EngineImpl::ReturnCluster(Job& job, bool healthy) {
+  if (job.held_since_) {
+    job.held_ += Now() - *job.held_since_;
+    job.held_since_.reset();
+  }
+  if (job.cluster_) cluster_owners_.erase(job.cluster_->id);
   const Cluster* cluster = job.cluster_ ? &*job.cluster_ : nullptr;
   const bool kept = job.warm_pool_ && pools().OnJobEnded(job.name(), cluster, healthy);
   if (cluster != nullptr && !kept) provider_.Release(*cluster);
@@ -1024,6 +1159,137 @@ void EngineImpl::CancelTimers(Job& job) {
   loop_.Cancel(job.kill_timer_);
 }
 
+
+// ---------------------------------------------------------------------------
+// Interruptions: spot notices and lost instances end the current attempt.
+
+void EngineImpl::OnInterruptionNotice(const Cluster& cluster, const Instance& instance,
+                                      absl::Time deadline) {
+  Job* job = OwnerOf(cluster);
+  if (job == nullptr || job->status_ != kInProgress || job->interrupting_ ||
+      job->phase_ == Phase::kUploading) {
+    return;  // nothing of a job to save (or the upload is already under way)
+  }
+  Interrupt(*job, instance.host_name, /*preempted=*/true);
+}
+
+void EngineImpl::OnInstanceLost(const Cluster& cluster, const Instance& instance) {
+  Job* job = OwnerOf(cluster);
+  if (job == nullptr || job->phase_ == Phase::kEnded) return;
+  if (job->interrupting_ || job->status_ == kStopping) {
+    // Its container will never report an exit.
+    ContainerGone(*job, instance.host_name);
+    return;
+  }
+  if (job->phase_ == Phase::kUploading) return;  // the upload reports its own failure
+  Interrupt(*job, instance.host_name, /*preempted=*/false);
+  ContainerGone(*job, instance.host_name);
+}
+
+void EngineImpl::Interrupt(Job& job, const std::string& host, bool preempted) {
+  job.interrupting_ = true;
+  job.interrupt_preempted_ = preempted;
+  job.interrupted_host_ = host;
+  if (preempted) {
+    ++job.spot_interruptions_;
+    SetStatus(job, kInProgress, kInterrupted, kMsgInterrupted,
+              absl::StrCat("Spot interruption ", job.spot_interruptions_, " (instance ", host,
+                           "); preemptions count against MaxWaitTimeInSeconds only"));
+  } else {
+    ++job.infrastructure_failures_;
+  }
+  loop_.Cancel(job.runtime_timer_);
+  if (job.phase_ == Phase::kTraining && !job.running_hosts_.empty()) {
+    // The containers get SIGTERM (and save what they can); once they have
+    // exited, with their last checkpoint sync, the attempt ends.
+    provider_.Signal(*job.cluster_, SIGTERM);
+    loop_.Cancel(job.kill_timer_);
+    job.kill_timer_ = loop_.ScheduleAfter(options_.stop_grace_period, [this, &job] {
+      job.kill_timer_ = TimerHandle();
+      if (job.interrupting_ && job.cluster_) provider_.Signal(*job.cluster_, SIGKILL);
+    });
+    return;
+  }
+  // Nothing runs yet: abandon the work in flight.
+  ++job.generation_;
+  loop_.ScheduleAfter(absl::ZeroDuration(), [this, token = TokenOf(job)] {
+    if (Job* j = Resume(token); j != nullptr && j->interrupting_) EndInterruption(*j);
+  });
+}
+
+void EngineImpl::ContainerGone(Job& job, const std::string& host) {
+  if (!job.running_hosts_.erase(host)) return;
+  --job.containers_running_;
+  if (!job.running_hosts_.empty()) return;
+  if (job.interrupting_) {
+    EndInterruption(job);
+  } else if (job.status_ == kStopping && job.phase_ == Phase::kTraining) {
+    loop_.Cancel(job.kill_timer_);
+    StartUpload(job);
+  }
+}
+
+void EngineImpl::EndInterruption(Job& job) {
+  ++job.generation_;
+  CancelTimers(job);
+  job.interrupting_ = false;
+  ReturnCluster(job, /*healthy=*/false);
+  job.running_hosts_.clear();
+  job.containers_running_ = 0;
+  if (job.stop_cause_ != StopCause::kNone) {
+    // Stopped (or MaxWait) while the interruption was handled: end here.
+    const bool max_wait = job.stop_cause_ == StopCause::kMaxWait;
+    Finish(job, kStopped, max_wait ? kMaxWaitTimeExceeded
+                                   : job.stop_cause_ == StopCause::kMaxRuntime ? kMaxRuntimeExceeded
+                                                                               : kStopped,
+           max_wait ? kMsgMaxWait
+                    : job.stop_cause_ == StopCause::kMaxRuntime ? kMsgMaxRuntime : kMsgStopped,
+           /*healthy=*/false);
+    return;
+  }
+  const auto& sc = job.request().stopping_condition();
+  InterruptionContext context;
+  context.job_name = job.name();
+  context.host_name = job.interrupted_host_;
+  context.preempted = job.interrupt_preempted_;
+  context.on_spot = job.on_spot_;
+  context.attempt = job.attempt_;
+  context.spot_interruptions = job.spot_interruptions_;
+  context.infrastructure_failures = job.infrastructure_failures_;
+  context.max_retry_attempts = job.request().retry_strategy().maximum_retry_attempts();
+  context.now = Now();
+  if (job.request().enable_managed_spot_training() && sc.has_max_wait_time_in_seconds()) {
+    context.max_wait_deadline = job.creation_time_ + absl::Seconds(sc.max_wait_time_in_seconds());
+  }
+  context.run_time_used = job.held_;
+  context.max_runtime = absl::Seconds(
+      sc.has_max_runtime_in_seconds() ? sc.max_runtime_in_seconds() : kDefaultMaxRuntimeSeconds);
+  const InterruptionDecision decision = options_.spot_handler->OnInterruption(context);
+  if (decision.action == InterruptionDecision::Action::kGiveUp) {
+    Fail(job, decision.failure_reason, /*healthy=*/false);
+    return;
+  }
+  ++job.attempt_;
+  job.on_spot_ = decision.use_spot;
+  job.phase_ = Phase::kProvisioning;
+  job.algorithm_failed_ = false;
+  job.pending_since_.reset();
+  job.next_retry_delay_ = options_.capacity_retry_initial;
+  const bool preempted = job.interrupt_preempted_;
+  if (!preempted) {
+    // A retry after a lost instance goes back to Starting at once.
+    SetStatus(job, kInProgress, kStarting, kMsgRestarting,
+              absl::StrCat("Instance ", job.interrupted_host_, " was lost; infrastructure retry ",
+                           job.infrastructure_failures_, " of ", context.max_retry_attempts,
+                           " (RetryStrategy)"));
+  }
+  job.retry_timer_ = loop_.ScheduleAfter(decision.delay, [this, token = TokenOf(job), preempted] {
+    Job* j = Resume(token);
+    if (j == nullptr) return;
+    if (preempted) SetStatus(*j, kInProgress, kStarting, kMsgLaunching);
+    Provision(*j);
+  });
+}
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> NewEngine(EngineOptions options) {

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <csignal>
 #include <map>
 #include <set>
@@ -64,6 +65,24 @@ class SimClusterProvider final : public ClusterProvider {
     Track(sim, loop_.ScheduleAfter(d, [done = std::move(done)]() mutable { done(absl::OkStatus()); }));
   }
 
+  void SetListener(ClusterListener* listener) override { listener_ = listener; }
+
+  absl::Status InjectInterruption(std::string_view instance_id, InterruptionKind kind,
+                                  absl::Duration notice) override {
+    for (auto& [id, sim] : clusters_) {
+      for (size_t i = 0; i < sim.cluster.instances.size(); ++i) {
+        if (sim.cluster.instances[i].id != instance_id) continue;
+        if (kind == InterruptionKind::kSpotNotice) {
+          Notice(sim, i, notice);
+        } else {
+          Lose(sim, i);
+        }
+        return absl::OkStatus();
+      }
+    }
+    return absl::NotFoundError(absl::StrCat("no instance '", std::string(instance_id), "'"));
+  }
+
   void StartContainers(const JobContext& job, ContainerEvents& events,
                        DoneCallback started) override {
     SimCluster* sim = Find(job.cluster);
@@ -81,6 +100,39 @@ class SimClusterProvider final : public ClusterProvider {
     sim->events = &events;
     sim->running.assign(sim->cluster.instances.size(), true);
     sim->exit_timers.assign(sim->cluster.instances.size(), TimerHandle());
+    // The work model: resume from saved progress, if any.
+    sim->job_name = std::string(job.job_name);
+    sim->progress_key.clear();
+    if (job.request.has_checkpoint_config() && sim->behavior.checkpoint_interval > absl::ZeroDuration()) {
+      sim->progress_key = job.request.checkpoint_config().s3_uri();
+    }
+    sim->run_base = sim->progress_key.empty() ? absl::ZeroDuration() : progress_[sim->progress_key];
+    sim->run_start = loop_.Now();
+    sim->run_open = true;
+    const int attempt = ++attempts_[sim->job_name];
+    if (options_.stats != nullptr) (*options_.stats)[sim->job_name].attempts = attempt;
+    const absl::Duration remaining =
+        std::max(absl::ZeroDuration(), sim->behavior.run_duration - sim->run_base);
+    if (static_cast<size_t>(attempt) <= sim->behavior.spot_notices.size()) {
+      const absl::Duration at = sim->behavior.spot_notices[attempt - 1];
+      if (at != absl::InfiniteDuration()) {
+        Track(sim, loop_.ScheduleAfter(at, [this, id = sim->cluster.id, run] {
+          SimCluster* s = Find(id);
+          if (s != nullptr && s->run == run) Notice(*s, 0, s->behavior.spot_notice);
+        }));
+      }
+    }
+    if (static_cast<size_t>(attempt) <= sim->behavior.instance_losses.size()) {
+      const absl::Duration at = sim->behavior.instance_losses[attempt - 1];
+      if (at != absl::InfiniteDuration()) {
+        Track(sim, loop_.ScheduleAfter(at, [this, id = sim->cluster.id, run] {
+          SimCluster* s = Find(id);
+          if (s != nullptr && s->run == run) {
+            Lose(*s, static_cast<size_t>(s->behavior.lost_instance) % s->cluster.instances.size());
+          }
+        }));
+      }
+    }
     Track(sim, loop_.ScheduleAfter(absl::ZeroDuration(), [started = std::move(started)]() mutable {
       started(absl::OkStatus());
     }));
@@ -94,7 +146,7 @@ class SimClusterProvider final : public ClusterProvider {
         }));
       }
       const bool fails = static_cast<int>(i) == sim->behavior.failing_instance;
-      ScheduleExit(*sim, i, sim->behavior.run_duration,
+      ScheduleExit(*sim, i, remaining,
                    ContainerExit{fails ? sim->behavior.exit_code : 0,
                                  fails ? sim->behavior.failure_text : std::string()});
     }
@@ -126,6 +178,7 @@ class SimClusterProvider final : public ClusterProvider {
   void Release(const Cluster& cluster) override {
     auto it = clusters_.find(cluster.id);
     if (it == clusters_.end()) return;
+    EndRun(it->second);
     CancelAll(it->second);
     clusters_.erase(it);
   }
@@ -140,7 +193,61 @@ class SimClusterProvider final : public ClusterProvider {
     std::vector<TimerHandle> timers;  // everything else pending on this cluster
     std::set<std::string> images;     // prepared on this cluster (its image cache)
     uint64_t run = 0;                 // StartContainers calls so far
+    // The run in progress, for the work model.
+    std::string job_name;
+    std::string progress_key;         // CheckpointConfig.S3Uri, or empty
+    absl::Duration run_base;          // progress when the run started
+    absl::Time run_start;
+    bool run_open = false;
   };
+
+  // Ends the current run of `sim` once: the work it did, and the progress it
+  // saved (its last checkpoint, or everything when it ran to the end).
+  void EndRun(SimCluster& sim) {
+    if (!sim.run_open) return;
+    sim.run_open = false;
+    const absl::Duration total = sim.behavior.run_duration;
+    const absl::Duration executed =
+        std::min(loop_.Now() - sim.run_start, std::max(absl::ZeroDuration(), total - sim.run_base));
+    const bool completed = sim.run_base + executed >= total;
+    absl::Duration saved = sim.run_base;
+    if (completed) {
+      saved = total;
+    } else if (!sim.progress_key.empty()) {
+      const absl::Duration k = sim.behavior.checkpoint_interval;
+      absl::Duration unsaved;  // (IDivDuration requires somewhere to put the remainder)
+      saved = std::max(sim.run_base, k * absl::IDivDuration(sim.run_base + executed, k, &unsaved));
+    }
+    if (!sim.progress_key.empty()) progress_[sim.progress_key] = saved;
+    if (options_.stats != nullptr) {
+      SimJobStats& st = (*options_.stats)[sim.job_name];
+      st.work_executed += executed;
+      st.progress = sim.progress_key.empty() && !completed ? absl::ZeroDuration() : saved;
+      st.completed = completed;
+    }
+  }
+
+  // A spot notice for instance `i`: the listener hears now, the instance is
+  // lost after `notice` unless the cluster is released first.
+  void Notice(SimCluster& sim, size_t i, absl::Duration notice) {
+    if (listener_ != nullptr) {
+      listener_->OnInterruptionNotice(sim.cluster, sim.cluster.instances[i], loop_.Now() + notice);
+    }
+    Track(&sim, loop_.ScheduleAfter(notice, [this, id = sim.cluster.id, i, run = sim.run] {
+      SimCluster* s = Find(id);
+      if (s != nullptr && s->run == run) Lose(*s, i);
+    }));
+  }
+
+  // Instance `i` is gone: its container ends without an exit report.
+  void Lose(SimCluster& sim, size_t i) {
+    if (i < sim.running.size() && sim.running[i]) {
+      EndRun(sim);
+      sim.running[i] = false;
+      loop_.Cancel(sim.exit_timers[i]);
+    }
+    if (listener_ != nullptr) listener_->OnInstanceLost(sim.cluster, sim.cluster.instances[i]);
+  }
 
   SimCluster* Find(const Cluster& cluster) { return Find(cluster.id); }
   SimCluster* Find(const std::string& id) {
@@ -167,6 +274,7 @@ class SimClusterProvider final : public ClusterProvider {
                                                      exit = std::move(exit)] {
       SimCluster* s = Find(id);
       if (s == nullptr || s->run != run || !s->running[i]) return;
+      EndRun(*s);
       s->running[i] = false;
       s->exit_timers[i] = TimerHandle();
       s->events->OnExit(s->cluster.instances[i], exit);
@@ -177,6 +285,9 @@ class SimClusterProvider final : public ClusterProvider {
   SimClusterOptions options_;
   std::map<std::string, SimCluster> clusters_;
   std::map<std::string, int> provision_attempts_;
+  std::map<std::string, int> attempts_;                  // StartContainers per job
+  std::map<std::string, absl::Duration> progress_;       // saved work per checkpoint S3Uri
+  ClusterListener* listener_ = nullptr;
   uint64_t next_cluster_ = 0;
 };
 

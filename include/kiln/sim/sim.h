@@ -12,6 +12,7 @@
 #define KILN_SIM_SIM_H_
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -46,12 +47,38 @@ struct SimJobBehavior {
   // Lines every container writes, at these offsets from its start.
   std::vector<std::pair<absl::Duration, std::string>> log_lines;
   absl::Duration upload_duration = absl::Seconds(5);
+
+  // Spot interruption notices, as offsets from the start of each attempt's
+  // containers: entry k applies to attempt k+1 (InfiniteDuration(): none).
+  // The instance (the first) is lost `spot_notice` after its notice.
+  std::vector<absl::Duration> spot_notices;
+  absl::Duration spot_notice = absl::Minutes(2);
+  // Node failures, in the same form: instance `lost_instance` fails then.
+  std::vector<absl::Duration> instance_losses;
+  int lost_instance = 0;
+
+  // Work model: run_duration is the job's total work. With a CheckpointConfig
+  // in the request and a positive interval, progress is saved every
+  // `checkpoint_interval` of work, under the CheckpointConfig's S3Uri: a
+  // restarted attempt, or a new job pointed at the same S3Uri, resumes from
+  // the last saved progress. Otherwise a restart starts from nothing.
+  absl::Duration checkpoint_interval = absl::ZeroDuration();
+};
+
+// What the simulation did for one job, for tests and reports.
+struct SimJobStats {
+  int attempts = 0;                 // StartContainers calls
+  absl::Duration work_executed;     // work run over all attempts, redone work included
+  absl::Duration progress;          // saved progress when the last attempt ended
+  bool completed = false;           // the last attempt ran all remaining work
 };
 
 struct SimClusterOptions {
   SimJobBehavior defaults;
   // Returns the behaviour of the named job; null means `defaults` for all.
   std::function<SimJobBehavior(std::string_view job_name)> behavior;
+  // When set, filled per job name. Must outlive the provider.
+  std::map<std::string, SimJobStats>* stats = nullptr;
 };
 
 // Returns a simulated ClusterProvider on `loop`, which must outlive it.

@@ -1,0 +1,69 @@
+// CheckpointSync: keeps a local checkpoint directory and a store prefix in
+// step, as the service does for CheckpointConfig (S3Uri <-> LocalPath):
+// - Restore(), before the container starts (at the job's start and at every
+//   restart): everything under the prefix is copied into the directory;
+// - SyncOnce(), repeatedly while the container runs and once after it stops:
+//   files that are new or changed since the last sync are uploaded, files
+//   deleted locally are deleted from the store. Objects added to the store by
+//   someone else after Restore() are not pulled down.
+// Files are copied as they are (no compression); the relative path below the
+// directory is the key below the prefix. One prefix may be shared by all the
+// hosts of a job (scripts must use per-host file names).
+//
+// Used by backends that have real files (the local backend); the simulation
+// backend models checkpoints instead.
+//
+// Threading: thread-compatible; every call blocks on file and store I/O, so
+// call it from a worker thread.
+#ifndef KILN_CHECKPOINT_SYNC_H_
+#define KILN_CHECKPOINT_SYNC_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kiln/object_store.h"
+
+namespace kiln {
+
+struct CheckpointSyncStats {
+  int uploaded = 0;
+  int deleted = 0;
+  int64_t bytes_uploaded = 0;
+};
+
+class CheckpointSync {
+ public:
+  // `store` must outlive this object. `prefix` is the CheckpointConfig.S3Uri
+  // (a trailing '/' is added when missing); `local_dir` the LocalPath on this
+  // host (created when missing).
+  CheckpointSync(ObjectStore& store, std::string prefix, std::string local_dir);
+
+  // Copies every object under the prefix into the directory, replacing local
+  // files of the same name, and records them as in sync. Errors: from the
+  // store or the file system, naming the object; InvalidArgument for an object
+  // key that would land outside the directory ("..").
+  absl::Status Restore();
+
+  // Uploads new and changed files (by size and modification time since the
+  // last sync) and deletes from the store the files removed locally.
+  // Returns what it did. Errors name the file; a failed file is retried on the
+  // next call.
+  absl::StatusOr<CheckpointSyncStats> SyncOnce();
+
+ private:
+  struct Stamp {
+    int64_t size = 0;
+    int64_t mtime_ns = 0;
+  };
+  ObjectStore& store_;
+  std::string prefix_;
+  std::string local_dir_;
+  std::map<std::string, Stamp> synced_;  // relative path -> state last uploaded/restored
+};
+
+}  // namespace kiln
+
+#endif  // KILN_CHECKPOINT_SYNC_H_

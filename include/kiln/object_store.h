@@ -1,0 +1,103 @@
+// ObjectStore: list, get, put and delete objects named by URI. Data channels
+// read their sources through it, checkpoints are synced through it, and model
+// artifacts are uploaded through it.
+//
+// Implementations: NewFileObjectStore (file:// URIs: a local directory tree),
+// NewInMemoryObjectStore (tests and simulation), and the AWS backend's S3
+// store (s3://). ObjectStores routes a URI to the store registered for its
+// scheme.
+//
+// URIs: `<scheme>://<authority>/<key>`; for file:// the path is absolute
+// (file:///data/train/part-0). A prefix lists every object whose URI starts
+// with it (no delimiter semantics): file:///data/train/ lists the tree below.
+//
+// Threading: every method is thread-safe and may block (I/O): call it from a
+// worker thread, never from an engine's loop thread (the in-memory store, which
+// never blocks, is the exception the simulation backend relies on).
+#ifndef KILN_OBJECT_STORE_H_
+#define KILN_OBJECT_STORE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+namespace kiln {
+
+struct ObjectInfo {
+  std::string uri;   // the object's full URI
+  int64_t size = 0;  // bytes
+};
+
+class ObjectStore {
+ public:
+  virtual ~ObjectStore() = default;
+
+  // Returns the objects whose URI starts with `prefix`, sorted by URI.
+  // Errors: InvalidArgument for a URI this store does not serve;
+  // Unavailable for a transient failure (retry); others as the store says.
+  // An empty result is OK.
+  virtual absl::StatusOr<std::vector<ObjectInfo>> List(std::string_view prefix) = 0;
+
+  // Returns the whole object. Errors: NotFound when it does not exist;
+  // InvalidArgument, Unavailable as for List.
+  virtual absl::StatusOr<std::string> Get(std::string_view uri) = 0;
+
+  // Stores `data` as the object, replacing any previous one. Atomic for
+  // readers: they see the old object or the new one, never a part.
+  // Errors: InvalidArgument, Unavailable; ResourceExhausted when the store is
+  // full (e.g. a full disk).
+  virtual absl::Status Put(std::string_view uri, std::string_view data) = 0;
+
+  // Removes the object. Deleting an object that does not exist is OK.
+  virtual absl::Status Delete(std::string_view uri) = 0;
+
+  // Streams the object to `sink` in consecutive chunks, in order; a sink
+  // error stops the read and is returned. Default: one Get, one chunk.
+  virtual absl::Status Read(std::string_view uri,
+                            absl::FunctionRef<absl::Status(std::string_view chunk)> sink);
+
+  // Copies the object into the local file `path` (created or replaced
+  // atomically; parent directories created). Default: Get, then write.
+  virtual absl::Status GetToFile(std::string_view uri, const std::string& path);
+
+  // Stores the local file `path` as the object. Default: read, then Put.
+  virtual absl::Status PutFromFile(std::string_view uri, const std::string& path);
+};
+
+// Objects in a local directory tree, for file:// URIs. Put writes a temporary
+// file beside the target and renames it over, so a crash never leaves half an
+// object. List walks the tree below the prefix (regular files only).
+std::unique_ptr<ObjectStore> NewFileObjectStore();
+
+// Objects in memory, for any scheme (tests, simulation). Never blocks.
+std::unique_ptr<ObjectStore> NewInMemoryObjectStore();
+
+// Routes URIs to stores by scheme. The stores are borrowed and must outlive
+// it. Thread-safe.
+class ObjectStores {
+ public:
+  // Serves `scheme` ("file", "s3", "mem") with `store`, replacing any store
+  // registered for it.
+  void Register(std::string scheme, ObjectStore* store);
+
+  // The store for the URI's scheme. Errors: InvalidArgument when the URI has no
+  // scheme, or FailedPrecondition when no store is registered for it (the
+  // message names the scheme).
+  absl::StatusOr<ObjectStore*> For(std::string_view uri) const;
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<std::string, ObjectStore*, std::less<>> stores_;
+};
+
+}  // namespace kiln
+
+#endif  // KILN_OBJECT_STORE_H_
