@@ -9,6 +9,12 @@
 // Files are copied as they are (no compression); the relative path below the
 // directory is the key below the prefix. One prefix may be shared by all the
 // hosts of a job (scripts must use per-host file names).
+// A file is uploaded as it is when SyncOnce looks: a file still being written
+// can be uploaded half-written (and again once complete), so scripts should
+// write a checkpoint under a temporary name and rename it, as the service
+// advises. Regular files and symbolic links to files are synced; linked
+// directories are not followed; the object stores' own `.kiln-tmp-*` files
+// are skipped both ways.
 //
 // Used by backends that have real files (the local backend); the simulation
 // backend models checkpoints instead.
@@ -42,15 +48,26 @@ class CheckpointSync {
   CheckpointSync(ObjectStore& store, std::string prefix, std::string local_dir);
 
   // Copies every object under the prefix into the directory, replacing local
-  // files of the same name, and records them as in sync. Errors: from the
-  // store or the file system, naming the object; InvalidArgument for an object
-  // key that would land outside the directory ("..").
+  // files of the same name (other local files stay and count as new), and
+  // records them as in sync, forgetting what earlier calls recorded. Keys
+  // ending in '/' (directory markers) are skipped; an object deleted between
+  // the listing and its copy is skipped. Errors: from the store or the file
+  // system, naming the object; InvalidArgument for an object key that is not
+  // a clean relative path (absolute, "..", "." or empty segments), checked
+  // for every key before anything is written; FailedPrecondition when a
+  // directory on the way to a file is a symbolic link (never written
+  // through).
   absl::Status Restore();
 
   // Uploads new and changed files (by size and modification time since the
-  // last sync) and deletes from the store the files removed locally.
-  // Returns what it did. Errors name the file; a failed file is retried on the
-  // next call.
+  // last sync) and deletes from the store the files removed locally: only
+  // keys this object uploaded or restored are ever deleted. Returns what it
+  // did. Errors name the file; the other files are still processed, the first
+  // error is returned, and a failed file is retried on the next call. When
+  // the directory cannot be read completely nothing is uploaded or deleted.
+  // A file modified within 20 ms of the call (one timestamp tick of the file
+  // system) is uploaded again by the next call, since a rewrite in the same
+  // tick would keep its size and modification time.
   absl::StatusOr<CheckpointSyncStats> SyncOnce();
 
  private:

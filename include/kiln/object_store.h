@@ -59,25 +59,41 @@ class ObjectStore {
   // Removes the object. Deleting an object that does not exist is OK.
   virtual absl::Status Delete(std::string_view uri) = 0;
 
-  // Streams the object to `sink` in consecutive chunks, in order; a sink
-  // error stops the read and is returned. Default: one Get, one chunk.
+  // Streams the object to `sink` in consecutive non-empty chunks, in order
+  // (none for an empty object); a sink error stops the read and is returned.
+  // Errors as for Get. The chunk is valid only during the call. The file and
+  // in-memory stores send chunks of at most 1 MiB. Default: one Get, one chunk.
   virtual absl::Status Read(std::string_view uri,
                             absl::FunctionRef<absl::Status(std::string_view chunk)> sink);
 
   // Copies the object into the local file `path` (created or replaced
-  // atomically; parent directories created). Default: Get, then write.
+  // atomically through a temporary file beside it; parent directories
+  // created). The copy is not fsync'ed: it is scratch data that can be
+  // fetched again. Errors: NotFound for a missing object; file system errors
+  // name `path` (ResourceExhausted for a full disk); a failure leaves `path`
+  // as it was. Default: Get, then write.
   virtual absl::Status GetToFile(std::string_view uri, const std::string& path);
 
-  // Stores the local file `path` as the object. Default: read, then Put.
+  // Stores the local file `path` as the object. Errors: NotFound (naming
+  // `path`) when the local file does not exist or is not a regular file;
+  // otherwise as for Put. Default: read, then Put.
   virtual absl::Status PutFromFile(std::string_view uri, const std::string& path);
 };
 
-// Objects in a local directory tree, for file:// URIs. Put writes a temporary
-// file beside the target and renames it over, so a crash never leaves half an
-// object. List walks the tree below the prefix (regular files only).
+// Objects in a local directory tree, for file:// URIs with an absolute path
+// (file:///dir/name); any other URI is InvalidArgument naming it, and so is an
+// object URI ending in '/'. Put and PutFromFile write a temporary file
+// `.kiln-tmp-<random>` beside the target (creating parent directories), fsync
+// it and rename it over, so a crash never leaves half an object; on failure
+// the temporary file is removed (a full disk is ResourceExhausted naming the
+// path). List walks the tree below the prefix: regular files and symbolic
+// links to them, never into linked directories, never the temporary files.
+// A directory is not an object: Get says NotFound, Delete does nothing.
+// Removing the last object of a directory leaves the directory.
 std::unique_ptr<ObjectStore> NewFileObjectStore();
 
-// Objects in memory, for any scheme (tests, simulation). Never blocks.
+// Objects in memory, for any scheme (tests, simulation); a URI without
+// `<scheme>://` is InvalidArgument. Never blocks.
 std::unique_ptr<ObjectStore> NewInMemoryObjectStore();
 
 // Routes URIs to stores by scheme. The stores are borrowed and must outlive
@@ -85,7 +101,8 @@ std::unique_ptr<ObjectStore> NewInMemoryObjectStore();
 class ObjectStores {
  public:
   // Serves `scheme` ("file", "s3", "mem") with `store`, replacing any store
-  // registered for it.
+  // registered for it; a null `store` unregisters the scheme. Schemes match
+  // exactly (case-sensitive).
   void Register(std::string scheme, ObjectStore* store);
 
   // The store for the URI's scheme. Errors: InvalidArgument when the URI has no

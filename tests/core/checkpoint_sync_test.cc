@@ -1,0 +1,425 @@
+// CheckpointSync against the in-memory store (and once against the file
+// store) with real temporary directories: restarts restore byte-identical
+// files, deletions and changes propagate, objects others add are left alone,
+// and no key can write outside the local directory.
+#include "kiln/checkpoint_sync.h"
+
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kiln/object_store.h"
+
+namespace kiln {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Pair;
+using ::testing::UnorderedElementsAre;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = ::testing::TempDir() + "kiln-checkpoint-XXXXXX";
+    EXPECT_NE(::mkdtemp(pattern.data()), nullptr) << pattern;
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string Sub(const std::string& rel) const { return absl::StrCat(path_, "/", rel); }
+
+ private:
+  std::string path_;
+};
+
+std::string ReadLocal(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
+
+// Writes `data` to `path` (parents created). With `mtime_s` > 0 the file's
+// modification time is set to that many seconds after the epoch, so tests
+// control the (size, mtime) stamp instead of racing the clock.
+void WriteLocal(const std::string& path, std::string_view data, int64_t mtime_s = 1'600'000'000) {
+  fs::create_directories(fs::path(path).parent_path());
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+    ASSERT_TRUE(out.good()) << path;
+  }
+  if (mtime_s > 0) {
+    struct timespec times[2] = {{mtime_s, 0}, {mtime_s, 0}};
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0) << path;
+  }
+}
+
+// Every regular file below `dir`, relative path -> content.
+std::map<std::string, std::string> Tree(const std::string& dir) {
+  std::map<std::string, std::string> files;
+  if (!fs::exists(dir)) return files;
+  for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+    if (entry.is_regular_file()) {
+      files[fs::relative(entry.path(), dir).string()] = ReadLocal(entry.path().string());
+    }
+  }
+  return files;
+}
+
+std::string Binary(size_t size, uint32_t seed) {
+  std::string data(size, '\0');
+  uint32_t x = seed + 1;
+  for (char& c : data) {
+    x = x * 1664525u + 1013904223u;
+    c = static_cast<char>(x >> 24);
+  }
+  return data;
+}
+
+constexpr char kPrefix[] = "mem://ckpt/job-1/";
+
+class CheckpointSyncTest : public ::testing::Test {
+ protected:
+  // key -> content of every object under kPrefix.
+  std::map<std::string, std::string> StoreTree() {
+    std::map<std::string, std::string> objects;
+    absl::StatusOr<std::vector<ObjectInfo>> listed = store_->List(kPrefix);
+    EXPECT_TRUE(listed.ok()) << listed.status();
+    if (!listed.ok()) return objects;
+    for (const ObjectInfo& info : *listed) {
+      objects[info.uri.substr(sizeof(kPrefix) - 1)] = store_->Get(info.uri).value();
+    }
+    return objects;
+  }
+
+  TempDir tmp_;
+  std::unique_ptr<ObjectStore> store_ = NewInMemoryObjectStore();
+};
+
+TEST_F(CheckpointSyncTest, FilesSyncedBeforeARestartAreRestoredByteIdentical) {
+  const std::string model = Binary(300'000, 1);
+  const std::string optimizer = std::string("\0\0opt\0", 6) + Binary(1000, 2);
+  {
+    CheckpointSync sync(*store_, kPrefix, tmp_.Sub("run-1"));
+    ASSERT_TRUE(sync.Restore().ok());
+    WriteLocal(tmp_.Sub("run-1/model.ckpt"), model);
+    WriteLocal(tmp_.Sub("run-1/nested/deep/optimizer.bin"), optimizer);
+    WriteLocal(tmp_.Sub("run-1/step.txt"), "100");
+    WriteLocal(tmp_.Sub("run-1/empty"), "");
+    absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->uploaded, 4);
+    EXPECT_EQ(stats->deleted, 0);
+    EXPECT_EQ(stats->bytes_uploaded, int64_t(model.size() + optimizer.size() + 3));
+  }
+  // The restarted container gets a fresh directory (not even created yet).
+  CheckpointSync restarted(*store_, kPrefix, tmp_.Sub("run-2/checkpoints"));
+  ASSERT_TRUE(restarted.Restore().ok());
+  EXPECT_EQ(Tree(tmp_.Sub("run-2/checkpoints")),
+            (std::map<std::string, std::string>{{"empty", ""},
+                                                {"model.ckpt", model},
+                                                {"nested/deep/optimizer.bin", optimizer},
+                                                {"step.txt", "100"}}));
+}
+
+TEST_F(CheckpointSyncTest, UnchangedFilesAreNotUploadedAgain) {
+  CheckpointSync sync(*store_, kPrefix, tmp_.Sub("dir"));
+  WriteLocal(tmp_.Sub("dir/a"), "aaa");
+  WriteLocal(tmp_.Sub("dir/b/c"), "ccc");
+  ASSERT_EQ(sync.SyncOnce().value().uploaded, 2);
+  absl::StatusOr<CheckpointSyncStats> again = sync.SyncOnce();
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->uploaded, 0);
+  EXPECT_EQ(again->deleted, 0);
+  EXPECT_EQ(again->bytes_uploaded, 0);
+}
+
+TEST_F(CheckpointSyncTest, RestoredFilesAreNotUploadedAgain) {
+  ASSERT_TRUE(store_->Put(absl::StrCat(kPrefix, "model.ckpt"), "weights").ok());
+  ASSERT_TRUE(store_->Put(absl::StrCat(kPrefix, "sub/state"), "state").ok());
+  CheckpointSync sync(*store_, kPrefix, tmp_.Sub("dir"));
+  ASSERT_TRUE(sync.Restore().ok());
+  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->uploaded, 0);
+  EXPECT_EQ(stats->deleted, 0);
+}
+
+TEST_F(CheckpointSyncTest, ChangedFilesAreUploadedAgain) {
+  CheckpointSync sync(*store_, kPrefix, tmp_.Sub("dir"));
+  WriteLocal(tmp_.Sub("dir/grows"), "v1");
+  WriteLocal(tmp_.Sub("dir/same-size"), "AAAA");
+  WriteLocal(tmp_.Sub("dir/untouched"), "u");
+  ASSERT_EQ(sync.SyncOnce().value().uploaded, 3);
+  WriteLocal(tmp_.Sub("dir/grows"), "version 2");                // size differs
+  WriteLocal(tmp_.Sub("dir/same-size"), "BBBB", 1'600'000'100);  // mtime differs
+  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->uploaded, 2);
+  EXPECT_EQ(stats->bytes_uploaded, 9 + 4);
+  EXPECT_EQ(StoreTree(), (std::map<std::string, std::string>{
+                             {"grows", "version 2"}, {"same-size", "BBBB"}, {"untouched", "u"}}));
+}
+
+TEST_F(CheckpointSyncTest, SameSizeRewriteWithinOneTimestampTickIsNotMissed) {
+  // A file system stamps writes with a coarse clock: a rewrite in the same
+  // tick as the write the sync saw keeps (size, mtime). Simulated exactly by
+  // giving both versions the same current modification time.
+  struct timespec now;
+  ASSERT_EQ(::clock_gettime(CLOCK_REALTIME, &now), 0);
+  struct timespec times[2] = {now, now};
+  std::string path = tmp_.Sub("dir/step");
+  CheckpointSync sync(*store_, kPrefix, tmp_.Sub("dir"));
+  WriteLocal(path, "100", /*mtime_s=*/0);
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  ASSERT_EQ(sync.SyncOnce().value().uploaded, 1);
+  WriteLocal(path, "101", /*mtime_s=*/0);
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  ASSERT_TRUE(sync.SyncOnce().ok());
+  EXPECT_EQ(store_->Get(absl::StrCat(kPrefix, "step")).value_or(""), "101");
+}
+
+TEST_F(CheckpointSyncTest, DeletedFilesAreDeletedFromTheStoreAndStayDeleted) {
+  CheckpointSync sync(*store_, kPrefix, tmp_.Sub("dir"));
+  WriteLocal(tmp_.Sub("dir/ckpt-100"), "old");
+  WriteLocal(tmp_.Sub("dir/ckpt-200"), "new");
+  WriteLocal(tmp_.Sub("dir/old/nested"), "n");
+  ASSERT_EQ(sync.SyncOnce().value().uploaded, 3);
+  fs::remove(tmp_.Sub("dir/ckpt-100"));
+  fs::remove_all(tmp_.Sub("dir/old"));
+  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->deleted, 2);
+  EXPECT_EQ(stats->uploaded, 0);
+  EXPECT_EQ(StoreTree(), (std::map<std::string, std::string>{{"ckpt-200", "new"}}));
+  EXPECT_EQ(sync.SyncOnce().value().deleted, 0);
+
+  CheckpointSync restarted(*store_, kPrefix, tmp_.Sub("fresh"));
+  ASSERT_TRUE(restarted.Restore().ok());
+  EXPECT_EQ(Tree(tmp_.Sub("fresh")), (std::map<std::string, std::string>{{"ckpt-200", "new"}}));
+}
+
+TEST_F(CheckpointSyncTest, ObjectsAddedAfterRestoreAreNeitherPulledNorDeleted) {
+  ASSERT_TRUE(store_->Put(absl::StrCat(kPrefix, "algo-1/ckpt"), "mine").ok());
+  CheckpointSync sync(*store_, kPrefix, tmp_.Sub("dir"));
+  ASSERT_TRUE(sync.Restore().ok());
+  // Another host of the job writes its own file under the shared prefix.
+  ASSERT_TRUE(store_->Put(absl::StrCat(kPrefix, "algo-2/ckpt"), "theirs").ok());
+  WriteLocal(tmp_.Sub("dir/algo-1/ckpt"), "mine, later", 1'600'000'500);
+  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->uploaded, 1);
+  EXPECT_EQ(stats->deleted, 0);
+  EXPECT_EQ(Tree(tmp_.Sub("dir")),
+            (std::map<std::string, std::string>{{"algo-1/ckpt", "mine, later"}}));
+  EXPECT_EQ(StoreTree(), (std::map<std::string, std::string>{{"algo-1/ckpt", "mine, later"},
+                                                             {"algo-2/ckpt", "theirs"}}));
+}
+
+TEST_F(CheckpointSyncTest, SecondJobResumesFromTheSamePrefix) {
+  {
+    CheckpointSync job1(*store_, kPrefix, tmp_.Sub("job-1"));
+    ASSERT_TRUE(job1.Restore().ok());
+    WriteLocal(tmp_.Sub("job-1/epoch-1.pt"), "e1");
+    WriteLocal(tmp_.Sub("job-1/latest"), "epoch-1.pt");
+    ASSERT_TRUE(job1.SyncOnce().ok());
+  }
+  {
+    CheckpointSync job2(*store_, kPrefix, tmp_.Sub("job-2"));
+    ASSERT_TRUE(job2.Restore().ok());
+    EXPECT_EQ(ReadLocal(tmp_.Sub("job-2/latest")), "epoch-1.pt");
+    WriteLocal(tmp_.Sub("job-2/epoch-2.pt"), "e2");
+    WriteLocal(tmp_.Sub("job-2/latest"), "epoch-2.pt", 1'600'000'900);
+    fs::remove(tmp_.Sub("job-2/epoch-1.pt"));
+    absl::StatusOr<CheckpointSyncStats> stats = job2.SyncOnce();
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->uploaded, 2);
+    EXPECT_EQ(stats->deleted, 1);
+  }
+  CheckpointSync job3(*store_, kPrefix, tmp_.Sub("job-3"));
+  ASSERT_TRUE(job3.Restore().ok());
+  EXPECT_EQ(Tree(tmp_.Sub("job-3")),
+            (std::map<std::string, std::string>{{"epoch-2.pt", "e2"}, {"latest", "epoch-2.pt"}}));
+}
+
+TEST_F(CheckpointSyncTest, PrefixWithoutTrailingSlashCoversOnlyItsOwnKeys) {
+  ASSERT_TRUE(store_->Put("mem://ckpt/job/x", "x").ok());
+  ASSERT_TRUE(store_->Put("mem://ckpt/job-2/y", "y").ok());
+  CheckpointSync sync(*store_, "mem://ckpt/job", tmp_.Sub("dir"));
+  ASSERT_TRUE(sync.Restore().ok());
+  EXPECT_EQ(Tree(tmp_.Sub("dir")), (std::map<std::string, std::string>{{"x", "x"}}));
+  WriteLocal(tmp_.Sub("dir/z"), "z");
+  ASSERT_TRUE(sync.SyncOnce().ok());
+  EXPECT_EQ(store_->Get("mem://ckpt/job/z").value_or(""), "z");
+}
+
+TEST_F(CheckpointSyncTest, RestoreRefusesKeysThatLeaveTheDirectory) {
+  for (const char* key : {"../evil", "a/../../evil", "/evil", "a//b", "./x", "a/./b", "a/.."}) {
+    SCOPED_TRACE(key);
+    std::unique_ptr<ObjectStore> store = NewInMemoryObjectStore();
+    std::string prefix = "mem://ckpt/job/";
+    ASSERT_TRUE(store->Put(absl::StrCat(prefix, "aaa-good"), "fine").ok());
+    ASSERT_TRUE(store->Put(absl::StrCat(prefix, key), "bad").ok());
+    std::string dir = tmp_.Sub(absl::StrCat("case-", std::hash<std::string>{}(key), "/inner"));
+    CheckpointSync sync(*store, prefix, dir);
+    absl::Status status = sync.Restore();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(status.message(), HasSubstr(absl::StrCat(prefix, key)));
+    // Nothing written at all, inside or outside.
+    EXPECT_THAT(Tree(fs::path(dir).parent_path().string()), IsEmpty());
+  }
+}
+
+TEST_F(CheckpointSyncTest, RestoreDoesNotWriteThroughASymbolicLink) {
+  fs::create_directories(tmp_.Sub("outside"));
+  fs::create_directories(tmp_.Sub("dir"));
+  fs::create_directory_symlink(tmp_.Sub("outside"), tmp_.Sub("dir/sub"));
+  ASSERT_TRUE(store_->Put(absl::StrCat(kPrefix, "sub/file"), "payload").ok());
+  CheckpointSync sync(*store_, kPrefix, tmp_.Sub("dir"));
+  absl::Status status = sync.Restore();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr(tmp_.Sub("dir/sub")));
+  EXPECT_THAT(Tree(tmp_.Sub("outside")), IsEmpty());
+}
+
+TEST_F(CheckpointSyncTest, RestoreReplacesSameNamedFilesAndKeepsOthers) {
+  WriteLocal(tmp_.Sub("dir/a"), "old local a");
+  WriteLocal(tmp_.Sub("dir/mine"), "only here");
+  ASSERT_TRUE(store_->Put(absl::StrCat(kPrefix, "a"), "from store").ok());
+  CheckpointSync sync(*store_, kPrefix, tmp_.Sub("dir"));
+  ASSERT_TRUE(sync.Restore().ok());
+  EXPECT_EQ(Tree(tmp_.Sub("dir")),
+            (std::map<std::string, std::string>{{"a", "from store"}, {"mine", "only here"}}));
+  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->uploaded, 1);  // "mine" is new to the store
+  EXPECT_EQ(store_->Get(absl::StrCat(kPrefix, "mine")).value_or(""), "only here");
+}
+
+TEST_F(CheckpointSyncTest, TemporaryFilesAndDirectoryMarkersAreIgnored) {
+  ASSERT_TRUE(store_->Put(absl::StrCat(kPrefix, "folder/"), "").ok());
+  ASSERT_TRUE(store_->Put(absl::StrCat(kPrefix, ".kiln-tmp-0011223344556677"), "junk").ok());
+  ASSERT_TRUE(store_->Put(absl::StrCat(kPrefix, "real"), "r").ok());
+  CheckpointSync sync(*store_, kPrefix, tmp_.Sub("dir"));
+  ASSERT_TRUE(sync.Restore().ok());
+  EXPECT_EQ(Tree(tmp_.Sub("dir")), (std::map<std::string, std::string>{{"real", "r"}}));
+  WriteLocal(tmp_.Sub("dir/.kiln-tmp-8899aabbccddeeff"), "half");
+  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->uploaded, 0);
+  EXPECT_EQ(stats->deleted, 0);
+  EXPECT_EQ(StoreTree().size(), 3u);
+}
+
+// Fails the next `failing_puts` uploads and `failing_deletes` deletes.
+class FlakyStore : public ObjectStore {
+ public:
+  explicit FlakyStore(ObjectStore& inner) : inner_(inner) {}
+  absl::StatusOr<std::vector<ObjectInfo>> List(std::string_view prefix) override {
+    return inner_.List(prefix);
+  }
+  absl::StatusOr<std::string> Get(std::string_view uri) override { return inner_.Get(uri); }
+  absl::Status Put(std::string_view uri, std::string_view data) override {
+    if (failing_puts > 0) {
+      --failing_puts;
+      return absl::UnavailableError("store is down");
+    }
+    return inner_.Put(uri, data);
+  }
+  absl::Status Delete(std::string_view uri) override {
+    if (failing_deletes > 0) {
+      --failing_deletes;
+      return absl::UnavailableError("store is down");
+    }
+    return inner_.Delete(uri);
+  }
+  int failing_puts = 0;
+  int failing_deletes = 0;
+
+ private:
+  ObjectStore& inner_;
+};
+
+TEST_F(CheckpointSyncTest, FailedUploadsAndDeletesAreRetriedOnTheNextCall) {
+  FlakyStore flaky(*store_);
+  CheckpointSync sync(flaky, kPrefix, tmp_.Sub("dir"));
+  WriteLocal(tmp_.Sub("dir/a"), "a");
+  WriteLocal(tmp_.Sub("dir/b"), "b");
+  flaky.failing_puts = 1;
+  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  EXPECT_EQ(stats.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(stats.status().message(), HasSubstr(tmp_.Sub("dir/a")));
+  EXPECT_EQ(StoreTree(), (std::map<std::string, std::string>{{"b", "b"}}));
+  stats = sync.SyncOnce();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->uploaded, 1);
+  EXPECT_EQ(StoreTree(), (std::map<std::string, std::string>{{"a", "a"}, {"b", "b"}}));
+
+  fs::remove(tmp_.Sub("dir/a"));
+  flaky.failing_deletes = 1;
+  stats = sync.SyncOnce();
+  EXPECT_EQ(stats.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(stats.status().message(), HasSubstr(absl::StrCat(kPrefix, "a")));
+  stats = sync.SyncOnce();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->deleted, 1);
+  EXPECT_EQ(StoreTree(), (std::map<std::string, std::string>{{"b", "b"}}));
+}
+
+TEST_F(CheckpointSyncTest, WorksWithTheFileStoreIncludingAFileReplacedByADirectory) {
+  std::unique_ptr<ObjectStore> files = NewFileObjectStore();
+  std::string prefix = absl::StrCat("file://", tmp_.Sub("bucket/ckpt"));  // no trailing '/'
+  CheckpointSync sync(*files, prefix, tmp_.Sub("dir"));
+  ASSERT_TRUE(sync.Restore().ok());
+  WriteLocal(tmp_.Sub("dir/a"), "file a");
+  WriteLocal(tmp_.Sub("dir/n/m/deep.bin"), Binary(2'000'000, 9));
+  ASSERT_EQ(sync.SyncOnce().value().uploaded, 2);
+  EXPECT_EQ(Tree(tmp_.Sub("bucket/ckpt")), Tree(tmp_.Sub("dir")));
+
+  fs::remove(tmp_.Sub("dir/a"));
+  WriteLocal(tmp_.Sub("dir/a/inside"), "now a directory");
+  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->deleted, 1);
+  EXPECT_EQ(stats->uploaded, 1);
+  EXPECT_EQ(Tree(tmp_.Sub("bucket/ckpt")), Tree(tmp_.Sub("dir")));
+
+  CheckpointSync restarted(*files, prefix + "/", tmp_.Sub("restored"));
+  ASSERT_TRUE(restarted.Restore().ok());
+  EXPECT_EQ(Tree(tmp_.Sub("restored")), Tree(tmp_.Sub("dir")));
+  EXPECT_THAT(Tree(tmp_.Sub("restored")), UnorderedElementsAre(Pair("a/inside", "now a directory"),
+                                                               Pair("n/m/deep.bin", ::testing::_)));
+}
+
+TEST_F(CheckpointSyncTest, StoreErrorOnRestoreNamesThePrefix) {
+  std::unique_ptr<ObjectStore> files = NewFileObjectStore();
+  CheckpointSync sync(*files, "s3://bucket/ckpt", tmp_.Sub("dir"));
+  absl::Status status = sync.Restore();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("s3://bucket/ckpt/"));
+}
+
+}  // namespace
+}  // namespace kiln
