@@ -68,10 +68,11 @@ std::unique_ptr<Regex> Regex::Compile(std::string_view pattern, Mode mode, std::
   }
   // JIT makes matching several times faster (metric regexes see every log
   // line); where it is unavailable the interpreter is used.
-  pcre2_jit_compile(compiled, PCRE2_JIT_COMPLETE);
+  const bool jit = pcre2_jit_compile(compiled, PCRE2_JIT_COMPLETE) == 0;
   std::unique_ptr<Regex> result(new Regex());
   result->text_ = std::string(pattern);
   result->code_ = compiled;
+  result->jit_ = jit;
   return result;
 }
 
@@ -94,6 +95,15 @@ pcre2_match_data* ThreadMatchData() {
 }
 
 }  // namespace
+
+bool Regex::MatchesValidUtf8(std::string_view text) const {
+  auto* code = static_cast<pcre2_code*>(code_);
+  const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
+  const int rc = jit_ ? pcre2_jit_match(code, subject, text.size(), 0, 0, ThreadMatchData(), nullptr)
+                      : pcre2_match(code, subject, text.size(), 0, PCRE2_NO_UTF_CHECK,
+                                    ThreadMatchData(), nullptr);
+  return rc >= 0;
+}
 
 bool Regex::Search(std::string_view text, std::string* group) const {
   auto* code = static_cast<pcre2_code*>(code_);

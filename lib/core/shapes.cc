@@ -1,116 +1,399 @@
 #include "core/internal/shapes.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <string>
 #include <utility>
-#include <algorithm>
+#include <vector>
 
-#include "google/protobuf/struct.pb.h"
-#include "google/protobuf/util/json_util.h"
+#include "core/internal/regex.h"
 
 namespace kiln::internal {
 namespace {
 
-[[noreturn]] void ModelDefect(const std::string& what) {
-  std::fprintf(stderr, "kiln: embedded service model is broken: %s\n", what.c_str());
+constexpr size_t kMaxValueInMessage = 256;
+// Kiln's extension: wherever the model allows an S3 URI, `file://` is allowed
+// too (when ValidationOptions::allow_local_uris is set).
+constexpr std::string_view kLocalUriPattern = "file://.+";
+
+[[noreturn]] void ModelDefect(std::string_view what) {
+  std::fprintf(stderr, "kiln: compiled service model is broken: %.*s\n",
+               static_cast<int>(what.size()), what.data());
   std::abort();
 }
 
-Shape::Type ParseType(const std::string& type, const std::string& shape) {
-  using T = Shape::Type;
-  if (type == "string") return T::kString;
-  if (type == "integer") return T::kInteger;
-  if (type == "long") return T::kLong;
-  if (type == "boolean") return T::kBoolean;
-  if (type == "float") return T::kFloat;
-  if (type == "double") return T::kDouble;
-  if (type == "timestamp") return T::kTimestamp;
-  if (type == "structure") return T::kStructure;
-  if (type == "list") return T::kList;
-  if (type == "map") return T::kMap;
-  ModelDefect("shape " + shape + " has unknown type " + type);
+bool IsAscii(std::string_view s) {
+  const char* p = s.data();
+  const size_t n = s.size();
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t word;
+    std::memcpy(&word, p + i, sizeof word);
+    if ((word & 0x8080808080808080ULL) != 0) return false;
+  }
+  for (; i < n; ++i) {
+    if ((static_cast<unsigned char>(p[i]) & 0x80) != 0) return false;
+  }
+  return true;
 }
 
-const google::protobuf::Value* Field(const google::protobuf::Struct& s, const std::string& key) {
-  auto it = s.fields().find(key);
-  return it == s.fields().end() ? nullptr : &it->second;
+// Well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing above
+// U+10FFFF), which is what PCRE2 demands of a subject in UTF mode.
+bool IsValidUtf8(std::string_view s) {
+  if (IsAscii(s)) return true;
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
+    if (c >= 0xC2 && c <= 0xDF) {
+      len = 2;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      len = 3;
+      if (c == 0xE0) lo = 0xA0;  // overlong
+      if (c == 0xED) hi = 0x9F;  // surrogates
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      len = 4;
+      if (c == 0xF0) lo = 0x90;  // overlong
+      if (c == 0xF4) hi = 0x8F;  // above U+10FFFF
+    } else {
+      return false;
+    }
+    if (n - i < len) return false;
+    if (p[i + 1] < lo || p[i + 1] > hi) return false;
+    for (size_t k = 2; k < len; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return false;
+    }
+    i += len;
+  }
+  return true;
+}
+
+// How a pattern is decided. The model's catch-all patterns need no regex
+// engine: `[\S\s]*` accepts any well-formed text; `.*` any well-formed text
+// without a line feed (PCRE2's dot under its newline convention, checked at
+// start-up), `.+` the same when not empty.
+enum class Rule { kRegex, kAnyText, kLine, kNonEmptyLine };
+
+struct CompiledPattern {
+  Rule rule = Rule::kRegex;
+  std::unique_ptr<Regex> regex;  // kRegex only
+};
+
+std::unique_ptr<Regex> CompileOrDie(std::string_view text) {
+  std::string error;
+  std::unique_ptr<Regex> regex = Regex::Compile(text, Regex::Mode::kFullMatch, &error);
+  if (regex == nullptr) ModelDefect(std::string(text) + ": " + error);
+  return regex;
+}
+
+// True when PCRE2's `.` (as compiled here) matches every character but a line
+// feed, so that `.*` and `.+` can be decided by kLine rules. It does with the
+// default newline convention (LF); other builds keep PCRE2 for them.
+bool DotIsAllButLineFeed() {
+  std::unique_ptr<Regex> dot = CompileOrDie(".");
+  static constexpr std::string_view kOthers[] = {
+      "a", "\r", "\v", "\f", std::string_view("\0", 1), "\xc2\x85", "\xe2\x80\xa8",
+      "\xe2\x80\xa9", "\xc3\xa9", "\xf0\x9f\x98\x80"};
+  for (std::string_view c : kOthers) {
+    if (!dot->Matches(c)) return false;
+  }
+  return !dot->Matches("\n");
+}
+
+Rule RuleFor(std::string_view text, bool dot_rules) {
+  if (text == "[\\S\\s]*" || text == "[\\s\\S]*") return Rule::kAnyText;
+  if (dot_rules && text == ".*") return Rule::kLine;
+  if (dot_rules && text == ".+") return Rule::kNonEmptyLine;
+  return Rule::kRegex;
+}
+
+bool Decide(const CompiledPattern& p, std::string_view value) {
+  switch (p.rule) {
+    case Rule::kAnyText:
+      return IsValidUtf8(value);
+    case Rule::kNonEmptyLine:
+      if (value.empty()) return false;
+      [[fallthrough]];
+    case Rule::kLine:
+      return std::memchr(value.data(), '\n', value.size()) == nullptr && IsValidUtf8(value);
+    case Rule::kRegex:
+      break;
+  }
+  return IsValidUtf8(value) && p.regex->MatchesValidUtf8(value);
+}
+
+struct CompiledPatterns {
+  std::vector<CompiledPattern> by_id;
+  CompiledPattern local_uri;  // kLocalUriPattern
+};
+
+CompiledPattern CompilePattern(std::string_view text, bool dot_rules) {
+  CompiledPattern p;
+  p.rule = RuleFor(text, dot_rules);
+  // Compiled either way: a pattern of the model that PCRE2 rejects is a defect
+  // to report at once, whichever rule decides it.
+  std::unique_ptr<Regex> regex = CompileOrDie(text);
+  if (p.rule == Rule::kRegex) p.regex = std::move(regex);
+  return p;
+}
+
+const CompiledPatterns& Compiled() {
+  static const CompiledPatterns* compiled = [] {
+    auto* c = new CompiledPatterns();
+    const bool dot_rules = DotIsAllButLineFeed();
+    int count = 0;
+    const Pattern* const* all = AllPatterns(&count);
+    c->by_id.reserve(count);
+    for (int i = 0; i < count; ++i) c->by_id.push_back(CompilePattern(all[i]->text(), dot_rules));
+    c->local_uri = CompilePattern(kLocalUriPattern, dot_rules);
+    return c;
+  }();
+  return *compiled;
+}
+
+bool LocalUriMatches(std::string_view value) { return Decide(Compiled().local_uri, value); }
+
+std::string JoinStrings(const std::string_view* values, int count, std::string_view separator) {
+  std::string out;
+  for (int i = 0; i < count; ++i) {
+    if (i > 0) out.append(separator);
+    out.append(values[i]);
+  }
+  return out;
 }
 
 }  // namespace
 
-const ShapeModel& ShapeModel::Get() {
-  static const ShapeModel* model = [] {
-    google::protobuf::Struct root;
-    std::string_view text = TrainingShapesJson();
-    auto status = google::protobuf::util::JsonStringToMessage(
-        google::protobuf::StringPiece(text.data(), text.size()), &root);
-    if (!status.ok()) ModelDefect(status.ToString());
-    const google::protobuf::Value* shapes_value = Field(root, "shapes");
-    if (shapes_value == nullptr) ModelDefect("no 'shapes'");
-    const auto& shapes = shapes_value->struct_value().fields();
-
-    auto* m = new ShapeModel();
-    // First pass: create every shape so members can point at each other.
-    for (const auto& [name, unused] : shapes) {
-      auto shape = std::make_unique<Shape>();
-      shape->name = name;
-      m->shapes_[name] = std::move(shape);
-    }
-    auto resolve = [&](const google::protobuf::Value& ref, const std::string& owner) {
-      const google::protobuf::Value* target = Field(ref.struct_value(), "shape");
-      if (target == nullptr) ModelDefect(owner + ": reference without 'shape'");
-      const Shape* s = m->Find(target->string_value());
-      if (s == nullptr) ModelDefect(owner + ": unknown shape " + target->string_value());
-      return s;
-    };
-    for (const auto& [name, value] : shapes) {
-      Shape& shape = *m->shapes_[name];
-      const auto& def = value.struct_value();
-      const google::protobuf::Value* type = Field(def, "type");
-      if (type == nullptr) ModelDefect(name + ": no type");
-      shape.type = ParseType(type->string_value(), name);
-      if (const auto* v = Field(def, "min")) shape.min = static_cast<int64_t>(v->number_value());
-      if (const auto* v = Field(def, "max")) shape.max = static_cast<int64_t>(v->number_value());
-      if (const auto* v = Field(def, "pattern")) {
-        std::string error;
-        shape.pattern = Regex::Compile(v->string_value(), Regex::Mode::kFullMatch, &error);
-        if (shape.pattern == nullptr) ModelDefect(name + ": pattern: " + error);
-      }
-      if (const auto* v = Field(def, "enum")) {
-        for (const auto& e : v->list_value().values()) {
-          shape.enum_values.push_back(e.string_value());
-          shape.enum_set.insert(e.string_value());
-        }
-      }
-      if (const auto* v = Field(def, "member")) shape.element = resolve(*v, name);
-      if (const auto* v = Field(def, "key")) shape.key = resolve(*v, name);
-      if (const auto* v = Field(def, "value")) shape.value = resolve(*v, name);
-      if (const auto* v = Field(def, "members")) {
-        absl::flat_hash_set<std::string> required;
-        if (const auto* r = Field(def, "required")) {
-          for (const auto& e : r->list_value().values()) required.insert(e.string_value());
-        }
-        // The JSON object's member order is lost in a Struct (a map); the
-        // model's member order is kept by the generated proto, which is what
-        // the validator walks. Here members are sorted by name for stability.
-        for (const auto& [member_name, ref] : v->struct_value().fields()) {
-          shape.members.push_back(
-              Member{member_name, resolve(ref, name + "." + member_name),
-                     required.contains(member_name)});
-        }
-        std::sort(shape.members.begin(), shape.members.end(),
-                  [](const Member& a, const Member& b) { return a.name < b.name; });
-      }
-    }
-    return m;
-  }();
-  return *model;
+bool Pattern::Matches(std::string_view value) const {
+  return Decide(Compiled().by_id[id_], value);
 }
 
-const Shape* ShapeModel::Find(std::string_view name) const {
-  auto it = shapes_.find(std::string(name));
-  return it == shapes_.end() ? nullptr : it->second.get();
+uint32_t EnumTable::Hash(std::string_view value, uint32_t seed) {
+  uint32_t h = 2166136261u ^ seed;
+  for (const char c : value) {
+    h = (h ^ static_cast<unsigned char>(c)) * 16777619u;
+  }
+  h ^= h >> 15;
+  h *= 0x2C1B3C6Du;
+  h ^= h >> 12;
+  return h;
+}
+
+bool EnumTable::Contains(std::string_view value) const {
+  for (uint32_t i = Hash(value, seed) & mask;; i = (i + 1) & mask) {
+    const uint16_t slot = slots[i];
+    if (slot == 0) return false;  // the table is at most half full: always reached
+    if (values[slot - 1] == value) return true;
+  }
+}
+
+int64_t Utf16Length(std::string_view s) {
+  if (IsAscii(s)) return static_cast<int64_t>(s.size());
+  // Each lead byte stands for its sequence; a four-byte one for a surrogate
+  // pair. (Malformed text gets a count too: the pattern check rejects it.)
+  int64_t n = 0;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t len =
+        c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+    n += len == 4 ? 2 : 1;
+    i += len;
+  }
+  return n;
+}
+
+std::string QuoteValue(std::string_view value) {
+  std::string out;
+  if (value.size() <= kMaxValueInMessage) {
+    out.reserve(value.size() + 2);
+    out += '\'';
+    out.append(value);
+    out += '\'';
+    return out;
+  }
+  // Cut on a UTF-8 boundary.
+  size_t cut = kMaxValueInMessage;
+  while (cut > 0 && (static_cast<unsigned char>(value[cut]) & 0xC0) == 0x80) --cut;
+  out += '\'';
+  out.append(value.substr(0, cut));
+  out += "...'";
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// ShapeChecker
+
+bool ShapeChecker::StringOk(std::string_view value, const Shape& shape) const {
+  if (shape.has_min || shape.has_max) {
+    const int64_t length = Utf16Length(value);
+    if ((shape.has_max && length > shape.max) || (shape.has_min && length < shape.min)) {
+      return false;
+    }
+  }
+  if (shape.pattern != nullptr && !shape.pattern->Matches(value) &&
+      !(allow_local_uris_ && shape.local_uri_alternative && LocalUriMatches(value))) {
+    return false;
+  }
+  return shape.enum_values == nullptr || shape.enum_values->Contains(value);
+}
+
+void ShapeChecker::StringViolations(std::string_view value, const Shape& shape,
+                                    std::vector<std::string>& out) const {
+  const int64_t length = Utf16Length(value);
+  if (shape.has_max && length > shape.max) {
+    out.push_back("Member must have length less than or equal to " + std::to_string(shape.max));
+  }
+  if (shape.has_min && length < shape.min) {
+    out.push_back("Member must have length greater than or equal to " +
+                  std::to_string(shape.min));
+  }
+  if (shape.pattern != nullptr && !shape.pattern->Matches(value)) {
+    const bool local = allow_local_uris_ && shape.local_uri_alternative;
+    if (!(local && LocalUriMatches(value))) {
+      std::string constraint = "Member must satisfy regular expression pattern: ^";
+      constraint.append(shape.pattern->text());
+      if (local) {
+        constraint.append(" or ^");
+        constraint.append(kLocalUriPattern);
+      }
+      out.push_back(std::move(constraint));
+    }
+  }
+  if (shape.enum_values != nullptr && !shape.enum_values->Contains(value)) {
+    out.push_back("Member must satisfy enum value set: [" +
+                  JoinStrings(shape.enum_values->values, shape.enum_values->count, ", ") + "]");
+  }
+}
+
+std::string ShapeChecker::PathText(std::string_view member) const {
+  std::string out;
+  for (int i = 0; i < depth_; ++i) {
+    const PathPart& p = path_[i];
+    if (p.number > 0) {
+      out.append(".").append(std::to_string(p.number)).append(".member");
+      continue;
+    }
+    if (!out.empty()) out += '.';
+    out.append(p.name);
+  }
+  if (!member.empty()) {
+    if (!out.empty()) out += '.';
+    out.append(member);
+  }
+  return out;
+}
+
+void ShapeChecker::Add(std::string_view member, const std::string& value,
+                       const std::string& constraint) {
+  std::string path = PathText(member);
+  std::string message = "Value " + value + " at '" + path +
+                        "' failed to satisfy constraint: " + constraint;
+  errors_.push_back(ValidationError{std::move(path), std::move(message)});
+}
+
+void ShapeChecker::Missing(std::string_view member) {
+  Add(member, "null", "Member must not be null");
+}
+
+void ShapeChecker::ReportString(std::string_view value, const Shape& shape,
+                                std::string_view member) {
+  std::vector<std::string> violations;
+  StringViolations(value, shape, violations);
+  for (const std::string& constraint : violations) Add(member, QuoteValue(value), constraint);
+}
+
+void ShapeChecker::ReportNumber(int64_t value, const Shape& shape, std::string_view member) {
+  const std::string quoted = QuoteValue(std::to_string(value));
+  if (shape.has_max && value > shape.max) {
+    Add(member, quoted, "Member must have value less than or equal to " + std::to_string(shape.max));
+  }
+  if (shape.has_min && value < shape.min) {
+    Add(member, quoted,
+        "Member must have value greater than or equal to " + std::to_string(shape.min));
+  }
+}
+
+void ShapeChecker::ReportSize(int64_t size, const Shape& shape, const std::string& rendered) {
+  if (shape.has_max && size > shape.max) {
+    Add({}, rendered, "Member must have length less than or equal to " + std::to_string(shape.max));
+  }
+  if (shape.has_min && size < shape.min) {
+    Add({}, rendered,
+        "Member must have length greater than or equal to " + std::to_string(shape.min));
+  }
+}
+
+void ShapeChecker::StringList(const google::protobuf::RepeatedPtrField<std::string>& list,
+                              const Shape& shape, const Shape& element) {
+  const int size = list.size();
+  if ((shape.has_max && size > shape.max) || (shape.has_min && size < shape.min)) {
+    std::string joined = "[";
+    for (int i = 0; i < size; ++i) {
+      if (i > 0) joined += ", ";
+      joined += list.Get(i);
+    }
+    joined += ']';
+    ReportSize(size, shape, QuoteValue(joined));
+  }
+  for (int i = 0; i < size; ++i) {
+    const std::string& value = list.Get(i);
+    if (StringOk(value, element)) continue;
+    EnterElement(i + 1);
+    ReportString(value, element, {});
+    Leave();
+  }
+}
+
+void ShapeChecker::StringMap(const google::protobuf::Map<std::string, std::string>& map,
+                             const Shape& shape, const Shape& key, const Shape& value) {
+  const int size = static_cast<int>(map.size());
+  if ((shape.has_max && size > shape.max) || (shape.has_min && size < shape.min)) {
+    ReportSize(size, shape, "'{" + std::to_string(size) + " entries}'");
+  }
+  for (const auto& [k, v] : map) {
+    if (!StringOk(k, key) || !StringOk(v, value)) {
+      ReportMap(map, key, value);  // in key order, as the service reports them
+      return;
+    }
+  }
+}
+
+void ShapeChecker::ReportMap(const google::protobuf::Map<std::string, std::string>& map,
+                             const Shape& key, const Shape& value) {
+  std::vector<const google::protobuf::Map<std::string, std::string>::value_type*> entries;
+  entries.reserve(map.size());
+  for (const auto& entry : map) entries.push_back(&entry);
+  std::sort(entries.begin(), entries.end(),
+            [](const auto* a, const auto* b) { return a->first < b->first; });
+  std::vector<std::string> violations;
+  for (const auto* entry : entries) {
+    violations.clear();
+    StringViolations(entry->first, key, violations);
+    if (!violations.empty()) {
+      std::string constraint = "Map keys must satisfy constraint: [";
+      for (size_t i = 0; i < violations.size(); ++i) {
+        if (i > 0) constraint += ", ";
+        constraint += violations[i];
+      }
+      constraint += ']';
+      Add({}, QuoteValue(entry->first), constraint);
+    }
+    if (!StringOk(entry->second, value)) {
+      Enter(entry->first);
+      ReportString(entry->second, value, {});
+      Leave();
+    }
+  }
 }
 
 }  // namespace kiln::internal

@@ -48,31 +48,30 @@ std::string One(const std::string& message) {
   return absl::StrCat("1 validation error detected: ", message);
 }
 
-TEST(ShapeModelTest, EmbeddedModelHasTheTrainingShapes) {
-  const auto& model = internal::ShapeModel::Get();
-  const internal::Shape* name = model.Find("TrainingJobName");
+TEST(ShapeModelTest, CompiledModelHasTheTrainingShapes) {
+  const internal::Shape* name = internal::FindShape("TrainingJobName");
   ASSERT_NE(name, nullptr);
-  EXPECT_EQ(*name->max, 63);
+  EXPECT_EQ(name->max, 63);
   EXPECT_EQ(name->pattern->text(), "[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}");
-  const internal::Shape* type = model.Find("TrainingInstanceType");
+  const internal::Shape* type = internal::FindShape("TrainingInstanceType");
   ASSERT_NE(type, nullptr);
-  EXPECT_TRUE(type->enum_set.contains("ml.p4d.24xlarge"));
-  EXPECT_EQ(model.Find("NoSuchShape"), nullptr);
+  EXPECT_TRUE(type->enum_values->Contains("ml.p4d.24xlarge"));
+  EXPECT_FALSE(type->enum_values->Contains("ml.p4d.24xlarg"));
+  EXPECT_EQ(internal::FindShape("NoSuchShape"), nullptr);
 }
 
 TEST(ShapeModelTest, PatternsAreFullMatchesWithUnicodeClassesAndLookBehind) {
-  const auto& model = internal::ShapeModel::Get();
-  const auto& tag = *model.Find("TagKey")->pattern;
+  const auto& tag = *internal::FindShape("TagKey")->pattern;
   EXPECT_TRUE(tag.Matches("Équipe Ünit_1:/=+-@"));
   EXPECT_FALSE(tag.Matches("bad*key"));
-  const auto& arn_or_name = *model.Find("ArnOrName")->pattern;
+  const auto& arn_or_name = *internal::FindShape("ArnOrName")->pattern;
   EXPECT_TRUE(arn_or_name.Matches("my-algo"));
   EXPECT_FALSE(arn_or_name.Matches("my-algo-"));  // (?<!-) look-behind
-  const auto& name = *model.Find("TrainingJobName")->pattern;
+  const auto& name = *internal::FindShape("TrainingJobName")->pattern;
   EXPECT_FALSE(name.Matches("ok-prefix_then_bad"));  // not a partial match
   EXPECT_FALSE(name.Matches(std::string("a\xff", 2)));  // invalid UTF-8 never matches
   // Java's ASCII-only \p{Alnum} class.
-  const auto& lambda = *model.Find("TrainingRepositoryCredentialsProviderArn")->pattern;
+  const auto& lambda = *internal::FindShape("TrainingRepositoryCredentialsProviderArn")->pattern;
   EXPECT_TRUE(lambda.Matches("arn:aws:lambda:us-east-1:123456789012:function:auth"));
   EXPECT_FALSE(lambda.Matches("arn:a_ws:lambda:us-east-1:123456789012:function:auth"));
 }
