@@ -8,3 +8,5 @@ find_package(PkgConfig REQUIRED)
 # neither std::regex nor RE2 supports; metric regexes are PCRE-style too.
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET GLOBAL libpcre2-8)
 find_package(Threads REQUIRED)
+# libarchive: the local backend unpacks image tarballs and packs model.tar.gz.
+find_package(LibArchive REQUIRED)      # CMake's FindLibArchive (LibArchive::LibArchive)

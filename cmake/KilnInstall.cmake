@@ -25,7 +25,7 @@ set(KILN_INSTALL_TARGETS
   kiln_core                  # kiln::core
 )
 list(APPEND KILN_INSTALL_TARGETS kiln_sim)       # kiln::sim
-# list(APPEND KILN_INSTALL_TARGETS kiln_local)   # kiln::local
+list(APPEND KILN_INSTALL_TARGETS kiln_local)     # kiln::local
 if(TARGET kiln)
   list(APPEND KILN_INSTALL_TARGETS kiln)         # the kiln program, kiln::kiln
 endif()

@@ -31,8 +31,11 @@ install_deps() {
 # THE MAIN EXAMPLE: the one place that says what `dev.sh example` runs
 # (from the repository root, after build/ is built).
 run_main_example() {
-  # Three jobs through the engine in virtual time (simulation backend), then
-  # `kiln validate` on the request corpus.
+  # The quickstart: three small jobs on this machine (local backend, real
+  # processes), the second and third on the first one's warm pool. Then the
+  # engine in virtual time, and `kiln validate` on the request corpus.
+  build/examples/quickstart/quickstart
+  echo
   build/examples/lifecycle/lifecycle
   echo
   build/examples/cli/kiln validate tests/corpus/*.json

@@ -22,10 +22,15 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: kiln validate FILE.json...\n"
+    "       kiln run [--state-dir DIR] [--runtime process|bwrap] [--grace SECONDS]\n"
+    "                [--interrupt HOST@SECONDS]... JOB.json...\n"
     "\n"
     "  validate   check CreateTrainingJob requests (SageMaker's JSON) against the\n"
     "             service's rules; prints 'FILE: valid' or what is wrong.\n"
-    "             Exit 0: all valid; 2: some invalid; 1: a file unreadable or not JSON.\n";
+    "             Exit 0: all valid; 2: some invalid; 1: a file unreadable or not JSON.\n"
+    "  run        run the jobs in order on this machine (local backend); status and\n"
+    "             logs on stderr, each job's DescribeTrainingJob JSON on stdout.\n"
+    "             Exit 0 only if every job Completed; Ctrl-C stops the running job.\n";
 
 enum ExitCode { kOk = 0, kError = 1, kInvalid = 2 };
 
@@ -84,6 +89,10 @@ int Validate(const std::vector<std::string>& files) {
 
 }  // namespace
 
+namespace kiln::cli {
+int RunCommand(const std::vector<std::string>& args);  // run.cc
+}  // namespace kiln::cli
+
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
@@ -93,6 +102,7 @@ int main(int argc, char** argv) {
   const std::string command = args[0];
   args.erase(args.begin());
   if (command == "validate") return Validate(args);
+  if (command == "run") return kiln::cli::RunCommand(args);
   std::cerr << "kiln: unknown command '" << command << "'\n" << kUsage;
   return kError;
 }

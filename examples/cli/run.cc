@@ -1,0 +1,295 @@
+// `kiln run`: runs training jobs on this machine with the local backend.
+//
+//   kiln run [--state-dir DIR] [--runtime process|bwrap] [--grace SECONDS]
+//            [--interrupt HOST@SECONDS]... JOB.json...
+//
+// The jobs run in order in one engine, so a job can reuse the warm pool of the
+// one before it. Status changes (with the time since the job was submitted)
+// and container log lines go to stderr as they happen. When every job has
+// ended, each job's DescribeTrainingJob JSON goes to stdout, one line per job
+// in submission order, as it stands then (so a pool Reused later shows).
+// Exit status: 0 when every job Completed; 1 otherwise (or on bad input);
+// 130 after Ctrl-C, which stops the running job cleanly (Stopped, artifacts
+// uploaded).
+//
+// --interrupt algo-1@30 injects a spot interruption notice into instance
+// algo-1 of every job, 30 s after the job starts Training.
+//
+// Public headers only.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "kiln/engine.h"
+#include "kiln/json.h"
+#include "kiln/local/local.h"
+#include "kiln/object_store.h"
+
+namespace kiln::cli {
+namespace {
+
+struct Interruption {
+  std::string host;
+  absl::Duration after_training_starts;
+};
+
+struct RunOptions {
+  std::string state_dir;
+  local::LocalRuntime runtime = local::LocalRuntime::kProcess;
+  absl::Duration grace = absl::Seconds(120);
+  std::vector<Interruption> interruptions;
+  std::vector<std::string> files;
+};
+
+bool ParseArgs(const std::vector<std::string>& args, RunOptions& o, std::string& error) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](std::string& out) {
+      if (i + 1 >= args.size()) {
+        error = a + " needs a value";
+        return false;
+      }
+      out = args[++i];
+      return true;
+    };
+    std::string v;
+    if (a == "--state-dir") {
+      if (!value(o.state_dir)) return false;
+    } else if (a == "--runtime") {
+      if (!value(v)) return false;
+      if (v == "process") {
+        o.runtime = local::LocalRuntime::kProcess;
+      } else if (v == "bwrap") {
+        o.runtime = local::LocalRuntime::kBwrap;
+      } else {
+        error = "--runtime must be process or bwrap, not '" + v + "'";
+        return false;
+      }
+    } else if (a == "--grace") {
+      int64_t seconds = 0;
+      if (!value(v)) return false;
+      if (!absl::SimpleAtoi(v, &seconds) || seconds < 0) {
+        error = "--grace takes a number of seconds, not '" + v + "'";
+        return false;
+      }
+      o.grace = absl::Seconds(seconds);
+    } else if (a == "--interrupt") {
+      if (!value(v)) return false;
+      const size_t at = v.find('@');
+      int64_t seconds = 0;
+      if (at == std::string::npos || at == 0 ||
+          !absl::SimpleAtoi(v.substr(at + 1, v.size() - at - 1 - (v.back() == 's' ? 1 : 0)),
+                            &seconds) ||
+          seconds < 0) {
+        error = "--interrupt takes HOST@SECONDS, e.g. algo-1@30, not '" + v + "'";
+        return false;
+      }
+      o.interruptions.push_back({v.substr(0, at), absl::Seconds(seconds)});
+    } else if (!a.empty() && a[0] == '-') {
+      error = "unknown option " + a;
+      return false;
+    } else {
+      o.files.push_back(a);
+    }
+  }
+  if (o.files.empty()) {
+    error = "no job files given";
+    return false;
+  }
+  if (o.state_dir.empty()) {
+    const char* home = std::getenv("HOME");
+    o.state_dir = std::string(home != nullptr ? home : "/tmp") + "/.kiln/state";
+  }
+  return true;
+}
+
+// Prints progress to stderr, submits the next job when one ends, and stops
+// the loop after the last.
+class Runner : public JobObserver {
+ public:
+  Runner(EventLoop& loop, Engine& engine, const RunOptions& options,
+         std::vector<v1::CreateTrainingJobRequest> jobs)
+      : loop_(loop), engine_(engine), options_(options), jobs_(std::move(jobs)) {}
+
+  void Start() { SubmitNext(); }
+
+  void OnStatusChange(const StatusEvent& e) override {
+    std::fprintf(stderr, "[%s +%6.1fs] %s/%s: %s\n", std::string(e.job_name).c_str(),
+                 absl::ToDoubleSeconds(e.time - submitted_at_), std::string(e.status).c_str(),
+                 std::string(e.secondary_status).c_str(), std::string(e.message).c_str());
+    if (e.secondary_status == "Training" && e.job_name == current_) {
+      for (const Interruption& i : options_.interruptions) {
+        loop_.ScheduleAfter(i.after_training_starts, [this, job = current_, host = i.host] {
+          absl::Status s = engine_.InjectInterruption(job, host, InterruptionKind::kSpotNotice,
+                                                      absl::Minutes(2));
+          std::fprintf(stderr, "[%s] injected a spot interruption notice into %s: %s\n",
+                       job.c_str(), host.c_str(), s.ToString().c_str());
+        });
+      }
+    }
+    const bool ended = e.status == "Completed" || e.status == "Failed" || e.status == "Stopped";
+    if (ended && e.job_name == current_) {
+      if (e.status != "Completed") all_completed_ = false;
+      loop_.ScheduleAfter(absl::ZeroDuration(), [this] { SubmitNext(); });
+    }
+  }
+
+  void OnLogLine(std::string_view job, std::string_view host, std::string_view line,
+                 absl::Time) override {
+    std::fprintf(stderr, "[%s %s] %s\n", std::string(job).c_str(), std::string(host).c_str(),
+                 std::string(line).c_str());
+  }
+
+  // Ctrl-C: stop the running job and submit no more.
+  void Interrupt() {
+    interrupted_ = true;
+    all_completed_ = false;
+    if (current_.empty()) return;
+    v1::StopTrainingJobRequest stop;
+    stop.set_training_job_name(current_);
+    absl::Status s = engine_.StopTrainingJob(stop);
+    std::fprintf(stderr, "[%s] stopping (Ctrl-C): %s\n", current_.c_str(), s.ToString().c_str());
+  }
+
+  bool all_completed() const { return all_completed_; }
+  bool interrupted() const { return interrupted_; }
+  const std::vector<std::string>& submitted() const { return submitted_; }
+
+ private:
+  void SubmitNext() {
+    if (interrupted_ || next_ >= jobs_.size()) {
+      current_.clear();
+      loop_.Stop();
+      return;
+    }
+    const v1::CreateTrainingJobRequest& r = jobs_[next_++];
+    current_ = r.training_job_name();
+    submitted_at_ = loop_.Now();
+    auto created = engine_.CreateTrainingJob(r);
+    if (!created.ok()) {
+      std::fprintf(stderr, "[%s] not accepted: %s\n", current_.c_str(),
+                   std::string(created.status().message()).c_str());
+      all_completed_ = false;
+      loop_.ScheduleAfter(absl::ZeroDuration(), [this] { SubmitNext(); });
+      return;
+    }
+    submitted_.push_back(current_);
+  }
+
+  EventLoop& loop_;
+  Engine& engine_;
+  const RunOptions& options_;
+  std::vector<v1::CreateTrainingJobRequest> jobs_;
+  size_t next_ = 0;
+  std::string current_;
+  absl::Time submitted_at_;
+  std::vector<std::string> submitted_;
+  bool all_completed_ = true;
+  bool interrupted_ = false;
+};
+
+}  // namespace
+
+int RunCommand(const std::vector<std::string>& args) {
+  RunOptions options;
+  std::string error;
+  if (!ParseArgs(args, options, error)) {
+    std::cerr << "kiln run: " << error << "\n"
+              << "usage: kiln run [--state-dir DIR] [--runtime process|bwrap] [--grace SECONDS]\n"
+                 "                [--interrupt HOST@SECONDS]... JOB.json...\n";
+    return 1;
+  }
+  std::vector<v1::CreateTrainingJobRequest> jobs;
+  for (const std::string& file : options.files) {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) {
+      std::cerr << "kiln run: " << file << ": cannot read the file\n";
+      return 1;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    v1::CreateTrainingJobRequest r;
+    absl::Status s = ParseJson(text.str(), r);
+    if (!s.ok()) {
+      std::cerr << "kiln run: " << file << ": " << s.message() << "\n";
+      return 1;
+    }
+    jobs.push_back(std::move(r));
+  }
+
+  // Ctrl-C and SIGTERM are taken by a thread of ours (blocked everywhere
+  // else, before any other thread starts) and turned into a stop on the loop.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto loop = NewRealTimeEventLoop();
+  auto files = NewFileObjectStore();
+  ObjectStores stores;
+  stores.Register("file", files.get());
+  local::LocalOptions local_options;
+  local_options.state_dir = options.state_dir;
+  local_options.runtime = options.runtime;
+  local_options.object_stores = &stores;
+  auto provider = local::NewLocalClusterProvider(*loop, local_options);
+  if (!provider.ok()) {
+    std::cerr << "kiln run: " << provider.status().message() << "\n";
+    return 1;
+  }
+  auto channel = local::NewLocalDataChannel(*loop, stores, {.state_dir = options.state_dir});
+  EngineOptions engine_options;
+  engine_options.loop = loop.get();
+  engine_options.cluster_provider = provider->get();
+  engine_options.data_channel = channel.get();
+  engine_options.stop_grace_period = options.grace;
+  auto engine = NewEngine(std::move(engine_options));
+  if (!engine.ok()) {
+    std::cerr << "kiln run: " << engine.status().message() << "\n";
+    return 1;
+  }
+  Runner runner(*loop, **engine, options, std::move(jobs));
+  (*engine)->AddObserver(&runner);
+
+  std::atomic<bool> done{false};
+  std::thread signal_thread([&] {
+    while (!done.load()) {
+      int sig = 0;
+      timespec timeout{0, 200 * 1000 * 1000};
+      siginfo_t info;
+      sig = sigtimedwait(&signals, &info, &timeout);
+      if (sig == SIGINT || sig == SIGTERM) loop->Post([&runner] { runner.Interrupt(); });
+    }
+  });
+
+  loop->Post([&runner] { runner.Start(); });
+  loop->Run();
+  done.store(true);
+  signal_thread.join();
+
+  for (const std::string& name : runner.submitted()) {
+    v1::DescribeTrainingJobRequest d;
+    d.set_training_job_name(name);
+    auto described = (*engine)->DescribeTrainingJob(d);
+    if (described.ok()) std::cout << ToJson(*described) << "\n";
+  }
+  std::cout.flush();
+  if (runner.interrupted()) return 130;
+  return runner.all_completed() ? 0 : 1;
+}
+
+}  // namespace kiln::cli

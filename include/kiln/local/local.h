@@ -1,0 +1,205 @@
+// The local backend: real training containers on this machine, with the
+// SageMaker container contract.
+//
+// LocalClusterProvider: an instance is a directory on this host standing for
+// one machine of a cluster; a container is the job's entrypoint run as a
+// process tree on that instance, either as a plain child process (the
+// `process` runtime) or inside bubblewrap (the `bwrap` runtime). Every
+// container gets the service's /opt/ml tree (hyperparameters.json,
+// inputdataconfig.json, resourceconfig.json, input/data, model, output,
+// checkpoints, code), the SM_* environment the training toolkit derives,
+// TRAINING_JOB_NAME, TRAINING_JOB_ARN and the job's Environment map.
+// LocalDataChannel delivers File-mode channels from any store of an
+// ObjectStores (file://, and s3:// once a store serves it) into
+// /opt/ml/input/data/<channel>/.
+//
+//   auto loop = kiln::NewRealTimeEventLoop();
+//   auto file_store = kiln::NewFileObjectStore();
+//   kiln::ObjectStores stores;
+//   stores.Register("file", file_store.get());
+//   kiln::local::LocalOptions options;
+//   options.state_dir = "/var/lib/kiln";
+//   options.object_stores = &stores;
+//   auto provider = kiln::local::NewLocalClusterProvider(*loop, options).value();
+//   auto channel = kiln::local::NewLocalDataChannel(*loop, stores, {.state_dir = "/var/lib/kiln"});
+//   // kiln::EngineOptions{.loop = loop.get(), .cluster_provider = provider.get(),
+//   //                     .data_channel = channel.get()} ...
+//
+// On-disk layout under `state_dir`:
+//   instances/<cluster-id>/algo-<k>/ml/           the instance's /opt/ml tree
+//   instances/<cluster-id>/algo-<k>/image-cache/  the instance's own image cache
+//   instances/<cluster-id>/algo-<k>/tmp/          scratch (TMPDIR, process runtime)
+//   logs/<job>/algo-<k>-<epoch>                   log streams (kept after Release)
+//   image-cache/                                  host-wide image cache (opt-in)
+// An Instance's id is "<cluster-id>/algo-<k>".
+//
+// Images. TrainingImage names a directory or a tarball (.tar, .tar.gz, .tgz,
+// any compression libarchive reads) by absolute path or file:// URI. It is
+// unpacked (or copied) into the instance's content-addressed cache, keyed by
+// the source's path, size and modification times: a warm instance that has the
+// image does nothing. The image's program directory is `<image>/opt/program`
+// when that exists, else the image's top directory. The container runs
+// ContainerEntrypoint + ContainerArguments when the job sets an entrypoint,
+// else the program directory's `train` followed by ContainerArguments (the
+// image's `train` stands in for the service's `docker run <image> train`). The
+// image's `opt/ml/code/`, if any, is copied into /opt/ml/code for every job.
+// The host's root file system provides the operating system (python3, sh...):
+// an image is the program, not a root file system.
+//
+// Warm reuse. Every PrepareImage (the engine calls it for each job, on a cold
+// or a warm cluster) first waits for the cluster's earlier containers to be
+// done, then makes the instance's whole /opt/ml tree and its scratch space
+// anew; only the image cache stays. Nothing of an earlier job is readable.
+//
+// Errors the engine sees (besides those of ObjectStore and the file system,
+// which name the path): Provision: ResourceExhausted beyond max_instances.
+// PrepareImage: InvalidArgument for an image that is not a local directory or
+// tarball, NotFound when it does not exist. StartContainers:
+// FailedPrecondition for an image without an executable `train` when no
+// ContainerEntrypoint is set, for a cluster with a lost instance, or for
+// CheckpointConfig without object_stores; NotFound / PermissionDenied when the
+// entrypoint cannot be executed (process runtime); Internal, with
+// bubblewrap's own message, when the sandbox cannot be set up.
+//
+// Runtimes.
+// - process: the entrypoint runs as a child process in its own session and
+//   process group, with SAGEMAKER_BASE_DIR and every SM_* path pointing at the
+//   instance's tree (`.../ml`), the working directory there and TMPDIR at the
+//   instance's tmp/. Arguments of the entrypoint that start with /opt/ml or
+//   /opt/program are rewritten to the instance tree and the program directory,
+//   so jobs written for the container paths run unchanged. Not a sandbox: the
+//   process sees the host as the user running Kiln does, and host names
+//   algo-<k> do not resolve.
+// - bwrap: bubblewrap with a read-only host root, a private /tmp, the state
+//   directory hidden, the instance tree bound at /opt/ml (SAGEMAKER_BASE_DIR is
+//   /opt/ml), the program directory bound read-only at /opt/program, its own
+//   PID, IPC and UTS namespaces (host name algo-<k>). Networking: when Kiln may
+//   create network namespaces (root), every cluster gets one network namespace
+//   holding only a loopback interface; instance algo-<k> is 127.0.1.<k> in an
+//   /etc/hosts bound into each sandbox, so instances reach each other by host
+//   name and nothing outside (with or without EnableNetworkIsolation, which
+//   this satisfies). Without that privilege, EnableNetworkIsolation gives each
+//   instance a network namespace of its own (no peers: a documented
+//   limitation), and other jobs share the host's network with the same
+//   /etc/hosts names.
+//
+// Signals. Signal(SIGTERM) reaches every process of the container (the process
+// runtime signals the process group, bwrap every process in the sandbox);
+// SIGKILL ends the whole tree. When a container's main process exits, whatever
+// it left running is killed, as a container's end does. Release and the
+// provider's destruction kill every process of their clusters.
+//
+// Logs. A container's stdout and stderr (one stream, in order) reach
+// ContainerEvents::OnLogLine line by line (without the newline; a line longer
+// than 64 KiB comes in pieces) and the log stream
+// <log_dir>/<job>/algo-<k>-<epoch>, which also holds lines of Kiln's own,
+// prefixed "[kiln] ": why a container could not start, checkpoint sync errors,
+// and at exit the container's CPU time and peak resident memory.
+//
+// Checkpoints. With CheckpointConfig, LocalPath (default /opt/ml/checkpoints)
+// is restored from S3Uri before the entrypoint starts, synced every
+// `checkpoint_sync_interval` while it runs and once more after it exits,
+// before OnExit is reported (kiln/checkpoint_sync.h). A LocalPath outside
+// /opt/ml is, for bwrap, a directory of the instance mounted there; for the
+// process runtime it is that path on the host itself, shared by every instance
+// of the job (prefer the default).
+//
+// Artifacts. UploadArtifacts writes the merged /opt/ml/model of all instances
+// (later hosts overwrite files of the same name) as
+// <S3OutputPath>/<job>/output/model.tar.gz and /opt/ml/output/data as
+// output.tar.gz, gzip-compressed, or as plain tar (same names) when
+// OutputDataConfig.CompressionType is NONE, through ObjectStore::PutFromFile.
+//
+// Threading: the provider and the data channel are loop thread only, like
+// every component; they do their blocking work on their own threads and post
+// completions to the loop. The factories are thread-safe.
+#ifndef KILN_LOCAL_LOCAL_H_
+#define KILN_LOCAL_LOCAL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kiln/cluster_provider.h"
+#include "kiln/data_channel.h"
+#include "kiln/event_loop.h"
+#include "kiln/object_store.h"
+
+namespace kiln::local {
+
+enum class LocalRuntime {
+  kProcess,  // a child process with SAGEMAKER_BASE_DIR (default)
+  kBwrap,    // bubblewrap, the tree mounted at /opt/ml
+};
+
+struct LocalOptions {
+  // Where instances, logs and caches live. Required; created when missing.
+  std::string state_dir;
+  LocalRuntime runtime = LocalRuntime::kProcess;
+  // Serves checkpoint sync (CheckpointConfig.S3Uri) and artifact upload
+  // (S3OutputPath). Optional; must outlive the provider. Without it a job that
+  // needs either fails with FailedPrecondition.
+  ObjectStores* object_stores = nullptr;
+  // The bubblewrap program, for the bwrap runtime.
+  std::string bwrap_path = "bwrap";
+  // How many instances may exist at once, over all clusters; Provision beyond
+  // it reports ResourceExhausted (the engine shows Pending). 0: no limit.
+  int32_t max_instances = 0;
+  // Where log streams go; empty means <state_dir>/logs.
+  std::string log_dir;
+  // Opt-in speed-up: unpack each image once into <state_dir>/image-cache and
+  // give instances a link to it, so a cold instance does not pay the unpack
+  // again. Off by default: an instance stands for a machine of its own.
+  bool shared_image_cache = false;
+  // How often a running container's checkpoint directory is synced.
+  absl::Duration checkpoint_sync_interval = absl::Seconds(1);
+  // SM_NUM_CPUS; 0 means the host's count. SM_NUM_GPUS is always 0.
+  int32_t cpu_count = 0;
+  // resourceconfig.json's network_interface_name and SM_NETWORK_INTERFACE_NAME:
+  // the interface peers are reached through (loopback on this host).
+  std::string network_interface_name = "lo";
+  // How long the output of a container whose main process has exited is
+  // still read (processes it left behind are killed first). The time between
+  // SIGTERM and SIGKILL on a stop is the engine's
+  // (EngineOptions::stop_grace_period): the provider only delivers signals.
+  absl::Duration output_drain_timeout = absl::Seconds(2);
+};
+
+// Returns a local ClusterProvider on `loop`, which must outlive it. The
+// provider's destruction kills every container it started, waits for its
+// threads and removes its instances (logs are kept).
+// Errors: InvalidArgument when state_dir is empty or cannot be created (the
+// message names the path); FailedPrecondition for the bwrap runtime when
+// `bwrap_path` cannot run (`bwrap --ro-bind / / true` fails).
+// Thread-safe.
+absl::StatusOr<std::unique_ptr<ClusterProvider>> NewLocalClusterProvider(EventLoop& loop,
+                                                                         LocalOptions options);
+
+struct LocalDataChannelOptions {
+  // The provider's state_dir: instances are found there by their id. Required.
+  std::string state_dir;
+  // Objects copied at once per Deliver.
+  int32_t copy_threads = 4;
+};
+
+// Returns a local DataChannel on `loop`, reading sources through `stores`;
+// both must outlive it. File mode only, for now: S3Prefix (every object whose
+// URI starts with S3Uri; its path below the prefix's directory is its path
+// below /opt/ml/input/data/<channel>/) or ManifestFile (a JSON array whose
+// first element is {"prefix": URI} and whose other elements are keys relative
+// to it), FullyReplicated or ShardedByS3Key (instance i of n receives the
+// objects at positions i, i+n, ... of the sorted list). A key that would land
+// outside the channel's directory ("..", absolute) fails the delivery, and so
+// does an object that disappears during the copy (NotFound; the message names
+// channel and object); a prefix with no objects is NotFound. Pipe and
+// FastFile, AugmentedManifestFile, and sources other than S3DataSource report
+// Unimplemented. The destruction stops copies in flight and waits for them.
+// Thread-safe.
+std::unique_ptr<DataChannel> NewLocalDataChannel(EventLoop& loop, ObjectStores& stores,
+                                                 LocalDataChannelOptions options);
+
+}  // namespace kiln::local
+
+#endif  // KILN_LOCAL_LOCAL_H_

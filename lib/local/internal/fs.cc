@@ -1,0 +1,281 @@
+#include "local/internal/fs.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+
+namespace kiln::local::internal {
+namespace {
+
+std::string Join(const std::string& dir, std::string_view name) {
+  return absl::StrCat(dir, "/", Av(name));
+}
+
+// Removes the entry `name` of the directory open as `dir_fd`.
+absl::Status RemoveAt(int dir_fd, const std::string& name, const std::string& display) {
+  struct stat st;
+  if (fstatat(dir_fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return ErrnoStatus(errno, "stat", display);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    if (unlinkat(dir_fd, name.c_str(), 0) != 0 && errno != ENOENT) {
+      return ErrnoStatus(errno, "remove", display);
+    }
+    return absl::OkStatus();
+  }
+  int fd = openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return ErrnoStatus(errno, "open", display);
+  }
+  // A job may have left a directory without write permission.
+  if ((st.st_mode & 0700) != 0700) fchmod(fd, (st.st_mode & 07777) | 0700);
+  DIR* dir = fdopendir(fd);
+  if (dir == nullptr) {
+    const int err = errno;
+    close(fd);
+    return ErrnoStatus(err, "read directory", display);
+  }
+  std::vector<std::string> names;
+  while (struct dirent* e = readdir(dir)) {
+    if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+    names.emplace_back(e->d_name);
+  }
+  absl::Status status;
+  for (const std::string& child : names) {
+    status.Update(RemoveAt(dirfd(dir), child, Join(display, child)));
+  }
+  closedir(dir);
+  if (!status.ok()) return status;
+  if (unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
+    return ErrnoStatus(errno, "remove directory", display);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CopyFile(const std::string& from, const std::string& to, mode_t mode) {
+  int in = open(from.c_str(), O_RDONLY | O_CLOEXEC);
+  if (in < 0) return ErrnoStatus(errno, "open", from);
+  int out = open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode & 07777);
+  if (out < 0) {
+    const int err = errno;
+    close(in);
+    return ErrnoStatus(err, "create", to);
+  }
+  absl::Status status;
+  char buf[1 << 16];
+  while (true) {
+    ssize_t n = read(in, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      status = ErrnoStatus(errno, "read", from);
+      break;
+    }
+    if (n == 0) break;
+    ssize_t off = 0;
+    while (off < n) {
+      ssize_t w = write(out, buf + off, static_cast<size_t>(n - off));
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) {
+        status = ErrnoStatus(errno, "write", to);
+        break;
+      }
+      off += w;
+    }
+    if (!status.ok()) break;
+  }
+  close(in);
+  if (close(out) != 0 && status.ok()) status = ErrnoStatus(errno, "close", to);
+  if (status.ok()) fchmodat(AT_FDCWD, to.c_str(), mode & 07777, 0);
+  return status;
+}
+
+}  // namespace
+
+absl::Status ErrnoStatus(int err, std::string_view what, std::string_view path) {
+  std::string message = absl::StrCat(Av(what), " '", Av(path), "': ", std::strerror(err));
+  switch (err) {
+    case ENOENT:
+      return absl::NotFoundError(message);
+    case ENOSPC:
+    case EDQUOT:
+      return absl::ResourceExhaustedError(message);
+    case EACCES:
+    case EPERM:
+      return absl::PermissionDeniedError(message);
+    default:
+      return absl::InternalError(message);
+  }
+}
+
+absl::Status MakeDirs(const std::string& path) {
+  if (path.empty()) return absl::InvalidArgumentError("empty directory path");
+  std::string partial;
+  if (path[0] == '/') partial = "/";
+  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    absl::StrAppend(&partial, part);
+    if (mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST) {
+      return ErrnoStatus(errno, "create directory", partial);
+    }
+    partial.push_back('/');
+  }
+  if (!IsDirectory(path)) {
+    return absl::FailedPreconditionError(absl::StrCat("'", path, "' is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RemoveTree(const std::string& path) {
+  if (path.empty() || path == "/") {
+    return absl::InvalidArgumentError(absl::StrCat("refusing to remove '", path, "'"));
+  }
+  return RemoveAt(AT_FDCWD, path, path);
+}
+
+absl::Status ResetDir(const std::string& path) {
+  absl::Status s = RemoveTree(path);
+  if (!s.ok()) return s;
+  return MakeDirs(path);
+}
+
+absl::Status WriteFileAtomic(const std::string& path, std::string_view data) {
+  std::string tmp = absl::StrCat(path, ".tmp-", getpid(), "-", gettid());
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoStatus(errno, "create", tmp);
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t w = write(fd, data.data() + off, data.size() - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      const int err = errno;
+      close(fd);
+      unlink(tmp.c_str());
+      return ErrnoStatus(err, "write", tmp);
+    }
+    off += static_cast<size_t>(w);
+  }
+  if (close(fd) != 0) {
+    const int err = errno;
+    unlink(tmp.c_str());
+    return ErrnoStatus(err, "close", tmp);
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    unlink(tmp.c_str());
+    return ErrnoStatus(err, "rename", path);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, size_t max_bytes) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return ErrnoStatus(errno, "open", path);
+  std::string out;
+  out.resize(max_bytes);
+  size_t got = 0;
+  while (got < max_bytes) {
+    ssize_t n = read(fd, out.data() + got, max_bytes - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      close(fd);
+      return ErrnoStatus(err, "read", path);
+    }
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(fd);
+  out.resize(got);
+  return out;
+}
+
+absl::Status CopyTree(const std::string& from, const std::string& to) {
+  absl::Status s = MakeDirs(to);
+  if (!s.ok()) return s;
+  DIR* dir = opendir(from.c_str());
+  if (dir == nullptr) return ErrnoStatus(errno, "read directory", from);
+  std::vector<std::string> names;
+  while (struct dirent* e = readdir(dir)) {
+    if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+    names.emplace_back(e->d_name);
+  }
+  closedir(dir);
+  for (const std::string& name : names) {
+    const std::string src = Join(from, name);
+    const std::string dst = Join(to, name);
+    struct stat st;
+    if (lstat(src.c_str(), &st) != 0) return ErrnoStatus(errno, "stat", src);
+    if (S_ISDIR(st.st_mode)) {
+      s = CopyTree(src, dst);
+      if (s.ok()) chmod(dst.c_str(), (st.st_mode & 07777) | 0700);
+    } else if (S_ISLNK(st.st_mode)) {
+      std::string target(static_cast<size_t>(st.st_size) + 1, '\0');
+      ssize_t n = readlink(src.c_str(), target.data(), target.size());
+      if (n < 0) return ErrnoStatus(errno, "read link", src);
+      target.resize(static_cast<size_t>(n));
+      unlink(dst.c_str());
+      if (symlink(target.c_str(), dst.c_str()) != 0) return ErrnoStatus(errno, "create link", dst);
+    } else if (S_ISREG(st.st_mode)) {
+      s = CopyFile(src, dst, st.st_mode);
+    }
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return lstat(path.c_str(), &st) == 0;
+}
+
+bool IsDirectory(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+bool IsSafeRelativePath(std::string_view rel) {
+  if (rel.empty() || rel.front() == '/') return false;
+  if (rel.find('\0') != std::string_view::npos) return false;
+  for (absl::string_view part : absl::StrSplit(Av(rel), '/')) {
+    if (part.empty() || part == "." || part == "..") return false;
+  }
+  return true;
+}
+
+std::string DirName(std::string_view path) {
+  size_t slash = path.rfind('/');
+  if (slash == std::string_view::npos) return ".";
+  if (slash == 0) return "/";
+  return std::string(path.substr(0, slash));
+}
+
+std::string Rebase(std::string_view path, std::string_view from, std::string_view root) {
+  if (path == from) return std::string(root);
+  if (path.size() > from.size() && path.substr(0, from.size()) == from &&
+      path[from.size()] == '/') {
+    return absl::StrCat(Av(root), Av(path.substr(from.size())));
+  }
+  return std::string(path);
+}
+
+std::string StableHashHex(std::string_view data) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : data) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return absl::StrFormat("%016x", h);
+}
+
+}  // namespace kiln::local::internal

@@ -1,0 +1,67 @@
+// Starting the local backend's processes: a container's main process (the
+// entrypoint itself, or bubblewrap), and the holder of a cluster's network
+// namespace.
+//
+// Internal to kiln::local: never installed. Thread-safe: children are forked
+// with every descriptor of this process closed in them, so concurrent spawns
+// from several threads do not leak pipes into each other's children.
+#ifndef KILN_LIB_LOCAL_INTERNAL_SPAWN_H_
+#define KILN_LIB_LOCAL_INTERNAL_SPAWN_H_
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace kiln::local::internal {
+
+struct SpawnSpec {
+  std::vector<std::string> argv;  // argv[0]: the program's path (see FindProgram)
+  std::vector<std::string> env;   // "NAME=value"
+  std::string cwd;
+  int output_fd = -1;  // becomes the child's stdout and stderr; stdin is /dev/null
+  int info_fd = -1;    // when >= 0, becomes the child's fd 3
+  int netns_fd = -1;   // when >= 0, the child joins this network namespace first
+};
+
+// Forks and executes `spec`. The child runs in a new session and process
+// group (its pid is the group id), with default signal dispositions and an
+// empty signal mask, and is killed (SIGKILL) if the forking thread exits.
+// Returns the child's pid once the program is executing.
+// Errors: NotFound / PermissionDenied when the program cannot be executed
+// (the message names it), Internal for a failed fork or namespace join.
+absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec);
+
+// The path execvp would run for `name` with PATH `path_env`: `name` itself
+// when it contains a '/', else the first executable regular file
+// <dir>/<name> of the PATH directories. Errors: NotFound naming the program.
+absl::StatusOr<std::string> FindProgram(const std::string& name, const std::string& path_env);
+
+// pidfd_open(2) and pidfd_send_signal(2), through syscall(2) (Debian 12's
+// <sys/pidfd.h> lacks C linkage). -1 with errno on failure.
+int PidfdOpen(pid_t pid);
+int PidfdSendSignal(int pidfd, int sig);
+
+// A process that holds a network namespace with only a loopback interface
+// (up), so the instances of one cluster can join it. It lives until
+// StopNetnsHolder, or until this process dies.
+struct NetnsHolder {
+  pid_t pid = -1;
+  int ns_fd = -1;         // /proc/<pid>/ns/net, for SpawnSpec::netns_fd
+  int keepalive_fd = -1;  // closing it ends the holder
+};
+
+// Errors: PermissionDenied when this process may not create network
+// namespaces (not root); Internal otherwise.
+absl::StatusOr<NetnsHolder> StartNetnsHolder();
+
+// Ends the holder and waits for it. Blocks briefly. A no-op for a holder that
+// was never started.
+void StopNetnsHolder(NetnsHolder& holder);
+
+}  // namespace kiln::local::internal
+
+#endif  // KILN_LIB_LOCAL_INTERNAL_SPAWN_H_

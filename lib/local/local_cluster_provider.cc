@@ -1,0 +1,1365 @@
+// LocalClusterProvider: instances are directories, containers are process
+// trees (see kiln/local/local.h for the contract it implements).
+//
+// Threads. Every ClusterProvider method runs on the loop thread and only
+// starts work: Provision, PrepareImage, UploadArtifacts and the clean-up after
+// Release run as tasks on threads of their own (TaskRunner); each container
+// has a supervisor thread that prepares its run, starts it, reads its output,
+// syncs its checkpoints, reaps it and reports its exit. Worker threads never
+// touch the provider's state: they post to the loop, and the posted callbacks
+// check that the provider is alive (a weak token) and that the cluster and
+// run they belong to are still current before calling anyone.
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <list>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "core/internal/json_value.h"
+#include "kiln/checkpoint_sync.h"
+#include "kiln/local/local.h"
+#include "local/internal/archive.h"
+#include "local/internal/container_config.h"
+#include "local/internal/fs.h"
+#include "local/internal/layout.h"
+#include "local/internal/spawn.h"
+#include "local/internal/task_runner.h"
+
+namespace kiln::local {
+namespace {
+
+using internal::BuildContainerConfig;
+using internal::ContainerConfig;
+using internal::ContainerConfigInput;
+
+constexpr size_t kMaxFailureBytes = 1024;
+constexpr size_t kMaxLineBytes = 64 * 1024;
+constexpr char kContainerBase[] = "/opt/ml";
+constexpr char kContainerProgram[] = "/opt/program";
+constexpr char kDefaultCheckpointPath[] = "/opt/ml/checkpoints";
+// The /opt/ml tree of an instance.
+constexpr const char* kMlTree[] = {"input/config", "input/data",          "model",      "output/data",
+                                   "output/intermediate", "checkpoints", "code"};
+constexpr char kDefaultHostPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+// Held (weakly) by every posted callback: gone once the provider is.
+struct Alive {};
+
+// Ends a network-namespace holder when the last owner lets go.
+struct NetnsGuard {
+  internal::NetnsHolder holder;
+  ~NetnsGuard() { internal::StopNetnsHolder(holder); }
+};
+
+// One container run on one instance, shared by the loop thread (signals) and
+// its supervisor thread.
+struct ContainerProc {
+  ~ContainerProc() {
+    if (thread.joinable()) thread.join();
+  }
+  absl::Mutex mu;
+  pid_t pid ABSL_GUARDED_BY(mu) = -1;  // our child (entrypoint or bwrap) until reaped
+  bool reaped ABSL_GUARDED_BY(mu) = false;
+  bool cancelled ABSL_GUARDED_BY(mu) = false;  // released or lost: no sync, no events
+  int pending_signal ABSL_GUARDED_BY(mu) = 0;  // asked for before the process existed
+  // bwrap: the sandbox's first process (its PID namespace's init).
+  int sandbox_pidfd ABSL_GUARDED_BY(mu) = -1;
+  pid_t sandbox_pid ABSL_GUARDED_BY(mu) = -1;
+  std::string sandbox_ns ABSL_GUARDED_BY(mu);
+  absl::Notification finished;  // the supervisor is done with the instance's files
+  std::thread thread;
+};
+
+std::string ReadLink(const std::string& path) {
+  char buf[256];
+  ssize_t n = readlink(path.c_str(), buf, sizeof(buf));
+  return n <= 0 ? std::string() : std::string(buf, static_cast<size_t>(n));
+}
+
+// Sends `sig` to every process of the PID namespace `ns` but its init.
+void SignalNamespace(const std::string& ns, pid_t init, int sig) {
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return;
+  while (struct dirent* e = readdir(proc)) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(e->d_name, &pid) || pid == init || pid <= 1) continue;
+    if (ReadLink(absl::StrCat("/proc/", pid, "/ns/pid")) == ns) kill(pid, sig);
+  }
+  closedir(proc);
+}
+
+void SignalLocked(ContainerProc& p, int sig) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu) {
+  if (p.reaped) return;
+  if (p.pid <= 0) {
+    if (sig == SIGKILL || p.pending_signal == 0) p.pending_signal = sig;
+    return;
+  }
+  if (p.sandbox_pidfd >= 0) {
+    if (sig == SIGKILL) {
+      internal::PidfdSendSignal(p.sandbox_pidfd, SIGKILL);
+      kill(-p.pid, SIGKILL);
+    } else {
+      SignalNamespace(p.sandbox_ns, p.sandbox_pid, sig);
+    }
+    return;
+  }
+  kill(-p.pid, sig);
+}
+
+void KillProc(ContainerProc& p, bool cancel) {
+  absl::MutexLock lock(&p.mu);
+  if (cancel) p.cancelled = true;
+  SignalLocked(p, SIGKILL);
+}
+
+// Cuts `text` to at most `max` bytes without splitting a UTF-8 sequence.
+std::string TrimUtf8(std::string text, size_t max) {
+  if (text.size() <= max) return text;
+  size_t cut = max;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  text.resize(cut);
+  return text;
+}
+
+std::string StripFileScheme(std::string_view uri) {
+  if (uri.substr(0, 7) == "file://") return std::string(uri.substr(7));
+  return std::string(uri);
+}
+
+std::string JoinUri(std::string_view base, std::string_view tail) {
+  return absl::StrCat(absl::StripSuffix(internal::Av(base), "/"), "/", internal::Av(tail));
+}
+
+// ---------------------------------------------------------------------------
+// Images
+
+struct ImageSource {
+  std::string path;  // absolute, on the host
+  bool is_dir = false;
+  std::string key;  // cache key
+};
+
+// A fingerprint of a tree: every entry's path, type, size, mode and mtime.
+void Fingerprint(const std::string& root, const std::string& rel, std::string& out) {
+  const std::string dir = rel.empty() ? root : absl::StrCat(root, "/", rel);
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return;
+  std::vector<std::string> names;
+  while (struct dirent* e = readdir(d)) {
+    if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+    names.emplace_back(e->d_name);
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) {
+    const std::string child = rel.empty() ? name : absl::StrCat(rel, "/", name);
+    struct stat st;
+    if (lstat(absl::StrCat(root, "/", child).c_str(), &st) != 0) continue;
+    absl::StrAppend(&out, child, "\x01", st.st_mode, "\x01", st.st_size, "\x01",
+                    st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec, "\n");
+    if (S_ISDIR(st.st_mode)) Fingerprint(root, child, out);
+  }
+}
+
+absl::StatusOr<ImageSource> ResolveImage(std::string_view image) {
+  if (image.empty()) {
+    return absl::InvalidArgumentError(
+        "the local backend needs AlgorithmSpecification.TrainingImage: a directory or a tarball");
+  }
+  const std::string path = StripFileScheme(image);
+  if (path.empty() || path[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "image '", internal::Av(image),
+        "' is not a local image: give an absolute path or file:// URI of a directory or of a "
+        ".tar/.tar.gz tarball"));
+  }
+  char real[PATH_MAX];
+  if (realpath(path.c_str(), real) == nullptr) {
+    return internal::ErrnoStatus(errno, "find image", path);
+  }
+  struct stat st;
+  if (stat(real, &st) != 0) return internal::ErrnoStatus(errno, "stat image", real);
+  ImageSource src;
+  src.path = real;
+  std::string print;
+  if (S_ISDIR(st.st_mode)) {
+    src.is_dir = true;
+    print = absl::StrCat("dir\n", real, "\n");
+    Fingerprint(real, "", print);
+  } else if (S_ISREG(st.st_mode)) {
+    print = absl::StrCat("file\n", real, "\n", st.st_size, "\n", st.st_mtim.tv_sec, ".",
+                         st.st_mtim.tv_nsec);
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("image '", internal::Av(image), "' is neither a directory nor a tarball"));
+  }
+  src.key = internal::StableHashHex(print);
+  return src;
+}
+
+// Makes `target` hold the unpacked image (atomically: a directory appears
+// complete or not at all). A no-op when it exists.
+absl::Status Materialize(const ImageSource& src, const std::string& target) {
+  if (internal::IsDirectory(target)) return absl::OkStatus();
+  const std::string tmp = absl::StrCat(target, ".tmp-", getpid(), "-", gettid());
+  absl::Status s = internal::RemoveTree(tmp);
+  if (s.ok()) s = src.is_dir ? internal::CopyTree(src.path, tmp) : internal::ExtractArchive(src.path, tmp);
+  if (s.ok() && rename(tmp.c_str(), target.c_str()) != 0) {
+    // Someone else finished first (shared cache): theirs is as good.
+    if (!internal::IsDirectory(target)) s = internal::ErrnoStatus(errno, "rename", target);
+  }
+  internal::RemoveTree(tmp).IgnoreError();
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// Output lines
+
+class LineSplitter {
+ public:
+  // Appends `chunk`; complete lines (and over-long partial ones) go to `lines`.
+  void Add(std::string_view chunk, std::vector<std::string>& lines) {
+    buf_.append(chunk);
+    size_t start = 0;
+    while (true) {
+      size_t nl = buf_.find('\n', start);
+      if (nl == std::string::npos) break;
+      Emit(std::string_view(buf_).substr(start, nl - start), lines);
+      start = nl + 1;
+    }
+    buf_.erase(0, start);
+    while (buf_.size() >= kMaxLineBytes) {
+      Emit(std::string_view(buf_).substr(0, kMaxLineBytes), lines);
+      buf_.erase(0, kMaxLineBytes);
+    }
+  }
+  void Flush(std::vector<std::string>& lines) {
+    if (!buf_.empty()) Emit(buf_, lines);
+    buf_.clear();
+  }
+
+ private:
+  static void Emit(std::string_view line, std::vector<std::string>& lines) {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    lines.emplace_back(line);
+  }
+  std::string buf_;
+};
+
+// ---------------------------------------------------------------------------
+// The provider
+
+class LocalClusterProvider;
+
+// Everything one supervisor needs, copied out of the loop thread's state.
+struct LaunchSpec {
+  std::string cluster_id;
+  uint64_t run = 0;
+  size_t index = 0;
+  std::string host;
+  std::string ml_dir;
+  std::string tmp_dir;
+  std::string log_path;
+  ContainerConfig config;
+  std::vector<std::string> argv;  // argv[0] still to be found on PATH
+  std::string cwd;
+  bool bwrap = false;
+  int netns_fd = -1;
+  // Directories made fresh before the run (host paths).
+  std::vector<std::string> fresh_dirs;
+  // Checkpoints.
+  ObjectStore* checkpoint_store = nullptr;
+  std::string checkpoint_uri;
+  std::string checkpoint_dir;  // host path
+  absl::Duration sync_interval;
+  absl::Duration drain_timeout;
+  // The instance's earlier runs, which must be done with its files first.
+  std::vector<std::shared_ptr<ContainerProc>> wait_for;
+};
+
+struct StartState {
+  absl::Mutex mu;
+  int remaining ABSL_GUARDED_BY(mu) = 0;
+  absl::Status status ABSL_GUARDED_BY(mu);
+  ClusterProvider::DoneCallback started;
+};
+
+struct LocalInstance {
+  Instance info;
+  std::string dir;
+  std::string ml_dir;
+  std::string tmp_dir;
+  std::string image_root;   // set by PrepareImage
+  std::string program_dir;  // set by PrepareImage
+  bool lost = false;
+  TimerHandle loss_timer;
+  std::shared_ptr<ContainerProc> current;
+  std::vector<std::shared_ptr<ContainerProc>> retired;
+};
+
+struct LocalCluster {
+  Cluster cluster;
+  std::string dir;
+  std::vector<LocalInstance> instances;
+  ContainerEvents* events = nullptr;
+  uint64_t run = 0;
+  std::shared_ptr<NetnsGuard> netns;  // bwrap with a per-cluster network namespace
+  bool host_network = false;          // bwrap without one: names via /etc/hosts only
+  std::string hosts_file;
+};
+
+// Removes provisioned directories unless the cluster was handed over.
+struct ProvisionedDirs {
+  std::string dir;
+  bool committed = false;
+  ~ProvisionedDirs() {
+    if (!committed && !dir.empty()) internal::RemoveTree(dir).IgnoreError();
+  }
+};
+
+class LocalClusterProvider final : public ClusterProvider {
+ public:
+  LocalClusterProvider(EventLoop& loop, LocalOptions options, std::string bwrap_program)
+      : loop_(loop), options_(std::move(options)), bwrap_program_(std::move(bwrap_program)) {
+    if (options_.log_dir.empty()) options_.log_dir = absl::StrCat(options_.state_dir, "/logs");
+    const char* path = std::getenv("PATH");
+    host_path_ = path != nullptr && *path != '\0' ? path : kDefaultHostPath;
+    const char* home = std::getenv("HOME");
+    home_ = home != nullptr ? home : "/root";
+    cpu_count_ = options_.cpu_count > 0 ? options_.cpu_count
+                                        : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+    if (cpu_count_ <= 0) cpu_count_ = 1;
+  }
+
+  ~LocalClusterProvider() override {
+    alive_.reset();
+    for (auto& [id, cluster] : clusters_) Dispose(std::move(cluster));
+    clusters_.clear();
+    tasks_.JoinAll();
+  }
+
+  void Provision(const ClusterSpec& spec, ClusterCallback done) override;
+  void PrepareImage(const Cluster& cluster, std::string_view image, DoneCallback done) override;
+  void StartContainers(const JobContext& job, ContainerEvents& events,
+                       DoneCallback started) override;
+  void Signal(const Cluster& cluster, int signal) override;
+  void UploadArtifacts(const JobContext& job, ArtifactsCallback done) override;
+  void SetListener(ClusterListener* listener) override { listener_ = listener; }
+  absl::Status InjectInterruption(std::string_view instance_id, InterruptionKind kind,
+                                  absl::Duration notice) override;
+  void Release(const Cluster& cluster) override;
+
+  // --- Called by posted callbacks (loop thread, provider alive).
+  void DeliverLines(const std::string& cluster_id, uint64_t run, size_t index,
+                    const std::vector<std::string>& lines);
+  void DeliverExit(const std::string& cluster_id, uint64_t run, size_t index,
+                   const ContainerExit& exit);
+  bool IsCurrentRun(const std::string& cluster_id, uint64_t run) {
+    LocalCluster* c = Find(cluster_id);
+    return c != nullptr && c->run == run;
+  }
+
+ private:
+  LocalCluster* Find(const std::string& id) {
+    auto it = clusters_.find(id);
+    return it == clusters_.end() ? nullptr : it->second.get();
+  }
+
+  // Runs `fn` on the loop later (never inline), if the provider is alive then.
+  template <typename Fn>
+  void PostIfAlive(Fn fn) {
+    loop_.Post([alive = std::weak_ptr<Alive>(alive_), fn = std::move(fn)]() mutable {
+      if (alive.lock()) fn();
+    });
+  }
+
+  // Stops everything of a cluster taken out of clusters_ and cleans up after
+  // it on a task: kills now, waits and removes files later.
+  void Dispose(std::unique_ptr<LocalCluster> cluster);
+
+  void LoseInstance(const std::string& cluster_id, size_t index);
+
+  static void Supervise(EventLoop* loop, std::weak_ptr<Alive> alive,
+                        LocalClusterProvider* provider, LaunchSpec spec,
+                        std::shared_ptr<StartState> start, ContainerProc* proc,
+                        EventLoop::WorkGuard guard);
+
+  EventLoop& loop_;
+  LocalOptions options_;
+  std::string bwrap_program_;
+  std::string host_path_;
+  std::string home_;
+  int cpu_count_ = 1;
+  ClusterListener* listener_ = nullptr;
+  std::shared_ptr<Alive> alive_ = std::make_shared<Alive>();
+  std::map<std::string, std::unique_ptr<LocalCluster>> clusters_;
+  int64_t instances_in_use_ = 0;
+  uint64_t next_cluster_ = 0;
+  uint64_t next_upload_ = 0;
+  bool netns_unavailable_ = false;  // learned from a failed attempt
+  absl::Mutex image_mu_;            // serializes shared-cache unpacks
+  internal::TaskRunner tasks_;      // last: joined first on destruction
+};
+
+void LocalClusterProvider::Provision(const ClusterSpec& spec, ClusterCallback done) {
+  int64_t count = 0;
+  for (const InstanceGroupSpec& g : spec.groups) count += std::max(0, g.count);
+  if (count == 0) {
+    PostIfAlive([done = std::move(done), job = spec.job_name]() mutable {
+      done(absl::InvalidArgumentError(absl::StrCat("job '", job, "' asks for no instances")));
+    });
+    return;
+  }
+  if (options_.max_instances > 0 && instances_in_use_ + count > options_.max_instances) {
+    PostIfAlive([done = std::move(done), job = spec.job_name, count,
+                 in_use = instances_in_use_, max = options_.max_instances]() mutable {
+      done(absl::ResourceExhaustedError(
+          absl::StrCat("job '", job, "' needs ", count, " local instances; ", in_use, " of ", max,
+                       " are in use")));
+    });
+    return;
+  }
+  instances_in_use_ += count;
+  auto cluster = std::make_unique<LocalCluster>();
+  cluster->cluster.id = absl::StrCat("cluster-", getpid(), "-", ++next_cluster_);
+  cluster->cluster.spot = spec.spot;
+  cluster->dir = internal::ClusterDir(options_.state_dir, cluster->cluster.id);
+  int host = 0;
+  for (const InstanceGroupSpec& g : spec.groups) {
+    for (int i = 0; i < g.count; ++i) {
+      ++host;
+      LocalInstance inst;
+      inst.info.host_name = absl::StrCat("algo-", host);
+      inst.info.id = internal::InstanceId(cluster->cluster.id, inst.info.host_name);
+      inst.info.group_name = g.name;
+      inst.info.instance_type = g.instance_type;
+      inst.dir = internal::InstanceDir(options_.state_dir, inst.info.id);
+      inst.ml_dir = internal::MlDir(inst.dir);
+      inst.tmp_dir = absl::StrCat(inst.dir, "/tmp");
+      cluster->cluster.instances.push_back(inst.info);
+      cluster->instances.push_back(std::move(inst));
+    }
+  }
+  const bool want_netns = options_.runtime == LocalRuntime::kBwrap && !netns_unavailable_;
+  const bool bwrap = options_.runtime == LocalRuntime::kBwrap;
+  auto guard = std::make_shared<EventLoop::WorkGuard>(loop_.AcquireWork());
+  tasks_.Run([this, cluster = std::move(cluster), done = std::move(done), want_netns, bwrap,
+              guard, alive = std::weak_ptr<Alive>(alive_)]() mutable {
+    auto dirs = std::make_shared<ProvisionedDirs>();
+    dirs->dir = cluster->dir;
+    absl::Status status = internal::RemoveTree(cluster->dir);
+    for (const LocalInstance& inst : cluster->instances) {
+      for (const std::string& d : {absl::StrCat(inst.dir, "/image-cache"), inst.tmp_dir}) {
+        if (status.ok()) status = internal::MakeDirs(d);
+      }
+      for (const char* sub : kMlTree) {
+        if (status.ok()) status = internal::MakeDirs(absl::StrCat(inst.ml_dir, "/", sub));
+      }
+    }
+    std::shared_ptr<NetnsGuard> netns;
+    bool netns_denied = false;
+    if (status.ok() && want_netns) {
+      absl::StatusOr<internal::NetnsHolder> holder = internal::StartNetnsHolder();
+      if (holder.ok()) {
+        netns = std::make_shared<NetnsGuard>();
+        netns->holder = *holder;
+      } else {
+        netns_denied = true;
+      }
+    }
+    if (status.ok() && bwrap) {
+      std::string hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n";
+      for (size_t i = 0; i < cluster->instances.size(); ++i) {
+        absl::StrAppend(&hosts, "127.0.1.", (i % 250) + 1, "\t",
+                        cluster->instances[i].info.host_name, "\n");
+      }
+      cluster->hosts_file = absl::StrCat(cluster->dir, "/hosts");
+      status = internal::WriteFileAtomic(cluster->hosts_file, hosts);
+    }
+    cluster->netns = std::move(netns);
+    cluster->host_network = bwrap && cluster->netns == nullptr;
+    loop_.Post([this, alive, cluster = std::move(cluster), done = std::move(done), status, dirs,
+                netns_denied]() mutable {
+      if (!alive.lock()) return;  // the provider is gone: `dirs` cleans up
+      if (netns_denied) netns_unavailable_ = true;
+      if (!status.ok()) {
+        instances_in_use_ -= static_cast<int64_t>(cluster->instances.size());
+        done(absl::Status(status.code(), absl::StrCat("could not create local instances: ",
+                                                      status.message())));
+        return;
+      }
+      dirs->committed = true;
+      Cluster result = cluster->cluster;
+      clusters_[result.id] = std::move(cluster);
+      done(std::move(result));
+    });
+    guard->Reset();
+  });
+}
+
+void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view image,
+                                        DoneCallback done) {
+  LocalCluster* c = Find(cluster.id);
+  if (c == nullptr) {
+    PostIfAlive([done = std::move(done), id = cluster.id]() mutable {
+      done(absl::FailedPreconditionError(absl::StrCat("unknown local cluster '", id, "'")));
+    });
+    return;
+  }
+  struct Work {
+    std::string dir, ml_dir, tmp_dir;
+    std::vector<std::shared_ptr<ContainerProc>> wait_for;
+    std::string image_root, program_dir;
+    absl::Status status;
+  };
+  auto work = std::make_shared<std::vector<Work>>();
+  for (LocalInstance& inst : c->instances) {
+    Work w;
+    w.dir = inst.dir;
+    w.ml_dir = inst.ml_dir;
+    w.tmp_dir = inst.tmp_dir;
+    if (inst.current) w.wait_for.push_back(inst.current);
+    for (auto& r : inst.retired) w.wait_for.push_back(r);
+    work->push_back(std::move(w));
+  }
+  auto guard = std::make_shared<EventLoop::WorkGuard>(loop_.AcquireWork());
+  tasks_.Run([this, work, image = std::string(image), id = cluster.id, done = std::move(done),
+              guard, shared = options_.shared_image_cache,
+              alive = std::weak_ptr<Alive>(alive_)]() mutable {
+    absl::StatusOr<ImageSource> src = ResolveImage(image);
+    std::string shared_target;
+    if (src.ok() && shared) {
+      shared_target = absl::StrCat(options_.state_dir, "/image-cache/", src->key);
+      absl::MutexLock lock(&image_mu_);
+      absl::Status s = internal::MakeDirs(internal::DirName(shared_target));
+      if (s.ok()) s = Materialize(*src, shared_target);
+      if (!s.ok()) src = s;
+    }
+    auto prepare = [&](Work& w) {
+      // Nothing of an earlier job survives: the whole /opt/ml tree and the
+      // scratch space are made anew; the image cache stays.
+      for (auto& p : w.wait_for) p->finished.WaitForNotification();
+      w.status = internal::ResetDir(w.ml_dir);
+      for (const char* sub : kMlTree) {
+        if (w.status.ok()) w.status = internal::MakeDirs(absl::StrCat(w.ml_dir, "/", sub));
+      }
+      if (w.status.ok()) w.status = internal::ResetDir(w.tmp_dir);
+      if (w.status.ok()) {
+        internal::RemoveTree(absl::StrCat(w.dir, "/checkpoints-local")).IgnoreError();
+      }
+      if (!w.status.ok()) return;
+      if (!src.ok()) {
+        w.status = src.status();
+        return;
+      }
+      const std::string cache = absl::StrCat(w.dir, "/image-cache");
+      const std::string target = absl::StrCat(cache, "/", src->key);
+      if (!internal::Exists(target)) {
+        // An instance holds one image: drop the others.
+        internal::ResetDir(cache).IgnoreError();
+        if (shared) {
+          if (symlink(shared_target.c_str(), target.c_str()) != 0) {
+            w.status = internal::ErrnoStatus(errno, "link", target);
+          }
+        } else {
+          w.status = Materialize(*src, target);
+        }
+        if (!w.status.ok()) return;
+      }
+      w.image_root = target;
+      const std::string opt_program = absl::StrCat(target, "/opt/program");
+      w.program_dir = internal::IsDirectory(opt_program) ? opt_program : target;
+      const std::string code = absl::StrCat(target, "/opt/ml/code");
+      if (internal::IsDirectory(code)) {
+        w.status = internal::CopyTree(code, absl::StrCat(w.ml_dir, "/code"));
+      }
+    };
+    std::vector<std::thread> threads;
+    for (size_t i = 1; i < work->size(); ++i) threads.emplace_back(prepare, std::ref((*work)[i]));
+    if (!work->empty()) prepare((*work)[0]);
+    for (std::thread& t : threads) t.join();
+    loop_.Post([this, alive, work, id, done = std::move(done)]() mutable {
+      if (!alive.lock()) return;
+      LocalCluster* c = Find(id);
+      if (c == nullptr) return;  // released meanwhile: dropped
+      absl::Status status;
+      for (size_t i = 0; i < work->size() && i < c->instances.size(); ++i) {
+        const Work& w = (*work)[i];
+        if (!w.status.ok()) {
+          if (status.ok()) {
+            status = absl::Status(w.status.code(), absl::StrCat(c->instances[i].info.host_name,
+                                                                ": ", w.status.message()));
+          }
+          continue;
+        }
+        c->instances[i].image_root = w.image_root;
+        c->instances[i].program_dir = w.program_dir;
+      }
+      done(status);
+    });
+    guard->Reset();
+  });
+}
+
+void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvents& events,
+                                           DoneCallback started) {
+  auto fail = [&](absl::Status s) {
+    PostIfAlive([started = std::move(started), s]() mutable { started(s); });
+  };
+  LocalCluster* c = Find(job.cluster.id);
+  if (c == nullptr) {
+    fail(absl::FailedPreconditionError(absl::StrCat("unknown local cluster '", job.cluster.id, "'")));
+    return;
+  }
+  for (const LocalInstance& inst : c->instances) {
+    if (inst.lost) {
+      fail(absl::FailedPreconditionError(
+          absl::StrCat("instance ", inst.info.host_name, " of cluster '", c->cluster.id,
+                       "' was lost")));
+      return;
+    }
+    if (inst.program_dir.empty()) {
+      fail(absl::FailedPreconditionError(absl::StrCat(
+          "instance ", inst.info.host_name, ": the training image was not prepared")));
+      return;
+    }
+    if (job.request.algorithm_specification().container_entrypoint_size() == 0 &&
+        access(absl::StrCat(inst.program_dir, "/train").c_str(), X_OK) != 0) {
+      fail(absl::FailedPreconditionError(absl::StrCat(
+          "the image has no executable train program (looked for ", inst.program_dir,
+          "/train); give one, or set AlgorithmSpecification.ContainerEntrypoint")));
+      return;
+    }
+  }
+  const v1::CreateTrainingJobRequest& request = job.request;
+  const bool bwrap = options_.runtime == LocalRuntime::kBwrap;
+  // Checkpoints.
+  ObjectStore* checkpoint_store = nullptr;
+  std::string checkpoint_path;  // as the container sees it
+  if (request.has_checkpoint_config()) {
+    if (options_.object_stores == nullptr) {
+      fail(absl::FailedPreconditionError(
+          "CheckpointConfig needs LocalOptions.object_stores, and this provider has none"));
+      return;
+    }
+    absl::StatusOr<ObjectStore*> store = options_.object_stores->For(request.checkpoint_config().s3_uri());
+    if (!store.ok()) {
+      fail(absl::Status(store.status().code(),
+                        absl::StrCat("CheckpointConfig.S3Uri: ", store.status().message())));
+      return;
+    }
+    checkpoint_store = *store;
+    checkpoint_path = request.checkpoint_config().local_path();
+    while (checkpoint_path.size() > 1 && checkpoint_path.back() == '/') checkpoint_path.pop_back();
+    if (checkpoint_path.empty()) checkpoint_path = kDefaultCheckpointPath;
+    if (checkpoint_path[0] != '/') {
+      fail(absl::InvalidArgumentError(absl::StrCat("CheckpointConfig.LocalPath '", checkpoint_path,
+                                                   "' must be an absolute path")));
+      return;
+    }
+  }
+  const auto& spec = request.algorithm_specification();
+  const bool isolated = request.enable_network_isolation();
+
+  c->run++;
+  c->events = &events;
+  auto start = std::make_shared<StartState>();
+  {
+    absl::MutexLock lock(&start->mu);
+    start->remaining = static_cast<int>(c->instances.size());
+  }
+  start->started = std::move(started);
+  const std::string epoch = absl::StrCat(absl::ToUnixSeconds(absl::Now()));
+  // The job's log directory name (the engine's job names are safe already).
+  std::string log_job(job.job_name);
+  std::replace(log_job.begin(), log_job.end(), '/', '_');
+  if (!internal::IsSafeRelativePath(log_job)) log_job = absl::StrCat("job-", internal::StableHashHex(log_job));
+  for (size_t i = 0; i < c->instances.size(); ++i) {
+    LocalInstance& inst = c->instances[i];
+    // Join earlier runs that have finished; keep the others for the new run
+    // to wait for.
+    if (inst.current) inst.retired.push_back(std::move(inst.current));
+    inst.retired.erase(std::remove_if(inst.retired.begin(), inst.retired.end(),
+                                      [](const std::shared_ptr<ContainerProc>& p) {
+                                        if (!p->finished.HasBeenNotified()) return false;
+                                        if (p->thread.joinable()) p->thread.join();
+                                        return true;
+                                      }),
+                       inst.retired.end());
+    LaunchSpec ls;
+    ls.cluster_id = c->cluster.id;
+    ls.run = c->run;
+    ls.index = i;
+    ls.host = inst.info.host_name;
+    ls.ml_dir = inst.ml_dir;
+    ls.tmp_dir = inst.tmp_dir;
+    ls.log_path = absl::StrCat(options_.log_dir, "/", log_job, "/", inst.info.host_name, "-", epoch);
+    ls.bwrap = bwrap;
+    ls.sync_interval = options_.checkpoint_sync_interval;
+    ls.drain_timeout = options_.output_drain_timeout;
+    ls.wait_for = inst.retired;
+    ContainerConfigInput in;
+    in.request = &request;
+    in.job_name = std::string(job.job_name);
+    in.job_arn = std::string(job.job_arn);
+    in.cluster = &c->cluster;
+    in.instance = &inst.info;
+    in.base_dir = bwrap ? kContainerBase : inst.ml_dir;
+    in.program_dir = bwrap ? kContainerProgram : inst.program_dir;
+    in.tmp_dir = bwrap ? "/tmp" : inst.tmp_dir;
+    in.cpu_count = cpu_count_;
+    in.network_interface_name = options_.network_interface_name;
+    in.host_path = host_path_;
+    in.home = home_;
+    ls.config = BuildContainerConfig(in);
+    // The command line, as the container sees it.
+    std::vector<std::string> command;
+    if (spec.container_entrypoint_size() > 0) {
+      command.assign(spec.container_entrypoint().begin(), spec.container_entrypoint().end());
+    } else {
+      command.push_back(absl::StrCat(kContainerProgram, "/train"));
+    }
+    command.insert(command.end(), spec.container_arguments().begin(),
+                   spec.container_arguments().end());
+    ls.fresh_dirs = {absl::StrCat(inst.ml_dir, "/model"), absl::StrCat(inst.ml_dir, "/output"),
+                     absl::StrCat(inst.ml_dir, "/output/data"),
+                     absl::StrCat(inst.ml_dir, "/output/intermediate"), inst.tmp_dir};
+    std::string checkpoint_host;
+    if (checkpoint_store != nullptr) {
+      checkpoint_host = internal::Rebase(checkpoint_path, kContainerBase, inst.ml_dir);
+      if (checkpoint_host == checkpoint_path && bwrap) {
+        checkpoint_host = absl::StrCat(inst.dir, "/checkpoints-local");
+      }
+      ls.checkpoint_store = checkpoint_store;
+      ls.checkpoint_uri = request.checkpoint_config().s3_uri();
+      ls.checkpoint_dir = checkpoint_host;
+      if (absl::StartsWith(checkpoint_host, inst.dir)) ls.fresh_dirs.push_back(checkpoint_host);
+    } else {
+      ls.fresh_dirs.push_back(absl::StrCat(inst.ml_dir, "/checkpoints"));
+    }
+    if (bwrap) {
+      std::vector<std::string>& a = ls.argv;
+      a = {bwrap_program_, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs",
+           "/tmp"};
+      // Hide Kiln's own files (other instances, logs, caches).
+      for (const std::string& hide : {options_.state_dir, options_.log_dir}) {
+        if (!absl::StartsWith(hide, "/tmp/") &&
+            (hide == options_.state_dir || !absl::StartsWith(hide, options_.state_dir + "/"))) {
+          a.insert(a.end(), {"--tmpfs", hide});
+        }
+      }
+      a.insert(a.end(), {"--tmpfs", "/opt", "--bind", inst.ml_dir, kContainerBase, "--ro-bind",
+                         inst.program_dir, kContainerProgram});
+      if (!c->hosts_file.empty()) a.insert(a.end(), {"--ro-bind", c->hosts_file, "/etc/hosts"});
+      if (checkpoint_store != nullptr && !absl::StartsWith(checkpoint_path, "/opt/ml/") &&
+          checkpoint_path != kContainerBase) {
+        a.insert(a.end(), {"--bind", checkpoint_host, checkpoint_path});
+      }
+      a.insert(a.end(), {"--unshare-pid", "--unshare-ipc", "--unshare-uts"});
+      if (c->netns != nullptr) {
+        ls.netns_fd = c->netns->holder.ns_fd;
+      } else if (isolated) {
+        a.push_back("--unshare-net");
+      }
+      a.insert(a.end(), {"--hostname", inst.info.host_name, "--die-with-parent", "--new-session",
+                         "--info-fd", "3", "--chdir", kContainerBase, "--"});
+      a.insert(a.end(), command.begin(), command.end());
+      ls.cwd = inst.ml_dir;
+    } else {
+      // The container paths, on this host.
+      for (std::string& arg : command) {
+        arg = internal::Rebase(arg, kContainerBase, inst.ml_dir);
+        arg = internal::Rebase(arg, kContainerProgram, inst.program_dir);
+      }
+      ls.argv = std::move(command);
+      ls.cwd = inst.ml_dir;
+    }
+    auto proc = std::make_shared<ContainerProc>();
+    ContainerProc* raw = proc.get();
+    inst.current = proc;
+    raw->thread = std::thread(&LocalClusterProvider::Supervise, &loop_,
+                              std::weak_ptr<Alive>(alive_), this, std::move(ls), start, raw,
+                              loop_.AcquireWork());
+  }
+}
+
+void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive,
+                                     LocalClusterProvider* provider, LaunchSpec spec,
+                                     std::shared_ptr<StartState> start, ContainerProc* proc,
+                                     EventLoop::WorkGuard guard) {
+  const std::string cluster_id = spec.cluster_id;
+  const uint64_t run = spec.run;
+  const size_t index = spec.index;
+  auto post = [&](auto fn) {
+    loop->Post([alive, fn = std::move(fn)]() mutable {
+      if (alive.lock()) fn();
+    });
+  };
+  auto report_start = [&](absl::Status s) {
+    bool last = false;
+    absl::Status result;
+    {
+      absl::MutexLock lock(&start->mu);
+      if (!s.ok() && start->status.ok()) {
+        start->status = absl::Status(s.code(), absl::StrCat(spec.host, ": ", s.message()));
+      }
+      last = --start->remaining == 0;
+      result = start->status;
+    }
+    if (!last) return;
+    post([provider, cluster_id, run, start, result]() mutable {
+      if (provider->IsCurrentRun(cluster_id, run) && start->started) {
+        std::exchange(start->started, nullptr)(result);
+      }
+    });
+  };
+  auto finish = [&] {
+    proc->finished.Notify();
+    guard.Reset();
+  };
+  int log_fd = -1;
+  bool log_at_line_start = true;
+  auto log_platform = [&](std::string_view text) {
+    // A line of Kiln's own, in the log stream only (observers never see it).
+    if (log_fd < 0) return;
+    std::string line = absl::StrCat(log_at_line_start ? "" : "\n", "[kiln] ",
+                                     internal::Av(text), "\n");
+    log_at_line_start = true;
+    ssize_t ignored = write(log_fd, line.data(), line.size());
+    (void)ignored;
+  };
+
+  for (auto& p : spec.wait_for) p->finished.WaitForNotification();
+  spec.wait_for.clear();
+
+  // A fresh run: model, output, scratch (and checkpoints) empty; the config
+  // files written.
+  absl::Status status;
+  for (const std::string& d : spec.fresh_dirs) {
+    if (status.ok()) status = internal::ResetDir(d);
+  }
+  const std::string config_dir = absl::StrCat(spec.ml_dir, "/input/config");
+  if (status.ok()) status = internal::MakeDirs(config_dir);
+  if (status.ok()) {
+    status = internal::WriteFileAtomic(absl::StrCat(config_dir, "/hyperparameters.json"),
+                                       spec.config.hyperparameters_json);
+  }
+  if (status.ok()) {
+    status = internal::WriteFileAtomic(absl::StrCat(config_dir, "/inputdataconfig.json"),
+                                       spec.config.inputdataconfig_json);
+  }
+  if (status.ok()) {
+    status = internal::WriteFileAtomic(absl::StrCat(config_dir, "/resourceconfig.json"),
+                                       spec.config.resourceconfig_json);
+  }
+  for (const std::string& ch : spec.config.channels) {
+    if (status.ok()) status = internal::MakeDirs(absl::StrCat(spec.ml_dir, "/input/data/", ch));
+  }
+  std::unique_ptr<CheckpointSync> sync;
+  if (status.ok() && spec.checkpoint_store != nullptr) {
+    sync = std::make_unique<CheckpointSync>(*spec.checkpoint_store, spec.checkpoint_uri,
+                                            spec.checkpoint_dir);
+    absl::Status s = sync->Restore();
+    if (!s.ok()) {
+      status = absl::Status(s.code(), absl::StrCat("restoring checkpoints from ",
+                                                   spec.checkpoint_uri, ": ", s.message()));
+    }
+  }
+  std::string program;
+  if (status.ok()) {
+    auto path_it = spec.config.env.find("PATH");
+    absl::StatusOr<std::string> found = internal::FindProgram(
+        spec.argv[0], path_it == spec.config.env.end() ? "" : path_it->second);
+    if (found.ok()) {
+      program = *found;
+      spec.argv[0] = program;
+    } else {
+      status = found.status();
+    }
+  }
+  {
+    absl::MutexLock lock(&proc->mu);
+    if (status.ok() && proc->cancelled) status = absl::AbortedError("the cluster was released");
+  }
+  if (status.ok()) {
+    status = internal::MakeDirs(internal::DirName(spec.log_path));
+    if (status.ok()) {
+      log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    }
+  }
+  int out[2] = {-1, -1};
+  int info[2] = {-1, -1};
+  if (status.ok() && pipe2(out, O_CLOEXEC) != 0) status = internal::ErrnoStatus(errno, "pipe", "output");
+  if (status.ok() && spec.bwrap && pipe2(info, O_CLOEXEC) != 0) {
+    status = internal::ErrnoStatus(errno, "pipe", "bwrap info");
+  }
+  auto close_fd = [](int& fd) {
+    if (fd >= 0) close(fd);
+    fd = -1;
+  };
+  auto close_all = [&] {
+    close_fd(out[0]);
+    close_fd(out[1]);
+    close_fd(info[0]);
+    close_fd(info[1]);
+    close_fd(log_fd);
+  };
+  pid_t pid = -1;
+  if (status.ok()) {
+    internal::SpawnSpec ss;
+    ss.argv = spec.argv;
+    for (const auto& [k, v] : spec.config.env) ss.env.push_back(absl::StrCat(k, "=", v));
+    ss.cwd = spec.cwd;
+    ss.output_fd = out[1];
+    ss.info_fd = info[1];
+    ss.netns_fd = spec.netns_fd;
+    absl::StatusOr<pid_t> spawned = internal::Spawn(ss);
+    close_fd(out[1]);
+    close_fd(info[1]);
+    if (spawned.ok()) {
+      pid = *spawned;
+    } else {
+      status = spawned.status();
+    }
+  }
+  if (!status.ok()) {
+    log_platform(absl::StrCat("could not start the container: ", status.message()));
+    close_all();
+    report_start(status);
+    finish();
+    return;
+  }
+  const int pidfd = internal::PidfdOpen(pid);
+  {
+    absl::MutexLock lock(&proc->mu);
+    proc->pid = pid;
+  }
+  std::vector<std::string> lines;
+  LineSplitter splitter;
+  auto handle_output = [&](std::string_view chunk) {
+    if (log_fd >= 0 && !chunk.empty()) {
+      ssize_t ignored = write(log_fd, chunk.data(), chunk.size());
+      (void)ignored;
+      log_at_line_start = chunk.back() == '\n';
+    }
+    splitter.Add(chunk, lines);
+  };
+  auto post_lines = [&] {
+    if (lines.empty()) return;
+    post([provider, cluster_id, run, index, batch = std::move(lines)] {
+      provider->DeliverLines(cluster_id, run, index, batch);
+    });
+    lines.clear();
+  };
+  char buf[1 << 16];
+  // bwrap: wait until the sandbox is set up (it reports its init's pid).
+  bool sandbox_up = !spec.bwrap;
+  if (spec.bwrap) {
+    // One JSON object; read until it parses (or the pipe closes).
+    std::string info_text;
+    absl::StatusOr<kiln::internal::JsonValue> doc = absl::NotFoundError("no sandbox information");
+    while (true) {
+      ssize_t n = read(info[0], buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      info_text.append(buf, static_cast<size_t>(n));
+      doc = kiln::internal::ParseJsonValue(info_text);
+      if (doc.ok()) break;
+    }
+    close_fd(info[0]);
+    const kiln::internal::JsonValue* child = doc.ok() ? doc->Find("child-pid") : nullptr;
+    absl::StatusOr<int64_t> child_pid = child != nullptr ? child->AsInt64() : absl::StatusOr<int64_t>(absl::NotFoundError(""));
+    if (child_pid.ok()) {
+      const pid_t sandbox = static_cast<pid_t>(*child_pid);
+      const int sandbox_fd = internal::PidfdOpen(sandbox);
+      const std::string ns = ReadLink(absl::StrCat("/proc/", sandbox, "/ns/pid"));
+      absl::MutexLock lock(&proc->mu);
+      proc->sandbox_pid = sandbox;
+      proc->sandbox_pidfd = sandbox_fd;
+      proc->sandbox_ns = ns;
+      sandbox_up = sandbox_fd >= 0 && !ns.empty();
+    }
+  }
+  {
+    absl::MutexLock lock(&proc->mu);
+    if (proc->cancelled) SignalLocked(*proc, SIGKILL);
+    if (proc->pending_signal != 0) SignalLocked(*proc, std::exchange(proc->pending_signal, 0));
+  }
+
+  // Reads output until the main process exits, syncing checkpoints meanwhile.
+  auto read_until_exit = [&] {
+    bool out_open = true;
+    absl::Time next_sync = sync ? absl::Now() + spec.sync_interval : absl::InfiniteFuture();
+    while (true) {
+      int timeout = -1;
+      if (sync) {
+        timeout = static_cast<int>(
+            std::max<int64_t>(0, absl::ToInt64Milliseconds(next_sync - absl::Now()) + 1));
+      }
+      if (pidfd < 0) {
+        // No pidfd (an old kernel): look for the exit now and then.
+        siginfo_t info;
+        info.si_pid = 0;
+        if (waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+            info.si_pid == pid) {
+          break;
+        }
+        timeout = timeout < 0 ? 50 : std::min(timeout, 50);
+      }
+      struct pollfd fds[2] = {{pidfd, POLLIN, 0}, {out[0], POLLIN, 0}};
+      const int r = poll(fds, out_open ? 2 : 1, timeout);
+      if (r < 0 && errno != EINTR) break;
+      if (out_open && (fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+        ssize_t n = read(out[0], buf, sizeof(buf));
+        if (n > 0) {
+          handle_output(std::string_view(buf, static_cast<size_t>(n)));
+          post_lines();
+        } else if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+          out_open = false;
+        }
+      }
+      if (pidfd >= 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) break;
+      if (sync && absl::Now() >= next_sync) {
+        absl::StatusOr<CheckpointSyncStats> s = sync->SyncOnce();
+        if (!s.ok()) log_platform(absl::StrCat("checkpoint sync: ", s.status().message()));
+        next_sync = absl::Now() + spec.sync_interval;
+      }
+    }
+  };
+  struct rusage usage;
+  std::memset(&usage, 0, sizeof(usage));
+  auto reap = [&]() -> int {
+    int wstatus = 0;
+    absl::MutexLock lock(&proc->mu);
+    // What the main process left behind ends with it, as in a container.
+    kill(-pid, SIGKILL);
+    if (proc->sandbox_pidfd >= 0) internal::PidfdSendSignal(proc->sandbox_pidfd, SIGKILL);
+    while (wait4(pid, &wstatus, 0, &usage) < 0 && errno == EINTR) {
+    }
+    proc->reaped = true;
+    if (proc->sandbox_pidfd >= 0) close(proc->sandbox_pidfd);
+    proc->sandbox_pidfd = -1;
+    if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
+    if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
+    return 1;
+  };
+  auto drain = [&] {
+    const absl::Time deadline = absl::Now() + spec.drain_timeout;
+    while (out[0] >= 0) {
+      const int64_t left = absl::ToInt64Milliseconds(deadline - absl::Now());
+      if (left <= 0) break;
+      struct pollfd fd = {out[0], POLLIN, 0};
+      if (poll(&fd, 1, static_cast<int>(left)) <= 0) break;
+      ssize_t n = read(out[0], buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      handle_output(std::string_view(buf, static_cast<size_t>(n)));
+    }
+    splitter.Flush(lines);
+  };
+
+  if (!sandbox_up) {
+    // bubblewrap could not set the sandbox up: its message is in the output.
+    const int code = reap();
+    drain();
+    std::string text;
+    for (const std::string& l : lines) absl::StrAppend(&text, text.empty() ? "" : "; ", l);
+    lines.clear();
+    log_platform(absl::StrCat("bubblewrap failed (exit ", code, "): ", text));
+    if (pidfd >= 0) close(pidfd);
+    close_all();
+    report_start(absl::InternalError(absl::StrCat("bubblewrap could not start the container (exit ",
+                                                  code, "): ", text)));
+    finish();
+    return;
+  }
+  report_start(absl::OkStatus());
+  read_until_exit();
+  ContainerExit exit;
+  exit.exit_code = reap();
+  if (pidfd >= 0) close(pidfd);
+  drain();
+  post_lines();
+  // Resource use of the container's process tree (what it waited for), in
+  // the log stream.
+  log_platform(absl::StrFormat(
+      "%s exited with %d: cpu %.3f s user, %.3f s system; max resident set %d KiB", spec.host,
+      exit.exit_code, usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6,
+      usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6, usage.ru_maxrss));
+  absl::StatusOr<std::string> failure =
+      internal::ReadFilePrefix(absl::StrCat(spec.ml_dir, "/output/failure"), kMaxFailureBytes + 4);
+  if (failure.ok()) exit.failure_text = TrimUtf8(*std::move(failure), kMaxFailureBytes);
+  bool cancelled;
+  {
+    absl::MutexLock lock(&proc->mu);
+    cancelled = proc->cancelled;
+  }
+  if (sync && !cancelled) {
+    absl::StatusOr<CheckpointSyncStats> s = sync->SyncOnce();
+    if (!s.ok()) log_platform(absl::StrCat("final checkpoint sync: ", s.status().message()));
+  }
+  close_all();
+  if (!cancelled) {
+    post([provider, cluster_id, run, index, exit] {
+      provider->DeliverExit(cluster_id, run, index, exit);
+    });
+  }
+  finish();
+}
+
+void LocalClusterProvider::DeliverLines(const std::string& cluster_id, uint64_t run, size_t index,
+                                        const std::vector<std::string>& lines) {
+  LocalCluster* c = Find(cluster_id);
+  if (c == nullptr || c->run != run || c->events == nullptr || index >= c->instances.size()) return;
+  const LocalInstance& inst = c->instances[index];
+  if (inst.lost) return;
+  for (const std::string& line : lines) {
+    // The observer may release the cluster; stop then.
+    c = Find(cluster_id);
+    if (c == nullptr || c->run != run || c->instances[index].lost) return;
+    c->events->OnLogLine(c->instances[index].info, line);
+  }
+}
+
+void LocalClusterProvider::DeliverExit(const std::string& cluster_id, uint64_t run, size_t index,
+                                       const ContainerExit& exit) {
+  LocalCluster* c = Find(cluster_id);
+  if (c == nullptr || c->run != run || c->events == nullptr || index >= c->instances.size()) return;
+  if (c->instances[index].lost) return;
+  c->events->OnExit(c->instances[index].info, exit);
+}
+
+void LocalClusterProvider::Signal(const Cluster& cluster, int signal) {
+  LocalCluster* c = Find(cluster.id);
+  if (c == nullptr) return;
+  for (LocalInstance& inst : c->instances) {
+    if (inst.current == nullptr) continue;
+    absl::MutexLock lock(&inst.current->mu);
+    SignalLocked(*inst.current, signal);
+  }
+}
+
+void LocalClusterProvider::UploadArtifacts(const JobContext& job, ArtifactsCallback done) {
+  LocalCluster* c = Find(job.cluster.id);
+  const auto& out = job.request.output_data_config();
+  const std::string base = JoinUri(out.s3_output_path(), absl::StrCat(internal::Av(job.job_name), "/output"));
+  const std::string model_uri = absl::StrCat(base, "/model.tar.gz");
+  const std::string output_uri = absl::StrCat(base, "/output.tar.gz");
+  absl::Status error;
+  if (c == nullptr) {
+    error = absl::FailedPreconditionError(absl::StrCat("unknown local cluster '", job.cluster.id, "'"));
+  } else if (options_.object_stores == nullptr) {
+    error = absl::FailedPreconditionError(
+        "uploading artifacts needs LocalOptions.object_stores, and this provider has none");
+  }
+  if (!error.ok()) {
+    PostIfAlive([done = std::move(done), error]() mutable { done(error); });
+    return;
+  }
+  std::vector<std::string> model_dirs, data_dirs;
+  for (const LocalInstance& inst : c->instances) {
+    model_dirs.push_back(absl::StrCat(inst.ml_dir, "/model"));
+    data_dirs.push_back(absl::StrCat(inst.ml_dir, "/output/data"));
+  }
+  const bool gzip = absl::AsciiStrToUpper(out.compression_type()) != "NONE";
+  const std::string tmp_base = absl::StrCat(options_.state_dir, "/tmp/upload-", getpid(), "-",
+                                            ++next_upload_);
+  auto guard = std::make_shared<EventLoop::WorkGuard>(loop_.AcquireWork());
+  tasks_.Run([this, id = c->cluster.id, model_dirs, data_dirs, gzip, tmp_base, model_uri,
+              output_uri, done = std::move(done), guard,
+              alive = std::weak_ptr<Alive>(alive_)]() mutable {
+    auto upload = [&](const std::vector<std::string>& dirs, const std::string& uri,
+                      const std::string& what) -> absl::Status {
+      const std::string tmp = absl::StrCat(tmp_base, "-", what);
+      absl::Status s = internal::MakeDirs(internal::DirName(tmp));
+      if (s.ok()) s = internal::WriteTar(dirs, tmp, gzip);
+      if (s.ok()) {
+        absl::StatusOr<ObjectStore*> store = options_.object_stores->For(uri);
+        s = store.ok() ? (*store)->PutFromFile(uri, tmp) : store.status();
+      }
+      unlink(tmp.c_str());
+      if (!s.ok()) return absl::Status(s.code(), absl::StrCat(uri, ": ", s.message()));
+      return s;
+    };
+    absl::Status s = upload(model_dirs, model_uri, "model");
+    if (s.ok()) s = upload(data_dirs, output_uri, "output");
+    absl::StatusOr<ArtifactsResult> result =
+        s.ok() ? absl::StatusOr<ArtifactsResult>(ArtifactsResult{model_uri}) : s;
+    loop_.Post([this, alive, id, result = std::move(result), done = std::move(done)]() mutable {
+      if (!alive.lock() || Find(id) == nullptr) return;
+      done(std::move(result));
+    });
+    guard->Reset();
+  });
+}
+
+absl::Status LocalClusterProvider::InjectInterruption(std::string_view instance_id,
+                                                      InterruptionKind kind,
+                                                      absl::Duration notice) {
+  const size_t slash = instance_id.find('/');
+  LocalCluster* c = slash == std::string_view::npos
+                        ? nullptr
+                        : Find(std::string(instance_id.substr(0, slash)));
+  size_t index = 0;
+  if (c != nullptr) {
+    while (index < c->instances.size() && c->instances[index].info.id != instance_id) ++index;
+  }
+  if (c == nullptr || index == c->instances.size()) {
+    return absl::NotFoundError(absl::StrCat("no local instance '", internal::Av(instance_id), "'"));
+  }
+  LocalInstance& inst = c->instances[index];
+  if (inst.lost) {
+    return absl::FailedPreconditionError(absl::StrCat("instance '", internal::Av(instance_id), "' is already lost"));
+  }
+  const std::string cluster_id = c->cluster.id;
+  if (kind == InterruptionKind::kInstanceLoss) {
+    LoseInstance(cluster_id, index);
+    return absl::OkStatus();
+  }
+  if (inst.loss_timer.valid()) loop_.Cancel(inst.loss_timer);
+  const absl::Time deadline = loop_.Now() + notice;
+  PostIfAlive([this, cluster_id, index, deadline] {
+    LocalCluster* c = Find(cluster_id);
+    if (c == nullptr || listener_ == nullptr || c->instances[index].lost) return;
+    listener_->OnInterruptionNotice(c->cluster, c->instances[index].info, deadline);
+  });
+  inst.loss_timer = loop_.ScheduleAfter(notice, [this, cluster_id, index,
+                                                 alive = std::weak_ptr<Alive>(alive_)] {
+    if (!alive.lock()) return;
+    LocalCluster* c = Find(cluster_id);
+    if (c == nullptr || c->instances[index].lost) return;
+    c->instances[index].loss_timer = TimerHandle();
+    LoseInstance(cluster_id, index);
+  });
+  return absl::OkStatus();
+}
+
+void LocalClusterProvider::LoseInstance(const std::string& cluster_id, size_t index) {
+  LocalCluster* c = Find(cluster_id);
+  if (c == nullptr) return;
+  LocalInstance& inst = c->instances[index];
+  inst.lost = true;
+  if (inst.current) KillProc(*inst.current, /*cancel=*/true);
+  PostIfAlive([this, cluster_id, index] {
+    LocalCluster* c = Find(cluster_id);
+    if (c == nullptr || listener_ == nullptr) return;
+    listener_->OnInstanceLost(c->cluster, c->instances[index].info);
+  });
+}
+
+void LocalClusterProvider::Release(const Cluster& cluster) {
+  auto it = clusters_.find(cluster.id);
+  if (it == clusters_.end()) return;
+  std::unique_ptr<LocalCluster> c = std::move(it->second);
+  clusters_.erase(it);
+  Dispose(std::move(c));
+}
+
+void LocalClusterProvider::Dispose(std::unique_ptr<LocalCluster> c) {
+  instances_in_use_ -= static_cast<int64_t>(c->instances.size());
+  for (LocalInstance& inst : c->instances) {
+    if (inst.loss_timer.valid()) loop_.Cancel(inst.loss_timer);
+    if (inst.current) KillProc(*inst.current, /*cancel=*/true);
+    for (auto& p : inst.retired) KillProc(*p, /*cancel=*/true);
+  }
+  // Waiting for the supervisors and removing the files can take a moment:
+  // not on the loop thread.
+  tasks_.Run([c = std::move(c)]() mutable {
+    for (LocalInstance& inst : c->instances) {
+      if (inst.current) inst.retired.push_back(std::move(inst.current));
+      for (auto& p : inst.retired) {
+        p->finished.WaitForNotification();
+        if (p->thread.joinable()) p->thread.join();
+      }
+    }
+    c->netns.reset();
+    internal::RemoveTree(c->dir).IgnoreError();
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ClusterProvider>> NewLocalClusterProvider(EventLoop& loop,
+                                                                         LocalOptions options) {
+  if (options.state_dir.empty()) {
+    return absl::InvalidArgumentError("LocalOptions.state_dir is required");
+  }
+  absl::Status s = internal::MakeDirs(options.state_dir);
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LocalOptions.state_dir '", options.state_dir, "': ", s.message()));
+  }
+  char real[PATH_MAX];
+  if (realpath(options.state_dir.c_str(), real) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("LocalOptions.state_dir '", options.state_dir, "': ", std::strerror(errno)));
+  }
+  options.state_dir = real;
+  for (const char* sub : {"/instances", "/logs", "/tmp"}) {
+    s = internal::MakeDirs(absl::StrCat(options.state_dir, sub));
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("LocalOptions.state_dir: ", s.message()));
+  }
+  if (!options.log_dir.empty()) {
+    s = internal::MakeDirs(options.log_dir);
+    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("LocalOptions.log_dir: ", s.message()));
+    if (realpath(options.log_dir.c_str(), real) != nullptr) options.log_dir = real;
+  }
+  std::string bwrap_program;
+  if (options.runtime == LocalRuntime::kBwrap) {
+    const char* path = std::getenv("PATH");
+    absl::StatusOr<std::string> found =
+        internal::FindProgram(options.bwrap_path, path != nullptr ? path : kDefaultHostPath);
+    if (!found.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the bwrap runtime needs bubblewrap: ", found.status().message()));
+    }
+    bwrap_program = *found;
+    // It must actually work here (user namespaces, mounts).
+    internal::SpawnSpec probe;
+    probe.argv = {bwrap_program, "--ro-bind", "/", "/", "true"};
+    int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    probe.output_fd = null_fd;
+    absl::StatusOr<pid_t> pid = internal::Spawn(probe);
+    close(null_fd);
+    int wstatus = 0;
+    if (pid.ok()) {
+      while (waitpid(*pid, &wstatus, 0) < 0 && errno == EINTR) {
+      }
+    }
+    if (!pid.ok() || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "the bwrap runtime needs a working bubblewrap: '", bwrap_program,
+          " --ro-bind / / true' failed",
+          pid.ok() ? "" : absl::StrCat(": ", pid.status().message())));
+    }
+  }
+  return std::unique_ptr<ClusterProvider>(
+      new LocalClusterProvider(loop, std::move(options), std::move(bwrap_program)));
+}
+
+}  // namespace kiln::local

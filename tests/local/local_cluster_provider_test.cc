@@ -1,0 +1,844 @@
+// LocalClusterProvider, driven directly on a real-time loop, under both
+// runtimes (the bwrap ones are skipped, saying so, where bubblewrap does not
+// work). Containers are small scripts of a test image; the contract itself is
+// checked from inside the container by tests/local/contract_check.py.
+#include <signal.h>
+#include <sys/stat.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/internal/json_value.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kiln/event_loop.h"
+#include "kiln/local/local.h"
+#include "kiln/object_store.h"
+#include "local/internal/archive.h"
+#include "local/internal/fs.h"
+#include "local/local_test_util.h"
+
+namespace kiln::local {
+namespace {
+
+using ::kiln::internal::JsonValue;
+using ::kiln::internal::WriteJson;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::UnorderedElementsAre;
+using testing::ListDir;
+using testing::ReadFile;
+using testing::Recorder;
+using testing::RunUntil;
+using testing::TempDir;
+using testing::WriteFile;
+
+constexpr char kArnPrefix[] = "arn:aws:sagemaker:us-east-1:000000000000:training-job/";
+
+std::string RuntimeName(const ::testing::TestParamInfo<LocalRuntime>& info) {
+  return info.param == LocalRuntime::kBwrap ? "Bwrap" : "Process";
+}
+
+class LocalClusterProviderTest : public ::testing::TestWithParam<LocalRuntime> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == LocalRuntime::kBwrap && !testing::BwrapWorks()) {
+      GTEST_SKIP() << "bubblewrap does not work on this machine (`bwrap --ro-bind / / true` "
+                      "fails): the bwrap runtime is not tested here";
+    }
+    ASSERT_FALSE(tmp_.path().empty());
+    state_dir_ = tmp_.path() + "/state";
+    image_dir_ = tmp_.path() + "/image";
+    store_dir_ = tmp_.path() + "/store";
+    loop_ = NewRealTimeEventLoop();
+    file_store_ = NewFileObjectStore();
+    stores_.Register("file", file_store_.get());
+    WriteFile(image_dir_ + "/contract_check.py",
+              ReadFile(KILN_LOCAL_TEST_DIR "/contract_check.py"), 0755);
+    MakeProvider(LocalOptions());
+  }
+
+  void TearDown() override {
+    channel_.reset();
+    provider_.reset();
+  }
+
+  void MakeProvider(LocalOptions options) {
+    provider_.reset();
+    options.state_dir = state_dir_;
+    options.runtime = GetParam();
+    options.object_stores = &stores_;
+    options.checkpoint_sync_interval = absl::Milliseconds(100);
+    options_ = options;
+    auto provider = NewLocalClusterProvider(*loop_, options);
+    ASSERT_TRUE(provider.ok()) << provider.status();
+    provider_ = *std::move(provider);
+    provider_->SetListener(&listener_);
+    channel_ = NewLocalDataChannel(*loop_, stores_, {.state_dir = state_dir_});
+  }
+
+  bool bwrap() const { return GetParam() == LocalRuntime::kBwrap; }
+  std::string runtime() const { return bwrap() ? "bwrap" : "process"; }
+
+  // A shell script in the test image, run as /opt/program/<name>.
+  void AddScript(const std::string& name, const std::string& body) {
+    WriteFile(absl::StrCat(image_dir_, "/", name), absl::StrCat("#!/bin/sh\n", body), 0755);
+  }
+
+  static v1::CreateTrainingJobRequest Request(const std::string& name,
+                                              std::vector<std::string> entrypoint) {
+    v1::CreateTrainingJobRequest r;
+    r.set_training_job_name(name);
+    r.set_role_arn("arn:aws:iam::000000000000:role/test");
+    auto* spec = r.mutable_algorithm_specification();
+    spec->set_training_input_mode("File");
+    for (const std::string& e : entrypoint) spec->add_container_entrypoint(e);
+    r.mutable_output_data_config()->set_s3_output_path("file:///unused");
+    return r;
+  }
+
+  absl::StatusOr<Cluster> Provision(const std::vector<InstanceGroupSpec>& groups,
+                                    const std::string& job = "job") {
+    ClusterSpec spec;
+    spec.job_name = job;
+    spec.groups = groups;
+    std::optional<absl::StatusOr<Cluster>> result;
+    provider_->Provision(spec, [&](absl::StatusOr<Cluster> c) { result = std::move(c); });
+    if (!RunUntil(*loop_, [&] { return result.has_value(); })) {
+      return absl::DeadlineExceededError("Provision did not complete");
+    }
+    return *result;
+  }
+
+  absl::Status Prepare(const Cluster& cluster, const std::string& image = "") {
+    std::optional<absl::Status> result;
+    provider_->PrepareImage(cluster, image.empty() ? image_dir_ : image,
+                            [&](absl::Status s) { result = s; });
+    if (!RunUntil(*loop_, [&] { return result.has_value(); })) {
+      return absl::DeadlineExceededError("PrepareImage did not complete");
+    }
+    return *result;
+  }
+
+  absl::Status Deliver(const v1::CreateTrainingJobRequest& request, const Cluster& cluster) {
+    const std::string arn = kArnPrefix + request.training_job_name();
+    JobContext job{request.training_job_name(), arn, request, cluster, 1};
+    int pending = 0;
+    absl::Status status;
+    for (const v1::Channel& channel : request.input_data_config()) {
+      std::vector<const Instance*> receivers;
+      const auto& groups = channel.data_source().s3_data_source().instance_group_names();
+      for (const Instance& i : cluster.instances) {
+        if (groups.empty() ||
+            std::find(groups.begin(), groups.end(), i.group_name) != groups.end()) {
+          receivers.push_back(&i);
+        }
+      }
+      const std::string mode = channel.has_input_mode()
+                                   ? channel.input_mode()
+                                   : request.algorithm_specification().training_input_mode();
+      ++pending;
+      channel_->Deliver(ChannelDelivery{job, channel, mode, receivers}, [&](absl::Status s) {
+        status.Update(s);
+        --pending;
+      });
+    }
+    if (!RunUntil(*loop_, [&] { return pending == 0; })) {
+      return absl::DeadlineExceededError("Deliver did not complete");
+    }
+    return status;
+  }
+
+  // Starts the job's containers; OK once they run.
+  absl::Status Start(const v1::CreateTrainingJobRequest& request, const Cluster& cluster,
+                     Recorder& events) {
+    const std::string arn = kArnPrefix + request.training_job_name();
+    JobContext job{request.training_job_name(), arn, request, cluster, 1};
+    std::optional<absl::Status> result;
+    provider_->StartContainers(job, events, [&](absl::Status s) { result = s; });
+    if (!RunUntil(*loop_, [&] { return result.has_value(); })) {
+      return absl::DeadlineExceededError("StartContainers did not complete");
+    }
+    return *result;
+  }
+
+  bool WaitExits(Recorder& events, size_t n, absl::Duration timeout = absl::Seconds(30)) {
+    return RunUntil(*loop_, [&] { return events.exits.size() >= n; }, timeout);
+  }
+
+  absl::StatusOr<ArtifactsResult> Upload(const v1::CreateTrainingJobRequest& request,
+                                         const Cluster& cluster) {
+    const std::string arn = kArnPrefix + request.training_job_name();
+    JobContext job{request.training_job_name(), arn, request, cluster, 1};
+    std::optional<absl::StatusOr<ArtifactsResult>> result;
+    provider_->UploadArtifacts(job, [&](absl::StatusOr<ArtifactsResult> r) { result = r; });
+    if (!RunUntil(*loop_, [&] { return result.has_value(); })) {
+      return absl::DeadlineExceededError("UploadArtifacts did not complete");
+    }
+    return *result;
+  }
+
+  // Runs the contract check on a cluster of `groups` and expects it to pass
+  // on every instance.
+  void RunContract(const std::vector<InstanceGroupSpec>& groups, bool hetero) {
+    // Input data: a FullyReplicated channel for everyone, a sharded one, and
+    // (hetero) one for the second group only.
+    WriteFile(store_dir_ + "/train/a.csv", "1,2\n");
+    WriteFile(store_dir_ + "/train/sub/b.csv", "3,4\n");
+    for (int i = 0; i < 4; ++i) WriteFile(absl::StrCat(store_dir_, "/shards/part-", i), "x");
+    WriteFile(store_dir_ + "/eval/e.txt", "eval\n");
+
+    v1::CreateTrainingJobRequest r =
+        Request(hetero ? "contract-hetero" : "contract-homo",
+                {testing::Python(), "/opt/program/contract_check.py"});
+    (*r.mutable_hyper_parameters())["epochs"] = "10";
+    (*r.mutable_hyper_parameters())["lr"] = "0.1";
+    (*r.mutable_hyper_parameters())["tiny"] = "1e-5";
+    (*r.mutable_hyper_parameters())["big"] = "1e16";
+    (*r.mutable_hyper_parameters())["flag"] = "true";
+    (*r.mutable_hyper_parameters())["name"] = "plain text";
+    (*r.mutable_hyper_parameters())["quoted"] = "\"resnet\"";
+    (*r.mutable_hyper_parameters())["nested"] = "{\"b\": [1, 2.50], \"a\": {\"z\": null}}";
+    (*r.mutable_hyper_parameters())["unicode"] = "\"caf\xc3\xa9 \xf0\x9f\x98\x80\"";
+    (*r.mutable_hyper_parameters())["k"] = "3";
+    (*r.mutable_hyper_parameters())["sagemaker_program"] = "\"train.py\"";
+    (*r.mutable_hyper_parameters())["sagemaker_mpi_enabled"] = "true";
+    (*r.mutable_hyper_parameters())["sagemaker_custom_flag"] = "7";
+    (*r.mutable_environment())["MY_SETTING"] = "hello world";
+    auto add_channel = [&](const std::string& name, const std::string& prefix,
+                           const std::string& distribution, std::vector<std::string> groups,
+                           const std::string& content_type) {
+      v1::Channel* c = r.add_input_data_config();
+      c->set_channel_name(name);
+      auto* s3 = c->mutable_data_source()->mutable_s3_data_source();
+      s3->set_s3_data_type("S3Prefix");
+      s3->set_s3_uri("file://" + store_dir_ + "/" + prefix);
+      if (!distribution.empty()) s3->set_s3_data_distribution_type(distribution);
+      for (const std::string& g : groups) s3->add_instance_group_names(g);
+      if (!content_type.empty()) c->set_content_type(content_type);
+    };
+    add_channel("train", "train/", "", {}, "text/csv");
+    add_channel("shards", "shards/", "ShardedByS3Key", {}, "");
+    if (hetero) add_channel("eval", "eval/", "FullyReplicated", {groups[1].name}, "");
+
+    // What the container must see.
+    JsonValue expect = JsonValue::Object();
+    expect.Set("job_name", JsonValue::String(r.training_job_name()))
+        .Set("job_arn", JsonValue::String(kArnPrefix + r.training_job_name()))
+        .Set("runtime", JsonValue::String(runtime()));
+    JsonValue jgroups = JsonValue::Array();
+    int host = 0;
+    for (const InstanceGroupSpec& g : groups) {
+      JsonValue hosts = JsonValue::Array();
+      for (int i = 0; i < g.count; ++i) hosts.Push(JsonValue::String(absl::StrCat("algo-", ++host)));
+      JsonValue jg = JsonValue::Object();
+      jg.Set("name", JsonValue::String(g.name))
+          .Set("type", JsonValue::String(g.instance_type))
+          .Set("hosts", hosts);
+      jgroups.Push(jg);
+    }
+    expect.Set("groups", jgroups);
+    JsonValue channels = JsonValue::Object();
+    {
+      JsonValue files = JsonValue::Object();
+      files.Set("a.csv", JsonValue::String("1,2\n")).Set("sub/b.csv", JsonValue::String("3,4\n"));
+      JsonValue train = JsonValue::Object();
+      train.Set("groups", JsonValue::Null())
+          .Set("mode", JsonValue::String("File"))
+          .Set("distribution", JsonValue::String("FullyReplicated"))
+          .Set("content_type", JsonValue::String("text/csv"))
+          .Set("files", files);
+      channels.Set("train", train);
+      JsonValue shards = JsonValue::Object();
+      shards.Set("groups", JsonValue::Null())
+          .Set("mode", JsonValue::String("File"))
+          .Set("distribution", JsonValue::String("ShardedByS3Key"))
+          .Set("content_type", JsonValue::Null());
+      channels.Set("shards", shards);
+      if (hetero) {
+        JsonValue eval_files = JsonValue::Object();
+        eval_files.Set("e.txt", JsonValue::String("eval\n"));
+        JsonValue eval = JsonValue::Object();
+        eval.Set("groups", JsonValue::Array().Push(JsonValue::String(groups[1].name)))
+            .Set("mode", JsonValue::String("File"))
+            .Set("distribution", JsonValue::String("FullyReplicated"))
+            .Set("content_type", JsonValue::Null())
+            .Set("files", eval_files);
+        channels.Set("eval", eval);
+      }
+    }
+    expect.Set("channels", channels);
+    JsonValue hps = JsonValue::Object();
+    for (const auto& [k, v] : r.hyper_parameters()) hps.Set(k, JsonValue::String(v));
+    expect.Set("hyperparameters", hps);
+    JsonValue env = JsonValue::Object();
+    env.Set("MY_SETTING", JsonValue::String("hello world"));
+    expect.Set("environment", env);
+    expect.Set("hidden", JsonValue::Array().Push(JsonValue::String(state_dir_)));
+    (*r.mutable_environment())["KILN_EXPECT"] = WriteJson(expect);
+    // (KILN_EXPECT is itself part of the Environment map the script checks;
+    // it checks only the entries listed under "environment".)
+
+    auto cluster = Provision(groups, r.training_job_name());
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    ASSERT_TRUE(Prepare(*cluster).ok());
+    absl::Status delivered = Deliver(r, *cluster);
+    ASSERT_TRUE(delivered.ok()) << delivered;
+    Recorder events;
+    absl::Status started = Start(r, *cluster, events);
+    ASSERT_TRUE(started.ok()) << started;
+    ASSERT_TRUE(WaitExits(events, cluster->instances.size())) << events.AllLines();
+    for (const Instance& i : cluster->instances) {
+      const ContainerExit& exit = events.exits[i.host_name];
+      EXPECT_EQ(exit.exit_code, 0) << i.host_name << ": " << exit.failure_text << "\n"
+                                   << events.AllLines();
+      EXPECT_TRUE(events.HasLine(i.host_name, "CONTRACT OK " + i.host_name)) << events.AllLines();
+    }
+    // Sharding: the four shard objects are split among the instances,
+    // disjointly and completely.
+    std::vector<std::string> all;
+    for (const Instance& i : cluster->instances) {
+      for (const std::string& f :
+           ListDir(absl::StrCat(state_dir_, "/instances/", i.id, "/ml/input/data/shards"))) {
+        all.push_back(f);
+      }
+    }
+    std::sort(all.begin(), all.end());
+    EXPECT_THAT(all, ElementsAre("part-0", "part-1", "part-2", "part-3"));
+    provider_->Release(*cluster);
+  }
+
+  TempDir tmp_;
+  std::string state_dir_;
+  std::string image_dir_;
+  std::string store_dir_;
+  std::unique_ptr<EventLoop> loop_;
+  std::unique_ptr<ObjectStore> file_store_;
+  ObjectStores stores_;
+  LocalOptions options_;
+  Recorder listener_;
+  std::unique_ptr<ClusterProvider> provider_;
+  std::unique_ptr<DataChannel> channel_;
+};
+
+TEST_P(LocalClusterProviderTest, ContractHoldsForHomogeneousCluster) {
+  RunContract({{kHomogeneousGroupName, "ml.m5.large", 2}}, /*hetero=*/false);
+}
+
+TEST_P(LocalClusterProviderTest, ContractHoldsForHeterogeneousCluster) {
+  RunContract({{"gpu_group", "ml.p4d.24xlarge", 1}, {"cpu_group", "ml.c5.18xlarge", 2}},
+              /*hetero=*/true);
+}
+
+TEST_P(LocalClusterProviderTest, FailureFileAndExitCodeAreReported) {
+  AddScript("fail.sh",
+            "echo 'bad input: row 7' > \"$SAGEMAKER_BASE_DIR/output/failure\"\n"
+            "echo failing\nexit 2\n");
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  Recorder events;
+  ASSERT_TRUE(Start(Request("fails", {"/opt/program/fail.sh"}), *cluster, events).ok());
+  ASSERT_TRUE(WaitExits(events, 1));
+  EXPECT_EQ(events.exits["algo-1"].exit_code, 2);
+  EXPECT_EQ(events.exits["algo-1"].failure_text, "bad input: row 7\n");
+  EXPECT_TRUE(events.HasLine("algo-1", "failing"));
+}
+
+TEST_P(LocalClusterProviderTest, FailureTextIsCutAt1024Bytes) {
+  AddScript("long.sh",
+            "head -c 5000 /dev/zero | tr '\\0' x > \"$SAGEMAKER_BASE_DIR/output/failure\"\n"
+            "exit 1\n");
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  Recorder events;
+  ASSERT_TRUE(Start(Request("long-failure", {"/opt/program/long.sh"}), *cluster, events).ok());
+  ASSERT_TRUE(WaitExits(events, 1));
+  EXPECT_EQ(events.exits["algo-1"].exit_code, 1);
+  EXPECT_EQ(events.exits["algo-1"].failure_text, std::string(1024, 'x'));
+}
+
+TEST_P(LocalClusterProviderTest, SigtermIsTrappedThenSigkillEndsTheTree) {
+  // The script and a child of it ignore SIGTERM (and say so); only SIGKILL ends them.
+  AddScript("stubborn.sh",
+            "trap 'echo got TERM' TERM\n"
+            "sh -c 'trap \"echo child got TERM\" TERM; echo child ready; "
+            "while true; do sleep 0.05; done' &\n"
+            "echo ready\n"
+            "while true; do sleep 0.05; done\n");
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  Recorder events;
+  ASSERT_TRUE(Start(Request("stubborn", {"/opt/program/stubborn.sh"}), *cluster, events).ok());
+  // Both have installed their traps.
+  ASSERT_TRUE(RunUntil(*loop_, [&] {
+    return events.HasLine("algo-1", "ready") && events.HasLine("algo-1", "child ready");
+  }));
+  provider_->Signal(*cluster, SIGTERM);
+  ASSERT_TRUE(RunUntil(*loop_, [&] {
+    return events.HasLine("algo-1", "got TERM") && events.HasLine("algo-1", "child got TERM");
+  })) << events.AllLines();
+  EXPECT_TRUE(events.exits.empty()) << "SIGTERM alone ended a container that traps it";
+  provider_->Signal(*cluster, SIGKILL);
+  ASSERT_TRUE(WaitExits(events, 1));
+  EXPECT_EQ(events.exits["algo-1"].exit_code, 128 + SIGKILL);
+}
+
+TEST_P(LocalClusterProviderTest, SigtermHandlerSavesStateAndExits) {
+  AddScript("graceful.sh",
+            "trap 'echo saved > \"$SM_MODEL_DIR/state\"; exit 0' TERM\n"
+            "echo ready\n"
+            "while true; do sleep 0.05; done\n");
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  Recorder events;
+  ASSERT_TRUE(Start(Request("graceful", {"/opt/program/graceful.sh"}), *cluster, events).ok());
+  ASSERT_TRUE(RunUntil(*loop_, [&] { return events.HasLine("algo-1", "ready"); }));
+  provider_->Signal(*cluster, SIGTERM);
+  ASSERT_TRUE(WaitExits(events, 1));
+  EXPECT_EQ(events.exits["algo-1"].exit_code, 0);
+  EXPECT_EQ(ReadFile(absl::StrCat(state_dir_, "/instances/", cluster->instances[0].id,
+                                  "/ml/model/state")),
+            "saved\n");
+}
+
+TEST_P(LocalClusterProviderTest, ReleaseLeavesNoProcessOfTheJob) {
+  AddScript("spawner.sh",
+            "readlink /proc/self/ns/pid > \"$SM_OUTPUT_DATA_DIR/ns\"\n"
+            "echo $$ > \"$SM_OUTPUT_DATA_DIR/pid\"\n"
+            "sleep 1000 &\n"
+            "sh -c 'sleep 1000 & sleep 1000' &\n"
+            "echo ready\n"
+            "wait\n");
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 2}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  Recorder events;
+  ASSERT_TRUE(Start(Request("spawner", {"/opt/program/spawner.sh"}), *cluster, events).ok());
+  ASSERT_TRUE(RunUntil(*loop_, [&] {
+    return events.HasLine("algo-1", "ready") && events.HasLine("algo-2", "ready");
+  }));
+  std::vector<std::function<std::vector<int>()>> probes;
+  for (const Instance& i : cluster->instances) {
+    const std::string data = absl::StrCat(state_dir_, "/instances/", i.id, "/ml/output/data/");
+    if (bwrap()) {
+      std::string ns = ReadFile(data + "ns");
+      ns.erase(ns.find_last_not_of('\n') + 1);
+      probes.push_back([ns] { return testing::ProcessesInNamespace(ns); });
+    } else {
+      int pid = 0;
+      ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(data + "pid")), &pid));
+      probes.push_back([pid] { return testing::ProcessesInGroup(pid); });
+    }
+    // The script, its sleep, the inner shell and its two sleeps (and, in a
+    // sandbox, its init) once they have all started.
+    auto& probe = probes.back();
+    ASSERT_TRUE(RunUntil(*loop_, [&] { return probe().size() >= 5; }, absl::Seconds(5)))
+        << "the job's processes are not where the test looks: " << absl::StrJoin(probe(), " ");
+  }
+  const std::string cluster_dir = absl::StrCat(state_dir_, "/instances/", cluster->id);
+  provider_->Release(*cluster);
+  for (auto& probe : probes) {
+    EXPECT_TRUE(RunUntil(*loop_, [&] { return probe().empty(); }, absl::Seconds(5)))
+        << "still running: " << absl::StrJoin(probe(), " ");
+  }
+  EXPECT_TRUE(RunUntil(*loop_, [&] { return !internal::Exists(cluster_dir); }, absl::Seconds(5)));
+  EXPECT_EQ(events.exit_calls, 0) << "a released cluster reported an exit";
+  // The log streams are kept.
+  EXPECT_EQ(ListDir(state_dir_ + "/logs/spawner").size(), 2u);
+}
+
+TEST_P(LocalClusterProviderTest, DestroyingTheProviderLeavesNoProcess) {
+  AddScript("spawner.sh",
+            "readlink /proc/self/ns/pid > \"$SM_OUTPUT_DATA_DIR/ns\"\n"
+            "echo $$ > \"$SM_OUTPUT_DATA_DIR/pid\"\n"
+            "sleep 1000 &\n"
+            "echo ready\n"
+            "wait\n");
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  Recorder events;
+  ASSERT_TRUE(Start(Request("spawner", {"/opt/program/spawner.sh"}), *cluster, events).ok());
+  ASSERT_TRUE(RunUntil(*loop_, [&] { return events.HasLine("algo-1", "ready"); }));
+  const std::string data =
+      absl::StrCat(state_dir_, "/instances/", cluster->instances[0].id, "/ml/output/data/");
+  std::function<std::vector<int>()> probe;
+  if (bwrap()) {
+    std::string ns = ReadFile(data + "ns");
+    ns.erase(ns.find_last_not_of('\n') + 1);
+    probe = [ns] { return testing::ProcessesInNamespace(ns); };
+  } else {
+    int pid = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(data + "pid")), &pid));
+    probe = [pid] { return testing::ProcessesInGroup(pid); };
+  }
+  ASSERT_FALSE(probe().empty());
+  provider_.reset();  // kills, waits for its threads, removes its instances
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (!probe().empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_TRUE(probe().empty()) << "still running: " << absl::StrJoin(probe(), " ");
+  EXPECT_FALSE(internal::Exists(absl::StrCat(state_dir_, "/instances/", cluster->id)));
+}
+
+TEST_P(LocalClusterProviderTest, ModelsOfAllInstancesAreMergedIntoModelTarGz) {
+  AddScript("model.sh",
+            "echo \"weights of $SM_CURRENT_HOST\" > \"$SM_MODEL_DIR/$SM_CURRENT_HOST.bin\"\n"
+            "mkdir -p \"$SM_MODEL_DIR/sub\"\n"
+            "echo \"$SM_CURRENT_HOST\" > \"$SM_MODEL_DIR/sub/common.txt\"\n"
+            "echo metrics > \"$SM_OUTPUT_DATA_DIR/metrics-$SM_CURRENT_HOST.json\"\n");
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 2}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  for (const bool compressed : {true, false}) {
+    const std::string job = compressed ? "model-gz" : "model-none";
+    v1::CreateTrainingJobRequest r = Request(job, {"/opt/program/model.sh"});
+    r.mutable_output_data_config()->set_s3_output_path("file://" + tmp_.path() + "/out/");
+    if (!compressed) r.mutable_output_data_config()->set_compression_type("NONE");
+    Recorder events;
+    ASSERT_TRUE(Start(r, *cluster, events).ok());
+    ASSERT_TRUE(WaitExits(events, 2));
+    auto uploaded = Upload(r, *cluster);
+    ASSERT_TRUE(uploaded.ok()) << uploaded.status();
+    EXPECT_EQ(uploaded->model_uri,
+              absl::StrCat("file://", tmp_.path(), "/out/", job, "/output/model.tar.gz"));
+    auto model = internal::ReadArchive(absl::StrCat(tmp_.path(), "/out/", job, "/output/model.tar.gz"));
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_EQ(model->filters, compressed ? std::vector<std::string>{"gzip"} : std::vector<std::string>{});
+    std::vector<std::string> names;
+    for (const auto& [name, data] : model->files) names.push_back(name);
+    EXPECT_THAT(names, ElementsAre("algo-1.bin", "algo-2.bin", "sub/common.txt"));
+    EXPECT_EQ(model->files["algo-1.bin"], "weights of algo-1\n");
+    // Clashing names: the later host wins, as the service merges.
+    EXPECT_EQ(model->files["sub/common.txt"], "algo-2\n");
+    auto output = internal::ReadArchive(absl::StrCat(tmp_.path(), "/out/", job, "/output/output.tar.gz"));
+    ASSERT_TRUE(output.ok()) << output.status();
+    EXPECT_EQ(output->files.size(), 2u);
+    EXPECT_EQ(output->files["metrics-algo-2.json"], "metrics\n");
+  }
+}
+
+TEST_P(LocalClusterProviderTest, LogLinesReachTheEventsAndTheLogStream) {
+  AddScript("chatty.sh",
+            "echo 'epoch 1 loss=0.5'\n"
+            "echo 'to stderr' >&2\n"
+            "printf 'no newline at the end'\n");
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  Recorder events;
+  ASSERT_TRUE(Start(Request("chatty", {"/opt/program/chatty.sh"}), *cluster, events).ok());
+  ASSERT_TRUE(WaitExits(events, 1));
+  std::vector<std::string> texts;
+  for (const auto& l : events.lines) texts.push_back(l.text);
+  EXPECT_THAT(texts, ElementsAre("epoch 1 loss=0.5", "to stderr", "no newline at the end"));
+  const std::vector<std::string> streams = ListDir(state_dir_ + "/logs/chatty");
+  ASSERT_EQ(streams.size(), 1u);
+  EXPECT_TRUE(absl::StartsWith(streams[0], "algo-1-")) << streams[0];
+  // The container's output, then Kiln's own note (resource use) on a line of its own.
+  const std::string stream = ReadFile(state_dir_ + "/logs/chatty/" + streams[0]);
+  EXPECT_TRUE(absl::StartsWith(stream, "epoch 1 loss=0.5\nto stderr\nno newline at the end\n[kiln] "))
+      << stream;
+  EXPECT_THAT(stream, HasSubstr("algo-1 exited with 0: cpu "));
+}
+
+TEST_P(LocalClusterProviderTest, WarmInstanceKeepsOnlyItsImageCache) {
+  // Job A leaves something everywhere it can write.
+  AddScript("job_a.sh",
+            "echo a > \"$SM_MODEL_DIR/model-a\"\n"
+            "echo a > \"$SAGEMAKER_BASE_DIR/checkpoints/ckpt-a\"\n"
+            "echo a > \"$SM_OUTPUT_DATA_DIR/out-a\"\n"
+            "echo a > \"$SAGEMAKER_BASE_DIR/output/intermediate/int-a\"\n"
+            "echo a > \"$SAGEMAKER_BASE_DIR/code/code-a\"\n"
+            "echo a > \"$SAGEMAKER_BASE_DIR/input/scratch-a\"\n"
+            "echo a > \"${TMPDIR:-/tmp}/tmp-a\"\n"
+            "echo 'failed' > \"$SAGEMAKER_BASE_DIR/output/failure\"\n");
+  // Job B finds none of it.
+  AddScript("job_b.sh",
+            "found=$(find \"$SAGEMAKER_BASE_DIR\" \"${TMPDIR:-/tmp}\" -name '*-a' -o -name failure "
+            "2>/dev/null)\n"
+            "if [ -n \"$found\" ]; then echo \"LEAK: $found\"; exit 1; fi\n"
+            "ls \"$SAGEMAKER_BASE_DIR/input/data\"\n"
+            "echo clean\n");
+  WriteFile(store_dir_ + "/a-data/secret-a", "a");
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  const std::string cache = absl::StrCat(state_dir_, "/instances/", cluster->instances[0].id,
+                                         "/image-cache");
+  ASSERT_EQ(ListDir(cache).size(), 1u);
+  struct stat before;
+  ASSERT_EQ(stat(absl::StrCat(cache, "/", ListDir(cache)[0]).c_str(), &before), 0);
+
+  v1::CreateTrainingJobRequest a = Request("job-a", {"/opt/program/job_a.sh"});
+  v1::Channel* ch = a.add_input_data_config();
+  ch->set_channel_name("private");
+  ch->mutable_data_source()->mutable_s3_data_source()->set_s3_data_type("S3Prefix");
+  ch->mutable_data_source()->mutable_s3_data_source()->set_s3_uri("file://" + store_dir_ + "/a-data/");
+  ASSERT_TRUE(Deliver(a, *cluster).ok());
+  Recorder events_a;
+  ASSERT_TRUE(Start(a, *cluster, events_a).ok());
+  ASSERT_TRUE(WaitExits(events_a, 1));
+  ASSERT_EQ(events_a.exits["algo-1"].exit_code, 0);
+
+  // The same cluster, kept warm, runs job B.
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  Recorder events_b;
+  ASSERT_TRUE(Start(Request("job-b", {"/opt/program/job_b.sh"}), *cluster, events_b).ok());
+  ASSERT_TRUE(WaitExits(events_b, 1));
+  EXPECT_EQ(events_b.exits["algo-1"].exit_code, 0) << events_b.AllLines();
+  EXPECT_TRUE(events_b.HasLine("algo-1", "clean")) << events_b.AllLines();
+  // The image was not unpacked again.
+  struct stat after;
+  ASSERT_EQ(ListDir(cache).size(), 1u);
+  ASSERT_EQ(stat(absl::StrCat(cache, "/", ListDir(cache)[0]).c_str(), &after), 0);
+  EXPECT_EQ(before.st_ino, after.st_ino);
+  EXPECT_EQ(before.st_mtim.tv_nsec, after.st_mtim.tv_nsec);
+}
+
+TEST_P(LocalClusterProviderTest, TarballImageRunsItsTrainProgram) {
+  // An image as a tarball with opt/program/train and code in opt/ml/code.
+  const std::string src = tmp_.path() + "/tar-src";
+  WriteFile(src + "/opt/program/train",
+            "#!/bin/sh\necho \"train says $1 $2\"\ncat \"$SAGEMAKER_BASE_DIR/code/hello.txt\"\n",
+            0755);
+  WriteFile(src + "/opt/ml/code/hello.txt", "hello from code\n");
+  const std::string tarball = tmp_.path() + "/image.tar.gz";
+  ASSERT_EQ(std::system(absl::StrCat("tar -czf ", tarball, " -C ", src, " opt").c_str()), 0);
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster, "file://" + tarball).ok());
+  v1::CreateTrainingJobRequest r = Request("tarball", {});
+  r.mutable_algorithm_specification()->add_container_arguments("--alpha");
+  r.mutable_algorithm_specification()->add_container_arguments("0.5");
+  Recorder events;
+  absl::Status started = Start(r, *cluster, events);
+  ASSERT_TRUE(started.ok()) << started;
+  ASSERT_TRUE(WaitExits(events, 1));
+  EXPECT_EQ(events.exits["algo-1"].exit_code, 0) << events.AllLines();
+  EXPECT_TRUE(events.HasLine("algo-1", "train says --alpha 0.5")) << events.AllLines();
+  EXPECT_TRUE(events.HasLine("algo-1", "hello from code")) << events.AllLines();
+}
+
+TEST_P(LocalClusterProviderTest, ImageWithoutTrainProgramFailsToStart) {
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  Recorder events;
+  absl::Status started = Start(Request("no-train", {}), *cluster, events);
+  EXPECT_TRUE(absl::IsFailedPrecondition(started)) << started;
+  EXPECT_THAT(started.message(), HasSubstr("train"));
+}
+
+TEST_P(LocalClusterProviderTest, SharedImageCacheIsUnpackedOnceForAllInstances) {
+  LocalOptions options;
+  options.shared_image_cache = true;
+  MakeProvider(options);
+  AddScript("hi.sh", "echo hi\n");
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 2}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  const std::vector<std::string> shared = ListDir(state_dir_ + "/image-cache");
+  ASSERT_EQ(shared.size(), 1u);
+  for (const Instance& i : cluster->instances) {
+    const std::string entry = absl::StrCat(state_dir_, "/instances/", i.id, "/image-cache/", shared[0]);
+    struct stat st;
+    ASSERT_EQ(lstat(entry.c_str(), &st), 0) << entry;
+    EXPECT_TRUE(S_ISLNK(st.st_mode)) << entry << " is not a link to the shared cache";
+  }
+  Recorder events;
+  ASSERT_TRUE(Start(Request("shared", {"/opt/program/hi.sh"}), *cluster, events).ok());
+  ASSERT_TRUE(WaitExits(events, 2));
+  EXPECT_TRUE(events.HasLine("algo-1", "hi") && events.HasLine("algo-2", "hi")) << events.AllLines();
+  // Releasing the cluster keeps the shared copy.
+  provider_->Release(*cluster);
+  EXPECT_TRUE(RunUntil(*loop_, [&] {
+    return !internal::Exists(absl::StrCat(state_dir_, "/instances/", cluster->id));
+  }));
+  EXPECT_EQ(ListDir(state_dir_ + "/image-cache"), shared);
+}
+
+TEST_P(LocalClusterProviderTest, UnknownImageFailsPrepare) {
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  absl::Status s = Prepare(*cluster, "123456789012.dkr.ecr.us-west-2.amazonaws.com/x:1");
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  s = Prepare(*cluster, tmp_.path() + "/no-such-image");
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+}
+
+TEST_P(LocalClusterProviderTest, SpotNoticeThenLossKillsTheInstanceWithoutExit) {
+  AddScript("long.sh",
+            "echo ready\n"
+            "while true; do sleep 0.05; done\n");
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 2}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  Recorder events;
+  ASSERT_TRUE(Start(Request("spot", {"/opt/program/long.sh"}), *cluster, events).ok());
+  ASSERT_TRUE(RunUntil(*loop_, [&] {
+    return events.HasLine("algo-1", "ready") && events.HasLine("algo-2", "ready");
+  }));
+  EXPECT_TRUE(absl::IsNotFound(
+      provider_->InjectInterruption("nope/algo-1", InterruptionKind::kSpotNotice, absl::Seconds(1))));
+  const absl::Time injected = loop_->Now();
+  ASSERT_TRUE(provider_
+                  ->InjectInterruption(cluster->instances[1].id, InterruptionKind::kSpotNotice,
+                                       absl::Milliseconds(300))
+                  .ok());
+  ASSERT_TRUE(RunUntil(*loop_, [&] { return !listener_.notices.empty(); }));
+  EXPECT_EQ(listener_.notices[0].first, "algo-2");
+  EXPECT_GE(listener_.notices[0].second, injected + absl::Milliseconds(300));
+  EXPECT_TRUE(listener_.lost.empty()) << "lost before the notice ran out";
+  ASSERT_TRUE(RunUntil(*loop_, [&] { return !listener_.lost.empty(); }));
+  EXPECT_GE(loop_->Now(), injected + absl::Milliseconds(300));
+  EXPECT_THAT(listener_.lost, ElementsAre("algo-2"));
+  // The lost instance's container is gone and reports no exit; the other runs on.
+  loop_->RunUntil(loop_->Now() + absl::Milliseconds(300));
+  EXPECT_TRUE(events.exits.empty());
+  EXPECT_TRUE(absl::IsFailedPrecondition(provider_->InjectInterruption(
+      cluster->instances[1].id, InterruptionKind::kInstanceLoss, absl::ZeroDuration())));
+  // An instance loss is immediate.
+  ASSERT_TRUE(provider_
+                  ->InjectInterruption(cluster->instances[0].id, InterruptionKind::kInstanceLoss,
+                                       absl::ZeroDuration())
+                  .ok());
+  ASSERT_TRUE(RunUntil(*loop_, [&] { return listener_.lost.size() == 2; }));
+  EXPECT_THAT(listener_.lost, ElementsAre("algo-2", "algo-1"));
+  loop_->RunUntil(loop_->Now() + absl::Milliseconds(200));
+  EXPECT_TRUE(events.exits.empty());
+  // A cluster with a lost instance cannot run containers any more.
+  Recorder again;
+  EXPECT_TRUE(absl::IsFailedPrecondition(Start(Request("spot-2", {"/opt/program/long.sh"}), *cluster, again)));
+}
+
+TEST_P(LocalClusterProviderTest, ProvisionBeyondMaxInstancesIsResourceExhausted) {
+  LocalOptions options;
+  options.max_instances = 3;
+  MakeProvider(options);
+  auto first = Provision({{kHomogeneousGroupName, "ml.m5.large", 2}});
+  ASSERT_TRUE(first.ok());
+  auto second = Provision({{kHomogeneousGroupName, "ml.m5.large", 2}});
+  EXPECT_TRUE(absl::IsResourceExhausted(second.status())) << second.status();
+  provider_->Release(*first);
+  auto third = Provision({{kHomogeneousGroupName, "ml.m5.large", 3}});
+  EXPECT_TRUE(third.ok()) << third.status();
+  // Host names run across groups in group order.
+  std::vector<std::string> hosts;
+  for (const Instance& i : third->instances) hosts.push_back(i.host_name);
+  EXPECT_THAT(hosts, ElementsAre("algo-1", "algo-2", "algo-3"));
+}
+
+TEST_P(LocalClusterProviderTest, CheckpointsAreRestoredBeforeTheRunAndSyncedAfter) {
+  WriteFile(store_dir_ + "/ckpt/epoch-1.pt", "one");
+  AddScript("ckpt.sh",
+            "cat \"$SAGEMAKER_BASE_DIR/checkpoints/epoch-1.pt\" && echo\n"
+            "echo two > \"$SAGEMAKER_BASE_DIR/checkpoints/epoch-2.pt\"\n");
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  v1::CreateTrainingJobRequest r = Request("ckpt", {"/opt/program/ckpt.sh"});
+  r.mutable_checkpoint_config()->set_s3_uri("file://" + store_dir_ + "/ckpt/");
+  Recorder events;
+  ASSERT_TRUE(Start(r, *cluster, events).ok());
+  ASSERT_TRUE(WaitExits(events, 1));
+  EXPECT_EQ(events.exits["algo-1"].exit_code, 0) << events.AllLines();
+  EXPECT_TRUE(events.HasLine("algo-1", "one")) << events.AllLines();
+  // The last sync completed before the exit was reported.
+  EXPECT_EQ(ReadFile(store_dir_ + "/ckpt/epoch-2.pt"), "two\n");
+}
+
+TEST_P(LocalClusterProviderTest, SandboxedPeersReachEachOtherByHostNameAndNothingElse) {
+  if (!bwrap()) {
+    GTEST_SKIP() << "the process runtime shares the host's network and does not resolve "
+                    "algo-<k> (documented in kiln/local/local.h)";
+  }
+  // algo-1 serves on its own address; algo-2 connects by host name. Neither
+  // has a route off the host.
+  WriteFile(image_dir_ + "/net.py", R"(
+import errno, os, socket, sys, time
+me = os.environ["SM_CURRENT_HOST"]
+try:
+    socket.create_connection(("10.255.255.1", 80), timeout=2)
+    print("outside reachable"); sys.exit(1)
+except OSError as e:
+    print("outside: " + ("unreachable" if e.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH) else repr(e)))
+if me == "algo-1":
+    srv = socket.socket(); srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((socket.gethostbyname("algo-1"), 47311)); srv.listen(1)
+    conn, _ = srv.accept()
+    print("algo-1 got " + conn.recv(100).decode(), flush=True)
+else:
+    deadline = time.time() + 10
+    while True:
+        try:
+            c = socket.create_connection(("algo-1", 47311), timeout=1); break
+        except OSError:
+            if time.time() > deadline: raise
+            time.sleep(0.02)
+    c.sendall(b"hello from " + me.encode()); c.close()
+    print("sent", flush=True)
+)",
+            0755);
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 2}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  v1::CreateTrainingJobRequest r = Request("net", {testing::Python(), "/opt/program/net.py"});
+  r.set_enable_network_isolation(true);
+  Recorder events;
+  ASSERT_TRUE(Start(r, *cluster, events).ok());
+  ASSERT_TRUE(WaitExits(events, 2)) << events.AllLines();
+  EXPECT_EQ(events.exits["algo-1"].exit_code, 0) << events.AllLines();
+  EXPECT_EQ(events.exits["algo-2"].exit_code, 0) << events.AllLines();
+  EXPECT_TRUE(events.HasLine("algo-1", "algo-1 got hello from algo-2")) << events.AllLines();
+  EXPECT_TRUE(events.HasLine("algo-1", "outside: unreachable")) << events.AllLines();
+  EXPECT_TRUE(events.HasLine("algo-2", "outside: unreachable")) << events.AllLines();
+}
+
+TEST_P(LocalClusterProviderTest, SignalBeforeTheProcessExistsIsNotLost) {
+  AddScript("slow.sh", "echo started\nwhile true; do sleep 0.05; done\n");
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  v1::CreateTrainingJobRequest r = Request("early-kill", {"/opt/program/slow.sh"});
+  const std::string arn = kArnPrefix + r.training_job_name();
+  JobContext job{r.training_job_name(), arn, r, *cluster, 1};
+  Recorder events;
+  provider_->StartContainers(job, events, [](absl::Status) {});
+  provider_->Signal(*cluster, SIGKILL);  // at once, before the supervisor has spawned anything
+  ASSERT_TRUE(WaitExits(events, 1, absl::Seconds(10)));
+  EXPECT_EQ(events.exits["algo-1"].exit_code, 128 + SIGKILL);
+}
+
+INSTANTIATE_TEST_SUITE_P(Runtimes, LocalClusterProviderTest,
+                         ::testing::Values(LocalRuntime::kProcess, LocalRuntime::kBwrap),
+                         RuntimeName);
+
+TEST(LocalClusterProviderFactoryTest, StateDirIsRequired) {
+  auto loop = NewRealTimeEventLoop();
+  auto provider = NewLocalClusterProvider(*loop, LocalOptions());
+  EXPECT_TRUE(absl::IsInvalidArgument(provider.status())) << provider.status();
+}
+
+TEST(LocalClusterProviderFactoryTest, MissingBwrapIsFailedPrecondition) {
+  TempDir tmp;
+  auto loop = NewRealTimeEventLoop();
+  LocalOptions options;
+  options.state_dir = tmp.path();
+  options.runtime = LocalRuntime::kBwrap;
+  options.bwrap_path = "/nonexistent/bwrap";
+  auto provider = NewLocalClusterProvider(*loop, options);
+  EXPECT_TRUE(absl::IsFailedPrecondition(provider.status())) << provider.status();
+}
+
+}  // namespace
+}  // namespace kiln::local

@@ -1,0 +1,186 @@
+// Helpers of the local backend's tests: temporary directories, images made of
+// scripts, a recorder of container and cluster events, and running a
+// real-time loop until something happened (with a timeout, never a fixed
+// sleep).
+#ifndef KILN_TESTS_LOCAL_LOCAL_TEST_UTIL_H_
+#define KILN_TESTS_LOCAL_LOCAL_TEST_UTIL_H_
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "gtest/gtest.h"
+#include "kiln/cluster_provider.h"
+#include "kiln/event_loop.h"
+#include "local/internal/fs.h"
+
+namespace kiln::local::testing {
+
+#ifndef KILN_LOCAL_TEST_DIR
+#define KILN_LOCAL_TEST_DIR "."
+#endif
+
+// The python3 of the host system (a pyenv shim may not work in a sandbox).
+inline std::string Python() {
+  return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3";
+}
+
+// A fresh directory under the system's temporary directory; removed by the
+// destructor.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/kiln-local-XXXXXX");
+    char* made = mkdtemp(pattern.data());
+    path_ = made != nullptr ? made : "";
+  }
+  ~TempDir() {
+    if (!path_.empty()) internal::RemoveTree(path_).IgnoreError();
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+inline void WriteFile(const std::string& path, const std::string& data, mode_t mode = 0644) {
+  ASSERT_TRUE(internal::MakeDirs(internal::DirName(path)).ok()) << path;
+  std::ofstream(path, std::ios::binary) << data;
+  chmod(path.c_str(), mode);
+}
+
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Entries of a directory (names), sorted; empty when it does not exist.
+inline std::vector<std::string> ListDir(const std::string& path) {
+  std::vector<std::string> out;
+  DIR* d = opendir(path.c_str());
+  if (d == nullptr) return out;
+  while (struct dirent* e = readdir(d)) {
+    std::string n = e->d_name;
+    if (n != "." && n != "..") out.push_back(n);
+  }
+  closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Whether bubblewrap works on this machine.
+inline bool BwrapWorks() {
+  return std::system("bwrap --ro-bind / / true >/dev/null 2>&1") == 0;
+}
+
+// Runs `loop` (real time) in short slices until `done()` or `timeout`.
+// Returns done().
+inline bool RunUntil(EventLoop& loop, const std::function<bool()>& done,
+                     absl::Duration timeout = absl::Seconds(20)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!done()) {
+    if (absl::Now() >= deadline) return false;
+    loop.RunUntil(loop.Now() + absl::Milliseconds(20));
+  }
+  return true;
+}
+
+// Records what containers and clusters report.
+class Recorder : public ContainerEvents, public ClusterListener {
+ public:
+  struct Line {
+    std::string host;
+    std::string text;
+  };
+  void OnLogLine(const Instance& instance, std::string_view line) override {
+    lines.push_back(Line{instance.host_name, std::string(line)});
+  }
+  void OnExit(const Instance& instance, const ContainerExit& exit) override {
+    exits[instance.host_name] = exit;
+    ++exit_calls;
+  }
+  void OnInterruptionNotice(const Cluster& cluster, const Instance& instance,
+                            absl::Time deadline) override {
+    notices.push_back({instance.host_name, deadline});
+  }
+  void OnInstanceLost(const Cluster& cluster, const Instance& instance) override {
+    lost.push_back(instance.host_name);
+  }
+
+  bool HasLine(const std::string& host, const std::string& text) const {
+    for (const Line& l : lines) {
+      if (l.host == host && l.text == text) return true;
+    }
+    return false;
+  }
+  std::string AllLines() const {
+    std::string out;
+    for (const Line& l : lines) absl::StrAppend(&out, l.host, ": ", l.text, "\n");
+    return out;
+  }
+
+  std::vector<Line> lines;
+  std::map<std::string, ContainerExit> exits;
+  int exit_calls = 0;
+  std::vector<std::pair<std::string, absl::Time>> notices;
+  std::vector<std::string> lost;
+};
+
+// Processes (not zombies) whose process group is `pgid`.
+inline std::vector<int> ProcessesInGroup(int pgid) {
+  std::vector<int> out;
+  for (const std::string& name : ListDir("/proc")) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(name, &pid)) continue;
+    std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+    // pid (comm) state ppid pgrp ...: comm may hold spaces; split after ')'.
+    size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::vector<std::string> f = absl::StrSplit(stat.substr(close + 2), ' ');
+    int group = 0;
+    if (f.size() > 2 && f[0] != "Z" && absl::SimpleAtoi(f[2], &group) && group == pgid) {
+      out.push_back(pid);
+    }
+  }
+  return out;
+}
+
+// Processes (not zombies) in the PID namespace `ns` ("pid:[4026532178]").
+inline std::vector<int> ProcessesInNamespace(const std::string& ns) {
+  std::vector<int> out;
+  for (const std::string& name : ListDir("/proc")) {
+    int pid = 0;
+    if (!absl::SimpleAtoi(name, &pid)) continue;
+    char buf[128];
+    ssize_t n = readlink(absl::StrCat("/proc/", pid, "/ns/pid").c_str(), buf, sizeof(buf));
+    if (n <= 0 || std::string(buf, static_cast<size_t>(n)) != ns) continue;
+    std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+    size_t close = stat.rfind(')');
+    if (close != std::string::npos && stat.size() > close + 2 && stat[close + 2] != 'Z') {
+      out.push_back(pid);
+    }
+  }
+  return out;
+}
+
+}  // namespace kiln::local::testing
+
+#endif  // KILN_TESTS_LOCAL_LOCAL_TEST_UTIL_H_
