@@ -1,6 +1,7 @@
 // The `kiln` command-line program. It uses only Kiln's public headers.
 //
 //   kiln validate FILE.json...   check CreateTrainingJob requests
+//   kiln simulate SCENARIO.json  compare policies in virtual time (simulate.cc)
 //
 // Exit status of `validate`: 0 when every file is a valid request, 2 when any
 // is invalid, 1 on other errors (a file that cannot be read or is not JSON).
@@ -24,13 +25,16 @@ constexpr char kUsage[] =
     "usage: kiln validate FILE.json...\n"
     "       kiln run [--state-dir DIR] [--runtime process|bwrap] [--grace SECONDS]\n"
     "                [--interrupt HOST@SECONDS]... JOB.json...\n"
+    "       kiln simulate SCENARIO.json [--format table|json|csv] [--report FILE.html] [--seed N]\n"
     "\n"
     "  validate   check CreateTrainingJob requests (SageMaker's JSON) against the\n"
     "             service's rules; prints 'FILE: valid' or what is wrong.\n"
     "             Exit 0: all valid; 2: some invalid; 1: a file unreadable or not JSON.\n"
     "  run        run the jobs in order on this machine (local backend); status and\n"
     "             logs on stderr, each job's DescribeTrainingJob JSON on stdout.\n"
-    "             Exit 0 only if every job Completed; Ctrl-C stops the running job.\n";
+    "             Exit 0 only if every job Completed; Ctrl-C stops the running job.\n"
+    "  simulate   run a scenario's policies through the engine in virtual time and\n"
+    "             print one row per policy (see examples/scenarios/README.md).\n";
 
 enum ExitCode { kOk = 0, kError = 1, kInvalid = 2 };
 
@@ -93,6 +97,8 @@ namespace kiln::cli {
 int RunCommand(const std::vector<std::string>& args);  // run.cc
 }  // namespace kiln::cli
 
+int RunSimulateCommand(const std::vector<std::string>& args);  // simulate.cc
+
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "help" || args[0] == "--help" || args[0] == "-h") {
@@ -103,6 +109,7 @@ int main(int argc, char** argv) {
   args.erase(args.begin());
   if (command == "validate") return Validate(args);
   if (command == "run") return kiln::cli::RunCommand(args);
+  if (command == "simulate") return RunSimulateCommand(args);
   std::cerr << "kiln: unknown command '" << command << "'\n" << kUsage;
   return kError;
 }

@@ -1,66 +1,132 @@
 #include <algorithm>
 #include <csignal>
+#include <cstdint>
 #include <map>
-#include <set>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "kiln/sim/sim.h"
 
 namespace kiln::sim {
 namespace {
 
-class SimClusterProvider final : public ClusterProvider {
- public:
-  SimClusterProvider(EventLoop& loop, SimClusterOptions options)
-      : loop_(loop), options_(std::move(options)) {}
+// What a keyed draw is for (part of its key). (7 is the data channel's.)
+enum Purpose : uint64_t {
+  kProvision = 1,
+  kContainerStart = 2,  // and the image pull that follows it
+  kSpotLifetime = 4,
+  kFailure = 5,
+  kFailedInstance = 6,
+};
 
-  ~SimClusterProvider() override {
-    for (auto& [id, cluster] : clusters_) CancelAll(cluster);
-  }
+// Short, so that ids stay within std::string's inline buffer.
+constexpr char kClusterPrefix[] = "sim-c";
+
+// (Debian's Abseil hashes absl::string_view, not std::string_view.)
+absl::string_view Key(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+// Wraps a callback that uses the provider so that it does nothing once the
+// provider is destroyed.
+template <typename F>
+auto Guarded(const std::shared_ptr<bool>& alive, F f) {
+  return [alive, f = std::move(f)]() mutable {
+    if (*alive) f();
+  };
+}
+
+class SimClusterProviderImpl final : public SimClusterProvider {
+ public:
+  SimClusterProviderImpl(EventLoop& loop, SimClusterOptions options)
+      : loop_(loop), options_(std::move(options)), models_(options_.models.get()), origin_(loop.Now()) {}
+
+  // Events still pending on the loop check `alive_` and do nothing once the
+  // provider is gone. (The loop may already be gone too, so nothing here
+  // touches it.)
+  ~SimClusterProviderImpl() override { *alive_ = false; }
+
+  // --- ClusterProvider
 
   void Provision(const ClusterSpec& spec, ClusterCallback done) override {
-    SimJobBehavior behavior =
-        options_.behavior ? options_.behavior(spec.job_name) : options_.defaults;
-    int attempt = ++provision_attempts_[spec.job_name];
-    if (attempt <= behavior.capacity_failures) {
-      loop_.ScheduleAfter(behavior.capacity_error_latency,
-                          [done = std::move(done), job = spec.job_name]() mutable {
-                            done(absl::ResourceExhaustedError(absl::StrCat(
-                                "insufficient capacity for job '", job, "'")));
-                          });
+    SimJobBehavior behavior = BehaviorOf(spec.job_name);
+    JobState& js = JobFor(spec.job_name);
+    const int attempt = ++js.provision_attempts;
+    const absl::Duration refusal_latency =
+        models_ != nullptr ? models_->capacity_error_latency : behavior.capacity_error_latency;
+    if (attempt <= behavior.capacity_failures || (models_ != nullptr && !Admit(spec))) {
+      Refuse(spec.job_name, refusal_latency, std::move(done));
       return;
     }
-    Cluster cluster;
-    cluster.id = absl::StrCat("sim-cluster-", ++next_cluster_);
-    cluster.spot = spec.spot;
+    const uint64_t seq = ++next_cluster_;
+    auto owned = std::make_unique<SimCluster>();
+    SimCluster& sim = *owned;
+    sim.seq = seq;
+    sim.behavior = std::move(behavior);
+    sim.owner_job = spec.job_name;
+    sim.cluster.id = absl::StrCat(kClusterPrefix, seq);
+    sim.cluster.spot = spec.spot;
     int host = 0;
     for (const InstanceGroupSpec& g : spec.groups) {
       for (int i = 0; i < g.count; ++i) {
         ++host;
-        cluster.instances.push_back(Instance{absl::StrCat(cluster.id, "-i", host),
-                                             absl::StrCat("algo-", host), g.name, g.instance_type});
+        sim.cluster.instances.push_back(Instance{absl::StrCat(sim.cluster.id, "-i", host),
+                                                 absl::StrCat("algo-", host), g.name, g.instance_type});
+      }
+      sim.groups.push_back(GroupUse{g.instance_type, g.count,
+                                    models_ != nullptr ? &models_->Type(g.instance_type) : nullptr,
+                                    models_ != nullptr ? &types_[g.instance_type] : nullptr});
+    }
+    absl::Duration latency = sim.behavior.provision_latency;
+    if (models_ != nullptr) {
+      Reserve(sim);
+      latency = absl::ZeroDuration();
+      for (size_t g = 0; g < sim.groups.size(); ++g) {
+        KeyedRng rng(MixKey(models_->seed, js.key, kProvision, attempt, g));
+        latency = std::max(latency, sim.groups[g].model->provisioning.Sample(rng));
       }
     }
-    SimCluster& sim = clusters_[cluster.id];
-    sim.behavior = std::move(behavior);
-    sim.cluster = cluster;
-    loop_.ScheduleAfter(sim.behavior.provision_latency,
-                        [done = std::move(done), cluster = std::move(cluster)]() mutable {
-                          done(std::move(cluster));
-                        });
+    sim.provision_attempt = attempt;
+    clusters_.emplace(seq, std::move(owned));
+    Track(&sim, loop_.ScheduleAfter(latency, Guarded(alive_, [this, seq, done = std::move(done)]() mutable {
+      Grant(seq, std::move(done));
+    })));
   }
 
   void PrepareImage(const Cluster& cluster, std::string_view image, DoneCallback done) override {
     SimCluster* sim = Find(cluster);
     absl::Duration d = absl::ZeroDuration();
-    // A cluster keeps the images it has prepared: a warm cluster reused for
-    // the same image pays nothing.
-    if (sim != nullptr && sim->images.insert(std::string(image)).second) {
-      d = sim->behavior.image_preparation;
+    if (sim != nullptr) {
+      // A second preparation is a new job on a retained cluster: the job
+      // that ran on it before no longer holds it.
+      if (sim->prepares++ > 0) {
+        // Everything the previous job left pending is stale (and guarded):
+        // drop it, so a long chain of reuses does not pile up handles.
+        for (TimerHandle h : sim->timers) loop_.Cancel(h);
+        sim->timers.clear();
+        if (!sim->owner_job.empty()) Freed(sim->owner_job);
+      }
+      SetIdle(*sim, false);
+      // A cluster keeps the images it has prepared: a warm cluster reused for
+      // the same image pays nothing for it.
+      const uint64_t image_key = HashName(image);
+      const bool cold = std::find(sim->images.begin(), sim->images.end(), image_key) == sim->images.end();
+      if (cold) sim->images.push_back(image_key);
+      if (models_ != nullptr) {
+        KeyedRng rng(MixKey(models_->seed, HashName(sim->owner_job), kContainerStart,
+                            sim->provision_attempt, sim->prepares));
+        const InstanceTypeModel& type = *sim->groups.front().model;
+        d = type.container_start.Sample(rng);
+        if (cold) {
+          d += sim->behavior.image_bytes > 0 ? type.image_pull.Time(sim->behavior.image_bytes, rng)
+                                             : sim->behavior.image_preparation;
+        }
+      } else if (cold) {
+        d = sim->behavior.image_preparation;
+      }
     }
     Track(sim, loop_.ScheduleAfter(d, [done = std::move(done)]() mutable { done(absl::OkStatus()); }));
   }
@@ -69,13 +135,13 @@ class SimClusterProvider final : public ClusterProvider {
 
   absl::Status InjectInterruption(std::string_view instance_id, InterruptionKind kind,
                                   absl::Duration notice) override {
-    for (auto& [id, sim] : clusters_) {
-      for (size_t i = 0; i < sim.cluster.instances.size(); ++i) {
-        if (sim.cluster.instances[i].id != instance_id) continue;
+    for (auto& [seq, sim] : clusters_) {
+      for (size_t i = 0; i < sim->cluster.instances.size(); ++i) {
+        if (sim->cluster.instances[i].id != instance_id) continue;
         if (kind == InterruptionKind::kSpotNotice) {
-          Notice(sim, i, notice);
+          Notice(*sim, i, notice);
         } else {
-          Lose(sim, i);
+          Lose(*sim, i, /*failure=*/true);
         }
         return absl::OkStatus();
       }
@@ -96,12 +162,15 @@ class SimClusterProvider final : public ClusterProvider {
     // previous run may reach the new job's events.
     if (options_.behavior) sim->behavior = options_.behavior(job.job_name);
     for (TimerHandle h : sim->exit_timers) loop_.Cancel(h);
+    SetIdle(*sim, false);
     const uint64_t run = ++sim->run;
+    const size_t n = sim->cluster.instances.size();
     sim->events = &events;
-    sim->running.assign(sim->cluster.instances.size(), true);
-    sim->exit_timers.assign(sim->cluster.instances.size(), TimerHandle());
+    sim->running.assign(n, true);
+    sim->exit_timers.assign(n, TimerHandle());
     // The work model: resume from saved progress, if any.
     sim->job_name = std::string(job.job_name);
+    sim->owner_job = sim->job_name;
     sim->progress_key.clear();
     if (job.request.has_checkpoint_config() && sim->behavior.checkpoint_interval > absl::ZeroDuration()) {
       sim->progress_key = job.request.checkpoint_config().s3_uri();
@@ -109,41 +178,49 @@ class SimClusterProvider final : public ClusterProvider {
     sim->run_base = sim->progress_key.empty() ? absl::ZeroDuration() : progress_[sim->progress_key];
     sim->run_start = loop_.Now();
     sim->run_open = true;
-    const int attempt = ++attempts_[sim->job_name];
-    if (options_.stats != nullptr) (*options_.stats)[sim->job_name].attempts = attempt;
+    JobState& js = JobFor(sim->job_name);
+    js.cluster_seq = sim->seq;
+    const int attempt = ++js.attempts;
+    js.stats.attempts = attempt;
+    js.stats.instance_count = static_cast<int32_t>(n);
+    if (attempt == 1 && sim->prepares > 1) js.stats.warm_start = true;
+    Publish(sim->job_name, js);
     const absl::Duration remaining =
         std::max(absl::ZeroDuration(), sim->behavior.run_duration - sim->run_base);
+    const uint64_t seq = sim->seq;
     if (static_cast<size_t>(attempt) <= sim->behavior.spot_notices.size()) {
       const absl::Duration at = sim->behavior.spot_notices[attempt - 1];
       if (at != absl::InfiniteDuration()) {
-        Track(sim, loop_.ScheduleAfter(at, [this, id = sim->cluster.id, run] {
-          SimCluster* s = Find(id);
+        Track(sim, loop_.ScheduleAfter(at, Guarded(alive_, [this, seq, run] {
+          SimCluster* s = Find(seq);
           if (s != nullptr && s->run == run) Notice(*s, 0, s->behavior.spot_notice);
-        }));
+        })));
       }
     }
     if (static_cast<size_t>(attempt) <= sim->behavior.instance_losses.size()) {
       const absl::Duration at = sim->behavior.instance_losses[attempt - 1];
       if (at != absl::InfiniteDuration()) {
-        Track(sim, loop_.ScheduleAfter(at, [this, id = sim->cluster.id, run] {
-          SimCluster* s = Find(id);
+        Track(sim, loop_.ScheduleAfter(at, Guarded(alive_, [this, seq, run] {
+          SimCluster* s = Find(seq);
           if (s != nullptr && s->run == run) {
-            Lose(*s, static_cast<size_t>(s->behavior.lost_instance) % s->cluster.instances.size());
+            Lose(*s, static_cast<size_t>(s->behavior.lost_instance) % s->cluster.instances.size(),
+                 /*failure=*/true);
           }
-        }));
+        })));
       }
     }
+    if (models_ != nullptr && models_->failures.enabled) ScheduleFailure(*sim, js, remaining);
     Track(sim, loop_.ScheduleAfter(absl::ZeroDuration(), [started = std::move(started)]() mutable {
       started(absl::OkStatus());
     }));
-    const std::string id = sim->cluster.id;
-    for (size_t i = 0; i < sim->cluster.instances.size(); ++i) {
+    for (size_t i = 0; i < n; ++i) {
       for (const auto& [offset, line] : sim->behavior.log_lines) {
-        Track(sim, loop_.ScheduleAfter(offset, [this, id, i, run, line = line] {
-          if (SimCluster* s = Find(id); s != nullptr && s->run == run && s->running[i]) {
+        Track(sim, loop_.ScheduleAfter(offset, Guarded(alive_, [this, seq, i, run, line = line] {
+          SimCluster* s = Find(seq);
+          if (s != nullptr && s->run == run && s->running[i] && s->events != nullptr) {
             s->events->OnLogLine(s->cluster.instances[i], line);
           }
-        }));
+        })));
       }
       const bool fails = static_cast<int>(i) == sim->behavior.failing_instance;
       ScheduleExit(*sim, i, remaining,
@@ -168,38 +245,343 @@ class SimClusterProvider final : public ClusterProvider {
   void UploadArtifacts(const JobContext& job, ArtifactsCallback done) override {
     SimCluster* sim = Find(job.cluster);
     absl::Duration d = sim != nullptr ? sim->behavior.upload_duration : absl::ZeroDuration();
+    if (sim != nullptr) SetIdle(*sim, false);
     std::string uri = absl::StrCat(job.request.output_data_config().s3_output_path(), "/",
                                    std::string(job.job_name), "/output/model.tar.gz");
-    Track(sim, loop_.ScheduleAfter(d, [done = std::move(done), uri = std::move(uri)]() mutable {
+    const uint64_t seq = sim != nullptr ? sim->seq : 0;
+    Track(sim, loop_.ScheduleAfter(d, [alive = alive_, this, seq, done = std::move(done),
+                                       uri = std::move(uri)]() mutable {
+      if (!*alive) return;
+      if (SimCluster* s = Find(seq)) SetIdle(*s, true);
       done(ArtifactsResult{std::move(uri)});
     }));
   }
 
   void Release(const Cluster& cluster) override {
-    auto it = clusters_.find(cluster.id);
+    const uint64_t seq = SeqOf(cluster);
+    auto it = clusters_.find(seq);
     if (it == clusters_.end()) return;
-    EndRun(it->second);
-    CancelAll(it->second);
+    std::unique_ptr<SimCluster> sim = std::move(it->second);
     clusters_.erase(it);
+    EndRun(*sim);
+    CancelAll(*sim);
+    CloseAccounting(*sim);
+    Unreserve(*sim);
+    if (!sim->owner_job.empty()) Freed(sim->owner_job);
+  }
+
+  // --- SimClusterProvider
+
+  SimJobStats JobStats(std::string_view job) const override {
+    auto it = jobs_.find(Key(job));
+    return it == jobs_.end() ? SimJobStats() : it->second.stats;
+  }
+
+  SimJobStats ForgetJob(std::string_view job) override {
+    auto it = jobs_.find(Key(job));
+    if (it == jobs_.end()) return SimJobStats();
+    // Nothing of a forgotten job may reach its (possibly deleted) events.
+    if (SimCluster* sim = Find(it->second.cluster_seq); sim != nullptr && sim->job_name == job) {
+      EndRun(*sim);
+      sim->events = nullptr;
+      for (TimerHandle h : sim->exit_timers) loop_.Cancel(h);
+      std::fill(sim->running.begin(), sim->running.end(), false);
+    }
+    SimJobStats stats = it->second.stats;
+    jobs_.erase(it);
+    return stats;
+  }
+
+  void ForgetCheckpoint(std::string_view s3_uri) override { progress_.erase(Key(s3_uri)); }
+
+  SimAccounting Accounting() const override {
+    SimAccounting a = accounting_;
+    for (const auto& [seq, sim] : clusters_) {
+      if (sim->granted) AddInterval(*sim, loop_.Now() - sim->since, a);
+    }
+    return a;
   }
 
  private:
+  struct TypeState;
+  struct GroupUse {
+    std::string instance_type;
+    int32_t count = 0;
+    const InstanceTypeModel* model = nullptr;  // with models only
+    TypeState* state = nullptr;                // with models only (std::map nodes stay put)
+  };
+
   struct SimCluster {
+    uint64_t seq = 0;
     SimJobBehavior behavior;
     Cluster cluster;
+    std::vector<GroupUse> groups;
+    int provision_attempt = 0;
     ContainerEvents* events = nullptr;
     std::vector<bool> running;
     std::vector<TimerHandle> exit_timers;
     std::vector<TimerHandle> timers;  // everything else pending on this cluster
-    std::set<std::string> images;     // prepared on this cluster (its image cache)
+    std::vector<uint64_t> images;  // prepared on this cluster (its image cache), by HashName
     uint64_t run = 0;                 // StartContainers calls so far
+    int prepares = 0;                 // PrepareImage calls so far (> 1: reused)
+    // The job that holds the cluster: the one that asked for it, then the one
+    // whose containers ran on it last.
+    std::string owner_job;
     // The run in progress, for the work model.
     std::string job_name;
-    std::string progress_key;         // CheckpointConfig.S3Uri, or empty
-    absl::Duration run_base;          // progress when the run started
+    std::string progress_key;  // CheckpointConfig.S3Uri, or empty
+    absl::Duration run_base;   // progress when the run started
     absl::Time run_start;
     bool run_open = false;
+    // Accounting: granted clusters are busy or idle since `since`.
+    bool granted = false;
+    bool idle = false;
+    absl::Time since;
+    bool reserved = false;  // counted in the capacity of its types
+    bool doomed = false;    // a spot notice was given by the market
   };
+
+  struct JobState {
+    uint64_t key = 0;  // HashName(job)
+    int provision_attempts = 0;
+    int attempts = 0;
+    SimJobStats stats;
+    uint64_t cluster_seq = 0;      // the cluster its containers ran on last
+    double exposure_hours = 0;     // machine-hours run so far (failure process)
+    double next_failure_hazard = 0;  // cumulative hazard of the next failure; 0: not drawn
+    int failures_drawn = 0;
+  };
+
+  // Capacity in use per instance type, and the spot clusters a trace may take back.
+  struct TypeState {
+    int64_t on_demand = 0;         // instances reserved or held
+    int64_t spot = 0;              // spot instances reserved or held
+    int64_t spot_doomed = 0;       // of those, under a market notice
+    std::vector<uint64_t> spot_clusters;  // granted, in grant order
+    std::vector<int32_t> next_change;     // trace: ticks to the next different count (0: never)
+    TimerHandle tick;
+    bool armed = false;
+  };
+
+  SimJobBehavior BehaviorOf(std::string_view job) const {
+    return options_.behavior ? options_.behavior(job) : options_.defaults;
+  }
+
+  JobState& JobFor(std::string_view job) {
+    auto [it, inserted] = jobs_.try_emplace(Key(job));
+    if (inserted) it->second.key = HashName(job);
+    return it->second;
+  }
+
+  void Publish(const std::string& job, const JobState& js) {
+    if (options_.stats != nullptr) (*options_.stats)[job] = js.stats;
+  }
+
+  void Freed(const std::string& job) {
+    if (options_.on_cluster_freed) options_.on_cluster_freed(job);
+  }
+
+  void Refuse(std::string_view job, absl::Duration latency, ClusterCallback done) {
+    ++accounting_.capacity_refusals;
+    loop_.ScheduleAfter(latency, [done = std::move(done), job = std::string(job)]() mutable {
+      done(absl::ResourceExhaustedError(absl::StrCat("insufficient capacity for job '", job, "'")));
+    });
+  }
+
+  // --- Capacity (with models)
+
+  // Instances the spec needs, per type, and whether they are there now.
+  bool Admit(const ClusterSpec& spec) {
+    const auto& groups = spec.groups;
+    for (size_t i = 0; i < groups.size(); ++i) {
+      const std::string& type = groups[i].instance_type;
+      bool seen = false;
+      int64_t count = 0;
+      for (size_t k = 0; k < groups.size(); ++k) {
+        if (groups[k].instance_type != type) continue;
+        if (k < i) seen = true;
+        count += groups[k].count;
+      }
+      if (seen) continue;  // counted with its first group
+      const InstanceTypeModel& model = models_->Type(type);
+      if (!spec.spot) {
+        if (model.capacity && types_[type].on_demand + count > *model.capacity) return false;
+      } else if (model.spot.kind == SpotMarket::Kind::kTrace) {
+        if (types_[type].spot + count > model.spot.trace.AvailableAt(loop_.Now() - origin_)) return false;
+      } else if (model.spot.capacity && types_[type].spot + count > *model.spot.capacity) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  void Reserve(SimCluster& sim) {
+    sim.reserved = true;
+    for (const GroupUse& g : sim.groups) (sim.cluster.spot ? g.state->spot : g.state->on_demand) += g.count;
+  }
+
+  void Unreserve(SimCluster& sim) {
+    if (!sim.reserved) return;
+    sim.reserved = false;
+    for (const GroupUse& g : sim.groups) {
+      TypeState& ts = *g.state;
+      if (!sim.cluster.spot) {
+        ts.on_demand -= g.count;
+        continue;
+      }
+      ts.spot -= g.count;
+      if (sim.doomed) ts.spot_doomed -= g.count;
+      auto pos = std::find(ts.spot_clusters.begin(), ts.spot_clusters.end(), sim.seq);
+      if (pos != ts.spot_clusters.end()) ts.spot_clusters.erase(pos);
+      if (ts.spot == 0 && ts.armed) {
+        loop_.Cancel(ts.tick);
+        ts.armed = false;
+      }
+    }
+  }
+
+  // The provisioning latency has passed: hand the cluster over, unless a
+  // spot trace took the capacity back meanwhile.
+  void Grant(uint64_t seq, ClusterCallback done) {
+    SimCluster* sim = Find(seq);
+    if (sim == nullptr) return;
+    if (models_ != nullptr && sim->cluster.spot && !TraceStillHolds(*sim)) {
+      auto owned = std::move(clusters_[seq]);
+      clusters_.erase(seq);
+      CancelAll(*owned);
+      Unreserve(*owned);
+      ++accounting_.capacity_refusals;
+      done(absl::ResourceExhaustedError(
+          absl::StrCat("spot capacity for job '", owned->owner_job, "' was taken back while launching")));
+      return;
+    }
+    sim->granted = true;
+    sim->idle = false;
+    sim->since = loop_.Now();
+    ++accounting_.clusters;
+    if (models_ != nullptr && sim->cluster.spot) {
+      for (const GroupUse& g : sim->groups) {
+        TypeState& ts = *g.state;
+        if (std::find(ts.spot_clusters.begin(), ts.spot_clusters.end(), seq) == ts.spot_clusters.end()) {
+          ts.spot_clusters.push_back(seq);
+        }
+        ArmTrace(g.instance_type);
+      }
+      ScheduleSpotLifetime(*sim);
+    }
+    done(sim->cluster);
+  }
+
+  bool TraceStillHolds(const SimCluster& sim) {
+    for (const GroupUse& g : sim.groups) {
+      if (g.model->spot.kind != SpotMarket::Kind::kTrace) continue;
+      const TypeState& ts = *g.state;
+      if (ts.spot - ts.spot_doomed > g.model->spot.trace.AvailableAt(loop_.Now() - origin_)) return false;
+    }
+    return true;
+  }
+
+  // Hazard markets: when the first instance of the cluster is taken back.
+  void ScheduleSpotLifetime(SimCluster& sim) {
+    absl::Duration first = absl::InfiniteDuration();
+    KeyedRng rng(MixKey(models_->seed, HashName(sim.owner_job), kSpotLifetime, sim.provision_attempt));
+    for (const GroupUse& g : sim.groups) {
+      const SpotMarket& market = g.model->spot;
+      if (market.kind == SpotMarket::Kind::kPoisson && market.preemptions_per_instance_hour > 0) {
+        first = std::min(first, absl::Hours(rng.Exponential(1.0 / (market.preemptions_per_instance_hour *
+                                                                   static_cast<double>(g.count)))));
+      } else if (market.kind == SpotMarket::Kind::kBathtub) {
+        for (int32_t i = 0; i < g.count; ++i) first = std::min(first, market.bathtub.Sample(rng));
+      }
+    }
+    if (first == absl::InfiniteDuration()) return;
+    const uint64_t seq = sim.seq;
+    Track(&sim, loop_.ScheduleAfter(first, Guarded(alive_, [this, seq] {
+      if (SimCluster* s = Find(seq); s != nullptr && !s->doomed) Doom(*s);
+    })));
+  }
+
+  // The market takes the cluster back: a notice now, the instance lost at its end.
+  void Doom(SimCluster& sim) {
+    sim.doomed = true;
+    for (const GroupUse& g : sim.groups) g.state->spot_doomed += g.count;
+    Notice(sim, 0, sim.groups.front().model->spot_notice);
+  }
+
+  // Trace markets: wake at the next tick whose count differs, while spot
+  // instances of the type are held.
+  void ArmTrace(const std::string& type) {
+    TypeState& ts = types_[type];
+    const InstanceTypeModel& model = models_->Type(type);
+    if (ts.armed || ts.spot == 0 || model.spot.kind != SpotMarket::Kind::kTrace) return;
+    const SpotTrace& trace = model.spot.trace;
+    if (trace.available.empty()) return;
+    if (ts.next_change.empty()) ts.next_change = NextChanges(trace.available);
+    const int64_t tick = trace.TickAt(loop_.Now() - origin_);
+    const int32_t step = ts.next_change[static_cast<size_t>(tick % static_cast<int64_t>(trace.available.size()))];
+    if (step == 0) return;
+    ts.armed = true;
+    ts.tick = loop_.ScheduleAt(origin_ + trace.gap * (tick + step), Guarded(alive_, [this, type] { OnTick(type); }));
+  }
+
+  void OnTick(const std::string& type) {
+    TypeState& ts = types_[type];
+    ts.armed = false;
+    const InstanceTypeModel& model = models_->Type(type);
+    const int64_t available = model.spot.trace.AvailableAt(loop_.Now() - origin_);
+    // Take back the newest clusters first until what is held fits.
+    for (auto it = ts.spot_clusters.rbegin(); it != ts.spot_clusters.rend() && ts.spot - ts.spot_doomed > available;
+         ++it) {
+      SimCluster* sim = Find(*it);
+      if (sim == nullptr || sim->doomed) continue;
+      Doom(*sim);
+    }
+    ArmTrace(type);
+  }
+
+  static std::vector<int32_t> NextChanges(const std::vector<int32_t>& v) {
+    const size_t n = v.size();
+    std::vector<int32_t> next(n, 0);
+    // Two passes backwards around the cycle.
+    int64_t last_change = -1;  // index (in the doubled sequence) where the value changes next
+    for (int64_t k = static_cast<int64_t>(2 * n) - 1; k >= 0; --k) {
+      const size_t i = static_cast<size_t>(k) % n;
+      const size_t j = static_cast<size_t>(k + 1) % n;
+      if (v[i] != v[j]) last_change = k + 1;
+      if (k < static_cast<int64_t>(n)) next[i] = last_change < 0 ? 0 : static_cast<int32_t>(last_change - k);
+    }
+    return next;
+  }
+
+  // --- Failures (with models)
+
+  void ScheduleFailure(SimCluster& sim, JobState& js, absl::Duration remaining) {
+    const FailureModel& f = models_->failures;
+    if (js.next_failure_hazard == 0) {
+      KeyedRng rng(MixKey(models_->seed, js.key, kFailure, 0));
+      js.next_failure_hazard = rng.Exponential(1.0);
+    }
+    const double instances = static_cast<double>(sim.cluster.instances.size());
+    const double left_hours = std::max(0.0, f.MachineHoursAt(js.next_failure_hazard) - js.exposure_hours) / instances;
+    if (left_hours * 3600.0 >= absl::ToDoubleSeconds(remaining)) return;
+    const uint64_t seq = sim.seq;
+    const uint64_t run = sim.run;
+    Track(&sim, loop_.ScheduleAfter(absl::Seconds(left_hours * 3600.0), Guarded(alive_, [this, seq, run] {
+      SimCluster* s = Find(seq);
+      if (s == nullptr || s->run != run || !s->run_open) return;
+      auto it = jobs_.find(Key(s->job_name));
+      if (it == jobs_.end()) return;
+      JobState& j = it->second;
+      ++j.failures_drawn;
+      KeyedRng rng(MixKey(models_->seed, j.key, kFailure, j.failures_drawn));
+      j.next_failure_hazard += rng.Exponential(1.0);
+      KeyedRng pick(MixKey(models_->seed, j.key, kFailedInstance, j.failures_drawn));
+      Lose(*s, static_cast<size_t>(pick.UniformInt(static_cast<int64_t>(s->cluster.instances.size()))),
+           /*failure=*/true);
+    })));
+  }
+
+  // --- Runs
 
   // Ends the current run of `sim` once: the work it did, and the progress it
   // saved (its last checkpoint, or everything when it ran to the end).
@@ -219,40 +601,122 @@ class SimClusterProvider final : public ClusterProvider {
       saved = std::max(sim.run_base, k * absl::IDivDuration(sim.run_base + executed, k, &unsaved));
     }
     if (!sim.progress_key.empty()) progress_[sim.progress_key] = saved;
-    if (options_.stats != nullptr) {
-      SimJobStats& st = (*options_.stats)[sim.job_name];
-      st.work_executed += executed;
-      st.progress = sim.progress_key.empty() && !completed ? absl::ZeroDuration() : saved;
-      st.completed = completed;
-    }
+    auto it = jobs_.find(Key(sim.job_name));
+    if (it == jobs_.end()) return;
+    JobState& js = it->second;
+    js.exposure_hours += absl::ToDoubleHours(loop_.Now() - sim.run_start) *
+                         static_cast<double>(sim.cluster.instances.size());
+    SimJobStats& st = js.stats;
+    st.work_executed += executed;
+    st.progress = sim.progress_key.empty() && !completed ? absl::ZeroDuration() : saved;
+    st.completed = completed;
+    Publish(sim.job_name, js);
   }
 
   // A spot notice for instance `i`: the listener hears now, the instance is
   // lost after `notice` unless the cluster is released first.
   void Notice(SimCluster& sim, size_t i, absl::Duration notice) {
+    ++accounting_.spot_preemptions;
+    if (auto it = jobs_.find(Key(sim.owner_job)); it != jobs_.end()) {
+      ++it->second.stats.spot_interruptions;
+      Publish(sim.owner_job, it->second);
+    }
     if (listener_ != nullptr) {
       listener_->OnInterruptionNotice(sim.cluster, sim.cluster.instances[i], loop_.Now() + notice);
     }
-    Track(&sim, loop_.ScheduleAfter(notice, [this, id = sim.cluster.id, i, run = sim.run] {
-      SimCluster* s = Find(id);
-      if (s != nullptr && s->run == run) Lose(*s, i);
-    }));
+    Track(&sim, loop_.ScheduleAfter(notice, Guarded(alive_, [this, seq = sim.seq, i, run = sim.run] {
+      SimCluster* s = Find(seq);
+      if (s != nullptr && s->run == run) Lose(*s, i, /*failure=*/false);
+    })));
   }
 
   // Instance `i` is gone: its container ends without an exit report.
-  void Lose(SimCluster& sim, size_t i) {
+  // `failure`: a node failure (not the end of a spot notice).
+  void Lose(SimCluster& sim, size_t i, bool failure) {
+    if (failure) {
+      ++accounting_.node_failures;
+      if (auto it = jobs_.find(Key(sim.owner_job)); it != jobs_.end()) {
+        ++it->second.stats.instance_failures;
+        Publish(sim.owner_job, it->second);
+      }
+    }
     if (i < sim.running.size() && sim.running[i]) {
       EndRun(sim);
       sim.running[i] = false;
       loop_.Cancel(sim.exit_timers[i]);
+      if (std::none_of(sim.running.begin(), sim.running.end(), [](bool r) { return r; })) SetIdle(sim, true);
     }
     if (listener_ != nullptr) listener_->OnInstanceLost(sim.cluster, sim.cluster.instances[i]);
   }
 
-  SimCluster* Find(const Cluster& cluster) { return Find(cluster.id); }
-  SimCluster* Find(const std::string& id) {
-    auto it = clusters_.find(id);
-    return it == clusters_.end() ? nullptr : &it->second;
+  // (Re)schedules the exit of container `i`: a signal replaces the natural
+  // end of the run.
+  void ScheduleExit(SimCluster& sim, size_t i, absl::Duration after, ContainerExit exit) {
+    loop_.Cancel(sim.exit_timers[i]);
+    sim.exit_timers[i] = loop_.ScheduleAfter(after, [alive = alive_, this, seq = sim.seq, i, run = sim.run,
+                                                     exit = std::move(exit)] {
+      if (!*alive) return;
+      SimCluster* s = Find(seq);
+      if (s == nullptr || s->run != run || !s->running[i]) return;
+      EndRun(*s);
+      s->running[i] = false;
+      s->exit_timers[i] = TimerHandle();
+      if (std::none_of(s->running.begin(), s->running.end(), [](bool r) { return r; })) SetIdle(*s, true);
+      if (s->events != nullptr) s->events->OnExit(s->cluster.instances[i], exit);
+    });
+  }
+
+  // --- Accounting
+
+  void AddInterval(const SimCluster& sim, absl::Duration d, SimAccounting& a) const {
+    if (d <= absl::ZeroDuration()) return;
+    const double seconds = absl::ToDoubleSeconds(d);
+    for (const GroupUse& g : sim.groups) {
+      const absl::Duration instance_time = d * g.count;
+      const double od_price = g.model != nullptr ? g.model->on_demand_per_hour : 0;
+      const double spot_price = g.model != nullptr ? g.model->spot_per_hour : 0;
+      if (sim.idle) {
+        a.warm_idle += instance_time;
+        a.cost += seconds * g.count * od_price / 3600.0;
+      } else if (sim.cluster.spot) {
+        a.spot_busy += instance_time;
+        a.cost += seconds * g.count * spot_price / 3600.0;
+      } else {
+        a.on_demand_busy += instance_time;
+        a.cost += seconds * g.count * od_price / 3600.0;
+      }
+    }
+  }
+
+  void SetIdle(SimCluster& sim, bool idle) {
+    if (!sim.granted || sim.idle == idle) return;
+    AddInterval(sim, loop_.Now() - sim.since, accounting_);
+    sim.idle = idle;
+    sim.since = loop_.Now();
+  }
+
+  void CloseAccounting(SimCluster& sim) {
+    if (!sim.granted) return;
+    AddInterval(sim, loop_.Now() - sim.since, accounting_);
+    sim.granted = false;
+  }
+
+  // --- Lookup
+
+  static uint64_t SeqOf(const Cluster& cluster) {
+    std::string_view id = cluster.id;
+    constexpr size_t kPrefix = sizeof(kClusterPrefix) - 1;
+    uint64_t seq = 0;
+    if (id.size() <= kPrefix || id.substr(0, kPrefix) != kClusterPrefix ||
+        !absl::SimpleAtoi(absl::string_view(id.data() + kPrefix, id.size() - kPrefix), &seq)) {
+      return 0;
+    }
+    return seq;
+  }
+  SimCluster* Find(const Cluster& cluster) { return Find(SeqOf(cluster)); }
+  SimCluster* Find(uint64_t seq) {
+    auto it = clusters_.find(seq);
+    return it == clusters_.end() ? nullptr : it->second.get();
   }
 
   void Track(SimCluster* sim, TimerHandle h) {
@@ -265,57 +729,24 @@ class SimClusterProvider final : public ClusterProvider {
     sim.timers.clear();
   }
 
-  // (Re)schedules the exit of container `i`: a signal replaces the natural
-  // end of the run.
-  void ScheduleExit(SimCluster& sim, size_t i, absl::Duration after, ContainerExit exit) {
-    loop_.Cancel(sim.exit_timers[i]);
-    const std::string id = sim.cluster.id;
-    sim.exit_timers[i] = loop_.ScheduleAfter(after, [this, id, i, run = sim.run,
-                                                     exit = std::move(exit)] {
-      SimCluster* s = Find(id);
-      if (s == nullptr || s->run != run || !s->running[i]) return;
-      EndRun(*s);
-      s->running[i] = false;
-      s->exit_timers[i] = TimerHandle();
-      s->events->OnExit(s->cluster.instances[i], exit);
-    });
-  }
-
   EventLoop& loop_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   SimClusterOptions options_;
-  std::map<std::string, SimCluster> clusters_;
-  std::map<std::string, int> provision_attempts_;
-  std::map<std::string, int> attempts_;                  // StartContainers per job
-  std::map<std::string, absl::Duration> progress_;       // saved work per checkpoint S3Uri
+  const SimModels* models_;
+  const absl::Time origin_;  // spot traces start here
+  absl::flat_hash_map<uint64_t, std::unique_ptr<SimCluster>> clusters_;
+  absl::flat_hash_map<std::string, JobState> jobs_;
+  absl::flat_hash_map<std::string, absl::Duration> progress_;  // saved work per checkpoint S3Uri
+  std::map<std::string, TypeState> types_;
+  SimAccounting accounting_;
   ClusterListener* listener_ = nullptr;
   uint64_t next_cluster_ = 0;
 };
 
-class SimDataChannel final : public DataChannel {
- public:
-  SimDataChannel(EventLoop& loop, SimDataChannelOptions options)
-      : loop_(loop), options_(std::move(options)) {}
-
-  void Deliver(const ChannelDelivery& delivery, DoneCallback done) override {
-    absl::Duration d = options_.duration
-                           ? options_.duration(delivery.job.job_name, delivery.channel.channel_name())
-                           : options_.per_channel;
-    loop_.ScheduleAfter(d, [done = std::move(done)]() mutable { done(absl::OkStatus()); });
-  }
-
- private:
-  EventLoop& loop_;
-  SimDataChannelOptions options_;
-};
-
 }  // namespace
 
-std::unique_ptr<ClusterProvider> NewSimClusterProvider(EventLoop& loop, SimClusterOptions options) {
-  return std::make_unique<SimClusterProvider>(loop, std::move(options));
-}
-
-std::unique_ptr<DataChannel> NewSimDataChannel(EventLoop& loop, SimDataChannelOptions options) {
-  return std::make_unique<SimDataChannel>(loop, std::move(options));
+std::unique_ptr<SimClusterProvider> NewSimClusterProvider(EventLoop& loop, SimClusterOptions options) {
+  return std::make_unique<SimClusterProviderImpl>(loop, std::move(options));
 }
 
 }  // namespace kiln::sim

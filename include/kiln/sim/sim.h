@@ -4,13 +4,27 @@
 //
 // SimClusterProvider models provisioning latency, capacity shortage, image
 // preparation, a container run (duration, log lines, exit code, failure
-// file, reaction to SIGTERM) and artifact upload, per job. SimDataChannel
-// models channel delivery time. Both grow with the simulation work.
+// file, reaction to SIGTERM), spot interruptions, node failures and artifact
+// upload, per job, and keeps the bill (instance time and cost of every
+// cluster, busy or idle in a warm pool). SimDataChannel models channel
+// delivery time per input mode.
+//
+// Two levels of modelling, which combine:
+// - Per job, SimJobBehavior says exactly what happens (fixed latencies, a
+//   scripted list of spot notices and node losses per attempt). Tests use it
+//   to script a flow to the second.
+// - With SimClusterOptions::models set (kiln/sim/models.h), the provider
+//   draws from the models instead: cold provisioning latency, container start
+//   and image pull per instance type; on-demand capacity limits; spot
+//   availability and preemptions (traces or hazards) with their notice;
+//   node failures from the failure process; prices. Draws are keyed by job
+//   and attempt (KeyedRng), so they do not depend on what else runs.
 //
 // Threading: loop thread only, like every component.
 #ifndef KILN_SIM_SIM_H_
 #define KILN_SIM_SIM_H_
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -23,17 +37,25 @@
 #include "kiln/cluster_provider.h"
 #include "kiln/data_channel.h"
 #include "kiln/event_loop.h"
+#include "kiln/sim/models.h"
 
 namespace kiln::sim {
 
 // How one simulated job behaves.
 struct SimJobBehavior {
+  // Cold provisioning. With models, drawn from the instance type instead.
   absl::Duration provision_latency = absl::Seconds(60);
   // The first `capacity_failures` Provision calls of the job report
-  // insufficient capacity (ResourceExhausted), each after this latency.
+  // insufficient capacity (ResourceExhausted), each after this latency
+  // (with models: after SimModels::capacity_error_latency).
   int capacity_failures = 0;
   absl::Duration capacity_error_latency = absl::Seconds(5);
+  // Image preparation on a cluster that does not have the image yet. With
+  // models: the pull of `image_bytes` (this value when image_bytes is 0) plus
+  // the container start drawn from the instance type; a cluster that has the
+  // image (a warm-pool reuse) pays the container start only.
   absl::Duration image_preparation = absl::Seconds(30);
+  int64_t image_bytes = 0;
   // From entrypoint start to exit.
   absl::Duration run_duration = absl::Minutes(10);
   // Exit code of the instance at `failing_instance` (0-based, in cluster
@@ -71,25 +93,83 @@ struct SimJobStats {
   absl::Duration work_executed;     // work run over all attempts, redone work included
   absl::Duration progress;          // saved progress when the last attempt ended
   bool completed = false;           // the last attempt ran all remaining work
+  int spot_interruptions = 0;       // spot notices given to the job's clusters
+  int instance_failures = 0;        // instances lost to node failures
+  bool warm_start = false;          // the first attempt ran on a cluster reused from a warm pool
+  int32_t instance_count = 0;       // instances of the job's last cluster
+
+  // Work run that did not end up in the final progress (redone after an
+  // interruption, or lost with a job that did not complete).
+  absl::Duration lost_work() const {
+    return work_executed > progress ? work_executed - progress : absl::ZeroDuration();
+  }
+};
+
+// The bill of a provider: instance time (instance-seconds as durations) and
+// cost of every cluster from the moment Provision granted it until Release.
+struct SimAccounting {
+  absl::Duration on_demand_busy;  // on-demand instance time used by jobs
+  absl::Duration spot_busy;       // spot instance time used by jobs
+  absl::Duration warm_idle;       // instance time kept idle between jobs (warm pools)
+  double cost = 0;                // dollars: busy time at its price, idle at on-demand
+  int64_t clusters = 0;           // clusters granted
+  int64_t capacity_refusals = 0;  // Provision calls answered ResourceExhausted
+  int64_t spot_preemptions = 0;   // notices given by the spot market or the behaviour
+  int64_t node_failures = 0;      // instances lost to node failures
 };
 
 struct SimClusterOptions {
   SimJobBehavior defaults;
   // Returns the behaviour of the named job; null means `defaults` for all.
+  // Called at each Provision and StartContainers of the job.
   std::function<SimJobBehavior(std::string_view job_name)> behavior;
   // When set, filled per job name. Must outlive the provider.
   std::map<std::string, SimJobStats>* stats = nullptr;
+  // The models (see the file comment); null: SimJobBehavior alone decides.
+  std::shared_ptr<const SimModels> models;
+  // Called, on the loop thread, when the cluster a job ran on last is
+  // released or taken over by another job (a warm-pool reuse): from then on
+  // the job holds no warm pool. Must not call the provider or the engine
+  // inline (schedule that on the loop).
+  std::function<void(std::string_view job_name)> on_cluster_freed;
 };
 
-// Returns a simulated ClusterProvider on `loop`, which must outlive it.
-std::unique_ptr<ClusterProvider> NewSimClusterProvider(EventLoop& loop,
-                                                       SimClusterOptions options = {});
+// The simulated provider: a ClusterProvider plus the simulation's own
+// controls. The engine sees only the ClusterProvider part.
+class SimClusterProvider : public ClusterProvider {
+ public:
+  // What the provider recorded for `job` so far (zero for an unknown job).
+  virtual SimJobStats JobStats(std::string_view job) const = 0;
+
+  // Ends what the provider keeps about `job` (attempt counts, failure
+  // process, statistics) and returns its final statistics. Call it once the
+  // job has ended, before a job of the same name is created again. Saved
+  // progress under the job's checkpoint URI is kept (see ForgetCheckpoint).
+  virtual SimJobStats ForgetJob(std::string_view job) = 0;
+
+  // Drops the progress saved under a CheckpointConfig S3Uri.
+  virtual void ForgetCheckpoint(std::string_view s3_uri) = 0;
+
+  // The bill so far: released clusters, plus clusters still held up to now.
+  virtual SimAccounting Accounting() const = 0;
+};
+
+// Returns a simulated ClusterProvider on `loop`, which must outlive it. Spot
+// availability traces start at the loop's time when the provider is created.
+std::unique_ptr<SimClusterProvider> NewSimClusterProvider(EventLoop& loop,
+                                                          SimClusterOptions options = {});
 
 struct SimDataChannelOptions {
   // Time to deliver one channel (all channels of a job are delivered in
   // parallel). `duration`, when set, decides per job and channel.
   absl::Duration per_channel = absl::Seconds(10);
   std::function<absl::Duration(std::string_view job_name, std::string_view channel_name)> duration;
+  // With models (and no `duration`): the time is drawn from
+  // SimModels::data for the channel's input mode ("FSx" for a
+  // FileSystemDataSource) and its size from `channel_bytes` (0 when unset),
+  // keyed by job, attempt and channel.
+  std::shared_ptr<const SimModels> models;
+  std::function<int64_t(std::string_view job_name, std::string_view channel_name)> channel_bytes;
 };
 
 // Returns a simulated DataChannel on `loop`, which must outlive it.

@@ -1,0 +1,190 @@
+// Policy benchmarking in virtual time: a Scenario (models, workloads, the
+// policies to compare) run through the real engine once per policy, and the
+// report of what each policy costs and how long jobs wait.
+//
+//   KILN_ASSIGN_OR_RETURN(kiln::sim::Scenario scenario,
+//                         kiln::sim::LoadScenario("examples/scenarios/hpo_warm_pools.json"));
+//   KILN_ASSIGN_OR_RETURN(kiln::sim::SimulationReport report, kiln::sim::RunScenario(scenario));
+//   std::cout << kiln::sim::FormatTable(report);
+//
+// Each policy run builds a fresh virtual loop, SimClusterProvider,
+// SimDataChannel and engine (kiln/engine.h) with the policy's keep-alive
+// policy and spot handler, starts the scenario's workload generators, and
+// runs until every job has ended and every warm pool has expired. Workloads,
+// provisioning latencies, failures and spot availability are drawn from the
+// scenario's seed and keyed by job, so policies are compared on the same
+// jobs and the same cloud. Same scenario and seed: byte-identical output.
+//
+// The scenario file format is documented in examples/scenarios/README.md.
+//
+// Threading: thread-compatible (a run uses only its own objects).
+#ifndef KILN_SIM_SCENARIO_H_
+#define KILN_SIM_SCENARIO_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kiln/sim/models.h"
+#include "kiln/sim/policies.h"
+#include "kiln/sim/workload.h"
+
+namespace kiln::sim {
+
+struct WorkloadSpec {
+  std::string name;
+  std::string kind;  // "hpo", "nightly", "interactive", "trace"
+  // Whether its jobs may run on spot (the slack sweep runs only these).
+  bool spot_eligible = false;
+  // A fresh generator for one run; `seed` is the scenario's.
+  std::function<std::unique_ptr<WorkloadGenerator>(uint64_t seed)> make;
+};
+
+struct PolicySpec {
+  std::string name;  // unique within the scenario
+  KeepAliveChoice keep_alive;
+  SpotChoice spot;
+};
+
+struct Scenario {
+  std::string name;
+  std::string description;
+  uint64_t seed = 1;
+  // Workloads submit jobs during [start, start + horizon); the run goes on
+  // until they have ended.
+  absl::Duration horizon = absl::Hours(24);
+  std::shared_ptr<const SimModels> models = std::make_shared<SimModels>(DefaultModels());
+  std::vector<WorkloadSpec> workloads;
+  std::vector<PolicySpec> policies;
+  // The policy others are compared with; empty: the first.
+  std::string baseline;
+  // Deadline slacks (deadline = slack x work) for the report's spot savings
+  // chart; empty: no sweep.
+  std::vector<double> slack_sweep;
+};
+
+// Parses a scenario file's text. Relative file names in it (spot traces,
+// job traces) are resolved against `base_dir`.
+// Errors: InvalidArgument naming the member and the problem (e.g.
+// "scenario.workloads[1].job.instance_count: expected a positive integer");
+// NotFound/InvalidArgument for a trace file that cannot be read or parsed.
+absl::StatusOr<Scenario> ParseScenario(std::string_view json, std::string_view base_dir);
+
+// Reads and parses a scenario file (base directory: the file's).
+absl::StatusOr<Scenario> LoadScenario(const std::string& path);
+
+// How one job ended, when PolicyRunOptions::keep_outcomes is set.
+struct JobOutcome {
+  std::string name;  // the job as submitted (before any resubmission)
+  bool completed = false;
+  bool has_deadline = false;
+  bool met_deadline = false;
+  absl::Duration startup;   // arrival until training first began (zero if never)
+  absl::Duration duration;  // arrival until the end
+};
+
+// What one policy did.
+struct PolicyResult {
+  std::string policy;
+  std::string keep_alive;  // KeepAliveChoice::Name()
+  std::string spot;        // SpotChoice::Name()
+  std::optional<absl::Duration> fixed_keep_alive;  // for Fixed(T)
+  bool uses_spot = false;
+
+  int64_t jobs = 0;  // submitted (a resubmission is the same job)
+  int64_t completed = 0;
+  int64_t failed = 0;
+  int64_t stopped = 0;
+  int64_t rejected = 0;     // CreateTrainingJob refused them
+  std::string first_error;  // the first refusal's message
+
+  double cost = 0;  // dollars
+  double billable_instance_hours = 0;  // instance time used by jobs (on-demand + spot)
+  double spot_instance_hours = 0;      // of which on spot
+  double warm_retained_instance_hours = 0;
+  int64_t started = 0;    // jobs that began training
+  int64_t warm_hits = 0;  // of which on a cluster reused from a warm pool
+  double warm_hit_rate = 0;
+  // Startup (arrival until training first began), seconds, nearest rank.
+  double startup_p50 = 0, startup_p90 = 0, startup_p99 = 0;
+  int64_t spot_interruptions = 0;
+  int64_t node_failures = 0;
+  int64_t migrations = 0;  // Uniform Progress: resubmissions on on-demand
+  double lost_work_instance_hours = 0;
+  int64_t deadline_jobs = 0;
+  int64_t deadline_misses = 0;
+
+  // Startup quantiles 0%, 1%, ..., 100% (seconds), for the CDF chart.
+  std::vector<double> startup_quantiles;
+  std::vector<JobOutcome> outcomes;  // with keep_outcomes only
+  uint64_t events = 0;               // loop events run
+};
+
+struct PolicyRunOptions {
+  // Overrides the deadline of spot-eligible jobs: slack x work.
+  std::optional<double> deadline_slack;
+  // Runs only the workloads whose jobs may use spot.
+  bool spot_eligible_only = false;
+  bool keep_outcomes = false;
+  // Called now and then with the fraction of the horizon simulated.
+  std::function<void(double fraction)> progress;
+};
+
+// Runs one policy of the scenario through the engine.
+PolicyResult RunPolicy(const Scenario& scenario, const PolicySpec& policy,
+                       const PolicyRunOptions& options = {});
+
+// One point of the spot-savings-against-deadline-slack sweep.
+struct SlackPoint {
+  double slack = 0;
+  std::string policy;
+  double cost = 0;
+  double on_demand_cost = 0;
+  double savings = 0;  // 1 - cost / on_demand_cost
+  int64_t deadline_misses = 0;
+  int64_t on_demand_misses = 0;
+};
+
+struct SimulationReport {
+  std::string scenario;
+  std::string description;
+  uint64_t seed = 0;
+  absl::Duration horizon;
+  std::vector<PolicyResult> results;  // in the scenario's order
+  size_t baseline = 0;
+  // The cheapest policy with startup P90, deadline misses and failures no
+  // worse than the baseline's (the baseline itself when none is cheaper).
+  size_t best = 0;
+  std::vector<SlackPoint> slack;
+};
+
+struct RunOptions {
+  // Called now and then with the fraction of all runs done.
+  std::function<void(double fraction)> progress;
+  // Whether to run the scenario's slack sweep.
+  bool slack_sweep = true;
+};
+
+// Runs every policy (and the slack sweep). Errors: InvalidArgument for a
+// scenario without workloads or policies, or with a baseline that names no
+// policy.
+absl::StatusOr<SimulationReport> RunScenario(const Scenario& scenario, const RunOptions& options = {});
+
+// The report as a fixed-width table (one row per policy, then the best
+// policy), JSON, CSV (one row per policy), or a self-contained HTML page with
+// inline SVG charts (startup latency CDF per policy; cost against Fixed(T)
+// keep-alive; spot savings against deadline slack). All deterministic.
+std::string FormatTable(const SimulationReport& report);
+std::string FormatJson(const SimulationReport& report);
+std::string FormatCsv(const SimulationReport& report);
+std::string FormatHtml(const SimulationReport& report);
+
+}  // namespace kiln::sim
+
+#endif  // KILN_SIM_SCENARIO_H_

@@ -1,0 +1,172 @@
+// Workloads for the simulation backend: streams of CreateTrainingJob
+// submissions, generated or replayed, for kiln::sim::RunScenario
+// (kiln/sim/scenario.h) or any other driver of an engine in virtual time.
+//
+// A WorkloadGenerator submits jobs to a WorkloadSink (the driver) by
+// scheduling its own events on the sink's loop; closed-loop generators (an
+// HPO sweep, a user who waits for a result before the next experiment) hear
+// when their jobs end. Shipped generators:
+// - NewHpoSweep: sweeps of N trials with P running at once; the tuner
+//   submits the next trial a short gap after one ends.
+// - NewNightlyBatch: one job per city, M cities, every day at a set time.
+// - NewInteractive: U users, each submitting a job, waiting for it to end,
+//   thinking (a lognormal think time), submitting the next.
+// - NewTraceReplay: JSON Lines of {"arrival", "request", "sim"} (see
+//   ParseJobTrace).
+// A mix is several generators on one sink.
+//
+// Every draw a generator makes is keyed by the job it is for (its index in
+// the generator), so a job looks the same under every policy even when
+// policies change the order in which things happen.
+//
+// Threading: loop thread only.
+#ifndef KILN_SIM_WORKLOAD_H_
+#define KILN_SIM_WORKLOAD_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kiln/event_loop.h"
+#include "kiln/sim/models.h"
+#include "kiln/v1/sagemaker.pb.h"
+
+namespace kiln::sim {
+
+// What the simulation needs to know about a job beyond its request.
+struct SimJobAttributes {
+  // Run time without interruptions (the job's work).
+  absl::Duration work = absl::Minutes(10);
+  // Progress is saved every this much work when the job has a
+  // CheckpointConfig (a spot policy may set both); zero: no checkpoints.
+  absl::Duration checkpoint_interval = absl::ZeroDuration();
+  int64_t image_bytes = 0;  // training image (cold pull)
+  int64_t data_bytes = 0;   // per input channel
+  // When the job must be done by, counted from its arrival (none: no deadline).
+  std::optional<absl::Duration> deadline;
+  // Whether a spot policy may run the job on spot capacity.
+  bool spot_eligible = false;
+  // Exit code of the training container (non-zero: an algorithm error at the
+  // end of its work).
+  int exit_code = 0;
+  absl::Duration upload = absl::Seconds(5);
+};
+
+// One submission.
+struct SimJob {
+  std::string name;  // its TrainingJobName
+  // The request, whatever its TrainingJobName says (the driver names it);
+  // usually one template shared by all the jobs of a generator.
+  std::shared_ptr<const v1::CreateTrainingJobRequest> request;
+  SimJobAttributes attributes;
+};
+
+class WorkloadGenerator;
+
+// Where generators submit jobs. Implemented by the driver.
+class WorkloadSink {
+ public:
+  virtual ~WorkloadSink() = default;
+  // The loop the generator schedules its events on.
+  virtual EventLoop& loop() = 0;
+  // Jobs arriving at or after this time are not submitted (generators stop).
+  virtual absl::Time horizon_end() const = 0;
+  // Creates the job now. `from` hears when it ends: OnJobEnded(tag).
+  virtual void Submit(SimJob job, WorkloadGenerator* from, uint64_t tag) = 0;
+};
+
+class WorkloadGenerator {
+ public:
+  virtual ~WorkloadGenerator() = default;
+  // Starts generating; `sink` must outlive the generator's events.
+  virtual void Start(WorkloadSink& sink) = 0;
+  // A job it submitted with `tag` ended (Completed, Failed or Stopped), now.
+  virtual void OnJobEnded(uint64_t tag) {}
+  // How many jobs it will submit before the horizon, if known (0: unknown).
+  virtual int64_t ExpectedJobs() const { return 0; }
+};
+
+// What each generated job looks like.
+struct JobTemplate {
+  // The request; TrainingJobName is set per job. See DefaultRequest().
+  v1::CreateTrainingJobRequest request;
+  // Work per job (lognormal around the median; max_factor bounds it).
+  DurationDist work{absl::Minutes(30), 0.5, 10};
+  absl::Duration checkpoint_interval = absl::ZeroDuration();
+  int64_t image_bytes = 1340000000;  // the calibration table's 1.34 GB image
+  int64_t data_bytes = 2000000000;   // and 2 GB of data
+  // > 0: deadline = deadline_slack * work after arrival.
+  double deadline_slack = 0;
+  bool spot_eligible = false;
+  // Fraction of jobs that end with an algorithm error (exit code 1).
+  double algorithm_error_rate = 0;
+};
+
+// A valid request for `count` x `instance_type`, one channel "train" in
+// `input_mode` ("File", "FastFile", "Pipe", or "FSx" for an FSx for Lustre
+// FileSystemDataSource read in File mode), KeepAlivePeriodInSeconds
+// `keep_alive_seconds` (0: none), MaxRuntimeInSeconds 28 days.
+v1::CreateTrainingJobRequest DefaultRequest(std::string_view instance_type, int32_t count,
+                                            std::string_view input_mode, int32_t keep_alive_seconds);
+
+struct HpoSweepOptions {
+  std::string name = "hpo";  // job names: <name>-<sweep>-<trial>
+  JobTemplate job;
+  int32_t trials = 100;
+  int32_t parallelism = 10;
+  int32_t sweeps = 1;
+  absl::Duration first_start = absl::ZeroDuration();  // after the sink's start
+  absl::Duration every = absl::Hours(24);             // between sweep starts
+  // The tuner's delay between a trial's end and the next submission.
+  DurationDist gap{absl::Seconds(10), 0.5};
+};
+std::unique_ptr<WorkloadGenerator> NewHpoSweep(HpoSweepOptions options, uint64_t seed);
+
+struct NightlyBatchOptions {
+  std::string name = "nightly";  // job names: <name>-d<day>-<city>
+  JobTemplate job;
+  int32_t cities = 50;
+  int32_t days = 7;
+  absl::Duration at = absl::Hours(2);       // after the start of each day
+  absl::Duration spread = absl::Minutes(30);  // arrivals uniform in [at, at + spread)
+};
+std::unique_ptr<WorkloadGenerator> NewNightlyBatch(NightlyBatchOptions options, uint64_t seed);
+
+struct InteractiveOptions {
+  std::string name = "dev";  // job names: <name>-u<user>-<k>
+  JobTemplate job;
+  int32_t users = 10;
+  int32_t jobs_per_user = 20;
+  absl::Duration start_spread = absl::Hours(1);  // first jobs uniform in [0, spread)
+  DurationDist think_time{absl::Minutes(5), 1.0, 20};
+};
+std::unique_ptr<WorkloadGenerator> NewInteractive(InteractiveOptions options, uint64_t seed);
+
+// One line of a job trace.
+struct TraceEntry {
+  absl::Duration arrival;  // after the sink's start
+  SimJob job;
+};
+
+// Parses JSON Lines, one job per line (blank lines skipped):
+//   {"arrival": 120, "request": {<CreateTrainingJob JSON>},
+//    "sim": {"work": 1800, "checkpoint_every": 300, "image_bytes": 1340000000,
+//            "data_bytes": 2000000000, "deadline": 7200, "spot_eligible": true,
+//            "exit_code": 0, "upload": 5}}
+// `arrival` is seconds after the start; "sim" and each of its members are
+// optional (defaults of SimJobAttributes). The request is read with
+// kiln::ParseJson; it must name the job. Entries are returned sorted by
+// arrival (ties keep file order).
+// Errors: InvalidArgument naming the line and the problem.
+absl::StatusOr<std::vector<TraceEntry>> ParseJobTrace(std::string_view jsonl);
+
+std::unique_ptr<WorkloadGenerator> NewTraceReplay(std::vector<TraceEntry> entries);
+
+}  // namespace kiln::sim
+
+#endif  // KILN_SIM_WORKLOAD_H_

@@ -1,0 +1,147 @@
+#include "kiln/sim/policies.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace kiln::sim {
+namespace {
+
+std::string Seconds(absl::Duration d) { return absl::StrCat(absl::ToInt64Seconds(d), "s"); }
+
+class UniformProgressHandler final : public SpotInterruptionHandler {
+ public:
+  explicit UniformProgressHandler(UniformProgressOptions options) : options_(std::move(options)) {}
+
+  InterruptionDecision OnInterruption(const InterruptionContext& c) override {
+    InterruptionDecision d;
+    d.delay = options_.retry_delay;
+    d.use_spot = c.on_spot;
+    if (!c.preempted && c.infrastructure_failures > c.max_retry_attempts) {
+      d.action = InterruptionDecision::Action::kGiveUp;
+      d.failure_reason =
+          c.max_retry_attempts == 0
+              ? absl::StrCat("InternalServerError: instance ", std::string(c.host_name),
+                             " was lost; the job has no RetryStrategy")
+              : absl::StrCat("InternalServerError: instance ", std::string(c.host_name),
+                             " was lost; RetryStrategy.MaximumRetryAttempts (", c.max_retry_attempts,
+                             ") is used up");
+      return d;
+    }
+    std::optional<ProgressView> view;
+    if (options_.view) view = options_.view(c.job_name);
+    if (view) {
+      view->on_spot = c.on_spot;
+      d.use_spot = UniformProgressUsesSpot(*view, c.now, options_.hysteresis);
+    }
+    if (options_.on_decision) options_.on_decision(c.job_name, d.use_spot);
+    return d;
+  }
+
+  std::string Name() const override { return "UniformProgress"; }
+
+ private:
+  UniformProgressOptions options_;
+};
+
+}  // namespace
+
+std::string KeepAliveChoice::Name() const {
+  switch (kind) {
+    case Kind::kNever:
+      return "Never";
+    case Kind::kJobRequested:
+      return "JobRequested";
+    case Kind::kFixed:
+      return absl::StrCat("Fixed(", Seconds(fixed), ")");
+    case Kind::kAdaptive:
+      return absl::StrCat("AdaptiveHistogram(p", adaptive.percentile * 100, ")");
+  }
+  return "";
+}
+
+std::shared_ptr<KeepAlivePolicy> KeepAliveChoice::New() const {
+  switch (kind) {
+    case Kind::kNever:
+      return NewNeverKeepAlive();
+    case Kind::kJobRequested:
+      return NewJobRequestedKeepAlive();
+    case Kind::kFixed:
+      return NewFixedKeepAlive(fixed);
+    case Kind::kAdaptive:
+      return NewAdaptiveHistogramKeepAlive(adaptive);
+  }
+  return NewJobRequestedKeepAlive();
+}
+
+std::string SpotChoice::Name() const {
+  switch (kind) {
+    case Kind::kOnDemand:
+      return "OnDemand";
+    case Kind::kSpot:
+      return absl::StrCat("Spot(ckpt ", Seconds(checkpoint_interval), ")");
+    case Kind::kUniformProgress:
+      return absl::StrCat("UniformProgress(ckpt ", Seconds(checkpoint_interval), ")");
+  }
+  return "";
+}
+
+absl::Duration SafetyExcess(const ProgressView& v, absl::Time now) {
+  return (v.deadline - now) - (v.work - v.progress) - v.margin;
+}
+
+bool UniformProgressUsesSpot(const ProgressView& v, absl::Time now, absl::Duration hysteresis) {
+  // The safety net first.
+  if (SafetyExcess(v, now) < absl::ZeroDuration()) return false;
+  // The line from (arrival, 0) to (deadline, work).
+  const absl::Duration span = v.deadline - v.arrival;
+  if (span <= absl::ZeroDuration()) return false;
+  const double elapsed = std::clamp(absl::FDivDuration(now - v.arrival, span), 0.0, 1.0);
+  const absl::Duration expected = v.work * elapsed;
+  const absl::Duration ahead = v.progress - expected;
+  if (v.on_spot) return ahead >= absl::ZeroDuration();
+  // Back to spot only with room for hysteresis, on the line and in the safety net.
+  return ahead >= hysteresis && SafetyExcess(v, now) >= hysteresis;
+}
+
+absl::Duration RestartMargin(const SimModels& models, const v1::CreateTrainingJobRequest& request,
+                             const SimJobAttributes& attributes, absl::Duration checkpoint_interval,
+                             absl::Duration retry_delay) {
+  const auto& rc = request.resource_config();
+  absl::Duration provisioning, start, image;
+  auto add_type = [&](const std::string& type) {
+    const InstanceTypeModel& t = models.Type(type);
+    provisioning = std::max(provisioning, t.provisioning.Max());
+    start = std::max(start, t.container_start.Max());
+    image = std::max(image, t.image_pull.MaxTime(attributes.image_bytes));
+  };
+  if (rc.instance_groups_size() > 0) {
+    for (const auto& g : rc.instance_groups()) add_type(g.instance_type());
+  } else {
+    add_type(rc.instance_type());
+  }
+  absl::Duration data;
+  const std::string& default_mode = request.algorithm_specification().training_input_mode();
+  for (const v1::Channel& c : request.input_data_config()) {
+    const std::string mode = c.data_source().has_file_system_data_source() ? "FSx"
+                             : c.has_input_mode()                         ? c.input_mode()
+                                                                          : default_mode;
+    data = std::max(data, models.data.Max(mode, attributes.data_bytes));
+  }
+  const absl::Duration notice = models.Type(rc.instance_groups_size() > 0 ? rc.instance_groups(0).instance_type()
+                                                                        : rc.instance_type())
+                                    .spot_notice;
+  // Capacity errors and the engine's first capacity retry: one round.
+  const absl::Duration capacity = models.capacity_error_latency + absl::Seconds(30);
+  return checkpoint_interval + notice + retry_delay + capacity + provisioning + start + image + data +
+         attributes.upload + absl::Seconds(5);
+}
+
+std::unique_ptr<SpotInterruptionHandler> NewUniformProgressHandler(UniformProgressOptions options) {
+  return std::make_unique<UniformProgressHandler>(std::move(options));
+}
+
+}  // namespace kiln::sim

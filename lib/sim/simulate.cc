@@ -1,0 +1,554 @@
+// RunPolicy and RunScenario: a scenario's workloads through the real engine
+// in virtual time, one policy at a time.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "kiln/engine.h"
+#include "kiln/sim/scenario.h"
+#include "kiln/sim/sim.h"
+
+namespace kiln::sim {
+namespace {
+
+constexpr int64_t kMaxSeconds = 2419200;  // the service's MaxRuntimeInSeconds limit (28 days)
+constexpr char kCheckpointPrefix[] = "s3://kiln-sim/checkpoints/";
+constexpr absl::Duration kRetryDelay = absl::Seconds(30);
+// How long after the horizon jobs may still run before the run stops them.
+constexpr absl::Duration kDrainLimit = absl::Hours(24 * 30);
+
+// (Debian's Abseil hashes absl::string_view, not std::string_view.)
+absl::string_view Key(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+enum class Phase { kWaiting, kPreparing, kTraining, kUploading, kEnded };
+enum class End { kCompleted, kFailed, kStopped };
+
+// One job as the workload submitted it, across its resubmissions.
+struct Job {
+  std::string logical;  // name as submitted
+  std::string current;  // the engine's job now
+  WorkloadGenerator* from = nullptr;
+  uint64_t tag = 0;
+  std::shared_ptr<const v1::CreateTrainingJobRequest> request;  // the workload's, unnamed
+  SimJobAttributes attributes;
+  absl::Time arrival;
+  std::optional<absl::Time> deadline;
+  absl::Duration margin;
+  std::string checkpoint_uri;
+  bool on_spot = false;
+  bool migrating = false;
+  int submissions = 1;
+  Phase phase = Phase::kWaiting;
+  std::optional<absl::Time> first_training;
+  bool warm = false;
+  absl::Duration progress;         // saved progress, over all submissions
+  absl::Duration submission_base;  // progress when the current submission began
+  int64_t spot_interruptions = 0;
+  int64_t node_failures = 0;
+  absl::Duration lost_instance_time;
+  TimerHandle safety;
+};
+
+double Hours(absl::Duration d) { return absl::ToDoubleHours(d); }
+
+double NearestRank(const std::vector<float>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const double rank = std::ceil(p * static_cast<double>(sorted.size()));
+  const size_t i = static_cast<size_t>(std::clamp(rank, 1.0, static_cast<double>(sorted.size()))) - 1;
+  return sorted[i];
+}
+
+class PolicyRun final : public WorkloadSink, public JobObserver {
+ public:
+  PolicyRun(const Scenario& scenario, const PolicySpec& policy, const PolicyRunOptions& options)
+      : scenario_(scenario), policy_(policy), options_(options) {}
+
+  PolicyResult Run() {
+    loop_ = NewVirtualEventLoop();
+    start_ = loop_->Now();
+    horizon_end_ = start_ + scenario_.horizon;
+    SimClusterOptions provider_options;
+    provider_options.models = scenario_.models;
+    provider_options.behavior = [this](std::string_view job) { return Behavior(job); };
+    provider_options.on_cluster_freed = [this](std::string_view job) { OnClusterFreed(job); };
+    provider_ = NewSimClusterProvider(*loop_, std::move(provider_options));
+    SimDataChannelOptions channel_options;
+    channel_options.models = scenario_.models;
+    channel_options.channel_bytes = [this](std::string_view job, std::string_view) -> int64_t {
+      auto it = active_.find(Key(job));
+      return it == active_.end() ? 0 : it->second->attributes.data_bytes;
+    };
+    channel_ = NewSimDataChannel(*loop_, std::move(channel_options));
+    if (policy_.spot.kind == SpotChoice::Kind::kUniformProgress) {
+      UniformProgressOptions up;
+      up.hysteresis = policy_.spot.hysteresis;
+      up.retry_delay = kRetryDelay;
+      up.view = [this](std::string_view job) -> std::optional<ProgressView> {
+        auto it = active_.find(Key(job));
+        if (it == active_.end() || !it->second->deadline) return std::nullopt;
+        return View(*it->second);
+      };
+      up.on_decision = [this](std::string_view job, bool use_spot) {
+        if (auto it = active_.find(Key(job)); it != active_.end()) it->second->on_spot = use_spot;
+      };
+      handler_ = NewUniformProgressHandler(std::move(up));
+    } else {
+      handler_ = NewDefaultSpotInterruptionHandler({.retry_delay = kRetryDelay});
+    }
+    EngineOptions engine_options;
+    engine_options.loop = loop_.get();
+    engine_options.cluster_provider = provider_.get();
+    engine_options.data_channel = channel_.get();
+    engine_options.spot_handler = handler_.get();
+    engine_options.warm_pools.policy = policy_.keep_alive.New();
+    engine_ = NewEngine(std::move(engine_options)).value();
+    engine_->AddObserver(this);
+
+    for (const WorkloadSpec& w : scenario_.workloads) {
+      if (options_.spot_eligible_only && !w.spot_eligible) continue;
+      generators_.push_back(w.make(scenario_.seed));
+      generators_.back()->Start(*this);
+    }
+    const absl::Duration chunk = std::max(absl::Minutes(1), scenario_.horizon / 200);
+    bool drained = false;
+    while (loop_->pending_events() > 0) {
+      loop_->RunUntil(loop_->Now() + chunk);
+      if (!drained && loop_->Now() > horizon_end_ + kDrainLimit) {
+        // Jobs still there long after the horizon wait for capacity that
+        // never comes (e.g. an on-demand capacity of 0): stop them.
+        drained = true;
+        draining_ = true;
+        std::vector<std::string> names;
+        for (const auto& [name, job] : active_) names.push_back(name);
+        std::sort(names.begin(), names.end());
+        for (const std::string& name : names) {
+          v1::StopTrainingJobRequest stop;
+          stop.set_training_job_name(name);
+          (void)engine_->StopTrainingJob(stop);
+        }
+      }
+      if (options_.progress) {
+        options_.progress(std::min(1.0, absl::FDivDuration(loop_->Now() - start_, scenario_.horizon)));
+      }
+    }
+    return Collect();
+  }
+
+  // --- WorkloadSink
+
+  EventLoop& loop() override { return *loop_; }
+  absl::Time horizon_end() const override { return horizon_end_; }
+
+  void Submit(SimJob sim_job, WorkloadGenerator* from, uint64_t tag) override {
+    auto job = std::make_unique<Job>();
+    Job& j = *job;
+    j.logical = std::move(sim_job.name);
+    j.current = j.logical;
+    j.from = from;
+    j.tag = tag;
+    j.arrival = loop_->Now();
+    j.attributes = sim_job.attributes;
+    j.request = std::move(sim_job.request);
+    SimJobAttributes& a = j.attributes;
+    if (options_.deadline_slack && a.spot_eligible) {
+      a.deadline = absl::Floor(a.work * *options_.deadline_slack + absl::Milliseconds(500), absl::Seconds(1));
+    }
+    if (a.deadline) j.deadline = j.arrival + *a.deadline;
+    const bool spot_policy = a.spot_eligible && policy_.spot.kind != SpotChoice::Kind::kOnDemand;
+    if (spot_policy) a.checkpoint_interval = policy_.spot.checkpoint_interval;
+    if (a.checkpoint_interval > absl::ZeroDuration()) j.checkpoint_uri = absl::StrCat(kCheckpointPrefix, j.logical);
+    const bool uniform_progress = policy_.spot.kind == SpotChoice::Kind::kUniformProgress;
+    if (uniform_progress && j.deadline) {
+      j.margin = RestartMargin(*scenario_.models, *j.request, a, a.checkpoint_interval, kRetryDelay);
+    }
+    bool spot = false;
+    if (spot_policy) {
+      spot = true;
+      if (uniform_progress && j.deadline) {
+        ProgressView view = View(j);
+        view.on_spot = true;
+        spot = UniformProgressUsesSpot(view, j.arrival, policy_.spot.hysteresis);
+      }
+    }
+    j.on_spot = spot;
+    ++jobs_;
+    Create(std::move(job));
+  }
+
+  // --- JobObserver
+
+  void OnStatusChange(const StatusEvent& e) override {
+    auto it = active_.find(Key(e.job_name));
+    if (it == active_.end()) return;
+    Job& j = *it->second;
+    const std::string_view s = e.secondary_status;
+    if (s == "Training") {
+      j.phase = Phase::kTraining;
+      if (!j.first_training) j.first_training = e.time;
+    } else if (s == "Uploading") {
+      j.phase = Phase::kUploading;
+    } else if (s == "Downloading") {
+      j.phase = Phase::kPreparing;
+    } else if (s == "Starting") {
+      j.phase = e.message == "Preparing the instances for training" ? Phase::kPreparing : Phase::kWaiting;
+    } else if (s == "Pending" || s == "Interrupted") {
+      j.phase = Phase::kWaiting;
+    }
+    const std::string_view status = e.status;
+    if (status == "Completed" || status == "Failed" || status == "Stopped") {
+      j.phase = Phase::kEnded;
+      const End end = status == "Completed" ? End::kCompleted : status == "Failed" ? End::kFailed : End::kStopped;
+      // Not inline: the engine is in the middle of ending the job.
+      loop_->ScheduleAfter(absl::ZeroDuration(), [this, name = j.current, end] { Finalize(name, end); });
+      return;
+    }
+    if (policy_.spot.kind == SpotChoice::Kind::kUniformProgress && j.on_spot && j.deadline &&
+        j.phase == Phase::kWaiting && s == "Starting") {
+      ArmSafety(j);
+    }
+  }
+
+ private:
+  SimJobBehavior Behavior(std::string_view name) const {
+    SimJobBehavior b;
+    auto it = active_.find(Key(name));
+    if (it == active_.end()) return b;
+    const SimJobAttributes& a = it->second->attributes;
+    b.run_duration = a.work;
+    b.checkpoint_interval = a.checkpoint_interval;
+    b.image_bytes = a.image_bytes;
+    b.exit_code = a.exit_code;
+    if (a.exit_code != 0) b.failure_text = "the training script exited with an error";
+    b.upload_duration = a.upload;
+    return b;
+  }
+
+  ProgressView View(const Job& j) const {
+    ProgressView v;
+    v.arrival = j.arrival;
+    v.deadline = j.deadline.value_or(absl::InfiniteFuture());
+    v.work = j.attributes.work;
+    v.progress = std::max(j.progress, provider_->JobStats(j.current).progress);
+    v.margin = j.margin;
+    v.on_spot = j.on_spot;
+    return v;
+  }
+
+  static void SetCapacity(v1::CreateTrainingJobRequest& r, bool spot) {
+    auto* sc = r.mutable_stopping_condition();
+    if (spot) {
+      r.set_enable_managed_spot_training(true);
+      r.mutable_resource_config()->clear_keep_alive_period_in_seconds();
+      if (!sc->has_max_runtime_in_seconds()) sc->set_max_runtime_in_seconds(kMaxSeconds);
+      sc->set_max_wait_time_in_seconds(std::max<int64_t>(kMaxSeconds, sc->max_runtime_in_seconds()));
+    } else {
+      r.clear_enable_managed_spot_training();
+      sc->clear_max_wait_time_in_seconds();
+    }
+  }
+
+  void Create(std::unique_ptr<Job> job) {
+    Job& j = *job;
+    const std::string name = j.current;
+    // The workload's request, named, with the policy's capacity and
+    // checkpoints. (Into one reused message: its buffers are reused.)
+    request_.CopyFrom(*j.request);
+    request_.set_training_job_name(name);
+    if (!j.checkpoint_uri.empty()) request_.mutable_checkpoint_config()->set_s3_uri(j.checkpoint_uri);
+    SetCapacity(request_, j.on_spot);
+    active_[name] = std::move(job);
+    auto created = engine_->CreateTrainingJob(request_);
+    if (!created.ok()) {
+      ++rejected_;
+      if (first_error_.empty()) first_error_ = absl::StrCat(name, ": ", created.status().message());
+      std::unique_ptr<Job> gone = std::move(active_[name]);
+      active_.erase(name);
+      if (gone->from != nullptr) {
+        WorkloadGenerator* from = gone->from;
+        const uint64_t tag = gone->tag;
+        loop_->ScheduleAfter(absl::ZeroDuration(), [from, tag] { from->OnJobEnded(tag); });
+      }
+    }
+  }
+
+  // Uniform Progress's safety net while a spot job has no instances: when
+  // its excess runs out, it moves to on-demand.
+  void ArmSafety(Job& j) {
+    loop_->Cancel(j.safety);
+    const absl::Duration excess = SafetyExcess(View(j), loop_->Now());
+    j.safety = loop_->ScheduleAfter(std::max(absl::ZeroDuration(), excess),
+                                    [this, name = j.current] { CheckSafety(name); });
+  }
+
+  void CheckSafety(const std::string& name) {
+    auto it = active_.find(name);
+    if (it == active_.end()) return;
+    Job& j = *it->second;
+    j.safety = TimerHandle();
+    if (!j.on_spot || j.migrating || j.phase == Phase::kTraining || j.phase == Phase::kUploading ||
+        j.phase == Phase::kEnded) {
+      return;
+    }
+    j.migrating = true;
+    v1::StopTrainingJobRequest stop;
+    stop.set_training_job_name(name);
+    if (!engine_->StopTrainingJob(stop).ok()) j.migrating = false;
+  }
+
+  void Finalize(const std::string& name, End end) {
+    auto it = active_.find(name);
+    if (it == active_.end()) return;
+    std::unique_ptr<Job> job = std::move(it->second);
+    active_.erase(it);
+    Job& j = *job;
+    loop_->Cancel(j.safety);
+    const SimJobStats st = provider_->ForgetJob(name);
+    j.spot_interruptions += st.spot_interruptions;
+    j.node_failures += st.instance_failures;
+    const absl::Duration advanced = std::max(absl::ZeroDuration(), st.progress - j.submission_base);
+    if (st.work_executed > advanced) j.lost_instance_time += (st.work_executed - advanced) * st.instance_count;
+    j.progress = std::max(j.progress, st.progress);
+    if (j.submissions == 1 && st.warm_start) j.warm = true;
+    Delete(name);
+    if (end == End::kStopped && j.migrating && !draining_) {
+      Resubmit(std::move(job));
+      return;
+    }
+    Record(j, end);
+    if (!j.checkpoint_uri.empty()) provider_->ForgetCheckpoint(j.checkpoint_uri);
+    if (j.from != nullptr) j.from->OnJobEnded(j.tag);
+  }
+
+  // The rest of a migrating job's work, on on-demand, from its checkpoint.
+  void Resubmit(std::unique_ptr<Job> job) {
+    Job& j = *job;
+    ++migrations_;
+    j.migrating = false;
+    j.on_spot = false;
+    j.phase = Phase::kWaiting;
+    j.current = absl::StrCat(j.logical, "-m", j.submissions);
+    ++j.submissions;
+    j.submission_base = j.progress;
+    Create(std::move(job));
+  }
+
+  void Delete(const std::string& name) {
+    v1::DeleteTrainingJobRequest r;
+    r.set_training_job_name(name);
+    // FailedPrecondition: its warm pool is Available; deleted once the
+    // provider says the cluster moved on.
+    if (absl::IsFailedPrecondition(engine_->DeleteTrainingJob(r))) awaiting_delete_.insert(name);
+  }
+
+  void OnClusterFreed(std::string_view job) {
+    auto it = awaiting_delete_.find(Key(job));
+    if (it == awaiting_delete_.end()) return;
+    std::string name = *it;
+    awaiting_delete_.erase(it);
+    loop_->ScheduleAfter(absl::ZeroDuration(), [this, name = std::move(name)] { Delete(name); });
+  }
+
+  void Record(const Job& j, End end) {
+    const absl::Time now = loop_->Now();
+    switch (end) {
+      case End::kCompleted:
+        ++completed_;
+        break;
+      case End::kFailed:
+        ++failed_;
+        break;
+      case End::kStopped:
+        ++stopped_;
+        break;
+    }
+    if (j.first_training) {
+      startups_.push_back(static_cast<float>(absl::ToDoubleSeconds(*j.first_training - j.arrival)));
+      if (j.warm) ++warm_hits_;
+    }
+    spot_interruptions_ += j.spot_interruptions;
+    node_failures_ += j.node_failures;
+    lost_instance_time_ += j.lost_instance_time;
+    bool met = true;
+    if (j.deadline) {
+      ++deadline_jobs_;
+      met = end == End::kCompleted && now <= *j.deadline;
+      if (!met) ++deadline_misses_;
+    }
+    if (options_.keep_outcomes) {
+      JobOutcome o;
+      o.name = j.logical;
+      o.completed = end == End::kCompleted;
+      o.has_deadline = j.deadline.has_value();
+      o.met_deadline = j.deadline && met;
+      o.startup = j.first_training ? *j.first_training - j.arrival : absl::ZeroDuration();
+      o.duration = now - j.arrival;
+      outcomes_.push_back(std::move(o));
+    }
+  }
+
+  PolicyResult Collect() {
+    PolicyResult r;
+    r.policy = policy_.name;
+    r.keep_alive = policy_.keep_alive.Name();
+    r.spot = policy_.spot.Name();
+    if (policy_.keep_alive.kind == KeepAliveChoice::Kind::kFixed) r.fixed_keep_alive = policy_.keep_alive.fixed;
+    r.uses_spot = policy_.spot.kind != SpotChoice::Kind::kOnDemand;
+    r.jobs = jobs_;
+    r.completed = completed_;
+    r.failed = failed_;
+    r.stopped = stopped_;
+    r.rejected = rejected_;
+    r.first_error = first_error_;
+    const SimAccounting a = provider_->Accounting();
+    r.cost = a.cost;
+    r.billable_instance_hours = Hours(a.on_demand_busy + a.spot_busy);
+    r.spot_instance_hours = Hours(a.spot_busy);
+    r.warm_retained_instance_hours = Hours(a.warm_idle);
+    r.started = static_cast<int64_t>(startups_.size());
+    r.warm_hits = warm_hits_;
+    r.warm_hit_rate = r.started > 0 ? static_cast<double>(warm_hits_) / static_cast<double>(r.started) : 0;
+    std::sort(startups_.begin(), startups_.end());
+    r.startup_p50 = NearestRank(startups_, 0.50);
+    r.startup_p90 = NearestRank(startups_, 0.90);
+    r.startup_p99 = NearestRank(startups_, 0.99);
+    if (!startups_.empty()) {
+      for (int q = 0; q <= 100; ++q) r.startup_quantiles.push_back(q == 0 ? startups_.front() : NearestRank(startups_, q / 100.0));
+    }
+    r.spot_interruptions = spot_interruptions_;
+    r.node_failures = node_failures_;
+    r.migrations = migrations_;
+    r.lost_work_instance_hours = Hours(lost_instance_time_);
+    r.deadline_jobs = deadline_jobs_;
+    r.deadline_misses = deadline_misses_;
+    r.outcomes = std::move(outcomes_);
+    r.events = loop_->executed_events();
+    return r;
+  }
+
+  const Scenario& scenario_;
+  const PolicySpec& policy_;
+  const PolicyRunOptions& options_;
+
+  std::vector<std::unique_ptr<WorkloadGenerator>> generators_;
+  std::unique_ptr<EventLoop> loop_;
+  std::unique_ptr<SimClusterProvider> provider_;
+  std::unique_ptr<DataChannel> channel_;
+  std::unique_ptr<SpotInterruptionHandler> handler_;
+  std::unique_ptr<Engine> engine_;
+  absl::Time start_;
+  absl::Time horizon_end_;
+  bool draining_ = false;  // past the drain limit: remaining jobs are being stopped
+
+  absl::flat_hash_map<std::string, std::unique_ptr<Job>> active_;  // by the engine's name
+  v1::CreateTrainingJobRequest request_;  // scratch for Create
+  absl::flat_hash_set<std::string> awaiting_delete_;
+
+  int64_t jobs_ = 0, completed_ = 0, failed_ = 0, stopped_ = 0, rejected_ = 0;
+  std::string first_error_;
+  std::vector<float> startups_;
+  int64_t warm_hits_ = 0, spot_interruptions_ = 0, node_failures_ = 0, migrations_ = 0;
+  int64_t deadline_jobs_ = 0, deadline_misses_ = 0;
+  absl::Duration lost_instance_time_;
+  std::vector<JobOutcome> outcomes_;
+};
+
+}  // namespace
+
+PolicyResult RunPolicy(const Scenario& scenario, const PolicySpec& policy, const PolicyRunOptions& options) {
+  PolicyRun run(scenario, policy, options);
+  return run.Run();
+}
+
+absl::StatusOr<SimulationReport> RunScenario(const Scenario& scenario, const RunOptions& options) {
+  if (scenario.workloads.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("scenario '", scenario.name, "' has no workloads"));
+  }
+  if (scenario.policies.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("scenario '", scenario.name, "' has no policies"));
+  }
+  SimulationReport report;
+  report.scenario = scenario.name;
+  report.description = scenario.description;
+  report.seed = scenario.seed;
+  report.horizon = scenario.horizon;
+  if (!scenario.baseline.empty()) {
+    auto it = std::find_if(scenario.policies.begin(), scenario.policies.end(),
+                           [&](const PolicySpec& p) { return p.name == scenario.baseline; });
+    if (it == scenario.policies.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("scenario '", scenario.name, "': baseline '", scenario.baseline, "' names no policy"));
+    }
+    report.baseline = static_cast<size_t>(it - scenario.policies.begin());
+  }
+
+  // The slack sweep: on-demand, and each distinct spot policy, per slack.
+  std::vector<PolicySpec> sweep_policies;
+  if (options.slack_sweep && !scenario.slack_sweep.empty()) {
+    for (const PolicySpec& p : scenario.policies) {
+      if (p.spot.kind == SpotChoice::Kind::kOnDemand) continue;
+      const bool seen = std::any_of(sweep_policies.begin(), sweep_policies.end(),
+                                    [&](const PolicySpec& q) { return q.spot.Name() == p.spot.Name(); });
+      if (!seen) sweep_policies.push_back(PolicySpec{p.spot.Name(), scenario.policies[report.baseline].keep_alive, p.spot});
+    }
+  }
+  const size_t sweep_runs = sweep_policies.empty() ? 0 : scenario.slack_sweep.size() * (1 + sweep_policies.size());
+  const double total = static_cast<double>(scenario.policies.size() + sweep_runs);
+  size_t done = 0;
+  auto progress_of = [&](PolicyRunOptions& o) {
+    if (!options.progress) return;
+    o.progress = [&options, &done, total](double f) { options.progress((static_cast<double>(done) + f) / total); };
+  };
+
+  for (const PolicySpec& p : scenario.policies) {
+    PolicyRunOptions o;
+    progress_of(o);
+    report.results.push_back(RunPolicy(scenario, p, o));
+    ++done;
+  }
+  const PolicyResult& base = report.results[report.baseline];
+  report.best = report.baseline;
+  for (size_t i = 0; i < report.results.size(); ++i) {
+    const PolicyResult& r = report.results[i];
+    if (r.startup_p90 <= base.startup_p90 && r.deadline_misses <= base.deadline_misses &&
+        r.completed >= base.completed && r.cost < report.results[report.best].cost) {
+      report.best = i;
+    }
+  }
+
+  if (!sweep_policies.empty()) {
+    const PolicySpec on_demand{"OnDemand", scenario.policies[report.baseline].keep_alive, SpotChoice{}};
+    for (double slack : scenario.slack_sweep) {
+      PolicyRunOptions o;
+      o.deadline_slack = slack;
+      o.spot_eligible_only = true;
+      progress_of(o);
+      const PolicyResult od = RunPolicy(scenario, on_demand, o);
+      ++done;
+      for (const PolicySpec& p : sweep_policies) {
+        progress_of(o);
+        const PolicyResult r = RunPolicy(scenario, p, o);
+        ++done;
+        SlackPoint point;
+        point.slack = slack;
+        point.policy = p.name;
+        point.cost = r.cost;
+        point.on_demand_cost = od.cost;
+        point.savings = od.cost > 0 ? 1.0 - r.cost / od.cost : 0;
+        point.deadline_misses = r.deadline_misses;
+        point.on_demand_misses = od.deadline_misses;
+        report.slack.push_back(point);
+      }
+    }
+  }
+  if (options.progress) options.progress(1.0);
+  return report;
+}
+
+}  // namespace kiln::sim

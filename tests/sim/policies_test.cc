@@ -1,0 +1,207 @@
+// Spot policies: the Uniform Progress decision, the spot savings formula,
+// and Uniform Progress against on-demand on the shipped sample traces.
+#include "kiln/sim/policies.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "gtest/gtest.h"
+#include "kiln/engine.h"
+#include "kiln/sim/scenario.h"
+#include "kiln/sim/sim.h"
+
+namespace kiln::sim {
+namespace {
+
+const absl::Time kT0 = absl::FromUnixSeconds(1767225600);
+
+// A 10-hour job due 20 hours after it arrived, with a 1-hour margin.
+ProgressView Job(absl::Duration progress, bool on_spot) {
+  ProgressView v;
+  v.arrival = kT0;
+  v.deadline = kT0 + absl::Hours(20);
+  v.work = absl::Hours(10);
+  v.progress = progress;
+  v.margin = absl::Hours(1);
+  v.on_spot = on_spot;
+  return v;
+}
+
+TEST(UniformProgressTest, OnOrAboveTheLineStaysOnSpot) {
+  // At 8 h the line is at 4 h of work.
+  EXPECT_TRUE(UniformProgressUsesSpot(Job(absl::Hours(4), true), kT0 + absl::Hours(8), absl::Minutes(30)));
+  EXPECT_TRUE(UniformProgressUsesSpot(Job(absl::Hours(6), true), kT0 + absl::Hours(8), absl::Minutes(30)));
+}
+
+TEST(UniformProgressTest, BelowTheLineGoesOnDemand) {
+  EXPECT_FALSE(UniformProgressUsesSpot(Job(absl::Hours(3.9), true), kT0 + absl::Hours(8), absl::Minutes(30)));
+}
+
+TEST(UniformProgressTest, BackToSpotOnlyWithTheHysteresisAhead) {
+  const absl::Time now = kT0 + absl::Hours(8);
+  EXPECT_FALSE(UniformProgressUsesSpot(Job(absl::Hours(4.25), false), now, absl::Minutes(30)));
+  EXPECT_TRUE(UniformProgressUsesSpot(Job(absl::Hours(4.5), false), now, absl::Minutes(30)));
+}
+
+TEST(UniformProgressTest, SafetyNetOverridesTheLine) {
+  // 9 h of work left, 9.5 h to go, a 1-hour margin: not enough, whatever the line says.
+  ProgressView v = Job(absl::Hours(1), true);
+  v.arrival = kT0 + absl::Hours(10);  // the line would say "ahead"
+  const absl::Time now = kT0 + absl::Hours(10.5);
+  EXPECT_LT(SafetyExcess(v, now), absl::ZeroDuration());
+  EXPECT_FALSE(UniformProgressUsesSpot(v, now, absl::ZeroDuration()));
+}
+
+TEST(UniformProgressTest, HandlerRetriesOnTheChosenCapacityAndKeepsTheRetryBudget) {
+  std::map<std::string, bool> decisions;
+  UniformProgressOptions o;
+  o.hysteresis = absl::Minutes(30);
+  o.view = [](std::string_view job) -> std::optional<ProgressView> {
+    if (job == "behind") return Job(absl::Hours(1), true);
+    if (job == "ahead") return Job(absl::Hours(9), true);
+    return std::nullopt;
+  };
+  o.on_decision = [&](std::string_view job, bool spot) { decisions[std::string(job)] = spot; };
+  auto handler = NewUniformProgressHandler(o);
+  InterruptionContext c;
+  c.preempted = true;
+  c.on_spot = true;
+  c.now = kT0 + absl::Hours(8);
+  c.job_name = "behind";
+  EXPECT_FALSE(handler->OnInterruption(c).use_spot);
+  c.job_name = "ahead";
+  EXPECT_TRUE(handler->OnInterruption(c).use_spot);
+  c.job_name = "no-deadline";
+  EXPECT_TRUE(handler->OnInterruption(c).use_spot);
+  EXPECT_EQ(decisions, (std::map<std::string, bool>{{"ahead", true}, {"behind", false}, {"no-deadline", true}}));
+  // A lost instance beyond RetryStrategy ends the job, as the default handler does.
+  c.preempted = false;
+  c.infrastructure_failures = 1;
+  c.max_retry_attempts = 0;
+  const InterruptionDecision d = handler->OnInterruption(c);
+  EXPECT_EQ(d.action, InterruptionDecision::Action::kGiveUp);
+  EXPECT_TRUE(absl::StrContains(d.failure_reason, "no RetryStrategy"));
+}
+
+// Managed spot training reports savings = 1 - BillableTime / TrainingTime;
+// the provider bills exactly the billable time at the spot price, so the
+// saving against on-demand is 1 - (spot price x spot billable) /
+// (on-demand price x on-demand billable).
+TEST(SpotSavingsTest, SavingsFollowTheFormulaFromBillableTimeAndPrices) {
+  SimModels models = DefaultModels();
+  models.failures.enabled = false;
+  InstanceTypeModel& t = models.types["ml.p3.2xlarge"];
+  t.provisioning = {absl::Seconds(60), 0};
+  t.container_start = {absl::Seconds(10), 0};
+  auto run = [&](bool spot) {
+    auto loop = NewVirtualEventLoop();
+    SimClusterOptions options;
+    options.models = std::make_shared<const SimModels>(models);
+    options.behavior = [spot](std::string_view) {
+      SimJobBehavior b;
+      b.run_duration = absl::Hours(1);
+      b.checkpoint_interval = absl::Minutes(10);
+      if (spot) b.spot_notices = {absl::Seconds(1000)};  // 1,000 s into the first attempt
+      return b;
+    };
+    auto provider = NewSimClusterProvider(*loop, options);
+    EngineOptions eo;
+    eo.loop = loop.get();
+    eo.cluster_provider = provider.get();
+    auto engine = NewEngine(std::move(eo)).value();
+    v1::CreateTrainingJobRequest r = DefaultRequest("ml.p3.2xlarge", 1, "File", 0);
+    r.clear_input_data_config();
+    r.set_training_job_name("job");
+    r.mutable_checkpoint_config()->set_s3_uri("s3://bucket/ckpt/job");
+    if (spot) {
+      r.set_enable_managed_spot_training(true);
+      r.mutable_stopping_condition()->set_max_wait_time_in_seconds(2419200);
+    }
+    EXPECT_TRUE(engine->CreateTrainingJob(r).ok());
+    loop->RunUntilIdle();
+    v1::DescribeTrainingJobRequest d;
+    d.set_training_job_name("job");
+    return std::make_pair(engine->DescribeTrainingJob(d).value(), provider->Accounting());
+  };
+  const auto [spot, spot_bill] = run(true);
+  const auto [od, od_bill] = run(false);
+  // Spot: provisioned at 60 s, training at 100 s (30 s image + 10 s start),
+  // notice at 1,100 s, exit at 1,101 s with 600 s saved; retry at 1,131 s,
+  // training again at 1,231 s, 3,000 s left, done at 4,231 s, uploaded at
+  // 4,236 s. Billable: (1,101 - 60) + (4,236 - 1,191) = 4,086 s; training
+  // time 4,236 - 60 = 4,176 s.
+  EXPECT_EQ(spot.training_job_status(), "Completed");
+  EXPECT_EQ(spot.billable_time_in_seconds(), 4086);
+  EXPECT_EQ(spot.training_time_in_seconds(), 4176);
+  const double reported = 1.0 - 4086.0 / 4176.0;
+  EXPECT_TRUE(absl::StrContains(spot.secondary_status_transitions().rbegin()->status_message(),
+                                absl::StrFormat("Managed spot training savings: %.1f%%", reported * 100)));
+  EXPECT_EQ(spot_bill.spot_busy, absl::Seconds(4086));
+  const double spot_price = models.types["ml.p3.2xlarge"].spot_per_hour;
+  const double od_price = models.types["ml.p3.2xlarge"].on_demand_per_hour;
+  EXPECT_NEAR(spot_bill.cost, 4086 * spot_price / 3600, 1e-9);
+  // On-demand: 3,600 s of training plus 40 s preparation and 5 s upload.
+  EXPECT_EQ(od.billable_time_in_seconds(), 3645);
+  EXPECT_NEAR(od_bill.cost, 3645 * od_price / 3600, 1e-9);
+  const double saving = 1.0 - spot_bill.cost / od_bill.cost;
+  EXPECT_NEAR(saving, 1.0 - (spot_price * 4086) / (od_price * 3645), 1e-12);
+  EXPECT_NEAR(saving, 0.6637, 0.0001);  // spot at 30% of on-demand, 12% more instance time
+}
+
+// On the shipped sample traces, across deadline slacks: every job that
+// on-demand alone finishes by its deadline, Uniform Progress finishes by it
+// too, for less money. Plain spot, for contrast, misses some.
+TEST(UniformProgressScenarioTest, NeverMissesADeadlineThatOnDemandMeets) {
+  auto scenario = LoadScenario(absl::StrCat(KILN_SCENARIOS_DIR, "/spot_deadlines.json"));
+  ASSERT_TRUE(scenario.ok()) << scenario.status();
+  const PolicySpec on_demand{"OnDemand", {}, {}};
+  std::vector<PolicySpec> up;
+  for (absl::Duration k : {absl::Minutes(10), absl::Minutes(30)}) {
+    for (absl::Duration h : {absl::ZeroDuration(), absl::Minutes(20)}) {
+      SpotChoice c;
+      c.kind = SpotChoice::Kind::kUniformProgress;
+      c.checkpoint_interval = k;
+      c.hysteresis = h;
+      up.push_back({c.Name(), {}, c});
+    }
+  }
+  SpotChoice plain;
+  plain.kind = SpotChoice::Kind::kSpot;
+  int64_t plain_misses = 0, checked = 0;
+  for (double slack : {1.1, 1.25, 1.5, 2.0, 3.0}) {
+    PolicyRunOptions o;
+    o.deadline_slack = slack;
+    o.spot_eligible_only = true;
+    o.keep_outcomes = true;
+    const PolicyResult od = RunPolicy(*scenario, on_demand, o);
+    std::map<std::string, bool> od_met;
+    for (const JobOutcome& j : od.outcomes) od_met[j.name] = j.met_deadline;
+    for (const PolicySpec& p : up) {
+      const PolicyResult r = RunPolicy(*scenario, p, o);
+      ASSERT_EQ(r.outcomes.size(), od.outcomes.size());
+      for (const JobOutcome& j : r.outcomes) {
+        ASSERT_TRUE(j.has_deadline);
+        if (od_met.at(j.name)) {
+          EXPECT_TRUE(j.met_deadline) << p.name << " slack " << slack << ": " << j.name;
+          ++checked;
+        }
+      }
+      EXPECT_LE(r.cost, od.cost) << p.name << " slack " << slack;
+      if (slack >= 1.5) {
+        EXPECT_LT(r.cost, 0.9 * od.cost) << p.name << " slack " << slack;
+      }
+    }
+    plain_misses += RunPolicy(*scenario, {"Spot", {}, plain}, o).deadline_misses;
+  }
+  EXPECT_GT(checked, 1000);
+  EXPECT_GT(plain_misses, 0);
+}
+
+}  // namespace
+}  // namespace kiln::sim

@@ -1,0 +1,218 @@
+// SimClusterProvider with models: capacity, spot markets, keyed draws,
+// accounting, and its own controls (JobStats, ForgetJob).
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kiln/engine.h"
+#include "kiln/sim/sim.h"
+#include "kiln/sim/workload.h"
+
+namespace kiln::sim {
+namespace {
+
+// Hears notices and losses.
+class Listener : public ClusterListener {
+ public:
+  void OnInterruptionNotice(const Cluster& cluster, const Instance& instance, absl::Time deadline) override {
+    notices.push_back({cluster.id, deadline});
+  }
+  void OnInstanceLost(const Cluster& cluster, const Instance& instance) override { lost.push_back(cluster.id); }
+  std::vector<std::pair<std::string, absl::Time>> notices;
+  std::vector<std::string> lost;
+};
+
+class SimClusterProviderTest : public testing::Test {
+ protected:
+  SimClusterProviderTest() {
+    models_.failures.enabled = false;
+    InstanceTypeModel t;
+    t.on_demand_per_hour = 3.6;  // a dollar per 1,000 s
+    t.spot_per_hour = 0.36;
+    t.provisioning = {absl::Seconds(60), 0};
+    t.container_start = {absl::Seconds(10), 0};
+    models_.types["ml.c5.xlarge"] = t;
+  }
+
+  void Build() {
+    provider_.reset();
+    loop_ = NewVirtualEventLoop();
+    start_ = loop_->Now();
+    SimClusterOptions options;
+    options.models = std::make_shared<const SimModels>(models_);
+    provider_ = NewSimClusterProvider(*loop_, options);
+    provider_->SetListener(&listener_);
+  }
+
+  // Provisions now; the result lands in the returned slot when granted.
+  std::shared_ptr<std::optional<absl::StatusOr<Cluster>>> Provision(const std::string& job, int count, bool spot) {
+    auto slot = std::make_shared<std::optional<absl::StatusOr<Cluster>>>();
+    ClusterSpec spec;
+    spec.job_name = job;
+    spec.spot = spot;
+    spec.groups.push_back({kHomogeneousGroupName, "ml.c5.xlarge", count});
+    provider_->Provision(spec, [slot](absl::StatusOr<Cluster> c) { *slot = std::move(c); });
+    return slot;
+  }
+
+  void RunFor(absl::Duration d) { loop_->RunUntil(loop_->Now() + d); }
+
+  SimModels models_ = DefaultModels();
+  Listener listener_;
+  std::unique_ptr<EventLoop> loop_;
+  absl::Time start_;
+  std::unique_ptr<SimClusterProvider> provider_;
+};
+
+TEST_F(SimClusterProviderTest, OnDemandCapacityRefusesUntilInstancesAreReleased) {
+  models_.types["ml.c5.xlarge"].capacity = 3;
+  Build();
+  auto a = Provision("a", 2, false);
+  auto b = Provision("b", 2, false);
+  RunFor(absl::Seconds(59));
+  ASSERT_TRUE(b->has_value());  // refused after the capacity-error latency
+  EXPECT_TRUE(absl::IsResourceExhausted(b->value().status()));
+  EXPECT_FALSE(a->has_value());  // still launching
+  RunFor(absl::Seconds(1));
+  ASSERT_TRUE(a->has_value() && a->value().ok());
+  EXPECT_EQ(a->value()->instances.size(), 2u);
+  provider_->Release(a->value().value());
+  auto c = Provision("b", 2, false);
+  RunFor(absl::Seconds(60));
+  ASSERT_TRUE(c->has_value());
+  EXPECT_TRUE(c->value().ok());
+  EXPECT_EQ(provider_->Accounting().capacity_refusals, 1);
+}
+
+TEST_F(SimClusterProviderTest, SpotTraceAdmitsUpToTheAvailableCount) {
+  models_.types["ml.c5.xlarge"].spot.kind = SpotMarket::Kind::kTrace;
+  models_.types["ml.c5.xlarge"].spot.trace = ParseSpotTrace(R"({"metadata":{"gap_seconds":300},"data":[3,3,3,3]})").value();
+  Build();
+  auto a = Provision("a", 2, true);
+  auto b = Provision("b", 2, true);
+  auto c = Provision("c", 1, true);
+  RunFor(absl::Seconds(60));
+  EXPECT_TRUE(a->value().ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(b->value().status()));
+  EXPECT_TRUE(c->value().ok());
+}
+
+TEST_F(SimClusterProviderTest, SpotTraceDropTakesBackTheNewestClusterWithATwoMinuteNotice) {
+  models_.types["ml.c5.xlarge"].spot.kind = SpotMarket::Kind::kTrace;
+  models_.types["ml.c5.xlarge"].spot.trace = ParseSpotTrace(R"({"metadata":{"gap_seconds":300},"data":[2,2,1,1]})").value();
+  Build();
+  auto older = Provision("older", 1, true);
+  RunFor(absl::Seconds(10));
+  auto newer = Provision("newer", 1, true);
+  RunFor(absl::Seconds(100));
+  ASSERT_TRUE(older->value().ok() && newer->value().ok());
+  RunFor(absl::Seconds(600) - (loop_->Now() - start_));  // tick 2: one instance left
+  ASSERT_EQ(listener_.notices.size(), 1u);
+  EXPECT_EQ(listener_.notices[0].first, newer->value()->id);
+  EXPECT_EQ(listener_.notices[0].second, start_ + absl::Seconds(600) + absl::Minutes(2));
+  EXPECT_TRUE(listener_.lost.empty());
+  RunFor(absl::Minutes(2));
+  EXPECT_EQ(listener_.lost, std::vector<std::string>{newer->value()->id});
+  EXPECT_EQ(provider_->Accounting().spot_preemptions, 1);
+  // The trace wraps: back to two at tick 4, and no further notices.
+  provider_->Release(newer->value().value());
+  RunFor(absl::Hours(1));
+  EXPECT_EQ(listener_.notices.size(), 1u);
+}
+
+TEST_F(SimClusterProviderTest, PoissonPreemptionsComeAtTheModelledRate) {
+  models_.types["ml.c5.xlarge"].spot.kind = SpotMarket::Kind::kPoisson;
+  models_.types["ml.c5.xlarge"].spot.preemptions_per_instance_hour = 0.5;
+  Build();
+  constexpr int kClusters = 4000;
+  for (int i = 0; i < kClusters; ++i) Provision(absl::StrCat("job-", i), 2, true);
+  RunFor(absl::Seconds(60));
+  // Two instances at 0.5 per instance-hour: the first notice after 1 h on average.
+  RunFor(absl::Hours(1));
+  const double fraction = static_cast<double>(listener_.notices.size()) / kClusters;
+  EXPECT_NEAR(fraction, 1 - std::exp(-1.0), 0.02);
+}
+
+TEST_F(SimClusterProviderTest, DrawsAreKeyedByJobNotByOrder) {
+  models_.types["ml.c5.xlarge"].provisioning = {absl::Seconds(60), 0.5};
+  // The latency job "x" is granted after, alone or after ten others.
+  auto latency_of_x = [&](int others) {
+    Build();
+    for (int i = 0; i < others; ++i) Provision(absl::StrCat("other-", i), 1, false);
+    const absl::Time asked = loop_->Now();
+    std::optional<absl::Time> granted;
+    ClusterSpec spec;
+    spec.job_name = "x";
+    spec.groups.push_back({kHomogeneousGroupName, "ml.c5.xlarge", 1});
+    provider_->Provision(spec, [&](absl::StatusOr<Cluster>) { granted = loop_->Now(); });
+    loop_->RunUntilIdle();
+    return *granted - asked;
+  };
+  const absl::Duration alone = latency_of_x(0);
+  EXPECT_EQ(latency_of_x(10), alone);
+  EXPECT_NE(alone, absl::Seconds(60));  // drawn, not the median
+}
+
+TEST_F(SimClusterProviderTest, ForgetJobReturnsItsStatsAndDropsThem) {
+  Build();
+  SimClusterOptions options;
+  options.models = std::make_shared<const SimModels>(models_);
+  options.defaults.run_duration = absl::Minutes(5);
+  provider_.reset();
+  provider_ = NewSimClusterProvider(*loop_, options);
+  EngineOptions eo;
+  eo.loop = loop_.get();
+  eo.cluster_provider = provider_.get();
+  auto engine = NewEngine(std::move(eo)).value();
+  v1::CreateTrainingJobRequest r = DefaultRequest("ml.c5.xlarge", 2, "File", 0);
+  r.clear_input_data_config();
+  r.set_training_job_name("job");
+  ASSERT_TRUE(engine->CreateTrainingJob(r).ok());
+  loop_->RunUntilIdle();
+  const SimJobStats stats = provider_->ForgetJob("job");
+  EXPECT_EQ(stats.attempts, 1);
+  EXPECT_TRUE(stats.completed);
+  EXPECT_EQ(stats.work_executed, absl::Minutes(5));
+  EXPECT_EQ(stats.instance_count, 2);
+  EXPECT_EQ(provider_->JobStats("job").attempts, 0);
+}
+
+// Busy time is what jobs hold (the engine's BillableTimeInSeconds), at the
+// capacity's price; time in a warm pool is idle, at the on-demand price.
+TEST_F(SimClusterProviderTest, AccountingBillsBusyAndWarmIdleTime) {
+  Build();
+  SimClusterOptions options;
+  options.models = std::make_shared<const SimModels>(models_);
+  options.defaults.run_duration = absl::Minutes(10);
+  options.defaults.upload_duration = absl::Seconds(5);
+  provider_.reset();
+  provider_ = NewSimClusterProvider(*loop_, options);
+  EngineOptions eo;
+  eo.loop = loop_.get();
+  eo.cluster_provider = provider_.get();
+  eo.warm_pools.policy = NewFixedKeepAlive(absl::Minutes(15));
+  auto engine = NewEngine(std::move(eo)).value();
+  v1::CreateTrainingJobRequest r = DefaultRequest("ml.c5.xlarge", 2, "File", 0);
+  r.clear_input_data_config();
+  r.set_training_job_name("job");
+  ASSERT_TRUE(engine->CreateTrainingJob(r).ok());
+  loop_->RunUntilIdle();
+  v1::DescribeTrainingJobRequest d;
+  d.set_training_job_name("job");
+  const auto described = engine->DescribeTrainingJob(d).value();
+  const SimAccounting a = provider_->Accounting();
+  // Image time: 30 s (no image size) + 10 s container start; run 600 s; upload 5 s.
+  EXPECT_EQ(described.billable_time_in_seconds(), 645);
+  EXPECT_EQ(a.on_demand_busy, absl::Seconds(645) * 2);
+  EXPECT_EQ(a.warm_idle, absl::Minutes(15) * 2);
+  EXPECT_EQ(described.warm_pool_status().resource_retained_billable_time_in_seconds(), 900);
+  EXPECT_NEAR(a.cost, (645 + 900) * 2 / 1000.0, 1e-9);
+  EXPECT_EQ(a.spot_busy, absl::ZeroDuration());
+}
+
+}  // namespace
+}  // namespace kiln::sim
