@@ -2,17 +2,23 @@
 //
 // Each figure comes with the one it is compared against:
 //   * BM_Hold*: the classic hold model (a fixed population of pending events; each event, when
-//     it runs, schedules one new event at now + Exp(mean 1 s)). BM_HoldEventLoop runs it through
-//     the whole virtual loop (callbacks in the slot table, ScheduleAfter, dispatch);
-//     BM_HoldHeapQueue on the heap alone through the EventQueue interface; BM_HoldStdPriorityQueue
-//     on std::priority_queue, the baseline any queue must beat.
+//     it runs, schedules one new event at now + Exp(mean 1 s)), at 10^3, 10^5 and 10^6 pending.
+//     BM_HoldEventLoop/<queue> runs it through the whole virtual loop (callbacks in the slot
+//     table, ScheduleAfter, dispatch) on the default queue, the heap and the ladder;
+//     BM_HoldQueue/<queue> on a queue alone through the EventQueue interface (Top, then
+//     ReplaceTop, as the loop does); BM_HoldStdPriorityQueue on std::priority_queue, the baseline
+//     any queue must beat. The exponential sample (a SplitMix64 draw and a log) is part of the
+//     model and of every figure.
 //   * BM_Sleepers/N/K, BM_SleepersDistinctPeriods/N/K: N actors each sleeping K times (each
-//     actor a callback that reschedules itself): the pattern of bench/simgrid_sleepers.cc, the
-//     SimGrid 3.32 peer. bench/compare_simgrid.py runs both and prints the ratio.
+//     actor a callback that reschedules itself) on the default queue: the pattern of
+//     bench/simgrid_sleepers.cc, the SimGrid 3.32 peer. bench/compare_simgrid.py runs both and
+//     prints the ratio. BM_SleepersOn/<queue>/... and BM_SleepersDistinctPeriodsOn/<queue>/...
+//     run the same on each queue.
 //   * BM_RealTimeLateness: 1,000 timers armed over ~1 s on a real-time loop; reports how late
 //     they run on the real clock (p50, p99, max), against the 1 ms target.
 //
-// Rates are counters ("events/s"). Build with -DCMAKE_BUILD_TYPE=Release for figures:
+// Rates are counters ("events/s") per second of CPU time. Build with
+// -DCMAKE_BUILD_TYPE=Release for figures:
 //   build/bench/event_loop_bench --benchmark_filter='Hold|Sleepers'
 #include <algorithm>
 #include <cmath>
@@ -21,6 +27,7 @@
 #include <memory>
 #include <queue>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -32,21 +39,40 @@ namespace kiln {
 namespace {
 
 // Exponentially distributed nanoseconds by inversion of a uniform draw (the project writes its
-// own distributions, so that a seed gives the same numbers with any standard library).
+// own distributions, so that a seed gives the same numbers with any standard library). The
+// uniform draw is SplitMix64 (Steele, Lea and Flood 2014): one add and a few multiply-xorshift
+// steps, a quarter of std::mt19937_64's cost, so that the sample costs about one log().
 class ExponentialNs {
  public:
-  ExponentialNs(uint64_t seed, double mean_ns) : rng_(seed), mean_ns_(mean_ns) {}
+  ExponentialNs(uint64_t seed, double mean_ns) : state_(seed), mean_ns_(mean_ns) {}
 
   int64_t Next() {
     // u in (0, 1]: 53 random bits, never 0, so log(u) is finite.
-    const double u = static_cast<double>((rng_() >> 11) + 1) * 0x1.0p-53;
+    const double u = static_cast<double>((NextBits() >> 11) + 1) * 0x1.0p-53;
     return static_cast<int64_t>(-std::log(u) * mean_ns_);
   }
 
  private:
-  std::mt19937_64 rng_;
+  uint64_t NextBits() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111eb;
+    return z ^ (z >> 31);
+  }
+
+  uint64_t state_;
   double mean_ns_;
 };
+
+// The queues under test: "default" is what a loop uses when EventLoopOptions::queue is null.
+using QueueFactory = std::unique_ptr<EventQueue> (*)();
+std::unique_ptr<EventQueue> DefaultQueue() { return nullptr; }
+
+std::unique_ptr<EventLoop> NewLoopOn(QueueFactory make_queue) {
+  EventLoopOptions options;
+  options.queue = make_queue();
+  return NewVirtualEventLoop(std::move(options));
+}
 
 constexpr double kOneSecondNs = 1e9;
 constexpr int64_t kHoldEventsPerIteration = 1'000'000;
@@ -82,12 +108,12 @@ class HoldModel {
   int64_t remaining_ = 0;
 };
 
-void BM_HoldEventLoop(benchmark::State& state) {
+void BM_HoldEventLoop(benchmark::State& state, QueueFactory make_queue) {
   const int64_t pending = state.range(0);
-  std::unique_ptr<EventLoop> loop = NewVirtualEventLoop();
+  std::unique_ptr<EventLoop> loop = NewLoopOn(make_queue);
   HoldModel model(*loop, /*seed=*/42);
   for (int64_t i = 0; i < pending; ++i) model.ScheduleOne();
-  model.RunEvents(pending);  // warm up: every slot and heap entry touched once
+  model.RunEvents(pending);  // warm up: every slot and queue entry touched once
   int64_t events = 0;
   for (auto _ : state) {
     model.RunEvents(kHoldEventsPerIteration);
@@ -96,7 +122,10 @@ void BM_HoldEventLoop(benchmark::State& state) {
   if (loop->pending_events() != static_cast<size_t>(pending)) state.SkipWithError("lost events");
   SetEventRate(state, events);
 }
-BENCHMARK(BM_HoldEventLoop)->Arg(100'000)->Arg(1'000)->Unit(benchmark::kMillisecond);
+#define KILN_HOLD_SIZES ->Arg(1'000)->Arg(100'000)->Arg(1'000'000)->Unit(benchmark::kMillisecond)
+BENCHMARK_CAPTURE(BM_HoldEventLoop, default, &DefaultQueue) KILN_HOLD_SIZES;
+BENCHMARK_CAPTURE(BM_HoldEventLoop, heap, &NewHeapEventQueue) KILN_HOLD_SIZES;
+BENCHMARK_CAPTURE(BM_HoldEventLoop, ladder, &NewLadderEventQueue) KILN_HOLD_SIZES;
 
 // The hold model on a queue alone: pop the top, push one entry at its time + Exp(1 s).
 template <class PopPush>
@@ -110,21 +139,22 @@ void HoldOnQueue(benchmark::State& state, PopPush pop_push) {
   SetEventRate(state, events);
 }
 
-void BM_HoldHeapQueue(benchmark::State& state) {
+// Through the EventQueue interface (virtual calls), with ReplaceTop as an event loop uses it.
+void BM_HoldQueue(benchmark::State& state, QueueFactory make_queue) {
   const int64_t pending = state.range(0);
-  std::unique_ptr<EventQueue> q = NewHeapEventQueue();
+  std::unique_ptr<EventQueue> q = make_queue();
   ExponentialNs init(/*seed=*/7, kOneSecondNs);
   uint64_t seq = 0;
   for (int64_t i = 0; i < pending; ++i) {
     q->Push({init.Next(), seq++, static_cast<uint32_t>(i), 1});
   }
   HoldOnQueue(state, [&](ExponentialNs& exp) {
-    const QueuedEvent top = q->Top();
-    q->Pop();
-    q->Push({top.time_ns + exp.Next(), seq++, top.slot, top.generation});
+    const QueuedEvent& top = q->Top();
+    q->ReplaceTop({top.time_ns + exp.Next(), seq++, top.slot, top.generation});
   });
 }
-BENCHMARK(BM_HoldHeapQueue)->Arg(100'000)->Arg(1'000)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_HoldQueue, heap, &NewHeapEventQueue) KILN_HOLD_SIZES;
+BENCHMARK_CAPTURE(BM_HoldQueue, ladder, &NewLadderEventQueue) KILN_HOLD_SIZES;
 
 // The baseline: std::priority_queue of the same entries, ordered the same way.
 void BM_HoldStdPriorityQueue(benchmark::State& state) {
@@ -142,15 +172,15 @@ void BM_HoldStdPriorityQueue(benchmark::State& state) {
     q.push({top.time_ns + exp.Next(), seq++, top.slot, top.generation});
   });
 }
-BENCHMARK(BM_HoldStdPriorityQueue)->Arg(100'000)->Arg(1'000)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_HoldStdPriorityQueue) KILN_HOLD_SIZES;
 
 // N actors x K sleeps, all starting at the loop's start: the SimGrid peer's pattern
 // (bench/simgrid_sleepers.cc). One iteration is a whole run on a fresh loop, as in the peer,
 // whose figure includes creating its actors.
 //   BM_Sleepers: every actor sleeps dt = 1 s, so wake-ups are scheduled in time order and take
-//     the heap queue's first-in first-out lane;
+//     either queue's first-in first-out lane;
 //   BM_SleepersDistinctPeriods: actor a sleeps dt_a = (1 + a/N) s, so wake-ups arrive out of
-//     order and go through the heap proper (simgrid_sleepers N K distinct).
+//     order: the heap sifts them, the ladder buckets them (simgrid_sleepers N K distinct).
 // Rates are per second of CPU time, as simgrid_sleepers reports them: on a shared machine CPU
 // time is the stabler figure for single-threaded work (wall time is reported too).
 class Sleeper {
@@ -171,12 +201,12 @@ class Sleeper {
   absl::Duration period_;
 };
 
-void RunSleepers(benchmark::State& state, bool distinct_periods) {
+void RunSleepers(benchmark::State& state, bool distinct_periods, QueueFactory make_queue) {
   const int64_t actors = state.range(0);
   const int64_t sleeps = state.range(1);
   int64_t events = 0;
   for (auto _ : state) {
-    std::unique_ptr<EventLoop> loop = NewVirtualEventLoop();
+    std::unique_ptr<EventLoop> loop = NewLoopOn(make_queue);
     std::vector<Sleeper> sleepers;
     sleepers.reserve(actors);
     for (int64_t a = 0; a < actors; ++a) {
@@ -193,16 +223,32 @@ void RunSleepers(benchmark::State& state, bool distinct_periods) {
   SetEventRate(state, events);
 }
 
-void BM_Sleepers(benchmark::State& state) { RunSleepers(state, /*distinct_periods=*/false); }
-BENCHMARK(BM_Sleepers)->Args({1000, 1000})->Args({10000, 100})->Unit(benchmark::kMillisecond);
+#define KILN_SLEEPER_CASES ->Args({1000, 1000})->Args({10000, 100})->Unit(benchmark::kMillisecond)
+
+// On the default queue: the names compare_simgrid.py looks for.
+void BM_Sleepers(benchmark::State& state) {
+  RunSleepers(state, /*distinct_periods=*/false, &DefaultQueue);
+}
+BENCHMARK(BM_Sleepers) KILN_SLEEPER_CASES;
 
 void BM_SleepersDistinctPeriods(benchmark::State& state) {
-  RunSleepers(state, /*distinct_periods=*/true);
+  RunSleepers(state, /*distinct_periods=*/true, &DefaultQueue);
 }
-BENCHMARK(BM_SleepersDistinctPeriods)
-    ->Args({1000, 1000})
-    ->Args({10000, 100})
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_SleepersDistinctPeriods) KILN_SLEEPER_CASES;
+
+// On each queue.
+void BM_SleepersOn(benchmark::State& state, QueueFactory make_queue) {
+  RunSleepers(state, /*distinct_periods=*/false, make_queue);
+}
+BENCHMARK_CAPTURE(BM_SleepersOn, heap, &NewHeapEventQueue) KILN_SLEEPER_CASES;
+BENCHMARK_CAPTURE(BM_SleepersOn, ladder, &NewLadderEventQueue) KILN_SLEEPER_CASES;
+
+void BM_SleepersDistinctPeriodsOn(benchmark::State& state, QueueFactory make_queue) {
+  RunSleepers(state, /*distinct_periods=*/true, make_queue);
+}
+BENCHMARK_CAPTURE(BM_SleepersDistinctPeriodsOn, heap, &NewHeapEventQueue) KILN_SLEEPER_CASES;
+BENCHMARK_CAPTURE(BM_SleepersDistinctPeriodsOn, ladder, &NewLadderEventQueue)
+    KILN_SLEEPER_CASES;
 
 // 1,000 timers armed at once on a real-time loop, due over ~1 s; lateness = the real clock's
 // reading when the callback starts minus the due time.

@@ -81,7 +81,7 @@ struct EventLoopOptions {
   // The virtual clock's reading before the first event runs. Ignored by real-time loops,
   // whose clock is the real one. Default: 2026-01-01T00:00:00Z.
   absl::Time start_time = absl::FromUnixSeconds(1767225600);
-  // The pending-event structure; null means NewHeapEventQueue(). Must be empty. The loop takes
+  // The pending-event structure; null means NewLadderEventQueue(). Must be empty. The loop takes
   // ownership.
   std::unique_ptr<EventQueue> queue;
 };
@@ -131,7 +131,7 @@ class EventLoop {
   // ScheduleAt(Now() + delay, cb). A negative delay means now.
   // Loop thread only (or before the loop first runs).
   TimerHandle ScheduleAfter(absl::Duration delay, Callback cb) {
-    return DoScheduleAfter(delay, std::move(cb));
+    return DoScheduleAfter(delay, cb);
   }
 
   // Cancels the event of `h` in O(1): destroys its callback now and leaves a dead queue entry
@@ -198,11 +198,10 @@ class EventLoop {
   // Returns an active guard on this loop; the implementation has already counted it.
   WorkGuard MakeWorkGuard();
 
-  // ScheduleAfter's body, which an implementation may override to skip a conversion to
-  // absl::Time on its hot path. The default calls ScheduleAt(Now() + delay, cb).
-  virtual TimerHandle DoScheduleAfter(absl::Duration delay, Callback cb) {
-    return ScheduleAt(Now() + delay, std::move(cb));
-  }
+  // ScheduleAfter's body: an implementation schedules `cb` at Now() + delay without a detour
+  // through absl::Time. It takes `cb` by reference (ScheduleAfter's own parameter), so that
+  // the callback is moved once, into the loop, rather than twice; it must move from `cb`.
+  virtual TimerHandle DoScheduleAfter(absl::Duration delay, Callback& cb) = 0;
 
  private:
   // Called once per active guard when it is released, on any thread.

@@ -98,6 +98,18 @@ TEST_F(EventLoopTest, ScheduleAfterAnInfiniteDelayStaysPendingPastAnyFiniteDeadl
   EXPECT_EQ(loop_->pending_events(), 2u);
 }
 
+TEST_F(EventLoopTest, ScheduleAfterAVeryLongDelayIsExactToTheNanosecond) {
+  // Beyond 2^33 s (272 years), where converting the delay takes absl's general path.
+  EventLoopOptions options;
+  options.start_time = absl::UnixEpoch();
+  std::unique_ptr<EventLoop> loop = NewVirtualEventLoop(std::move(options));
+  const absl::Duration delay = absl::Seconds(int64_t{1} << 33) + absl::Nanoseconds(123'456'789);
+  absl::Time ran_at;
+  loop->ScheduleAfter(delay, [&] { ran_at = loop->Now(); });
+  loop->RunUntilIdle();
+  EXPECT_EQ(ran_at, absl::UnixEpoch() + delay);
+}
+
 TEST_F(EventLoopTest, ScheduleNeverRunsInline) {
   loop_->ScheduleAt(start_, Record("a"));
   EXPECT_TRUE(trace_.empty());
@@ -543,7 +555,34 @@ TEST_F(EventLoopTest, IdenticalSeededRunsGiveIdenticalTraces) {
 }
 
 TEST_F(EventLoopTest, TraceDoesNotDependOnTheQueueImplementation) {
-  EXPECT_EQ(RandomTrace(/*seed=*/13), RandomTrace(/*seed=*/13, std::make_unique<test::ReferenceEventQueue>()));
+  const auto reference = RandomTrace(/*seed=*/13, std::make_unique<test::ReferenceEventQueue>());
+  EXPECT_EQ(RandomTrace(/*seed=*/13), reference);  // the default queue
+  EXPECT_EQ(RandomTrace(/*seed=*/13, NewHeapEventQueue()), reference);
+  EXPECT_EQ(RandomTrace(/*seed=*/13, NewLadderEventQueue()), reference);
+}
+
+TEST_F(EventLoopTest, MassCancellationOnEveryShippedQueueKeepsTheSurvivorsInOrder) {
+  for (auto make_queue : {&NewHeapEventQueue, &NewLadderEventQueue}) {
+    EventLoopOptions options;
+    options.queue = make_queue();
+    std::unique_ptr<EventLoop> loop = NewVirtualEventLoop(std::move(options));
+    std::vector<TimerHandle> handles;
+    std::vector<int> ran;
+    std::mt19937_64 rng(7);
+    for (int i = 0; i < 20'000; ++i) {
+      const absl::Duration delay = absl::Milliseconds(static_cast<int64_t>(rng() % 100'000));
+      handles.push_back(loop->ScheduleAfter(delay, [&ran, i] { ran.push_back(i); }));
+    }
+    for (int i = 0; i < 20'000; ++i) {
+      if (i % 10 != 3) {
+        ASSERT_TRUE(loop->Cancel(handles[i]));
+      }
+    }
+    loop->RunUntilIdle();
+    ASSERT_EQ(ran.size(), 2'000u);
+    EXPECT_EQ(loop->executed_events(), 2'000u);
+    for (int i : ran) EXPECT_EQ(i % 10, 3);
+  }
 }
 
 // --- Real-time loop --------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -17,141 +18,251 @@ namespace {
 constexpr int64_t kMinNs = std::numeric_limits<int64_t>::min();
 constexpr int64_t kMaxNs = std::numeric_limits<int64_t>::max();
 
-// Insertion sort is the fastest for the few entries of a typical bucket.
-constexpr size_t kInsertionSortMax = 24;
+// Buckets up to this size are sorted by insertion as they are copied into the lane.
+constexpr size_t kInsertionSortMax = 32;
+
+// The min-heap order of the bottom's heap, for std::push_heap and std::pop_heap.
+struct After {
+  bool operator()(const QueuedEvent& a, const QueuedEvent& b) const {
+    return EventBefore(b, a);
+  }
+};
 
 }  // namespace
 
-LadderEventQueue::LadderEventQueue() : top_limit_(kMinNs) {}
+LadderEventQueue::LadderEventQueue() : top_limit_(kMinNs) {
+  // Room for the most a refill copies from small buckets (see Refill).
+  lane_buf_.resize(kLaneFill + kSplitThreshold);
+  lane_head_ = lane_end_ = lane_buf_.data();
+}
+
+void LadderEventQueue::AddBlock(Bucket& bucket) {
+  if (free_blocks_ == nullptr) {
+    // A new slab of blocks, all free.
+    constexpr size_t kSlabBlocks = 64;
+    slabs_.push_back(std::make_unique<Block[]>(kSlabBlocks));
+    Block* slab = slabs_.back().get();
+    for (size_t i = 0; i + 1 < kSlabBlocks; ++i) slab[i].next = &slab[i + 1];
+    slab[kSlabBlocks - 1].next = nullptr;
+    free_blocks_ = slab;
+  }
+  Block* block = free_blocks_;
+  free_blocks_ = block->next;
+  block->next = nullptr;
+  if (bucket.tail == nullptr) {
+    bucket.head = block;
+  } else {
+    bucket.tail->next = block;
+  }
+  bucket.tail = block;
+  bucket.end = block->entries;
+  bucket.limit = block->entries + kBlockEntries;
+}
+
+size_t LadderEventQueue::Count(const Bucket& bucket) {
+  if (bucket.head == nullptr) return 0;
+  size_t n = 0;
+  for (const Block* b = bucket.head; b != bucket.tail; b = b->next) n += kBlockEntries;
+  return n + static_cast<size_t>(bucket.end - bucket.tail->entries);
+}
 
 void LadderEventQueue::Reset() {
   rung_count_ = 0;
   top_limit_ = kMinNs;
-  lane_.clear();
-  lane_head_ = 0;
+  lane_head_ = lane_end_ = lane_buf_.data();
+  spill_at_ = kSpillThreshold;
+}
+
+void LadderEventQueue::GrowLane(size_t n) {
+  const size_t live = static_cast<size_t>(lane_end_ - lane_head_);
+  const size_t capacity = lane_buf_.size();
+  if (live + n <= capacity / 2) {
+    // At most half full: slide the entries to the front (amortized O(1) per pop).
+    std::memmove(static_cast<void*>(lane_buf_.data()), lane_head_, live * sizeof(QueuedEvent));
+  } else {
+    std::vector<QueuedEvent> bigger(std::max({2 * capacity, live + n, size_t{64}}));
+    std::copy(lane_head_, lane_end_, bigger.data());
+    lane_buf_.swap(bigger);
+  }
+  lane_head_ = lane_buf_.data();
+  lane_end_ = lane_head_ + live;
+}
+
+void LadderEventQueue::AppendSorted(Bucket& bucket) {
+  const size_t n = Count(bucket);
+  if (static_cast<size_t>(LaneCapacityEnd() - lane_end_) < n) GrowLane(n);
+  QueuedEvent* const first = lane_end_;
+  QueuedEvent* end = first;
+  if (n <= kInsertionSortMax) {
+    Drain(bucket, [first, &end](const QueuedEvent& e) {
+      const __int128 key = Key(e);
+      QueuedEvent* j = end;
+      while (j > first && key < Key(j[-1])) {
+        *j = j[-1];
+        --j;
+      }
+      *j = e;
+      ++end;
+    });
+  } else {
+    Drain(bucket, [&end](const QueuedEvent& e) { *end++ = e; });
+    // Entries of one time pushed in seq order (the common reason for a big unsplit bucket)
+    // are sorted already.
+    if (!std::is_sorted(first, end, Before)) std::sort(first, end, Before);
+  }
+  lane_end_ = end;
 }
 
 void LadderEventQueue::HeapPush(const QueuedEvent& e) {
   heap_.push_back(e);
-  std::push_heap(heap_.begin(), heap_.end(),
-                 [](const QueuedEvent& a, const QueuedEvent& b) { return Before(b, a); });
+  std::push_heap(heap_.begin(), heap_.end(), After());
+  if (heap_.size() > spill_at_) [[unlikely]] Spill();
 }
 
 void LadderEventQueue::HeapPop() {
-  std::pop_heap(heap_.begin(), heap_.end(),
-                [](const QueuedEvent& a, const QueuedEvent& b) { return Before(b, a); });
+  std::pop_heap(heap_.begin(), heap_.end(), After());
   heap_.pop_back();
 }
 
-void LadderEventQueue::SortIntoBottom(std::vector<QueuedEvent>& entries) {
-  const size_t n = entries.size();
-  if (n <= kInsertionSortMax) {
-    QueuedEvent* v = entries.data();
-    for (size_t i = 1; i < n; ++i) {
-      const QueuedEvent e = v[i];
-      const __int128 key = Key(e);
-      size_t j = i;
-      while (j > 0 && key < Key(v[j - 1])) {
-        v[j] = v[j - 1];
-        --j;
-      }
-      v[j] = e;
-    }
-  } else if (!std::is_sorted(entries.begin(), entries.end(), Before)) {
-    std::sort(entries.begin(), entries.end(), Before);
+void LadderEventQueue::Spill() {
+  // Everything in the bottom lies in [lo, limit]: below the finest rung's floor, or up to
+  // top_limit_ when there is no rung. (floor - 1 cannot overflow: every rung has moved at
+  // least its first non-empty bucket down, by the end of the Refill that made it.)
+  const int64_t limit = rung_count_ > 0 ? rungs_[rung_count_ - 1].floor - 1 : top_limit_;
+  const int64_t lo = Top().time_ns;
+  if (rung_count_ == kMaxRungs || lo == limit) {
+    spill_at_ = 2 * heap_.size();
+    return;
   }
-  lane_.clear();
-  lane_.swap(entries);
-  lane_head_ = 0;
+  for (const QueuedEvent* e = lane_head_; e != lane_end_; ++e) Append(scratch_, *e);
+  for (const QueuedEvent& e : heap_) Append(scratch_, e);
+  lane_head_ = lane_end_ = lane_buf_.data();
+  heap_.clear();
+  spill_at_ = kSpillThreshold;
+  AddRung(scratch_, lo, limit);
+  Refill();
 }
 
-void LadderEventQueue::AddRung(const std::vector<QueuedEvent>& entries, int64_t first,
-                               int64_t last) {
+void LadderEventQueue::AddRung(Bucket& entries, int64_t first, int64_t last) {
   const int level = rung_count_++;
   Rung& rung = rungs_[level];
   const uint64_t span = static_cast<uint64_t>(last) - static_cast<uint64_t>(first);
-  // About one bucket per entry: the smallest power-of-two width w with span / w < count.
+  // About one bucket per entry, kMaxBuckets at most: the smallest power-of-two width w with
+  // span / w < that many buckets.
+  const uint64_t target = std::min<uint64_t>(Count(entries), kMaxBuckets);
   const uint32_t shift =
-      std::min<uint32_t>(63, static_cast<uint32_t>(std::bit_width(span / entries.size())));
-  const uint64_t buckets = (span >> shift) + 1;
+      std::min<uint32_t>(63, static_cast<uint32_t>(std::bit_width(span / target)));
+  const uint64_t count = (span >> shift) + 1;
   rung.start = first;
   rung.floor = first;
   rung.shift = shift;
   rung.cur = 0;
-  rung.buckets = static_cast<uint32_t>(buckets);
+  rung.count = static_cast<uint32_t>(count);
   // The last time of the last bucket, saturated.
-  const __int128 end = static_cast<__int128>(first) + (static_cast<__int128>(buckets) << shift) - 1;
+  const __int128 end = static_cast<__int128>(first) + (static_cast<__int128>(count) << shift) - 1;
   rung.last = end > kMaxNs ? kMaxNs : static_cast<int64_t>(end);
-  std::vector<uint32_t>& heads = rung_heads_[level];
-  heads.assign(buckets, kNil);
-  rung.heads = heads.data();
+  std::vector<Bucket>& buckets = rung_buckets_[level];
+  if (buckets.size() < count) buckets.resize(count);
+  rung.buckets = buckets.data();
   const uint64_t start = static_cast<uint64_t>(first);
-  for (const QueuedEvent& e : entries) {
-    Link(rung.heads[(static_cast<uint64_t>(e.time_ns) - start) >> shift], e);
-  }
+  Bucket* const to = rung.buckets;
+  Drain(entries, [this, to, start, shift](const QueuedEvent& e) {
+    Append(to[(static_cast<uint64_t>(e.time_ns) - start) >> shift], e);
+  });
 }
 
 void LadderEventQueue::ConvertTop() {
-  if (top_.size() <= kSplitThreshold || top_min_ == top_max_) {
+  if (top_.small() || top_min_ == top_max_) {
     top_limit_ = top_max_;
-    SortIntoBottom(top_);
-    top_.clear();
+    AppendSorted(top_);
     return;
   }
   AddRung(top_, top_min_, top_max_);
   top_limit_ = rungs_[0].last;
-  top_.clear();
 }
 
 void LadderEventQueue::Refill() {
   for (;;) {
     if (rung_count_ == 0) {
       ConvertTop();
-      if (!LaneEmpty() || !heap_.empty()) return;
+      if (!BottomEmpty()) return;
       continue;  // (a rung was made)
     }
     Rung& rung = rungs_[rung_count_ - 1];
     uint32_t b = rung.cur;
-    while (b < rung.buckets && rung.heads[b] == kNil) ++b;
-    if (b == rung.buckets) {
+    while (b < rung.count && rung.buckets[b].empty()) ++b;
+    if (b == rung.count) {
       --rung_count_;  // used up: its range now belongs to the bottom
       continue;
     }
-    uint32_t n = rung.heads[b];
-    rung.heads[b] = kNil;
-    const int64_t bucket_first = static_cast<int64_t>(
-        static_cast<uint64_t>(rung.start) + (static_cast<uint64_t>(b) << rung.shift));
-    const uint64_t width_minus_one = (uint64_t{1} << rung.shift) - 1;
-    const int64_t bucket_last =
-        static_cast<uint64_t>(rung.last) - static_cast<uint64_t>(bucket_first) < width_minus_one
-            ? rung.last
-            : static_cast<int64_t>(static_cast<uint64_t>(bucket_first) + width_minus_one);
-    rung.cur = b + 1;
-    if (rung.cur == rung.buckets) {
-      --rung_count_;  // its last bucket: the bucket's range goes to a finer rung or the bottom
+    Bucket& bucket = rung.buckets[b];
+    const bool last_bucket = b + 1 == rung.count;
+    if (!bucket.small() && (last_bucket || rung_count_ < kMaxRungs)) {
+      int64_t lo = kMaxNs;
+      int64_t hi = kMinNs;
+      ForEach(bucket, [&lo, &hi](const QueuedEvent& e) {
+        lo = std::min(lo, e.time_ns);
+        hi = std::max(hi, e.time_ns);
+      });
+      if (lo < hi) {
+        // Split the bucket into a finer rung, which takes this rung's place if this was its
+        // last bucket.
+        const int64_t bucket_last =
+            last_bucket ? rung.last
+                        : static_cast<int64_t>(static_cast<uint64_t>(rung.start) +
+                                               (static_cast<uint64_t>(b + 1) << rung.shift) - 1);
+        rung.cur = b + 1;
+        if (last_bucket) {
+          --rung_count_;
+        } else {
+          rung.floor = bucket_last + 1;
+        }
+        std::swap(scratch_, bucket);  // the new rung may reuse this rung's buckets
+        AddRung(scratch_, lo, bucket_last);
+        continue;
+      }
+    }
+    if (!bucket.small()) {
+      // One time (or no rung left to split into): sort it whole.
+      AppendSorted(bucket);
+      ++b;
     } else {
-      rung.floor = bucket_last + 1;
+      // Sort this bucket into the lane by insertion as it is copied, and the next ones while
+      // the lane is short and they are small; b ends as the first bucket not taken. The lane
+      // is empty, and this copies fewer than kLaneFill + kSplitThreshold entries: it fits.
+      QueuedEvent* const lane = lane_buf_.data();
+      QueuedEvent* end = lane;
+      for (;;) {
+        Bucket& taken = rung.buckets[b];  // one block
+        QueuedEvent* const first = end;
+        for (const QueuedEvent* e = taken.head->entries; e != taken.end; ++e) {
+          const __int128 key = Key(*e);
+          QueuedEvent* j = end;
+          while (j > first && key < Key(j[-1])) {
+            *j = j[-1];
+            --j;
+          }
+          *j = *e;
+          ++end;
+        }
+        Release(taken);
+        ++b;
+        if (static_cast<size_t>(end - lane) >= kLaneFill) break;
+        uint32_t next = b;
+        while (next < rung.count && rung.buckets[next].empty()) ++next;
+        if (next == rung.count || !rung.buckets[next].small()) break;
+        b = next;
+      }
+      lane_head_ = lane;
+      lane_end_ = end;
     }
-
-    // Move the bucket's entries out, freeing its nodes.
-    scratch_.clear();
-    int64_t lo = kMaxNs;
-    int64_t hi = kMinNs;
-    while (n != kNil) {
-      Node& node = nodes_[n];
-      scratch_.push_back(node.e);
-      lo = std::min(lo, node.e.time_ns);
-      hi = std::max(hi, node.e.time_ns);
-      const uint32_t next = node.next;
-      node.next = free_;
-      free_ = n;
-      n = next;
+    if (b == rung.count) {
+      --rung_count_;
+    } else {
+      rung.cur = b;
+      rung.floor = static_cast<int64_t>(static_cast<uint64_t>(rung.start) +
+                                        (static_cast<uint64_t>(b) << rung.shift));
     }
-    if (scratch_.size() > kSplitThreshold && lo < hi && rung_count_ < kMaxRungs) {
-      AddRung(scratch_, lo, bucket_last);
-      continue;
-    }
-    SortIntoBottom(scratch_);
     return;
   }
 }
