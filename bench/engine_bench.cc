@@ -11,6 +11,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
@@ -58,7 +59,7 @@ void BM_EngineLifecycle(benchmark::State& state) {
     std::function<void()> submit = [&] {
       kiln::v1::CreateTrainingJobRequest r = request;
       r.set_training_job_name(absl::StrCat("job-", submitted));
-      if (!engine->CreateTrainingJob(r).ok()) state.SkipWithError("CreateTrainingJob failed");
+      if (!engine->CreateTrainingJob(std::move(r)).ok()) state.SkipWithError("CreateTrainingJob failed");
       if (++submitted < jobs) loop->ScheduleAfter(absl::Seconds(1), submit);
     };
     loop->ScheduleAfter(absl::ZeroDuration(), submit);

@@ -16,6 +16,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -67,7 +68,7 @@ class Submitter : public kiln::JobObserver {
   void Submit() {
     kiln::v1::CreateTrainingJobRequest r = template_;
     r.set_training_job_name(absl::StrCat("trial-", submitted_++));
-    if (!engine_.CreateTrainingJob(r).ok()) std::abort();
+    if (!engine_.CreateTrainingJob(std::move(r)).ok()) std::abort();
   }
   void OnStatusChange(const kiln::StatusEvent& e) override {
     if (e.status == "Completed" && submitted_ < kJobs) {

@@ -204,11 +204,11 @@ struct MetricState {
 // kept serialized, which keeps a finished job's footprint small.
 class Job final : public ContainerEvents {
  public:
-  Job(EngineImpl& engine, uint64_t seq, const v1::CreateTrainingJobRequest& request, absl::Time now)
+  Job(EngineImpl& engine, uint64_t seq, v1::CreateTrainingJobRequest&& request, absl::Time now)
       : engine_(engine),
         seq_(seq),
         name_(request.training_job_name()),
-        request_(std::make_unique<v1::CreateTrainingJobRequest>(request)),
+        request_(std::make_unique<v1::CreateTrainingJobRequest>(std::move(request))),
         creation_time_(now),
         last_modified_(now) {}
 
@@ -328,8 +328,8 @@ class EngineImpl final : public Engine, public ClusterListener {
   }
 
   absl::StatusOr<v1::CreateTrainingJobResponse> CreateTrainingJob(
-      const v1::CreateTrainingJobRequest& request) override {
-    return OnLoop([&] { return Create(request); });
+      v1::CreateTrainingJobRequest request) override {
+    return OnLoop([&] { return Create(std::move(request)); });
   }
   absl::StatusOr<v1::DescribeTrainingJobResponse> DescribeTrainingJob(
       const v1::DescribeTrainingJobRequest& request) override {
@@ -428,7 +428,7 @@ class EngineImpl final : public Engine, public ClusterListener {
     return it->second;
   }
 
-  absl::StatusOr<v1::CreateTrainingJobResponse> Create(const v1::CreateTrainingJobRequest& request);
+  absl::StatusOr<v1::CreateTrainingJobResponse> Create(v1::CreateTrainingJobRequest&& request);
   absl::StatusOr<v1::DescribeTrainingJobResponse> Describe(
       const v1::DescribeTrainingJobRequest& request);
   absl::StatusOr<v1::ListTrainingJobsResponse> List(const v1::ListTrainingJobsRequest& request);
@@ -505,32 +505,37 @@ void Job::OnExit(const Instance& instance, const ContainerExit& exit) {
 // API operations
 
 absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
-    const v1::CreateTrainingJobRequest& request) {
-  KILN_RETURN_IF_ERROR(ValidateCreateTrainingJobRequest(request, options_.validation));
-  const std::string& name = request.training_job_name();
-  if (FindJob(name) != nullptr) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "Training job names must be unique within an AWS account and region, and a training job "
-        "with this name already exists (",
-        arn_prefix_, name, ")"));
+    v1::CreateTrainingJobRequest&& request_in) {
+  {
+    const v1::CreateTrainingJobRequest& request = request_in;
+    KILN_RETURN_IF_ERROR(ValidateCreateTrainingJobRequest(request, options_.validation));
+    const std::string& name = request.training_job_name();
+    if (FindJob(name) != nullptr) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "Training job names must be unique within an AWS account and region, and a training "
+          "job with this name already exists (",
+          arn_prefix_, name, ")"));
+    }
+    if (request.input_data_config_size() > 0 && options_.data_channel == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job '", name, "': InputDataConfig needs a DataChannel, and this engine has none"));
+    }
   }
-  if (request.input_data_config_size() > 0 && options_.data_channel == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "job '", name, "': InputDataConfig needs a DataChannel, and this engine has none"));
-  }
-  auto job = std::make_unique<Job>(*this, next_seq_++, request, Now());
+  // Accepted: the job takes the request over.
+  auto job = std::make_unique<Job>(*this, next_seq_++, std::move(request_in), Now());
+  Job& ref = *job;
+  const v1::CreateTrainingJobRequest& request = ref.request();
   for (const auto& def : request.algorithm_specification().metric_definitions()) {
     MetricState m;
     m.name = def.name();
     // Validation compiled it already; it cannot fail here.
     m.regex = internal::Regex::Compile(def.regex(), internal::Regex::Mode::kSearch, nullptr);
-    job->metrics_.push_back(std::move(m));
+    ref.metrics_.push_back(std::move(m));
   }
-  job->next_retry_delay_ = options_.capacity_retry_initial;
-  Job& ref = *job;
+  ref.next_retry_delay_ = options_.capacity_retry_initial;
   by_seq_.emplace(ref.seq_, &ref);
-  jobs_.emplace(name, std::move(job));
-  ref.warm_pool_ = pools().OnJobCreated(WarmPoolJob{name, request});
+  jobs_.emplace(ref.name(), std::move(job));
+  ref.warm_pool_ = pools().OnJobCreated(WarmPoolJob{ref.name(), request});
   ref.on_spot_ = request.enable_managed_spot_training();
   if (ref.on_spot_ && request.stopping_condition().has_max_wait_time_in_seconds()) {
     // MaxWaitTimeInSeconds: waiting and running together, from creation.
@@ -806,6 +811,7 @@ void EngineImpl::SetStatus(Job& job, const char* status, const char* secondary,
   job.transitions_.push_back(Transition{secondary, message, now, absl::InfiniteFuture(),
                                         std::move(detail)});
   job.last_modified_ = now;
+  if (observers_.empty()) return;
   const Transition& t = job.transitions_.back();
   const std::string text = t.Message();
   StatusEvent event{job.name(), job.status_, t.status, text, now};
@@ -816,6 +822,7 @@ void EngineImpl::SetMessage(Job& job, const char* message) {
   Transition& t = job.transitions_.back();
   t.message = message;
   job.last_modified_ = Now();
+  if (observers_.empty()) return;
   const std::string text = t.Message();
   StatusEvent event{job.name(), job.status_, t.status, text, Now()};
   for (JobObserver* o : observers_) o->OnStatusChange(event);

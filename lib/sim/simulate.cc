@@ -258,13 +258,13 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     Job& j = *job;
     const std::string name = j.current;
     // The workload's request, named, with the policy's capacity and
-    // checkpoints. (Into one reused message: its buffers are reused.)
-    request_.CopyFrom(*j.request);
-    request_.set_training_job_name(name);
-    if (!j.checkpoint_uri.empty()) request_.mutable_checkpoint_config()->set_s3_uri(j.checkpoint_uri);
-    SetCapacity(request_, j.on_spot);
+    // checkpoints; the engine takes it over.
+    v1::CreateTrainingJobRequest request = *j.request;
+    request.set_training_job_name(name);
+    if (!j.checkpoint_uri.empty()) request.mutable_checkpoint_config()->set_s3_uri(j.checkpoint_uri);
+    SetCapacity(request, j.on_spot);
     active_[name] = std::move(job);
-    auto created = engine_->CreateTrainingJob(request_);
+    auto created = engine_->CreateTrainingJob(std::move(request));
     if (!created.ok()) {
       ++rejected_;
       if (first_error_.empty()) first_error_ = absl::StrCat(name, ": ", created.status().message());
@@ -447,7 +447,6 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
   bool draining_ = false;  // past the drain limit: remaining jobs are being stopped
 
   absl::flat_hash_map<std::string, std::unique_ptr<Job>> active_;  // by the engine's name
-  v1::CreateTrainingJobRequest request_;  // scratch for Create
   absl::flat_hash_set<std::string> awaiting_delete_;
 
   int64_t jobs_ = 0, completed_ = 0, failed_ = 0, stopped_ = 0, rejected_ = 0;
