@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <net/if.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -15,6 +16,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,12 +54,55 @@ void ResetSignals() {
 
 enum Stage { kStageSetns = 1, kStageDup = 2, kStageChdir = 3, kStageExec = 4 };
 
+// What the child needs, all prepared before it starts.
+struct ChildArgs {
+  const SpawnSpec* spec;
+  char* const* argv;
+  char* const* envp;
+  int err_fd;  // the error pipe's write end
+  pid_t parent;
+};
+
+// The child's body, up to execve. It shares the parent's memory (CLONE_VM)
+// while the parent waits (CLONE_VFORK): only async-signal-safe calls, and no
+// writes to anything but its own stack (and errno).
+int ChildMain(void* p) {
+  const ChildArgs& a = *static_cast<const ChildArgs*>(p);
+  const SpawnSpec& spec = *a.spec;
+  const int err_fd = MoveHigh(a.err_fd);
+  if (err_fd >= 0) fcntl(err_fd, F_SETFD, FD_CLOEXEC);
+  setsid();
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != a.parent) _exit(127);
+  ResetSignals();
+  if (spec.netns_fd >= 0 && setns(spec.netns_fd, CLONE_NEWNET) != 0) {
+    ChildFail(err_fd, kStageSetns, errno);
+  }
+  const int out = MoveHigh(spec.output_fd);
+  const int info = MoveHigh(spec.info_fd);
+  const int null_fd = open("/dev/null", O_RDONLY);
+  if (out < 0 || null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) {
+    ChildFail(err_fd, kStageDup, errno);
+  }
+  if (info >= 0 && dup2(info, 3) < 0) ChildFail(err_fd, kStageDup, errno);
+  // Nothing of this process but 0..3 reaches the program.
+  const unsigned first = info >= 0 ? 4 : 3;
+  if (close_range(first, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+    for (int fd = static_cast<int>(first); fd < 1024; ++fd) {
+      if (fd != err_fd) fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+  }
+  if (!spec.cwd.empty() && chdir(spec.cwd.c_str()) != 0) ChildFail(err_fd, kStageChdir, errno);
+  execve(a.argv[0], a.argv, a.envp);
+  ChildFail(err_fd, kStageExec, errno);
+}
+
 }  // namespace
 
 absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec) {
   if (spec.argv.empty()) return absl::InvalidArgumentError("empty command line");
-  // Everything the child needs is prepared before fork: after it, only
-  // async-signal-safe calls.
+  // Everything the child needs is prepared first: it runs in this process's
+  // memory until execve, with only async-signal-safe calls.
   std::vector<char*> argv;
   for (const std::string& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -66,41 +111,25 @@ absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec) {
   envp.push_back(nullptr);
   int err_pipe[2];
   if (pipe2(err_pipe, O_CLOEXEC) != 0) return ErrnoStatus(errno, "create pipe", "spawn");
-  const pid_t parent = getpid();
-  const pid_t pid = fork();
+  ChildArgs args{&spec, argv.data(), envp.data(), err_pipe[1], getpid()};
+  // As posix_spawn does: the child borrows this process's memory until it
+  // execs (CLONE_VM | CLONE_VFORK), so that starting a container does not
+  // copy the page tables of a large host process. Signals stay blocked until
+  // the child has reset their handlers, so none runs a parent handler on the
+  // child's stack.
+  constexpr size_t kChildStack = 64 * 1024;
+  std::unique_ptr<char[]> stack(new char[kChildStack]);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  const pid_t pid = clone(ChildMain, stack.get() + kChildStack, CLONE_VM | CLONE_VFORK | SIGCHLD,
+                          &args);
+  const int clone_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0) {
-    const int err = errno;
     close(err_pipe[0]);
     close(err_pipe[1]);
-    return ErrnoStatus(err, "fork", spec.argv[0]);
-  }
-  if (pid == 0) {
-    const int err_fd = MoveHigh(err_pipe[1]);
-    if (err_fd >= 0) fcntl(err_fd, F_SETFD, FD_CLOEXEC);
-    setsid();
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(127);
-    ResetSignals();
-    if (spec.netns_fd >= 0 && setns(spec.netns_fd, CLONE_NEWNET) != 0) {
-      ChildFail(err_fd, kStageSetns, errno);
-    }
-    const int out = MoveHigh(spec.output_fd);
-    const int info = MoveHigh(spec.info_fd);
-    const int null_fd = open("/dev/null", O_RDONLY);
-    if (out < 0 || null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) {
-      ChildFail(err_fd, kStageDup, errno);
-    }
-    if (info >= 0 && dup2(info, 3) < 0) ChildFail(err_fd, kStageDup, errno);
-    // Nothing of this process but 0..3 reaches the program.
-    const unsigned first = info >= 0 ? 4 : 3;
-    if (close_range(first, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
-      for (int fd = static_cast<int>(first); fd < 1024; ++fd) {
-        if (fd != err_fd) fcntl(fd, F_SETFD, FD_CLOEXEC);
-      }
-    }
-    if (!spec.cwd.empty() && chdir(spec.cwd.c_str()) != 0) ChildFail(err_fd, kStageChdir, errno);
-    execve(argv[0], argv.data(), envp.data());
-    ChildFail(err_fd, kStageExec, errno);
+    return ErrnoStatus(clone_errno, "start a process for", spec.argv[0]);
   }
   close(err_pipe[1]);
   int msg[2] = {0, 0};
