@@ -175,6 +175,14 @@ class ClusterProvider {
     return absl::UnimplementedError("this ClusterProvider does not support injected interruptions");
   }
 
+  // Says that `cluster` stays provisioned for a later job: a warm pool kept it
+  // after its job ended (UploadArtifacts has completed). A provider may make
+  // the instances ready for the next job now, in the background (e.g. reset
+  // their file trees), so that the next PrepareImage has less to do; the next
+  // call on the cluster is PrepareImage or Release, and either must wait for
+  // such work. Default: nothing.
+  virtual void Recycle(const Cluster& cluster) {}
+
   // Gives the cluster back: stops anything still running on it (containers,
   // copies) and frees its instances. After Release returns, `events` of the
   // cluster's containers is never called again; completion callbacks of work

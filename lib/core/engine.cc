@@ -1156,7 +1156,13 @@ void EngineImpl::ReturnCluster(Job& job, bool healthy) {
   if (job.cluster_) cluster_owners_.erase(job.cluster_->id);
   const Cluster* cluster = job.cluster_ ? &*job.cluster_ : nullptr;
   const bool kept = job.warm_pool_ && pools().OnJobEnded(job.name(), cluster, healthy);
-  if (cluster != nullptr && !kept) provider_.Release(*cluster);
+  if (cluster != nullptr) {
+    if (kept) {
+      provider_.Recycle(*cluster);
+    } else {
+      provider_.Release(*cluster);
+    }
+  }
   job.cluster_.reset();
 }
 

@@ -309,6 +309,43 @@ struct StartState {
   ClusterProvider::DoneCallback started;
 };
 
+// An instance's tree being made fresh ahead of its next job (Recycle).
+struct Scrub {
+  absl::Notification done;  // the fresh tree is in place (or `status` says why not)
+  absl::Status status;      // set before `done`
+  absl::Notification trash_gone;  // the old tree is deleted too
+};
+
+// Makes an instance's /opt/ml tree and scratch space anew (nothing of an
+// earlier job survives; the image cache stays). The old ones are renamed
+// aside, into `trash` (paths inside the instance directory), so that the
+// caller can delete them after the fresh tree is in use: a rename is O(1),
+// deleting a job's files is not.
+absl::Status FreshInstanceTree(const std::string& dir, const std::string& ml_dir,
+                               const std::string& tmp_dir, std::vector<std::string>& trash) {
+  static std::atomic<uint64_t> next_trash{0};
+  for (const std::string& old : {ml_dir, tmp_dir, absl::StrCat(dir, "/checkpoints-local")}) {
+    const std::string aside = absl::StrCat(dir, "/trash-", getpid(), "-", ++next_trash);
+    if (rename(old.c_str(), aside.c_str()) == 0) {
+      trash.push_back(aside);
+    } else if (errno != ENOENT) {
+      // Not movable (e.g. another file system): delete it in place.
+      absl::Status s = internal::RemoveTree(old);
+      if (!s.ok()) return s;
+    }
+  }
+  absl::Status status = internal::MakeDirs(tmp_dir);
+  for (const char* sub : kMlTree) {
+    if (status.ok()) status = internal::MakeDirs(absl::StrCat(ml_dir, "/", sub));
+  }
+  return status;
+}
+
+void EmptyTrash(std::vector<std::string>& trash) {
+  for (const std::string& t : trash) internal::RemoveTree(t).IgnoreError();
+  trash.clear();
+}
+
 struct LocalInstance {
   Instance info;
   std::string dir;
@@ -320,6 +357,10 @@ struct LocalInstance {
   TimerHandle loss_timer;
   std::shared_ptr<ContainerProc> current;
   std::vector<std::shared_ptr<ContainerProc>> retired;
+  // Set by Recycle, taken by the next PrepareImage; Dispose waits for it.
+  std::shared_ptr<Scrub> scrub;
+  // PrepareImage made the tree fresh and no container has run on it since.
+  bool tree_fresh = false;
 };
 
 struct LocalCluster {
@@ -372,6 +413,7 @@ class LocalClusterProvider final : public ClusterProvider {
   void SetListener(ClusterListener* listener) override { listener_ = listener; }
   absl::Status InjectInterruption(std::string_view instance_id, InterruptionKind kind,
                                   absl::Duration notice) override;
+  void Recycle(const Cluster& cluster) override;
   void Release(const Cluster& cluster) override;
 
   // --- Called by posted callbacks (loop thread, provider alive).
@@ -534,6 +576,8 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
   struct Work {
     std::string dir, ml_dir, tmp_dir;
     std::vector<std::shared_ptr<ContainerProc>> wait_for;
+    std::shared_ptr<Scrub> scrub;  // the tree is being made fresh already
+    std::vector<std::string> trash;  // the old tree, to delete once `done` has run
     std::string image_root, program_dir;
     absl::Status status;
   };
@@ -545,6 +589,8 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
     w.tmp_dir = inst.tmp_dir;
     if (inst.current) w.wait_for.push_back(inst.current);
     for (auto& r : inst.retired) w.wait_for.push_back(r);
+    w.scrub = std::move(inst.scrub);
+    inst.scrub.reset();
     work->push_back(std::move(w));
   }
   auto guard = std::make_shared<EventLoop::WorkGuard>(loop_.AcquireWork());
@@ -564,14 +610,13 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
       // Nothing of an earlier job survives: the whole /opt/ml tree and the
       // scratch space are made anew; the image cache stays.
       for (auto& p : w.wait_for) p->finished.WaitForNotification();
-      w.status = internal::ResetDir(w.ml_dir);
-      for (const char* sub : kMlTree) {
-        if (w.status.ok()) w.status = internal::MakeDirs(absl::StrCat(w.ml_dir, "/", sub));
+      bool fresh = false;
+      if (w.scrub != nullptr) {
+        // Recycled: made fresh after the last job (and nothing ran since).
+        w.scrub->done.WaitForNotification();
+        fresh = w.scrub->status.ok();
       }
-      if (w.status.ok()) w.status = internal::ResetDir(w.tmp_dir);
-      if (w.status.ok()) {
-        internal::RemoveTree(absl::StrCat(w.dir, "/checkpoints-local")).IgnoreError();
-      }
+      if (!fresh) w.status = FreshInstanceTree(w.dir, w.ml_dir, w.tmp_dir, w.trash);
       if (!w.status.ok()) return;
       if (!src.ok()) {
         w.status = src.status();
@@ -603,6 +648,11 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
     for (size_t i = 1; i < work->size(); ++i) threads.emplace_back(prepare, std::ref((*work)[i]));
     if (!work->empty()) prepare((*work)[0]);
     for (std::thread& t : threads) t.join();
+    std::vector<std::string> trash;
+    for (Work& w : *work) {
+      trash.insert(trash.end(), w.trash.begin(), w.trash.end());
+      w.trash.clear();
+    }
     loop_.Post([this, alive, work, id, done = std::move(done)]() mutable {
       if (!alive.lock()) return;
       LocalCluster* c = Find(id);
@@ -619,9 +669,12 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
         }
         c->instances[i].image_root = w.image_root;
         c->instances[i].program_dir = w.program_dir;
+        c->instances[i].tree_fresh = true;
       }
       done(status);
     });
+    // The earlier job's files, once the job in hand has its fresh tree.
+    EmptyTrash(trash);
     guard->Reset();
   });
 }
@@ -746,9 +799,13 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
     }
     command.insert(command.end(), spec.container_arguments().begin(),
                    spec.container_arguments().end());
-    ls.fresh_dirs = {absl::StrCat(inst.ml_dir, "/model"), absl::StrCat(inst.ml_dir, "/output"),
-                     absl::StrCat(inst.ml_dir, "/output/data"),
-                     absl::StrCat(inst.ml_dir, "/output/intermediate"), inst.tmp_dir};
+    // Directories a run must find empty: already so when PrepareImage made the
+    // tree and nothing ran since (the engine's way), else emptied now.
+    if (!inst.tree_fresh) {
+      ls.fresh_dirs = {absl::StrCat(inst.ml_dir, "/model"), absl::StrCat(inst.ml_dir, "/output"),
+                       absl::StrCat(inst.ml_dir, "/output/data"),
+                       absl::StrCat(inst.ml_dir, "/output/intermediate"), inst.tmp_dir};
+    }
     std::string checkpoint_host;
     if (checkpoint_store != nullptr) {
       checkpoint_host = internal::Rebase(checkpoint_path, kContainerBase, inst.ml_dir);
@@ -758,10 +815,15 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
       ls.checkpoint_store = checkpoint_store;
       ls.checkpoint_uri = request.checkpoint_config().s3_uri();
       ls.checkpoint_dir = checkpoint_host;
-      if (absl::StartsWith(checkpoint_host, inst.dir)) ls.fresh_dirs.push_back(checkpoint_host);
-    } else {
+      // (A fresh tree has /opt/ml/checkpoints, empty, and nothing else of this.)
+      if (absl::StartsWith(checkpoint_host, inst.dir) &&
+          (!inst.tree_fresh || checkpoint_host != absl::StrCat(inst.ml_dir, "/checkpoints"))) {
+        ls.fresh_dirs.push_back(checkpoint_host);
+      }
+    } else if (!inst.tree_fresh) {
       ls.fresh_dirs.push_back(absl::StrCat(inst.ml_dir, "/checkpoints"));
     }
+    inst.tree_fresh = false;
     if (bwrap) {
       std::vector<std::string>& a = ls.argv;
       a = {bwrap_program_, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs",
@@ -1272,6 +1334,29 @@ void LocalClusterProvider::LoseInstance(const std::string& cluster_id, size_t in
   });
 }
 
+void LocalClusterProvider::Recycle(const Cluster& cluster) {
+  LocalCluster* c = Find(cluster.id);
+  if (c == nullptr) return;
+  for (LocalInstance& inst : c->instances) {
+    if (inst.scrub != nullptr || inst.lost) continue;
+    auto scrub = std::make_shared<Scrub>();
+    inst.scrub = scrub;
+    std::vector<std::shared_ptr<ContainerProc>> wait_for = inst.retired;
+    if (inst.current) wait_for.push_back(inst.current);
+    // The job's files go now rather than when the next job starts. No work
+    // guard: nothing is posted back; PrepareImage and Dispose wait for it.
+    tasks_.Run([scrub, wait_for = std::move(wait_for), dir = inst.dir, ml_dir = inst.ml_dir,
+                tmp_dir = inst.tmp_dir] {
+      for (auto& p : wait_for) p->finished.WaitForNotification();
+      std::vector<std::string> trash;
+      scrub->status = FreshInstanceTree(dir, ml_dir, tmp_dir, trash);
+      scrub->done.Notify();
+      EmptyTrash(trash);
+      scrub->trash_gone.Notify();
+    });
+  }
+}
+
 void LocalClusterProvider::Release(const Cluster& cluster) {
   auto it = clusters_.find(cluster.id);
   if (it == clusters_.end()) return;
@@ -1291,6 +1376,7 @@ void LocalClusterProvider::Dispose(std::unique_ptr<LocalCluster> c) {
   // not on the loop thread.
   tasks_.Run([c = std::move(c)]() mutable {
     for (LocalInstance& inst : c->instances) {
+      if (inst.scrub != nullptr) inst.scrub->trash_gone.WaitForNotification();
       if (inst.current) inst.retired.push_back(std::move(inst.current));
       for (auto& p : inst.retired) {
         p->finished.WaitForNotification();

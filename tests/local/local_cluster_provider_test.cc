@@ -551,6 +551,9 @@ TEST_P(LocalClusterProviderTest, LogLinesReachTheEventsAndTheLogStream) {
   EXPECT_THAT(stream, HasSubstr("algo-1 exited with 0: cpu "));
 }
 
+// Job B on job A's warm instance finds nothing of A, whether the tree is made
+// fresh by PrepareImage or ahead of it by Recycle (as the engine does when a
+// warm pool keeps the cluster); Release after Recycle waits for the clean-up.
 TEST_P(LocalClusterProviderTest, WarmInstanceKeepsOnlyItsImageCache) {
   // Job A leaves something everywhere it can write.
   AddScript("job_a.sh",
@@ -570,39 +573,45 @@ TEST_P(LocalClusterProviderTest, WarmInstanceKeepsOnlyItsImageCache) {
             "ls \"$SAGEMAKER_BASE_DIR/input/data\"\n"
             "echo clean\n");
   WriteFile(store_dir_ + "/a-data/secret-a", "a");
-  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
-  ASSERT_TRUE(cluster.ok());
-  ASSERT_TRUE(Prepare(*cluster).ok());
-  const std::string cache = absl::StrCat(state_dir_, "/instances/", cluster->instances[0].id,
-                                         "/image-cache");
-  ASSERT_EQ(ListDir(cache).size(), 1u);
-  struct stat before;
-  ASSERT_EQ(stat(absl::StrCat(cache, "/", ListDir(cache)[0]).c_str(), &before), 0);
+  for (const bool recycle : {false, true}) {
+    SCOPED_TRACE(recycle ? "recycled" : "not recycled");
+    auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+    ASSERT_TRUE(cluster.ok());
+    ASSERT_TRUE(Prepare(*cluster).ok());
+    const std::string cache = absl::StrCat(state_dir_, "/instances/", cluster->instances[0].id,
+                                           "/image-cache");
+    ASSERT_EQ(ListDir(cache).size(), 1u);
+    struct stat before;
+    ASSERT_EQ(stat(absl::StrCat(cache, "/", ListDir(cache)[0]).c_str(), &before), 0);
 
-  v1::CreateTrainingJobRequest a = Request("job-a", {"/opt/program/job_a.sh"});
-  v1::Channel* ch = a.add_input_data_config();
-  ch->set_channel_name("private");
-  ch->mutable_data_source()->mutable_s3_data_source()->set_s3_data_type("S3Prefix");
-  ch->mutable_data_source()->mutable_s3_data_source()->set_s3_uri("file://" + store_dir_ + "/a-data/");
-  ASSERT_TRUE(Deliver(a, *cluster).ok());
-  Recorder events_a;
-  ASSERT_TRUE(Start(a, *cluster, events_a).ok());
-  ASSERT_TRUE(WaitExits(events_a, 1));
-  ASSERT_EQ(events_a.exits["algo-1"].exit_code, 0);
+    v1::CreateTrainingJobRequest a = Request("job-a", {"/opt/program/job_a.sh"});
+    v1::Channel* ch = a.add_input_data_config();
+    ch->set_channel_name("private");
+    ch->mutable_data_source()->mutable_s3_data_source()->set_s3_data_type("S3Prefix");
+    ch->mutable_data_source()->mutable_s3_data_source()->set_s3_uri("file://" + store_dir_ + "/a-data/");
+    ASSERT_TRUE(Deliver(a, *cluster).ok());
+    Recorder events_a;
+    ASSERT_TRUE(Start(a, *cluster, events_a).ok());
+    ASSERT_TRUE(WaitExits(events_a, 1));
+    ASSERT_EQ(events_a.exits["algo-1"].exit_code, 0);
 
-  // The same cluster, kept warm, runs job B.
-  ASSERT_TRUE(Prepare(*cluster).ok());
-  Recorder events_b;
-  ASSERT_TRUE(Start(Request("job-b", {"/opt/program/job_b.sh"}), *cluster, events_b).ok());
-  ASSERT_TRUE(WaitExits(events_b, 1));
-  EXPECT_EQ(events_b.exits["algo-1"].exit_code, 0) << events_b.AllLines();
-  EXPECT_TRUE(events_b.HasLine("algo-1", "clean")) << events_b.AllLines();
-  // The image was not unpacked again.
-  struct stat after;
-  ASSERT_EQ(ListDir(cache).size(), 1u);
-  ASSERT_EQ(stat(absl::StrCat(cache, "/", ListDir(cache)[0]).c_str(), &after), 0);
-  EXPECT_EQ(before.st_ino, after.st_ino);
-  EXPECT_EQ(before.st_mtim.tv_nsec, after.st_mtim.tv_nsec);
+    // The same cluster, kept warm, runs job B.
+    if (recycle) provider_->Recycle(*cluster);
+    ASSERT_TRUE(Prepare(*cluster).ok());
+    Recorder events_b;
+    ASSERT_TRUE(Start(Request("job-b", {"/opt/program/job_b.sh"}), *cluster, events_b).ok());
+    ASSERT_TRUE(WaitExits(events_b, 1));
+    EXPECT_EQ(events_b.exits["algo-1"].exit_code, 0) << events_b.AllLines();
+    EXPECT_TRUE(events_b.HasLine("algo-1", "clean")) << events_b.AllLines();
+    // The image was not unpacked again.
+    struct stat after;
+    ASSERT_EQ(ListDir(cache).size(), 1u);
+    ASSERT_EQ(stat(absl::StrCat(cache, "/", ListDir(cache)[0]).c_str(), &after), 0);
+    EXPECT_EQ(before.st_ino, after.st_ino);
+    EXPECT_EQ(before.st_mtim.tv_nsec, after.st_mtim.tv_nsec);
+    provider_->Recycle(*cluster);
+    provider_->Release(*cluster);
+  }
 }
 
 TEST_P(LocalClusterProviderTest, TarballImageRunsItsTrainProgram) {

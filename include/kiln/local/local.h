@@ -50,6 +50,9 @@
 // or a warm cluster) first waits for the cluster's earlier containers to be
 // done, then makes the instance's whole /opt/ml tree and its scratch space
 // anew; only the image cache stays. Nothing of an earlier job is readable.
+// When a warm pool keeps a cluster (ClusterProvider::Recycle), that clean-up
+// starts at once, in the background, so that the next job's PrepareImage
+// finds the tree ready and only checks its image.
 //
 // Errors the engine sees (besides those of ObjectStore and the file system,
 // which name the path): Provision: ResourceExhausted beyond max_instances.

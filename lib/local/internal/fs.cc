@@ -121,6 +121,9 @@ absl::Status ErrnoStatus(int err, std::string_view what, std::string_view path) 
 
 absl::Status MakeDirs(const std::string& path) {
   if (path.empty()) return absl::InvalidArgumentError("empty directory path");
+  // Usually the parent exists: one call.
+  if (mkdir(path.c_str(), 0755) == 0) return absl::OkStatus();
+  if (errno == EEXIST && IsDirectory(path)) return absl::OkStatus();
   std::string partial;
   if (path[0] == '/') partial = "/";
   for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
