@@ -361,5 +361,26 @@ TEST_F(LocalEngineTest, FastFileChannelIsReadOnlyInsideTheBwrapSandbox) {
   EXPECT_FALSE(internal::Exists(data_ + "/ff/new"));
 }
 
+
+TEST_F(LocalEngineTest, PipeObjectThatVanishesFailsTheRunningJobNamingIt) {
+  WriteFile(data_ + "/m/first", "1");
+  WriteFile(data_ + "/manifest.json",
+            absl::StrCat("[{\"prefix\": \"file://", data_, "/m/\"}, \"first\", \"second\"]"));
+  // Reads epoch 0 (the writer fails at the missing object), then waits.
+  AddScript("wait.sh",
+            "cat \"$SAGEMAKER_BASE_DIR/input/data/train_0\" > /dev/null\n"
+            "while true; do sleep 0.05; done\n");
+  v1::CreateTrainingJobRequest r = Request("e2e-vanish", "wait.sh");
+  r.mutable_algorithm_specification()->set_training_input_mode("Pipe");
+  v1::Channel ch = PrefixChannel("train", "file://" + data_ + "/manifest.json");
+  ch.mutable_data_source()->mutable_s3_data_source()->set_s3_data_type("ManifestFile");
+  *r.add_input_data_config() = ch;
+  ASSERT_TRUE(engine_->CreateTrainingJob(r).ok());
+  ASSERT_TRUE(WaitEnded("e2e-vanish"));
+  v1::DescribeTrainingJobResponse d = Describe("e2e-vanish");
+  EXPECT_EQ(d.training_job_status(), "Failed");
+  EXPECT_THAT(d.failure_reason(), HasSubstr("ClientError: channel 'train': object 'file://" + data_ + "/m/second'"));
+}
+
 }  // namespace
 }  // namespace kiln::local
