@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <functional>
+#include <ostream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -199,6 +200,8 @@ struct Implementation {
   std::string name;
   std::function<std::unique_ptr<Harness>()> make;
 };
+
+void PrintTo(const Implementation& i, std::ostream* os) { *os << i.name; }
 
 class DataChannelConformanceTest : public ::testing::TestWithParam<Implementation> {
  protected:
