@@ -10,3 +10,5 @@ pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET GLOBAL libpcre2-8)
 find_package(Threads REQUIRED)
 # libarchive: the local backend unpacks image tarballs and packs model.tar.gz.
 find_package(LibArchive REQUIRED)      # CMake's FindLibArchive (LibArchive::LibArchive)
+# zlib: Pipe-mode channels with CompressionType Gzip are decompressed on the way.
+find_package(ZLIB REQUIRED)            # CMake's FindZLIB (ZLIB::ZLIB)

@@ -24,6 +24,7 @@ KILN_DEBIAN_PACKAGES=(
   libsimgrid-dev
   libcurl4-openssl-dev
   libarchive-dev
+  zlib1g-dev
   bubblewrap
   python3
 )

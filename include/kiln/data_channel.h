@@ -6,12 +6,19 @@
 // Implementations: the simulation backend's modelled channel (kiln/sim/sim.h),
 // the local backend's (file:// sources) and the AWS backend's (s3:// sources).
 //
+// A channel's life for one job: CheckChannel at CreateTrainingJob, Deliver per
+// channel before training (again after a restart), then EndJob once the
+// job's containers are gone. Pipe mode keeps working after Deliver (a writer
+// streams epochs while the container reads): what goes wrong then reaches the
+// engine through a DataChannelListener, and EndJob ends it.
+//
 // Threading: called on the engine's loop thread; must not block (blocking work
 // runs on the implementation's threads and posts its completion). Completion
 // callbacks run on the loop thread, exactly once, never inline.
 #ifndef KILN_DATA_CHANNEL_H_
 #define KILN_DATA_CHANNEL_H_
 
+#include <cstdint>
 #include <string_view>
 #include <vector>
 
@@ -30,6 +37,19 @@ struct ChannelDelivery {
   std::vector<const Instance*> instances;     // those that receive the channel
 };
 
+// Hears about failures of a channel after its delivery completed (a Pipe
+// writer that cannot read the next object). Implemented by the engine. Loop
+// thread only.
+class DataChannelListener {
+ public:
+  virtual ~DataChannelListener() = default;
+  // Attempt `attempt` of job `job_name` can no longer get its channel's data:
+  // `status` names the channel and the object. The engine fails the job with
+  // the message (ClientError), unless the job has moved on to another attempt
+  // or ended.
+  virtual void OnChannelFailed(std::string_view job_name, int32_t attempt, absl::Status status) = 0;
+};
+
 class DataChannel {
  public:
   using DoneCallback = absl::AnyInvocable<void(absl::Status)>;
@@ -41,6 +61,28 @@ class DataChannel {
   // job. Called exactly once. Work still running when the job's cluster is
   // released stops; its callback may then be dropped.
   virtual void Deliver(const ChannelDelivery& delivery, DoneCallback done) = 0;
+
+  // The checks the service makes synchronously in CreateTrainingJob, for one
+  // channel whose effective mode is `input_mode`: OK, or InvalidArgument
+  // (a ValidationException) with the service's message, e.g. for an S3Prefix
+  // with no objects. May block briefly: an implementation checks only what is
+  // cheap and bounded (a local directory's first entries), and leaves the
+  // rest to Deliver, which fails the job instead. Default: OK.
+  virtual absl::Status CheckChannel(const v1::Channel& channel, std::string_view input_mode) {
+    return absl::OkStatus();
+  }
+
+  // The containers of job `job_name` have ended (or will not start), or the
+  // job is about to be delivered again for a restart: stops whatever the
+  // implementation still does for the job's deliveries (Pipe writers) without
+  // waiting for it. Harmless for a job with nothing running, and when called
+  // more than once. Default: nothing (Deliver leaves no work behind).
+  virtual void EndJob(std::string_view job_name) {}
+
+  // Sets the listener for failures after delivery (Pipe writers); null
+  // removes it. `listener` must outlive the channel or be removed first.
+  // Default: the channel never reports such failures.
+  virtual void SetListener(DataChannelListener* listener) {}
 };
 
 }  // namespace kiln

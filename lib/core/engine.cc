@@ -299,7 +299,7 @@ struct JobToken {
   uint64_t generation;
 };
 
-class EngineImpl final : public Engine, public ClusterListener {
+class EngineImpl final : public Engine, public ClusterListener, public DataChannelListener {
  public:
   explicit EngineImpl(EngineOptions options)
       : options_(std::move(options)),
@@ -316,13 +316,16 @@ class EngineImpl final : public Engine, public ClusterListener {
       options_.spot_handler = owned_spot_handler_.get();
     }
     provider_.SetListener(this);
+    if (options_.data_channel != nullptr) options_.data_channel->SetListener(this);
   }
 
   ~EngineImpl() override {
     // Give back every cluster still held (nothing is waited for); the engine's
     // own warm-pool manager releases its pools as it goes.
     provider_.SetListener(nullptr);
+    if (options_.data_channel != nullptr) options_.data_channel->SetListener(nullptr);
     for (auto& [name, job] : jobs_) {
+      if (job->phase_ != Phase::kEnded) EndChannels(*job);
       if (job->cluster_.has_value()) provider_.Release(*job->cluster_);
     }
   }
@@ -410,6 +413,21 @@ class EngineImpl final : public Engine, public ClusterListener {
   }
 
   absl::Time Now() const { return loop_.Now(); }
+
+  // DataChannelListener: a Pipe writer of a running attempt failed.
+  void OnChannelFailed(std::string_view job_name, int32_t attempt, absl::Status status) override {
+    Job* job = FindJob(std::string(job_name));
+    if (job == nullptr || job->attempt_ != attempt || job->status_ != kInProgress) return;
+    if (job->phase_ != Phase::kDownloading && job->phase_ != Phase::kTraining) return;
+    Fail(*job, absl::StrCat("ClientError: ", status.message()));
+  }
+
+  // Tells the data channel the job's containers are gone (Pipe writers end).
+  void EndChannels(const Job& job) {
+    if (options_.data_channel != nullptr && job.request().input_data_config_size() > 0) {
+      options_.data_channel->EndJob(job.name());
+    }
+  }
 
   std::string Arn(const Job& job) const { return arn_prefix_ + job.name(); }
 
@@ -519,6 +537,12 @@ absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
     if (request.input_data_config_size() > 0 && options_.data_channel == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           "job '", name, "': InputDataConfig needs a DataChannel, and this engine has none"));
+    }
+    const std::string& default_mode = request.algorithm_specification().training_input_mode();
+    for (const v1::Channel& channel : request.input_data_config()) {
+      // What the service checks synchronously (an S3Prefix without objects).
+      KILN_RETURN_IF_ERROR(options_.data_channel->CheckChannel(
+          channel, channel.has_input_mode() ? channel.input_mode() : default_mode));
     }
   }
   // Accepted: the job takes the request over.
@@ -1039,6 +1063,7 @@ void EngineImpl::HandleExit(Job& job, const Instance& instance, const ContainerE
 
 void EngineImpl::StartUpload(Job& job) {
   job.phase_ = Phase::kUploading;
+  EndChannels(job);
   if (job.status_ == kInProgress) SetStatus(job, kInProgress, kUploading, kMsgUploading);
   const std::string arn = Arn(job);
   JobContext context{job.name(), arn, job.request(), *job.cluster_, job.attempt_};
@@ -1149,6 +1174,7 @@ void EngineImpl::Finish(Job& job, const char* status, const char* secondary, con
 }
 
 void EngineImpl::ReturnCluster(Job& job, bool healthy) {
+  EndChannels(job);
   if (job.held_since_) {
     job.held_ += Now() - *job.held_since_;
     job.held_since_.reset();

@@ -302,6 +302,34 @@ struct LaunchSpec {
   std::vector<std::shared_ptr<ContainerProc>> wait_for;
 };
 
+// bwrap: the data channel's FastFile views are symbolic links
+// input/data/<channel> -> the source folder (local_data_channel.cc). Inside
+// the sandbox each becomes a read-only bind mount of that folder at
+// /opt/ml/input/data/<channel> (the link is replaced by the empty directory
+// the mount needs): reads go to the source, writes fail with EROFS, and the
+// folder is visible even where the sandbox hides the host's path (/tmp).
+absl::Status MountFastFileViews(LaunchSpec& spec) {
+  std::vector<std::string> binds;
+  for (const std::string& ch : spec.config.channels) {
+    const std::string path = absl::StrCat(spec.ml_dir, "/input/data/", ch);
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) continue;
+    char target[PATH_MAX];
+    ssize_t n = readlink(path.c_str(), target, sizeof(target) - 1);
+    if (n <= 0) return internal::ErrnoStatus(errno, "readlink", path);
+    target[n] = '\0';
+    if (unlink(path.c_str()) != 0) return internal::ErrnoStatus(errno, "unlink", path);
+    absl::Status s = internal::MakeDirs(path);
+    if (!s.ok()) return s;
+    binds.insert(binds.end(), {"--ro-bind", target, absl::StrCat(kContainerBase, "/input/data/", ch)});
+  }
+  if (binds.empty()) return absl::OkStatus();
+  // After the tree's own bind (mounts apply in order).
+  auto at = std::find(spec.argv.begin(), spec.argv.end(), "--unshare-pid");
+  spec.argv.insert(at, binds.begin(), binds.end());
+  return absl::OkStatus();
+}
+
 struct StartState {
   absl::Mutex mu;
   int remaining ABSL_GUARDED_BY(mu) = 0;
@@ -942,6 +970,7 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
   for (const std::string& ch : spec.config.channels) {
     if (status.ok()) status = internal::MakeDirs(absl::StrCat(spec.ml_dir, "/input/data/", ch));
   }
+  if (status.ok() && spec.bwrap) status = MountFastFileViews(spec);
   std::unique_ptr<CheckpointSync> sync;
   if (status.ok() && spec.checkpoint_store != nullptr) {
     sync = std::make_unique<CheckpointSync>(*spec.checkpoint_store, spec.checkpoint_uri,

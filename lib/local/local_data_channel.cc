@@ -1,14 +1,45 @@
-// LocalDataChannel: File-mode channels copied from an ObjectStores source into
-// the instances' /opt/ml/input/data/<channel>/ (see kiln/local/local.h).
+// LocalDataChannel: input channels from an ObjectStores source delivered into
+// the instances' /opt/ml/input/data (see kiln/local/local.h), in the three
+// input modes.
 //
-// Deliver runs on the loop thread and only starts a task; the task lists the
-// source, checks every key, and copies with a few threads, then posts the
-// outcome (unless the channel object is gone by then).
+// - File: the task lists the source, checks every key, and copies with a few
+//   threads (GetToFile: copy_file_range for file:// sources), then posts the
+//   outcome.
+// - FastFile: for file:// sources the channel directory becomes a symbolic
+//   link to the source folder, made in O(1) whatever the dataset's size; the
+//   bytes are read from the source when the container reads them. Under the
+//   bwrap runtime the provider replaces the link by a read-only bind mount of
+//   the folder (local_cluster_provider.cc), so the view is read-only. Under
+//   the process runtime it stays a link: that runtime is no sandbox (the
+//   process runs with Kiln's own rights and can reach the source by its real
+//   path anyway), so no view Kiln could build without privileges would stop
+//   a write; a link adds no right the process lacks, costs one syscall, and
+//   reads go straight to the source's page cache. A per-file link tree would
+//   cost O(files) at start, and a FUSE view a daemon per channel, for no
+//   protection the process runtime could keep. Other schemes need the lazy
+//   FUSE mount of their backend: Unimplemented here.
+// - Pipe: Deliver lists the source and makes every instance's FIFO
+//   <channel>_0, then reports the channel ready; one writer thread per
+//   instance then streams epoch after epoch (pipe_stream.h): objects in the
+//   epoch's order, spliced from file:// sources when no transform applies,
+//   else read through the ObjectStore, gunzipped, RecordIO-framed. When the
+//   reader has read the epoch to the end (or closed it early) the next FIFO
+//   appears and the old one is removed. EndJob (or the channel's
+//   destruction) stops the writers at once, wherever they wait.
+//
+// Deliver runs on the loop thread and only starts tasks; every completion is
+// posted back (unless the channel object is gone by then).
+#include <errno.h>
+#include <limits.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <dirent.h>
+#include <fcntl.h>
 
 #include <algorithm>
 #include <atomic>
 #include <list>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -22,10 +53,14 @@
 #include "kiln/local/local.h"
 #include "local/internal/fs.h"
 #include "local/internal/layout.h"
+#include "local/internal/pipe_stream.h"
 #include "local/internal/task_runner.h"
 
 namespace kiln::local {
 namespace {
+
+using internal::FifoWriter;
+using internal::StopSignal;
 
 struct Alive {};
 
@@ -40,6 +75,74 @@ struct Source {
   std::string rel;  // path below the channel directory
 };
 
+constexpr std::string_view kFileScheme = "file://";
+
+// The local path of a file:// URI with an absolute path, or "" for any other.
+std::string LocalPathOf(std::string_view uri) {
+  if (uri.substr(0, kFileScheme.size()) != kFileScheme || uri.size() <= kFileScheme.size() ||
+      uri[kFileScheme.size()] != '/') {
+    return "";
+  }
+  return std::string(uri.substr(kFileScheme.size()));
+}
+
+// Whether the directory `dir` (ending in '/') holds, at any depth, a regular
+// file (or a link to one) whose name starts with `name_prefix` at the top
+// level; stops at the first one. Linked directories are not entered (as the
+// file store's List does not).
+bool AnyObjectBelow(const std::string& dir, std::string_view name_prefix) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return false;
+  bool found = false;
+  while (!found) {
+    struct dirent* e = readdir(d);
+    if (e == nullptr) break;
+    std::string_view name = e->d_name;
+    if (name == "." || name == ".." || !absl::StartsWith(internal::Av(name), internal::Av(name_prefix)) ||
+        absl::StartsWith(internal::Av(name), ".kiln-tmp-")) {
+      continue;
+    }
+    const std::string full = absl::StrCat(dir, internal::Av(name));
+    struct stat st;
+    if (lstat(full.c_str(), &st) != 0) continue;
+    if (S_ISREG(st.st_mode)) {
+      found = true;
+    } else if (S_ISLNK(st.st_mode)) {
+      found = stat(full.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+    } else if (S_ISDIR(st.st_mode)) {
+      found = AnyObjectBelow(full + "/", "");
+    }
+  }
+  closedir(d);
+  return found;
+}
+
+// Whether a file:// prefix (a local path, prefix semantics) has any object.
+bool AnyObjectUnder(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return AnyObjectBelow(path.substr(0, slash + 1), std::string_view(path).substr(slash + 1));
+}
+
+std::string NoObjectsMessage(std::string_view channel, std::string_view uri) {
+  return absl::StrCat("No S3 objects found under S3 URL \"", internal::Av(uri),
+                      "\" given in input data source (channel '", internal::Av(channel),
+                      "'). Please ensure that objects exist under that prefix.");
+}
+
+// Everything one Pipe channel's writers need, shared by them.
+struct PipeSpec {
+  std::string job_name;
+  int32_t attempt = 1;
+  std::string channel;
+  std::vector<Source> sources;
+  bool gzip = false;
+  bool recordio = false;
+  bool has_seed = false;
+  int64_t seed = 0;
+  bool sharded = false;
+  std::vector<std::string> data_roots;
+};
+
 class LocalDataChannel final : public DataChannel {
  public:
   LocalDataChannel(EventLoop& loop, ObjectStores& stores, LocalDataChannelOptions options)
@@ -50,64 +153,141 @@ class LocalDataChannel final : public DataChannel {
   ~LocalDataChannel() override {
     alive_.reset();
     cancelled_->store(true);
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& [job, stops] : running_) {
+        for (auto& s : stops) s->Stop();
+      }
+      running_.clear();
+    }
     tasks_.JoinAll();
   }
 
-  void Deliver(const ChannelDelivery& delivery, DoneCallback done) override {
-    const v1::Channel& channel = delivery.channel;
-    const std::string name = channel.channel_name();
-    absl::Status error;
-    if (delivery.input_mode != "File") {
-      error = absl::UnimplementedError(absl::StrCat(
-          "channel '", name, "': input mode ", internal::Av(delivery.input_mode),
-          " is not supported by the local backend yet (File mode only)"));
-    } else if (!channel.data_source().has_s3_data_source()) {
-      error = absl::UnimplementedError(absl::StrCat(
-          "channel '", name, "': the local backend reads only S3DataSource channels"));
-    } else if (name.find('/') != std::string::npos || !internal::IsSafeRelativePath(name)) {
-      error = absl::InvalidArgumentError(absl::StrCat(
-          "channel '", name, "': the name would land outside /opt/ml/input/data"));
-    }
-    std::vector<std::string> data_roots;
-    for (const Instance* instance : delivery.instances) {
-      if (!error.ok()) break;
-      absl::StatusOr<std::string> dir = internal::InstanceDirOf(options_.state_dir, instance->id);
-      if (!dir.ok()) {
-        error = dir.status();
-        break;
-      }
-      data_roots.push_back(absl::StrCat(internal::MlDir(*dir), "/input/data"));
-    }
-    if (!error.ok()) {
-      loop_.Post([alive = std::weak_ptr<Alive>(alive_), done = std::move(done), error]() mutable {
-        if (alive.lock()) done(error);
-      });
-      return;
-    }
-    auto guard = std::make_shared<EventLoop::WorkGuard>(loop_.AcquireWork());
-    tasks_.Run([this, channel, data_roots = std::move(data_roots), guard,
-                           done = std::move(done), alive = std::weak_ptr<Alive>(alive_),
-                           cancelled = cancelled_]() mutable {
-      absl::Status status = Copy(channel, data_roots, *cancelled);
-      loop_.Post([alive, done = std::move(done), status]() mutable {
-        if (alive.lock()) done(status);
-      });
-      guard->Reset();
-    });
+  void Deliver(const ChannelDelivery& delivery, DoneCallback done) override;
+  absl::Status CheckChannel(const v1::Channel& channel, std::string_view input_mode) override;
+  void EndJob(std::string_view job_name) override {
+    absl::MutexLock lock(&mu_);
+    auto it = running_.find(std::string(job_name));
+    if (it == running_.end()) return;
+    for (auto& s : it->second) s->Stop();
+    running_.erase(it);
   }
+  void SetListener(DataChannelListener* listener) override { listener_ = listener; }
 
  private:
   absl::StatusOr<std::vector<Source>> ListSources(const v1::Channel& channel);
   absl::Status Copy(const v1::Channel& channel, const std::vector<std::string>& data_roots,
                     const std::atomic<bool>& cancelled);
+  absl::Status MakeViews(const v1::Channel& channel, const std::vector<std::string>& data_roots);
+  absl::Status StartPipes(const v1::Channel& channel, std::shared_ptr<PipeSpec> spec,
+                          std::shared_ptr<StopSignal> stop);
+  void RunPipe(std::shared_ptr<const PipeSpec> spec, size_t instance,
+               std::shared_ptr<StopSignal> stop);
+  // Streams one object into the FIFO. Errors name neither channel nor object.
+  absl::StatusOr<FifoWriter::Result> StreamObject(FifoWriter& writer, const PipeSpec& spec,
+                                                  const Source& source);
+  void ReportFailure(const PipeSpec& spec, absl::Status status);
+
+  // Runs `work` on a task thread and posts its status to `done`.
+  void RunTask(DoneCallback done, absl::AnyInvocable<absl::Status()> work);
 
   EventLoop& loop_;
   ObjectStores& stores_;
   LocalDataChannelOptions options_;
+  DataChannelListener* listener_ = nullptr;  // loop thread only
   std::shared_ptr<Alive> alive_ = std::make_shared<Alive>();
   std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
+  absl::Mutex mu_;
+  // Stop signals of the writers of each job's Pipe channels.
+  std::map<std::string, std::vector<std::shared_ptr<StopSignal>>> running_ ABSL_GUARDED_BY(mu_);
   internal::TaskRunner tasks_;  // last: joined first
 };
+
+void LocalDataChannel::RunTask(DoneCallback done, absl::AnyInvocable<absl::Status()> work) {
+  auto guard = std::make_shared<EventLoop::WorkGuard>(loop_.AcquireWork());
+  tasks_.Run([this, guard, done = std::move(done), work = std::move(work),
+              alive = std::weak_ptr<Alive>(alive_)]() mutable {
+    absl::Status status = work();
+    loop_.Post([alive, done = std::move(done), status]() mutable {
+      if (alive.lock()) done(status);
+    });
+    guard->Reset();
+  });
+}
+
+void LocalDataChannel::Deliver(const ChannelDelivery& delivery, DoneCallback done) {
+  const v1::Channel& channel = delivery.channel;
+  const std::string name = channel.channel_name();
+  const std::string mode(delivery.input_mode);
+  absl::Status error;
+  if (mode != "File" && mode != "FastFile" && mode != "Pipe") {
+    error = absl::InvalidArgumentError(absl::StrCat("channel '", name, "': input mode '", mode,
+                                                    "' is not File, FastFile or Pipe"));
+  } else if (!channel.data_source().has_s3_data_source()) {
+    error = absl::UnimplementedError(absl::StrCat(
+        "channel '", name, "': the local backend reads only S3DataSource channels"));
+  } else if (name.find('/') != std::string::npos || !internal::IsSafeRelativePath(name)) {
+    error = absl::InvalidArgumentError(absl::StrCat(
+        "channel '", name, "': the name would land outside /opt/ml/input/data"));
+  }
+  std::vector<std::string> data_roots;
+  for (const Instance* instance : delivery.instances) {
+    if (!error.ok()) break;
+    absl::StatusOr<std::string> dir = internal::InstanceDirOf(options_.state_dir, instance->id);
+    if (!dir.ok()) {
+      error = dir.status();
+      break;
+    }
+    data_roots.push_back(absl::StrCat(internal::MlDir(*dir), "/input/data"));
+  }
+  if (!error.ok()) {
+    loop_.Post([alive = std::weak_ptr<Alive>(alive_), done = std::move(done), error]() mutable {
+      if (alive.lock()) done(error);
+    });
+    return;
+  }
+  if (mode == "File") {
+    RunTask(std::move(done), [this, channel, data_roots = std::move(data_roots),
+                              cancelled = cancelled_] { return Copy(channel, data_roots, *cancelled); });
+  } else if (mode == "FastFile") {
+    RunTask(std::move(done), [this, channel, data_roots = std::move(data_roots)] {
+      return MakeViews(channel, data_roots);
+    });
+  } else {
+    auto spec = std::make_shared<PipeSpec>();
+    spec->job_name = std::string(delivery.job.job_name);
+    spec->attempt = delivery.job.attempt;
+    spec->channel = name;
+    spec->gzip = channel.compression_type() == "Gzip";
+    spec->recordio = channel.record_wrapper_type() == "RecordIO";
+    spec->has_seed = channel.has_shuffle_config();
+    spec->seed = channel.shuffle_config().seed();
+    spec->sharded =
+        channel.data_source().s3_data_source().s3_data_distribution_type() == "ShardedByS3Key";
+    spec->data_roots = std::move(data_roots);
+    auto stop = std::make_shared<StopSignal>();
+    {
+      absl::MutexLock lock(&mu_);
+      running_[spec->job_name].push_back(stop);
+    }
+    RunTask(std::move(done), [this, channel, spec = std::move(spec), stop = std::move(stop)] {
+      return StartPipes(channel, spec, stop);
+    });
+  }
+}
+
+absl::Status LocalDataChannel::CheckChannel(const v1::Channel& channel,
+                                            std::string_view input_mode) {
+  if (!channel.data_source().has_s3_data_source()) return absl::OkStatus();
+  const auto& s3 = channel.data_source().s3_data_source();
+  if (s3.s3_data_type() != "S3Prefix") return absl::OkStatus();
+  // Only file:// prefixes are checked here: a bounded look at local
+  // directories. Other stores would need a request from the loop thread;
+  // their empty prefixes fail the job at Deliver instead.
+  const std::string path = LocalPathOf(s3.s3_uri());
+  if (path.empty() || AnyObjectUnder(path)) return absl::OkStatus();
+  return absl::InvalidArgumentError(NoObjectsMessage(channel.channel_name(), s3.s3_uri()));
+}
 
 absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Channel& channel) {
   const std::string& name = channel.channel_name();
@@ -133,10 +313,7 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
       if (o.uri.size() <= base || o.uri.back() == '/') continue;  // folder markers
       sources.push_back(Source{o.uri, o.uri.substr(base)});
     }
-    if (sources.empty()) {
-      return absl::NotFoundError(absl::StrCat("channel '", name, "': no objects found under \"",
-                                              uri, "\""));
-    }
+    if (sources.empty()) return absl::NotFoundError(NoObjectsMessage(name, uri));
   } else if (s3.s3_data_type() == "ManifestFile") {
     absl::StatusOr<std::string> text = (*store)->Get(uri);
     if (!text.ok()) {
@@ -181,6 +358,9 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
   return sources;
 }
 
+// ---------------------------------------------------------------------------
+// File
+
 absl::Status LocalDataChannel::Copy(const v1::Channel& channel,
                                     const std::vector<std::string>& data_roots,
                                     const std::atomic<bool>& cancelled) {
@@ -198,8 +378,11 @@ absl::Status LocalDataChannel::Copy(const v1::Channel& channel,
     const std::string dir = absl::StrCat(data_roots[i], "/", name);
     absl::Status s = internal::ResetDir(dir);
     if (!s.ok()) return absl::Status(s.code(), absl::StrCat("channel '", name, "': ", s.message()));
-    for (size_t j = 0; j < sources->size(); ++j) {
-      if (sharded && j % data_roots.size() != i) continue;
+    // The instance's share: the shuffled order (ShuffleConfig) sharded, as
+    // Pipe mode's first epoch.
+    for (size_t j : internal::EpochOrder(sources->size(), channel.has_shuffle_config(),
+                                         channel.shuffle_config().seed(), 0, sharded, i,
+                                         data_roots.size())) {
       const Source& src = (*sources)[j];
       items.push_back(CopyItem{src.uri, absl::StrCat(dir, "/", src.rel), data_roots[i]});
     }
@@ -243,6 +426,256 @@ absl::Status LocalDataChannel::Copy(const v1::Channel& channel,
   if (cancelled.load()) return absl::CancelledError(absl::StrCat("channel '", name, "': cancelled"));
   absl::MutexLock lock(&mu);
   return first_error;
+}
+
+// ---------------------------------------------------------------------------
+// FastFile
+
+absl::Status LocalDataChannel::MakeViews(const v1::Channel& channel,
+                                         const std::vector<std::string>& data_roots) {
+  const std::string& name = channel.channel_name();
+  const auto& s3 = channel.data_source().s3_data_source();
+  const std::string& uri = s3.s3_uri();
+  if (s3.s3_data_type() != "S3Prefix") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "channel '", name, "': FastFile input mode supports only S3DataType S3Prefix"));
+  }
+  std::string path = LocalPathOf(uri);
+  if (path.empty()) {
+    return absl::UnimplementedError(absl::StrCat(
+        "channel '", name, "': FastFile for '", uri,
+        "' needs a lazily read mount of that store; the local backend serves file:// sources"));
+  }
+  if (s3.s3_data_distribution_type() == "ShardedByS3Key") {
+    return absl::UnimplementedError(absl::StrCat(
+        "channel '", name, "': the local backend's FastFile view shows the whole folder to every "
+        "instance; use File or Pipe mode for ShardedByS3Key"));
+  }
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  char real[PATH_MAX];
+  struct stat st;
+  if (realpath(path.c_str(), real) == nullptr || stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    if (!AnyObjectUnder(LocalPathOf(uri))) return absl::NotFoundError(NoObjectsMessage(name, uri));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "channel '", name, "': FastFile needs S3Uri to name a folder ('", uri,
+        "' is not a directory); a trailing '/' is recommended"));
+  }
+  if (!AnyObjectBelow(absl::StrCat(real, "/"), "")) {
+    return absl::NotFoundError(NoObjectsMessage(name, uri));
+  }
+  for (const std::string& root : data_roots) {
+    if (!internal::IsDirectory(root)) {
+      return absl::AbortedError(absl::StrCat("channel '", name, "': instance directory ", root,
+                                             " is gone (released?)"));
+    }
+    const std::string view = absl::StrCat(root, "/", name);
+    absl::Status s = internal::RemoveTree(view);
+    if (s.ok() && symlink(real, view.c_str()) != 0) {
+      s = internal::ErrnoStatus(errno, "symlink", view);
+    }
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("channel '", name, "': ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Pipe
+
+std::string FifoPath(const std::string& root, const std::string& channel, uint64_t epoch) {
+  return absl::StrCat(root, "/", channel, "_", epoch);
+}
+
+absl::Status MakeFifo(const std::string& path) {
+  if (mkfifo(path.c_str(), 0644) == 0) return absl::OkStatus();
+  if (errno == EEXIST) {
+    unlink(path.c_str());
+    if (mkfifo(path.c_str(), 0644) == 0) return absl::OkStatus();
+  }
+  return internal::ErrnoStatus(errno, "mkfifo", path);
+}
+
+absl::Status LocalDataChannel::StartPipes(const v1::Channel& channel, std::shared_ptr<PipeSpec> spec,
+                                          std::shared_ptr<StopSignal> stop) {
+  absl::StatusOr<std::vector<Source>> sources = ListSources(channel);
+  if (!sources.ok()) return sources.status();
+  spec->sources = *std::move(sources);
+  for (const std::string& root : spec->data_roots) {
+    if (!internal::IsDirectory(root)) {
+      return absl::AbortedError(absl::StrCat("channel '", spec->channel, "': instance directory ",
+                                             root, " is gone (released?)"));
+    }
+    absl::Status s = MakeFifo(FifoPath(root, spec->channel, 0));
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("channel '", spec->channel, "': ", s.message()));
+    }
+  }
+  if (stop->stopped()) {
+    return absl::CancelledError(absl::StrCat("channel '", spec->channel, "': job ended"));
+  }
+  std::shared_ptr<const PipeSpec> shared = std::move(spec);
+  for (size_t i = 0; i < shared->data_roots.size(); ++i) {
+    tasks_.Run([this, shared, i, stop] { RunPipe(shared, i, stop); });
+  }
+  return absl::OkStatus();
+}
+
+void LocalDataChannel::ReportFailure(const PipeSpec& spec, absl::Status status) {
+  loop_.Post([this, alive = std::weak_ptr<Alive>(alive_), job = spec.job_name,
+              attempt = spec.attempt, status = std::move(status)]() mutable {
+    if (alive.lock() && listener_ != nullptr) listener_->OnChannelFailed(job, attempt, status);
+  });
+}
+
+absl::StatusOr<FifoWriter::Result> LocalDataChannel::StreamObject(FifoWriter& writer,
+                                                                  const PipeSpec& spec,
+                                                                  const Source& source) {
+  if (!spec.gzip && !spec.recordio) {
+    const std::string path = LocalPathOf(source.uri);
+    if (!path.empty()) {
+      // file://: the page cache's pages straight into the pipe.
+      int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd < 0) return internal::ErrnoStatus(errno, "open", path);
+      struct stat st;
+      absl::StatusOr<FifoWriter::Result> r;
+      if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        r = absl::NotFoundError(absl::StrCat("'", path, "' is not a regular file"));
+      } else {
+        r = writer.SpliceFrom(fd, path);
+      }
+      close(fd);
+      return r;
+    }
+  }
+  absl::StatusOr<ObjectStore*> store = stores_.For(source.uri);
+  if (!store.ok()) return store.status();
+  FifoWriter::Result stopped_with = FifoWriter::Result::kOk;
+  absl::Status write_error;
+  std::string record;
+  // Where decompressed bytes go: the record being built, or the FIFO.
+  auto emit = [&](std::string_view data) -> absl::Status {
+    if (spec.recordio) {
+      if (record.size() + data.size() >= (size_t{1} << 29)) {
+        return absl::InvalidArgumentError(
+            "a RecordIO record holds less than 2^29 bytes; this object has more");
+      }
+      record.append(data.data(), data.size());
+      return absl::OkStatus();
+    }
+    absl::StatusOr<FifoWriter::Result> r = writer.Write(data);
+    if (!r.ok()) {
+      write_error = r.status();
+      return absl::CancelledError("write");
+    }
+    if (*r != FifoWriter::Result::kOk) {
+      stopped_with = *r;
+      return absl::CancelledError("write");
+    }
+    return absl::OkStatus();
+  };
+  internal::Inflater inflater;
+  absl::Status s = (*store)->Read(source.uri, [&](std::string_view chunk) -> absl::Status {
+    return spec.gzip ? inflater.Feed(chunk, emit) : emit(chunk);
+  });
+  if (!write_error.ok()) return write_error;
+  if (stopped_with != FifoWriter::Result::kOk) return stopped_with;
+  if (!s.ok()) return s;
+  if (spec.gzip) {
+    s = inflater.Finish();
+    if (!s.ok()) return s;
+  }
+  if (spec.recordio) {
+    std::string framed;
+    s = internal::AppendRecordIO(record, &framed);
+    if (!s.ok()) return s;
+    record.clear();
+    return writer.Write(framed);
+  }
+  return FifoWriter::Result::kOk;
+}
+
+void LocalDataChannel::RunPipe(std::shared_ptr<const PipeSpec> spec, size_t instance,
+                               std::shared_ptr<StopSignal> stop) {
+  const PipeSpec& s = *spec;
+  const std::string& root = s.data_roots[instance];
+  struct stat root_st;
+  if (stat(root.c_str(), &root_st) != 0) return;
+  // Whether `root` is still the directory this delivery made its FIFOs in (a
+  // reset tree is a new directory: a late writer must not touch it).
+  auto same_root = [&] {
+    struct stat now;
+    return stat(root.c_str(), &now) == 0 && now.st_ino == root_st.st_ino &&
+           now.st_dev == root_st.st_dev;
+  };
+  auto remove_fifo = [&](const std::string& path) {
+    if (same_root()) unlink(path.c_str());
+  };
+  FifoWriter writer(*stop);
+  using R = FifoWriter::Result;
+  for (uint64_t epoch = 0;; ++epoch) {
+    const std::string fifo = FifoPath(root, s.channel, epoch);
+    absl::StatusOr<R> r = writer.Open(fifo);
+    if (!r.ok()) {
+      ReportFailure(s, absl::Status(r.status().code(), absl::StrCat("channel '", s.channel, "': ",
+                                                                    r.status().message())));
+      remove_fifo(fifo);
+      return;
+    }
+    if (*r != R::kOk) {  // stopped, or the tree is gone
+      remove_fifo(fifo);
+      return;
+    }
+    bool read_to_end = true;
+    for (size_t j : internal::EpochOrder(s.sources.size(), s.has_seed, s.seed, epoch, s.sharded,
+                                         instance, s.data_roots.size())) {
+      const Source& source = s.sources[j];
+      r = StreamObject(writer, s, source);
+      if (!r.ok()) {
+        const absl::Status& e = r.status();
+        ReportFailure(s, absl::Status(e.code(), absl::StrCat(
+                                                    "channel '", s.channel, "': object '",
+                                                    source.uri, "'",
+                                                    absl::IsNotFound(e) ? " disappeared during the stream" : "",
+                                                    " (epoch ", epoch, "): ", e.message())));
+        writer.Close();
+        remove_fifo(fifo);
+        return;
+      }
+      if (*r == R::kStopped) {
+        writer.Close();
+        remove_fifo(fifo);
+        return;
+      }
+      if (*r == R::kReaderClosed) {
+        read_to_end = false;
+        break;
+      }
+    }
+    if (read_to_end) {
+      r = writer.WaitDrained();
+      if (!r.ok() || *r == R::kStopped) {
+        writer.Close();
+        remove_fifo(fifo);
+        return;
+      }
+    }
+    // The reader has it all (or closed early): the next epoch's FIFO first,
+    // so a reader at end of file finds it, then end of file on this one.
+    if (stop->stopped() || !same_root()) {
+      writer.Close();
+      remove_fifo(fifo);
+      return;
+    }
+    absl::Status made = MakeFifo(FifoPath(root, s.channel, epoch + 1));
+    writer.Close();
+    remove_fifo(fifo);
+    if (!made.ok()) {
+      if (same_root() && !stop->stopped()) {
+        ReportFailure(s, absl::Status(made.code(),
+                                      absl::StrCat("channel '", s.channel, "': ", made.message())));
+      }
+      return;
+    }
+  }
 }
 
 }  // namespace

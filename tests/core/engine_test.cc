@@ -638,5 +638,119 @@ TEST(EngineDeterminismTest, IdenticalRunsGiveIdenticalDescribeJson) {
   EXPECT_EQ(a, b);
 }
 
+
+// A DataChannel that records what the engine asks of it, delivering through
+// the simulated channel.
+class RecordingDataChannel : public DataChannel {
+ public:
+  explicit RecordingDataChannel(DataChannel& inner) : inner_(inner) {}
+  void Deliver(const ChannelDelivery& d, DoneCallback done) override {
+    std::vector<std::string> hosts;
+    for (const Instance* i : d.instances) hosts.push_back(i->host_name);
+    receivers[d.channel.channel_name()] = absl::StrJoin(hosts, ",");
+    inner_.Deliver(d, std::move(done));
+  }
+  absl::Status CheckChannel(const v1::Channel& channel, std::string_view mode) override {
+    if (channel.channel_name() == "refused") return absl::InvalidArgumentError("No S3 objects found");
+    return absl::OkStatus();
+  }
+  void EndJob(std::string_view job) override { ended.push_back(std::string(job)); }
+  void SetListener(DataChannelListener* l) override { listener = l; }
+
+  std::map<std::string, std::string> receivers;
+  std::vector<std::string> ended;
+  DataChannelListener* listener = nullptr;
+
+ private:
+  DataChannel& inner_;
+};
+
+class EngineDataChannelTest : public EngineTest {
+ protected:
+  void SetUp() override {
+    loop_ = NewVirtualEventLoop();
+    start_ = loop_->Now();
+    provider_ = sim::NewSimClusterProvider(*loop_, {});
+    channel_ = sim::NewSimDataChannel(*loop_, {});
+    recording_ = std::make_unique<RecordingDataChannel>(*channel_);
+    EngineOptions options;
+    options.loop = loop_.get();
+    options.cluster_provider = provider_.get();
+    options.data_channel = recording_.get();
+    engine_ = NewEngine(std::move(options)).value();
+  }
+  void TearDown() override {
+    engine_.reset();
+    EXPECT_EQ(recording_->listener, nullptr) << "the engine left its listener set";
+  }
+  static v1::Channel Prefix(const std::string& name, std::vector<std::string> groups = {}) {
+    v1::Channel c;
+    c.set_channel_name(name);
+    c.mutable_data_source()->mutable_s3_data_source()->set_s3_data_type("S3Prefix");
+    c.mutable_data_source()->mutable_s3_data_source()->set_s3_uri("s3://bucket/" + name + "/");
+    for (const std::string& g : groups) {
+      c.mutable_data_source()->mutable_s3_data_source()->add_instance_group_names(g);
+    }
+    return c;
+  }
+  std::unique_ptr<RecordingDataChannel> recording_;
+};
+
+TEST_F(EngineDataChannelTest, ChannelsReachOnlyTheirInstanceGroupsAndEndWithTheContainers) {
+  v1::CreateTrainingJobRequest r = Request("hetero");
+  auto* rc = r.mutable_resource_config();
+  rc->clear_instance_type();
+  rc->clear_instance_count();
+  auto* g1 = rc->add_instance_groups();
+  g1->set_instance_group_name("gpu");
+  g1->set_instance_type("ml.p3.2xlarge");
+  g1->set_instance_count(2);
+  auto* g2 = rc->add_instance_groups();
+  g2->set_instance_group_name("cpu");
+  g2->set_instance_type("ml.c5.xlarge");
+  g2->set_instance_count(1);
+  *r.add_input_data_config() = Prefix("all");
+  *r.add_input_data_config() = Prefix("cpu-only", {"cpu"});
+  Create(r);
+  RunUntilSecond(200);
+  EXPECT_EQ(recording_->receivers["all"], "algo-1,algo-2,algo-3");
+  EXPECT_EQ(recording_->receivers["cpu-only"], "algo-3");
+  EXPECT_TRUE(recording_->ended.empty()) << "ended while training";
+  RunUntilSecond(3600);
+  EXPECT_EQ(Describe("hetero").training_job_status(), "Completed");
+  ASSERT_FALSE(recording_->ended.empty());
+  EXPECT_EQ(recording_->ended[0], "hetero");
+}
+
+TEST_F(EngineDataChannelTest, CheckChannelRefusalFailsCreateTrainingJob) {
+  v1::CreateTrainingJobRequest r = Request("refused-job");
+  *r.add_input_data_config() = Prefix("refused");
+  auto created = engine_->CreateTrainingJob(r);
+  EXPECT_TRUE(absl::IsInvalidArgument(created.status())) << created.status();
+  v1::DescribeTrainingJobRequest d;
+  d.set_training_job_name("refused-job");
+  EXPECT_TRUE(absl::IsNotFound(engine_->DescribeTrainingJob(d).status()));
+}
+
+TEST_F(EngineDataChannelTest, ChannelFailureAfterDeliveryFailsTheRunningAttemptOnly) {
+  v1::CreateTrainingJobRequest r = Request("streaming");
+  *r.add_input_data_config() = Prefix("train");
+  Create(r);
+  RunUntilSecond(200);
+  ASSERT_EQ(Describe("streaming").secondary_status(), "Training");
+  ASSERT_NE(recording_->listener, nullptr);
+  // A stale report (another attempt) and an unknown job change nothing.
+  recording_->listener->OnChannelFailed("streaming", 2, absl::NotFoundError("stale"));
+  recording_->listener->OnChannelFailed("nobody", 1, absl::NotFoundError("x"));
+  RunUntilSecond(201);
+  EXPECT_EQ(Describe("streaming").secondary_status(), "Training");
+  recording_->listener->OnChannelFailed("streaming", 1,
+                                        absl::NotFoundError("channel 'train': object 'k' vanished"));
+  RunUntilSecond(300);
+  v1::DescribeTrainingJobResponse d = Describe("streaming");
+  EXPECT_EQ(d.training_job_status(), "Failed");
+  EXPECT_EQ(d.failure_reason(), "ClientError: channel 'train': object 'k' vanished");
+}
+
 }  // namespace
 }  // namespace kiln

@@ -1,17 +1,25 @@
 // LocalDataChannel on a real-time loop, with file:// sources, against
 // instance trees laid out as the local provider lays them out.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <future>
 #include <memory>
 #include <optional>
+#include <thread>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kiln/event_loop.h"
 #include "kiln/local/local.h"
 #include "kiln/object_store.h"
 #include "local/internal/fs.h"
+#include "local/internal/pipe_stream.h"
 #include "local/local_test_util.h"
 
 namespace kiln::local {
@@ -35,6 +43,7 @@ class LocalDataChannelTest : public ::testing::Test {
     file_store_ = NewFileObjectStore();
     stores_.Register("file", file_store_.get());
     channel_ = NewLocalDataChannel(*loop_, stores_, {.state_dir = state_dir_, .copy_threads = 3});
+    channel_->SetListener(&listener_);
     for (int i = 1; i <= 3; ++i) {
       Instance inst;
       inst.host_name = absl::StrCat("algo-", i);
@@ -77,7 +86,19 @@ class LocalDataChannelTest : public ::testing::Test {
     return *result;
   }
 
+  std::string Fifo(const std::string& host, const std::string& channel, int epoch) const {
+    return absl::StrCat(DataDir(absl::StrCat("c1/", host)), "/", channel, "_", epoch);
+  }
+
+  struct Listener : DataChannelListener {
+    void OnChannelFailed(std::string_view job, int32_t attempt, absl::Status status) override {
+      failures.push_back(absl::StrCat(internal::Av(job), "#", attempt, ": ", status.message()));
+    }
+    std::vector<std::string> failures;
+  };
+
   TempDir tmp_;
+  Listener listener_;
   std::string state_dir_;
   std::string src_;
   std::unique_ptr<EventLoop> loop_;
@@ -170,22 +191,343 @@ TEST_F(LocalDataChannelTest, EmptyPrefixIsNotFound) {
   ASSERT_TRUE(internal::MakeDirs(src_ + "/empty").ok());
   absl::Status s = Deliver(Channel("e", "S3Prefix", "file://" + src_ + "/empty/"));
   EXPECT_TRUE(absl::IsNotFound(s)) << s;
-  EXPECT_THAT(s.message(), HasSubstr("no objects found"));
-}
-
-TEST_F(LocalDataChannelTest, PipeAndFastFileAreUnimplemented) {
-  WriteFile(src_ + "/d/a", "1");
-  for (const char* mode : {"Pipe", "FastFile"}) {
-    absl::Status s = Deliver(Channel("p", "S3Prefix", "file://" + src_ + "/d/"), mode);
-    EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
-    EXPECT_THAT(s.message(), HasSubstr(mode));
-  }
+  EXPECT_THAT(s.message(), HasSubstr("No S3 objects found under S3 URL"));
+  EXPECT_THAT(s.message(), HasSubstr("channel 'e'"));
 }
 
 TEST_F(LocalDataChannelTest, UnknownSchemeFailsNamingTheChannel) {
   absl::Status s = Deliver(Channel("s3", "S3Prefix", "s3://bucket/prefix/"));
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("channel 's3'"));
+}
+
+
+// ---------------------------------------------------------------------------
+// FastFile
+
+TEST_F(LocalDataChannelTest, FastFileIsAViewOfTheSourceNotACopy) {
+  WriteFile(src_ + "/ff/a.csv", "a");
+  WriteFile(src_ + "/ff/deep/b.csv", "b");
+  ASSERT_TRUE(Deliver(Channel("ff", "S3Prefix", "file://" + src_ + "/ff/"), "FastFile").ok());
+  for (const Instance& i : cluster_.instances) {
+    EXPECT_EQ(ReadFile(DataDir(i.id) + "/ff/a.csv"), "a");
+    EXPECT_EQ(ReadFile(DataDir(i.id) + "/ff/deep/b.csv"), "b");
+  }
+  // Read when read: a change to the source shows through at once.
+  WriteFile(src_ + "/ff/later.csv", "later");
+  EXPECT_EQ(ReadFile(DataDir("c1/algo-2") + "/ff/later.csv"), "later");
+  struct stat st;
+  ASSERT_EQ(lstat((DataDir("c1/algo-1") + "/ff").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISLNK(st.st_mode));
+}
+
+TEST_F(LocalDataChannelTest, FastFileOfAnEmptyFolderIsNotFound) {
+  ASSERT_TRUE(internal::MakeDirs(src_ + "/empty/sub").ok());
+  absl::Status s = Deliver(Channel("e", "S3Prefix", "file://" + src_ + "/empty/"), "FastFile");
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("No S3 objects found"));
+}
+
+TEST_F(LocalDataChannelTest, FastFileRefusesManifestsAndSharding) {
+  WriteFile(src_ + "/d/a", "1");
+  WriteFile(src_ + "/manifest.json", absl::StrCat("[{\"prefix\": \"file://", src_, "/d/\"}, \"a\"]"));
+  absl::Status s = Deliver(Channel("m", "ManifestFile", "file://" + src_ + "/manifest.json"), "FastFile");
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  s = Deliver(Channel("d", "S3Prefix", "file://" + src_ + "/d/", "ShardedByS3Key"), "FastFile");
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+}
+
+TEST_F(LocalDataChannelTest, FastFileOverAnotherSchemeIsUnimplemented) {
+  absl::Status s = Deliver(Channel("s3", "S3Prefix", "s3://bucket/prefix/"), "FastFile");
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("channel 's3'"));
+}
+
+// ---------------------------------------------------------------------------
+// CheckChannel (CreateTrainingJob's synchronous check)
+
+TEST_F(LocalDataChannelTest, CheckChannelRejectsAnEmptyFilePrefix) {
+  ASSERT_TRUE(internal::MakeDirs(src_ + "/empty/deeper").ok());
+  WriteFile(src_ + "/full/x/y", "1");
+  absl::Status s = channel_->CheckChannel(Channel("e", "S3Prefix", "file://" + src_ + "/empty/"), "File");
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("No S3 objects found under S3 URL \"file://", src_,
+                                                  "/empty/\" given in input data source")));
+  s = channel_->CheckChannel(Channel("n", "S3Prefix", "file://" + src_ + "/nowhere/"), "Pipe");
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_TRUE(channel_->CheckChannel(Channel("f", "S3Prefix", "file://" + src_ + "/full/"), "File").ok());
+  // A partial name: "fu" matches "full/...".
+  EXPECT_TRUE(channel_->CheckChannel(Channel("f", "S3Prefix", "file://" + src_ + "/fu"), "File").ok());
+  // Other stores are checked when delivered.
+  EXPECT_TRUE(channel_->CheckChannel(Channel("s", "S3Prefix", "s3://b/p/"), "File").ok());
+}
+
+// ---------------------------------------------------------------------------
+// Pipe
+
+// Reads the FIFO at `path` to end of file once it exists (or "" after
+// `timeout`).
+std::string ReadFifo(const std::string& path, absl::Duration timeout = absl::Seconds(20)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!internal::Exists(path)) {
+    if (absl::Now() > deadline) return "<no " + path + ">";
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "<open failed>";
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return out;
+}
+
+int OpenFdCount() { return static_cast<int>(ListDir("/proc/self/fd").size()); }
+
+TEST_F(LocalDataChannelTest, PipeStreamsObjectsInOrderEpochAfterEpoch) {
+  const std::string big(3 << 20, 'z');  // larger than the pipe: backpressure
+  WriteFile(src_ + "/p/a", "first;");
+  WriteFile(src_ + "/p/b/c", big);
+  WriteFile(src_ + "/p/d", "last");
+  ASSERT_TRUE(Deliver(Channel("train", "S3Prefix", "file://" + src_ + "/p/"), "Pipe").ok());
+  EXPECT_TRUE(internal::Exists(Fifo("algo-1", "train", 0)));
+  EXPECT_FALSE(internal::Exists(Fifo("algo-1", "train", 1)));
+  const std::string expected = "first;" + big + "last";
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    const std::string got = ReadFifo(Fifo("algo-1", "train", epoch));
+    EXPECT_EQ(got.size(), expected.size()) << "epoch " << epoch;
+    EXPECT_TRUE(got == expected) << "epoch " << epoch;
+    // Each epoch has its own FIFO; the one read is removed.
+    EXPECT_TRUE(RunUntil(*loop_, [&] { return !internal::Exists(Fifo("algo-1", "train", epoch)); }));
+  }
+  // Other instances got every object too.
+  EXPECT_TRUE(ReadFifo(Fifo("algo-3", "train", 0)) == expected);
+  channel_->EndJob("data-job");
+  EXPECT_TRUE(listener_.failures.empty());
+}
+
+TEST_F(LocalDataChannelTest, PipeShuffleGivesADeterministicOrderPerEpoch) {
+  std::vector<std::string> keys;
+  for (int i = 0; i < 20; ++i) {
+    keys.push_back(absl::StrCat("k", i < 10 ? "0" : "", i));
+    WriteFile(absl::StrCat(src_, "/s/", keys.back()), keys.back() + "\n");
+  }
+  v1::Channel c = Channel("sh", "S3Prefix", "file://" + src_ + "/s/");
+  c.mutable_shuffle_config()->set_seed(42);
+  ASSERT_TRUE(Deliver(c, "Pipe").ok());
+  std::vector<std::string> epochs;
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    std::string got = ReadFifo(Fifo("algo-1", "sh", epoch));
+    std::string expected;
+    for (size_t j : internal::EpochOrder(20, true, 42, epoch, false, 0, 3)) {
+      absl::StrAppend(&expected, keys[j], "\n");
+    }
+    EXPECT_EQ(got, expected) << "epoch " << epoch;
+    std::vector<std::string> lines = absl::StrSplit(got, '\n', absl::SkipEmpty());
+    std::sort(lines.begin(), lines.end());
+    EXPECT_EQ(lines, keys) << "epoch " << epoch << " is not a permutation";
+    epochs.push_back(got);
+  }
+  EXPECT_NE(epochs[0], epochs[1]);
+  EXPECT_NE(epochs[1], epochs[2]);
+  // Another instance, same seed and epoch: the same order.
+  EXPECT_EQ(ReadFifo(Fifo("algo-2", "sh", 0)), epochs[0]);
+}
+
+TEST_F(LocalDataChannelTest, PipeShardedByS3KeyGivesEachInstanceADisjointShare) {
+  std::vector<std::string> all;
+  for (int i = 0; i < 7; ++i) {
+    WriteFile(absl::StrCat(src_, "/s/part-", i), absl::StrCat("p", i, "\n"));
+    all.push_back(absl::StrCat("p", i));
+  }
+  v1::Channel c = Channel("s", "S3Prefix", "file://" + src_ + "/s/", "ShardedByS3Key");
+  c.mutable_shuffle_config()->set_seed(3);
+  ASSERT_TRUE(Deliver(c, "Pipe").ok());
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::vector<std::string> seen;
+    for (const char* host : {"algo-1", "algo-2", "algo-3"}) {
+      std::vector<std::string> part = absl::StrSplit(ReadFifo(Fifo(host, "s", epoch)), '\n', absl::SkipEmpty());
+      EXPECT_GE(part.size(), 2u) << host;
+      seen.insert(seen.end(), part.begin(), part.end());
+    }
+    std::sort(seen.begin(), seen.end());
+    EXPECT_EQ(seen, all) << "epoch " << epoch;
+  }
+}
+
+TEST_F(LocalDataChannelTest, PipeGunzipsObjectsWhenCompressionTypeIsGzip) {
+  std::string big;
+  for (int i = 0; i < 200000; ++i) absl::StrAppend(&big, i, ",");
+  WriteFile(src_ + "/raw/a", "alpha\n");
+  WriteFile(src_ + "/raw/b", big);
+  WriteFile(src_ + "/raw/c1", "one-");
+  WriteFile(src_ + "/raw/c2", "two");
+  ASSERT_TRUE(internal::MakeDirs(src_ + "/gz").ok());
+  // gzip(1) writes the objects; c is two gzip members back to back.
+  ASSERT_EQ(std::system(absl::StrCat("cd ", src_, " && gzip -c raw/a > gz/a.gz && gzip -c raw/b > gz/b.gz",
+                                     " && gzip -c raw/c1 > gz/c.gz && gzip -c raw/c2 >> gz/c.gz").c_str()), 0);
+  v1::Channel c = Channel("z", "S3Prefix", "file://" + src_ + "/gz/");
+  c.set_compression_type("Gzip");
+  ASSERT_TRUE(Deliver(c, "Pipe").ok());
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    std::string got = ReadFifo(Fifo("algo-1", "z", epoch));
+    EXPECT_TRUE(got == "alpha\n" + big + "one-two") << "epoch " << epoch << " size " << got.size();
+  }
+}
+
+TEST_F(LocalDataChannelTest, PipeGzipOfAnObjectThatIsNotGzipFailsTheJob) {
+  WriteFile(src_ + "/gz/a.gz", "this is not gzip at all");
+  v1::Channel c = Channel("z", "S3Prefix", "file://" + src_ + "/gz/");
+  c.set_compression_type("Gzip");
+  ASSERT_TRUE(Deliver(c, "Pipe").ok());
+  ReadFifo(Fifo("algo-1", "z", 0));
+  ASSERT_TRUE(RunUntil(*loop_, [&] { return !listener_.failures.empty(); }));
+  EXPECT_THAT(listener_.failures[0], HasSubstr("data-job#1: channel 'z': object 'file://"));
+  EXPECT_THAT(listener_.failures[0], HasSubstr("gzip"));
+}
+
+// Parses dmlc RecordIO (written independently of the writer: header words,
+// continuation flags joined with the magic number, padding).
+std::vector<std::string> ParseRecordIO(const std::string& data, std::string* error) {
+  std::vector<std::string> records;
+  size_t pos = 0;
+  std::string current;
+  auto word = [&](size_t at) {
+    return static_cast<uint32_t>(static_cast<unsigned char>(data[at])) |
+           static_cast<uint32_t>(static_cast<unsigned char>(data[at + 1])) << 8 |
+           static_cast<uint32_t>(static_cast<unsigned char>(data[at + 2])) << 16 |
+           static_cast<uint32_t>(static_cast<unsigned char>(data[at + 3])) << 24;
+  };
+  while (pos < data.size()) {
+    if (pos + 8 > data.size() || word(pos) != 0xced7230a) {
+      *error = absl::StrCat("bad header at ", pos);
+      return records;
+    }
+    const uint32_t lrec = word(pos + 4);
+    const uint32_t cflag = lrec >> 29, len = lrec & ((1u << 29) - 1);
+    pos += 8;
+    if (pos + len > data.size()) {
+      *error = "short record";
+      return records;
+    }
+    current.append(data, pos, len);
+    pos += (len + 3) / 4 * 4;
+    if (cflag == 0 || cflag == 3) {
+      records.push_back(current);
+      current.clear();
+    } else {
+      current.append("\x0a\x23\xd7\xce", 4);  // the split point held the magic number
+    }
+  }
+  return records;
+}
+
+TEST_F(LocalDataChannelTest, PipeRecordIOWrapsEachObjectInARecord) {
+  const std::string with_magic = std::string("abcd\x0a\x23\xd7\xce" "efgh\x0a\x23\xd7\xce" "ij", 18);
+  WriteFile(src_ + "/r/1", "hello");
+  WriteFile(src_ + "/r/2", with_magic);
+  WriteFile(src_ + "/r/3", "");
+  WriteFile(src_ + "/r/4", std::string(100000, 'q'));
+  v1::Channel c = Channel("rec", "S3Prefix", "file://" + src_ + "/r/");
+  c.set_record_wrapper_type("RecordIO");
+  ASSERT_TRUE(Deliver(c, "Pipe").ok());
+  for (int epoch = 0; epoch < 3; ++epoch) {
+    std::string got = ReadFifo(Fifo("algo-1", "rec", epoch));
+    // The first record exactly: magic, length 5, data, 3 bytes of padding.
+    EXPECT_EQ(got.substr(0, 16), std::string("\x0a\x23\xd7\xce\x05\0\0\0hello\0\0\0", 16));
+    std::string error;
+    EXPECT_THAT(ParseRecordIO(got, &error),
+                ElementsAre("hello", with_magic, "", std::string(100000, 'q')));
+    EXPECT_EQ(error, "");
+  }
+}
+
+TEST_F(LocalDataChannelTest, PipeGzipAndRecordIOTogetherFrameTheDecompressedObject) {
+  WriteFile(src_ + "/raw/x", "payload-x");
+  ASSERT_TRUE(internal::MakeDirs(src_ + "/gz").ok());
+  ASSERT_EQ(std::system(absl::StrCat("gzip -c ", src_, "/raw/x > ", src_, "/gz/x.gz").c_str()), 0);
+  v1::Channel c = Channel("gr", "S3Prefix", "file://" + src_ + "/gz/");
+  c.set_compression_type("Gzip");
+  c.set_record_wrapper_type("RecordIO");
+  ASSERT_TRUE(Deliver(c, "Pipe").ok());
+  std::string error;
+  EXPECT_THAT(ParseRecordIO(ReadFifo(Fifo("algo-1", "gr", 0)), &error), ElementsAre("payload-x"));
+  EXPECT_EQ(error, "");
+}
+
+TEST_F(LocalDataChannelTest, PipeReaderClosingEarlyGetsTheNextEpoch) {
+  const std::string big(8 << 20, 'e');
+  WriteFile(src_ + "/p/big", big);
+  ASSERT_TRUE(Deliver(Channel("early", "S3Prefix", "file://" + src_ + "/p/"), "Pipe").ok());
+  {
+    int fd = open(Fifo("algo-1", "early", 0).c_str(), O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    char buf[100];
+    ASSERT_EQ(read(fd, buf, sizeof(buf)), 100);
+    close(fd);
+  }
+  EXPECT_TRUE(ReadFifo(Fifo("algo-1", "early", 1)) == big);
+  EXPECT_TRUE(listener_.failures.empty());
+}
+
+TEST_F(LocalDataChannelTest, EndJobStopsWritersWaitingForAReaderOrBlockedOnAFullPipe) {
+  const int fds_before = OpenFdCount();
+  WriteFile(src_ + "/p/big", std::string(8 << 20, 'b'));
+  ASSERT_TRUE(Deliver(Channel("blk", "S3Prefix", "file://" + src_ + "/p/"), "Pipe").ok());
+  // algo-1: a reader that reads a little and then stalls (the writer blocks
+  // on the full pipe); algo-2 and algo-3: nobody ever opens the FIFO.
+  int fd = open(Fifo("algo-1", "blk", 0).c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  char buf[4096];
+  ASSERT_GT(read(fd, buf, sizeof(buf)), 0);
+  absl::SleepFor(absl::Milliseconds(50));  // let the writer fill the pipe
+  channel_->EndJob("data-job");
+  // The stalled reader gets end of file (the writer closed its end) well
+  // before it could have read 8 MiB.
+  int64_t rest = 0;
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof(buf));
+    if (n <= 0) break;
+    rest += n;
+  }
+  close(fd);
+  EXPECT_LT(rest, 8 << 20);
+  // The writers end, their FIFOs go, and nothing is left open.
+  EXPECT_TRUE(RunUntil(*loop_, [&] { return !internal::Exists(Fifo("algo-2", "blk", 0)); }));
+  auto destroyed = std::async(std::launch::async, [&] { channel_.reset(); });
+  ASSERT_EQ(destroyed.wait_for(std::chrono::seconds(10)), std::future_status::ready)
+      << "a writer did not stop";
+  EXPECT_EQ(OpenFdCount(), fds_before);
+}
+
+TEST_F(LocalDataChannelTest, DestroyingTheChannelStopsItsWriters) {
+  WriteFile(src_ + "/p/a", "a");
+  ASSERT_TRUE(Deliver(Channel("d", "S3Prefix", "file://" + src_ + "/p/"), "Pipe").ok());
+  auto destroyed = std::async(std::launch::async, [&] { channel_.reset(); });
+  ASSERT_EQ(destroyed.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+}
+
+TEST_F(LocalDataChannelTest, PipeObjectThatDisappearsMidStreamFailsTheJobNamingIt) {
+  WriteFile(src_ + "/m/here", "here");
+  WriteFile(src_ + "/manifest.json",
+            absl::StrCat("[{\"prefix\": \"file://", src_, "/m/\"}, \"here\", \"then-gone\"]"));
+  ASSERT_TRUE(Deliver(Channel("v", "ManifestFile", "file://" + src_ + "/manifest.json"), "Pipe").ok());
+  EXPECT_EQ(ReadFifo(Fifo("algo-1", "v", 0)), "here");
+  ASSERT_TRUE(RunUntil(*loop_, [&] { return !listener_.failures.empty(); }));
+  EXPECT_THAT(listener_.failures[0], HasSubstr("channel 'v': object 'file://" + src_ + "/m/then-gone'"));
+  EXPECT_THAT(listener_.failures[0], HasSubstr("disappeared"));
+}
+
+TEST_F(LocalDataChannelTest, PipeOfAnEmptyPrefixFailsTheDelivery) {
+  ASSERT_TRUE(internal::MakeDirs(src_ + "/none").ok());
+  absl::Status s = Deliver(Channel("e", "S3Prefix", "file://" + src_ + "/none/"), "Pipe");
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_FALSE(internal::Exists(Fifo("algo-1", "e", 0)));
 }
 
 }  // namespace

@@ -2,11 +2,13 @@
 // CreateTrainingJob to the model in a file:// output path.
 #include <signal.h>
 
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -37,9 +39,18 @@ class LocalEngineTest : public ::testing::Test {
     loop_ = NewRealTimeEventLoop();
     file_store_ = NewFileObjectStore();
     stores_.Register("file", file_store_.get());
+    UseRuntime(LocalRuntime::kProcess);
+  }
+
+  // A new engine, provider and data channel with `runtime`.
+  void UseRuntime(LocalRuntime runtime) {
+    engine_.reset();
+    channel_.reset();
+    provider_.reset();
     LocalOptions options;
     options.state_dir = tmp_.path() + "/state";
     options.object_stores = &stores_;
+    options.runtime = runtime;
     auto provider = NewLocalClusterProvider(*loop_, options);
     ASSERT_TRUE(provider.ok()) << provider.status();
     provider_ = *std::move(provider);
@@ -251,6 +262,124 @@ TEST_F(LocalEngineTest, JobWithAnotherRoleNeverLandsOnTheWarmInstance) {
   EXPECT_EQ(testing::ListDir(tmp_.path() + "/state/instances").size(), 2u);
   EXPECT_EQ(mb->files.count("secret-a"), 0u);
   EXPECT_FALSE(where.empty());
+}
+
+
+v1::Channel PrefixChannel(const std::string& name, const std::string& uri) {
+  v1::Channel ch;
+  ch.set_channel_name(name);
+  ch.mutable_data_source()->mutable_s3_data_source()->set_s3_data_type("S3Prefix");
+  ch.mutable_data_source()->mutable_s3_data_source()->set_s3_uri(uri);
+  return ch;
+}
+
+TEST_F(LocalEngineTest, PipeChannelIsReadEpochByEpochByTheContainer) {
+  WriteFile(data_ + "/train/a", "a1;");
+  WriteFile(data_ + "/train/b", "b2;");
+  // Reads three epochs as an algorithm does: open <channel>_<e>, read to end
+  // of file, wait for the next one.
+  AddScript("pipe.sh",
+            "for e in 0 1 2; do\n"
+            "  f=\"$SAGEMAKER_BASE_DIR/input/data/train_$e\"\n"
+            "  while [ ! -p \"$f\" ]; do sleep 0.01; done\n"
+            "  echo \"epoch $e: $(cat \"$f\")\"\n"
+            "done\n"
+            "cat \"$SAGEMAKER_BASE_DIR/input/config/inputdataconfig.json\"; echo\n");
+  v1::CreateTrainingJobRequest r = Request("e2e-pipe", "pipe.sh");
+  r.mutable_algorithm_specification()->set_training_input_mode("Pipe");
+  *r.add_input_data_config() = PrefixChannel("train", "file://" + data_ + "/train/");
+  ASSERT_TRUE(engine_->CreateTrainingJob(r).ok());
+  ASSERT_TRUE(WaitEnded("e2e-pipe"));
+  v1::DescribeTrainingJobResponse d = Describe("e2e-pipe");
+  EXPECT_EQ(d.training_job_status(), "Completed") << d.failure_reason();
+  for (int e = 0; e < 3; ++e) {
+    EXPECT_TRUE(lines_.HasLine("algo-1", absl::StrCat("epoch ", e, ": a1;b2;"))) << e;
+  }
+  EXPECT_TRUE(lines_.HasLine(
+      "algo-1",
+      "{\"train\":{\"TrainingInputMode\":\"Pipe\",\"S3DistributionType\":\"FullyReplicated\","
+      "\"RecordWrapperType\":\"None\"}}"));
+}
+
+TEST_F(LocalEngineTest, ContainerThatExitsWhileTheWriterWaitsEndsTheWriter) {
+  WriteFile(data_ + "/train/big", std::string(4 << 20, 'x'));
+  // Reads a little of epoch 0 and exits: the writer is blocked on a full
+  // pipe, then waiting for a reader of epoch 1 that never comes.
+  AddScript("quit.sh", "head -c 10 \"$SAGEMAKER_BASE_DIR/input/data/train_0\" > /dev/null\n");
+  v1::CreateTrainingJobRequest r = Request("e2e-quit", "quit.sh");
+  r.mutable_algorithm_specification()->set_training_input_mode("Pipe");
+  *r.add_input_data_config() = PrefixChannel("train", "file://" + data_ + "/train/");
+  // Kept warm, so the instance's tree stays and shows what the writer does.
+  r.mutable_resource_config()->set_keep_alive_period_in_seconds(60);
+  ASSERT_TRUE(engine_->CreateTrainingJob(r).ok());
+  ASSERT_TRUE(WaitEnded("e2e-quit"));
+  EXPECT_EQ(Describe("e2e-quit").training_job_status(), "Completed");
+  const std::vector<std::string> clusters = testing::ListDir(tmp_.path() + "/state/instances");
+  ASSERT_EQ(clusters.size(), 1u);
+  const std::string data =
+      absl::StrCat(tmp_.path(), "/state/instances/", clusters[0], "/algo-1/ml/input/data");
+  // The engine ended the job's channels: the writer stopped and removed the
+  // FIFO it was offering (epoch 1, after the early close of epoch 0).
+  EXPECT_TRUE(RunUntil(*loop_, [&] {
+    for (const std::string& f : testing::ListDir(data)) {
+      if (absl::StartsWith(f, "train_")) return false;
+    }
+    return true;
+  }, absl::Seconds(10)));
+}
+
+TEST_F(LocalEngineTest, EmptyPrefixIsRejectedByCreateTrainingJob) {
+  ASSERT_TRUE(internal::MakeDirs(data_ + "/nothing").ok());
+  AddScript("noop.sh", "true\n");
+  v1::CreateTrainingJobRequest r = Request("e2e-empty", "noop.sh");
+  *r.add_input_data_config() = PrefixChannel("train", "file://" + data_ + "/nothing/");
+  auto created = engine_->CreateTrainingJob(r);
+  EXPECT_TRUE(absl::IsInvalidArgument(created.status())) << created.status();
+  EXPECT_THAT(created.status().message(), HasSubstr("No S3 objects found under S3 URL"));
+  v1::DescribeTrainingJobRequest describe;
+  describe.set_training_job_name("e2e-empty");
+  EXPECT_TRUE(absl::IsNotFound(engine_->DescribeTrainingJob(describe).status()));
+}
+
+TEST_F(LocalEngineTest, FastFileChannelIsReadOnlyInsideTheBwrapSandbox) {
+  if (!testing::BwrapWorks()) GTEST_SKIP() << "bubblewrap does not work here";
+  UseRuntime(LocalRuntime::kBwrap);
+  WriteFile(data_ + "/ff/rows.csv", "1\n2\n");
+  AddScript("ff.sh",
+            "echo \"rows $(wc -l < /opt/ml/input/data/ff/rows.csv)\"\n"
+            "if echo x > /opt/ml/input/data/ff/new 2>/dev/null; then echo wrote; else echo "
+            "read-only; fi\n");
+  v1::CreateTrainingJobRequest r = Request("e2e-ff", "ff.sh");
+  r.mutable_algorithm_specification()->set_training_input_mode("FastFile");
+  *r.add_input_data_config() = PrefixChannel("ff", "file://" + data_ + "/ff/");
+  ASSERT_TRUE(engine_->CreateTrainingJob(r).ok());
+  ASSERT_TRUE(WaitEnded("e2e-ff"));
+  v1::DescribeTrainingJobResponse d = Describe("e2e-ff");
+  EXPECT_EQ(d.training_job_status(), "Completed") << d.failure_reason() << lines_.lines.size();
+  EXPECT_TRUE(lines_.HasLine("algo-1", "rows 2")) << ::testing::PrintToString(lines_.lines);
+  EXPECT_TRUE(lines_.HasLine("algo-1", "read-only"));
+  EXPECT_FALSE(internal::Exists(data_ + "/ff/new"));
+}
+
+
+TEST_F(LocalEngineTest, PipeObjectThatVanishesFailsTheRunningJobNamingIt) {
+  WriteFile(data_ + "/m/first", "1");
+  WriteFile(data_ + "/manifest.json",
+            absl::StrCat("[{\"prefix\": \"file://", data_, "/m/\"}, \"first\", \"second\"]"));
+  // Reads epoch 0 (the writer fails at the missing object), then waits.
+  AddScript("wait.sh",
+            "cat \"$SAGEMAKER_BASE_DIR/input/data/train_0\" > /dev/null\n"
+            "while true; do sleep 0.05; done\n");
+  v1::CreateTrainingJobRequest r = Request("e2e-vanish", "wait.sh");
+  r.mutable_algorithm_specification()->set_training_input_mode("Pipe");
+  v1::Channel ch = PrefixChannel("train", "file://" + data_ + "/manifest.json");
+  ch.mutable_data_source()->mutable_s3_data_source()->set_s3_data_type("ManifestFile");
+  *r.add_input_data_config() = ch;
+  ASSERT_TRUE(engine_->CreateTrainingJob(r).ok());
+  ASSERT_TRUE(WaitEnded("e2e-vanish"));
+  v1::DescribeTrainingJobResponse d = Describe("e2e-vanish");
+  EXPECT_EQ(d.training_job_status(), "Failed");
+  EXPECT_THAT(d.failure_reason(), HasSubstr("ClientError: channel 'train': object 'file://" + data_ + "/m/second'"));
 }
 
 }  // namespace

@@ -9,9 +9,9 @@
 // inputdataconfig.json, resourceconfig.json, input/data, model, output,
 // checkpoints, code), the SM_* environment the training toolkit derives,
 // TRAINING_JOB_NAME, TRAINING_JOB_ARN and the job's Environment map.
-// LocalDataChannel delivers File-mode channels from any store of an
-// ObjectStores (file://, and s3:// once a store serves it) into
-// /opt/ml/input/data/<channel>/.
+// LocalDataChannel delivers input channels from any store of an ObjectStores
+// (file://, and s3:// once a store serves it) into /opt/ml/input/data, in
+// File, FastFile (file:// sources) and Pipe mode.
 //
 //   auto loop = kiln::NewRealTimeEventLoop();
 //   auto file_store = kiln::NewFileObjectStore();
@@ -188,18 +188,50 @@ struct LocalDataChannelOptions {
 };
 
 // Returns a local DataChannel on `loop`, reading sources through `stores`;
-// both must outlive it. File mode only, for now: S3Prefix (every object whose
-// URI starts with S3Uri; its path below the prefix's directory is its path
-// below /opt/ml/input/data/<channel>/) or ManifestFile (a JSON array whose
-// first element is {"prefix": URI} and whose other elements are keys relative
-// to it), FullyReplicated or ShardedByS3Key (instance i of n receives the
-// objects at positions i, i+n, ... of the sorted list). A key that would land
-// outside the channel's directory ("..", absolute) fails the delivery, and so
-// does an object that disappears during the copy (NotFound; the message names
-// channel and object); a prefix with no objects is NotFound. Pipe and
-// FastFile, AugmentedManifestFile, and sources other than S3DataSource report
-// Unimplemented. The destruction stops copies in flight and waits for them.
-// Thread-safe.
+// both must outlive it. Thread-safe.
+//
+// Sources: S3Prefix (every object whose URI starts with S3Uri; its path below
+// the prefix's directory is its path below the channel) or ManifestFile (a
+// JSON array whose first element is {"prefix": URI} and whose other elements
+// are keys relative to it). Objects are taken in URI order; with
+// ShuffleConfig.Seed that order is shuffled (per epoch in Pipe mode, the same
+// for the same seed and epoch everywhere). ShardedByS3Key gives instance i of
+// n the positions i, i+n, ... of that order (disjoint shares, together every
+// object; with a seed the shares change every epoch). FullyReplicated gives
+// every instance everything.
+//
+// Modes:
+// - File: the objects are copied (`copy_threads` at a time) into
+//   /opt/ml/input/data/<channel>/ before Deliver reports ready.
+// - FastFile (file:// S3Prefix naming a folder, FullyReplicated): the channel
+//   directory becomes a view of the folder at once, whatever its size: a
+//   symbolic link to it, which the bwrap runtime turns into a read-only bind
+//   mount (writes fail with EROFS); the process runtime, which is no sandbox,
+//   keeps the link (the process could reach the folder by its own path
+//   anyway). Other schemes: Unimplemented (they need a lazy mount).
+//   ShardedByS3Key: Unimplemented (a view cannot shard).
+// - Pipe: Deliver makes the FIFO /opt/ml/input/data/<channel>_0 on every
+//   instance; a writer thread per instance then streams the instance's
+//   objects into it, in order, with the pipe grown to 1 MiB and the reader's
+//   pace (backpressure). When the reader has read the epoch to its end, or
+//   closed it early, <channel>_<e+1> appears and the old FIFO is removed; this
+//   goes on until EndJob. CompressionType Gzip: objects are gunzipped on the
+//   way (concatenated members too). RecordWrapperType RecordIO: each object
+//   (after gunzip) is one dmlc/MXNet RecordIO record (objects of 2^29 bytes or
+//   more are refused: the format's limit); such objects are held in memory
+//   while framed. A failure after Deliver (an object that vanished, corrupt
+//   gzip) goes to the DataChannelListener naming channel and object, and that
+//   instance's stream stops.
+//
+// Errors of Deliver: a key that would land outside the channel's directory
+// ("..", absolute) is InvalidArgument; a prefix with no objects is NotFound
+// ("No S3 objects found under S3 URL ..."); an object that disappears during
+// the copy is NotFound naming channel and object; AugmentedManifestFile and
+// sources other than S3DataSource are Unimplemented. CheckChannel refuses (as
+// InvalidArgument, at CreateTrainingJob) a file:// S3Prefix without objects,
+// looking no further than the first object it finds. EndJob stops the job's
+// Pipe writers wherever they wait (for a reader, on a full pipe). The
+// destruction stops copies and writers in flight and waits for them.
 std::unique_ptr<DataChannel> NewLocalDataChannel(EventLoop& loop, ObjectStores& stores,
                                                  LocalDataChannelOptions options);
 
