@@ -10,3 +10,7 @@ pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET GLOBAL libpcre2-8)
 find_package(Threads REQUIRED)
 # libarchive: the local backend unpacks image tarballs and packs model.tar.gz.
 find_package(LibArchive REQUIRED)      # CMake's FindLibArchive (LibArchive::LibArchive)
+# libcurl and OpenSSL's libcrypto: kiln::aws speaks HTTP(S) to S3 through
+# libcurl and signs requests (SigV4: HMAC-SHA256) with libcrypto.
+find_package(CURL REQUIRED)            # CMake's FindCURL (CURL::libcurl)
+find_package(OpenSSL REQUIRED)         # CMake's FindOpenSSL (OpenSSL::Crypto)

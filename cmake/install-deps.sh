@@ -23,6 +23,7 @@ KILN_DEBIAN_PACKAGES=(
   libpcre2-dev
   libsimgrid-dev
   libcurl4-openssl-dev
+  libssl-dev
   libarchive-dev
   bubblewrap
   python3
