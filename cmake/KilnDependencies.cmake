@@ -12,3 +12,7 @@ find_package(Threads REQUIRED)
 find_package(LibArchive REQUIRED)      # CMake's FindLibArchive (LibArchive::LibArchive)
 # zlib: Pipe-mode channels with CompressionType Gzip are decompressed on the way.
 find_package(ZLIB REQUIRED)            # CMake's FindZLIB (ZLIB::ZLIB)
+# libcurl and OpenSSL's libcrypto: kiln::aws speaks HTTP(S) to S3 through
+# libcurl and signs requests (SigV4: HMAC-SHA256) with libcrypto.
+find_package(CURL REQUIRED)            # CMake's FindCURL (CURL::libcurl)
+find_package(OpenSSL REQUIRED)         # CMake's FindOpenSSL (OpenSSL::Crypto)

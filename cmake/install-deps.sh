@@ -23,6 +23,7 @@ KILN_DEBIAN_PACKAGES=(
   libpcre2-dev
   libsimgrid-dev
   libcurl4-openssl-dev
+  libssl-dev
   libarchive-dev
   zlib1g-dev
   bubblewrap
@@ -32,6 +33,7 @@ KILN_DEBIAN_PACKAGES=(
 # comes with the machine's python3 (pyenv pip); Debian's package is the
 # fallback, for Debian's own python3.
 KILN_BOTOCORE_PACKAGE=python3-botocore
+KILN_AWSCLI_PACKAGE=awscli
 
 is_installed() {
   [[ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null || true)" == "installed" ]]
@@ -53,6 +55,17 @@ for pkg in "${KILN_DEBIAN_PACKAGES[@]}"; do
 done
 if ! has_botocore && ! is_installed "$KILN_BOTOCORE_PACKAGE"; then
   missing+=("$KILN_BOTOCORE_PACKAGE")
+fi
+# The AWS backend's tests use the aws CLI as an independent S3 client (the
+# machine's pip-installed one, else Debian's awscli) and moto as the S3
+# endpoint. Debian 12 has no moto package: without the preinstalled one the
+# AWS tests fail and say so (they never pass silently).
+if ! command -v aws >/dev/null 2>&1 && ! is_installed "$KILN_AWSCLI_PACKAGE"; then
+  missing+=("$KILN_AWSCLI_PACKAGE")
+fi
+if ! python3 -c 'import moto.server' >/dev/null 2>&1; then
+  echo "install-deps: warning: python3 cannot import moto (not packaged in Debian 12);" \
+    "the AWS backend's tests (aws_s3_*) will fail until moto >= 5 is installed" >&2
 fi
 
 if ((${#missing[@]} == 0)); then

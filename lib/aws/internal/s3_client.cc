@@ -1,0 +1,467 @@
+// S3Client (see s3_client.h).
+#include "aws/internal/s3_client.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace kiln::aws::internal {
+namespace {
+
+absl::string_view Av(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+// At most this many exchanges for one GetObject, resumptions included (each
+// resumption after progress starts a fresh count of max_attempts).
+constexpr int kMaxGetExchanges = 1000;
+
+std::string ObjectUri(std::string_view bucket, std::string_view key) {
+  return absl::StrCat("s3://", Av(bucket), "/", Av(key));
+}
+
+// "bytes 0-9/443" -> 443; -1 when absent or malformed.
+int64_t TotalFromContentRange(std::string_view value) {
+  size_t slash = value.rfind('/');
+  int64_t total = -1;
+  if (slash == std::string_view::npos ||
+      !absl::SimpleAtoi(Av(value.substr(slash + 1)), &total)) {
+    return -1;
+  }
+  return total;
+}
+
+absl::Status ErrorFor(const std::string& what, int status, const std::string& code,
+                      const std::string& message) {
+  std::string text = absl::StrCat(what, ": HTTP ", status);
+  if (!code.empty()) absl::StrAppend(&text, " ", code);
+  if (!message.empty()) absl::StrAppend(&text, ": ", message);
+  if (status == 404 || code == "NoSuchKey" || code == "NoSuchBucket" || code == "NoSuchUpload") {
+    return absl::NotFoundError(text);
+  }
+  if (status == 403 || status == 401) return absl::PermissionDeniedError(text);
+  if (status == 416) return absl::OutOfRangeError(text);
+  if (status == 412) {
+    return absl::AbortedError(absl::StrCat(text, " (the object changed while it was read)"));
+  }
+  if (IsRetryableS3Error(status, code)) return absl::UnavailableError(text);
+  if (status >= 400 && status < 500) return absl::InvalidArgumentError(text);
+  return absl::UnknownError(text);
+}
+
+}  // namespace
+
+bool IsRetryableS3Error(int http_status, std::string_view code) {
+  if (http_status == 429 || http_status >= 500) return true;
+  return code == "SlowDown" || code == "RequestTimeout" || code == "InternalError" ||
+         code == "ServiceUnavailable" || code == "Throttling" || code == "ThrottlingException" ||
+         code == "RequestLimitExceeded" || code == "RequestThrottled";
+}
+
+std::vector<std::string_view> XmlElements(std::string_view xml, std::string_view tag) {
+  std::vector<std::string_view> out;
+  const std::string open = absl::StrCat("<", Av(tag), ">");
+  const std::string close = absl::StrCat("</", Av(tag), ">");
+  size_t pos = 0;
+  while (true) {
+    size_t start = xml.find(open, pos);
+    if (start == std::string_view::npos) break;
+    start += open.size();
+    size_t end = xml.find(close, start);
+    if (end == std::string_view::npos) break;
+    out.push_back(xml.substr(start, end - start));
+    pos = end + close.size();
+  }
+  return out;
+}
+
+std::string XmlUnescape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '&') {
+      out.push_back(s[i]);
+      continue;
+    }
+    size_t semi = s.find(';', i);
+    if (semi == std::string_view::npos || semi - i > 10) {
+      out.push_back(s[i]);
+      continue;
+    }
+    std::string_view entity = s.substr(i + 1, semi - i - 1);
+    if (entity == "amp") {
+      out.push_back('&');
+    } else if (entity == "lt") {
+      out.push_back('<');
+    } else if (entity == "gt") {
+      out.push_back('>');
+    } else if (entity == "quot") {
+      out.push_back('"');
+    } else if (entity == "apos") {
+      out.push_back('\'');
+    } else if (!entity.empty() && entity[0] == '#') {
+      uint32_t cp = 0;
+      bool ok = entity.size() > 1 && (entity[1] == 'x' || entity[1] == 'X')
+                    ? absl::SimpleHexAtoi(Av(entity.substr(2)), &cp)
+                    : absl::SimpleAtoi(Av(entity.substr(1)), &cp);
+      if (!ok || cp > 0x10FFFF) {
+        out.push_back(s[i]);
+        continue;
+      }
+      // UTF-8.
+      if (cp < 0x80) {
+        out.push_back(static_cast<char>(cp));
+      } else if (cp < 0x800) {
+        out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+      } else if (cp < 0x10000) {
+        out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+      } else {
+        out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+        out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+        out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+        out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+      }
+    } else {
+      out.push_back(s[i]);
+      continue;
+    }
+    i = semi;
+  }
+  return out;
+}
+
+std::string XmlEscape(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&apos;"; break;
+      default: out.push_back(c);
+    }
+  }
+  return out;
+}
+
+std::string XmlText(std::string_view xml, std::string_view tag) {
+  std::vector<std::string_view> e = XmlElements(xml, tag);
+  return e.empty() ? std::string() : XmlUnescape(e.front());
+}
+
+S3Client::S3Client(S3ClientOptions options)
+    : options_(std::move(options)), http_(options_.http), rng_(options_.seed) {
+  std::string_view ep = options_.endpoint;
+  size_t sep = ep.find("://");
+  scheme_ = sep == std::string_view::npos ? "https" : std::string(ep.substr(0, sep));
+  std::string_view rest = sep == std::string_view::npos ? ep : ep.substr(sep + 3);
+  rest = rest.substr(0, rest.find('/'));
+  // The default port is not part of the Host header.
+  if ((scheme_ == "https" && absl::EndsWith(Av(rest), ":443")) ||
+      (scheme_ == "http" && absl::EndsWith(Av(rest), ":80"))) {
+    rest = rest.substr(0, rest.rfind(':'));
+  }
+  authority_ = std::string(rest);
+}
+
+S3ClientStats S3Client::stats() const {
+  return {requests_.load(), retries_.load(), resumed_gets_.load()};
+}
+
+absl::Duration S3Client::Backoff(int attempt) {
+  absl::Duration cap = options_.retry_base_delay * (int64_t{1} << std::min(attempt, 20));
+  cap = std::min(cap, options_.retry_max_delay);
+  absl::MutexLock lock(&mu_);
+  std::uniform_int_distribution<int64_t> d(0, std::max<int64_t>(0, absl::ToInt64Microseconds(cap)));
+  return absl::Microseconds(d(rng_));
+}
+
+absl::StatusOr<HttpResponse> S3Client::SendOnce(const Call& call, const BodySink* sink,
+                                                bool* sink_failed) {
+  requests_.fetch_add(1, std::memory_order_relaxed);
+  std::string host = authority_;
+  std::string path;
+  // Bucket names with dots break TLS wildcard certificates: path-style.
+  if (options_.path_style || absl::StrContains(call.bucket, '.')) {
+    path = absl::StrCat("/", call.bucket);
+    if (!call.key.empty()) absl::StrAppend(&path, "/", call.key);
+  } else {
+    host = absl::StrCat(call.bucket, ".", authority_);
+    path = absl::StrCat("/", call.key);
+  }
+  const std::string canonical_uri = S3CanonicalUri(path);
+
+  std::vector<std::pair<std::string, std::string>> query;
+  for (const auto& [n, v] : call.query) query.emplace_back(UriEncode(n, false), UriEncode(v, false));
+  std::sort(query.begin(), query.end());
+  std::string url = absl::StrCat(scheme_, "://", host, canonical_uri);
+  for (size_t i = 0; i < query.size(); ++i) {
+    absl::StrAppend(&url, i == 0 ? "?" : "&", query[i].first);
+    if (!query[i].second.empty()) absl::StrAppend(&url, "=", query[i].second);
+  }
+
+  const std::string amz_date = AmzDate(absl::Now());
+  const std::string payload_hash =
+      call.body.empty() ? std::string(kEmptySha256) : Sha256Hex(call.body);
+  SigV4Request sr;
+  sr.method = call.method;
+  sr.canonical_uri = canonical_uri;
+  sr.query = call.query;
+  sr.headers = {{"host", host}, {"x-amz-date", amz_date}, {"x-amz-content-sha256", payload_hash}};
+  if (!options_.credentials.session_token.empty()) {
+    sr.headers.emplace_back("x-amz-security-token", options_.credentials.session_token);
+  }
+  for (const auto& h : call.headers) sr.headers.push_back(h);
+  sr.payload_hash = payload_hash;
+  SigV4Result signature = SignV4(sr, options_.credentials, options_.region, "s3", amz_date);
+
+  HttpRequest request;
+  request.method = call.method;
+  request.url = std::move(url);
+  request.headers = std::move(sr.headers);
+  request.headers.emplace_back("Authorization", signature.authorization);
+  request.body = call.body;
+  return http_.Send(request, sink, sink_failed);
+}
+
+absl::StatusOr<HttpResponse> S3Client::Send(const Call& call) {
+  absl::Status last;
+  const int attempts = std::max(1, options_.max_attempts);
+  for (int attempt = 0; attempt < attempts; ++attempt) {
+    if (attempt > 0) {
+      retries_.fetch_add(1, std::memory_order_relaxed);
+      absl::SleepFor(Backoff(attempt));
+    }
+    absl::StatusOr<HttpResponse> r = SendOnce(call, nullptr, nullptr);
+    if (!r.ok()) {
+      last = r.status();
+      continue;  // the exchange failed: retry
+    }
+    if (r->status >= 200 && r->status < 300) return r;
+    std::string code = XmlText(r->body, "Code");
+    absl::Status error = ErrorFor(call.what, r->status, code, XmlText(r->body, "Message"));
+    if (!IsRetryableS3Error(r->status, code)) return error;
+    last = error;
+  }
+  return absl::UnavailableError(absl::StrCat(call.what, ": failed after ", attempts,
+                                             " attempts; last: ", last.message()));
+}
+
+absl::StatusOr<S3ObjectMeta> S3Client::HeadObject(std::string_view bucket, std::string_view key) {
+  Call call{"HEAD", std::string(bucket), std::string(key), {}, {}, {},
+            absl::StrCat("HEAD ", ObjectUri(bucket, key))};
+  absl::StatusOr<HttpResponse> r = Send(call);
+  if (!r.ok()) return r.status();
+  S3ObjectMeta meta;
+  if (!absl::SimpleAtoi(r->Header("content-length"), &meta.size)) {
+    return absl::InternalError(absl::StrCat(call.what, ": no Content-Length in the response"));
+  }
+  meta.etag = r->Header("etag");
+  return meta;
+}
+
+absl::StatusOr<S3ObjectMeta> S3Client::GetObject(std::string_view bucket, std::string_view key,
+                                                 int64_t first, int64_t last,
+                                                 std::string_view if_match, const BodySink& sink) {
+  const std::string what = absl::StrCat("GET ", ObjectUri(bucket, key));
+  S3ObjectMeta meta;
+  meta.size = -1;
+  meta.etag = std::string(if_match);
+  int64_t delivered = 0;
+  int64_t expected = -1;  // bytes this exchange should deliver
+  absl::Status last_error;
+  const int attempts = std::max(1, options_.max_attempts);
+  int failures = 0;  // since the last progress
+  for (int exchange = 0; exchange < kMaxGetExchanges; ++exchange) {
+    if (failures >= attempts) break;
+    if (failures > 0) {
+      retries_.fetch_add(1, std::memory_order_relaxed);
+      absl::SleepFor(Backoff(failures));
+    }
+    Call call{"GET", std::string(bucket), std::string(key), {}, {}, {}, what};
+    const int64_t start = first + delivered;
+    const bool whole = first == 0 && last < 0 && delivered == 0;
+    if (!whole) {
+      call.headers.emplace_back("range", last < 0 ? absl::StrCat("bytes=", start, "-")
+                                                  : absl::StrCat("bytes=", start, "-", last));
+    }
+    if (!meta.etag.empty()) call.headers.emplace_back("if-match", meta.etag);
+    int64_t got = 0;
+    auto counting = [&](std::string_view chunk) -> absl::Status {
+      got += static_cast<int64_t>(chunk.size());
+      return sink(chunk);
+    };
+    const BodySink counting_sink = counting;
+    bool sink_failed = false;
+    absl::StatusOr<HttpResponse> r = SendOnce(call, &counting_sink, &sink_failed);
+    delivered += got;
+    if (!r.ok()) {
+      if (sink_failed) return r.status();
+      last_error = r.status();
+      if (got > 0) {
+        failures = 0;
+        resumed_gets_.fetch_add(1, std::memory_order_relaxed);
+      }
+      ++failures;
+      continue;
+    }
+    if (r->status < 200 || r->status >= 300) {
+      std::string code = XmlText(r->body, "Code");
+      absl::Status error = ErrorFor(what, r->status, code, XmlText(r->body, "Message"));
+      if (!IsRetryableS3Error(r->status, code)) return error;
+      last_error = error;
+      ++failures;
+      continue;
+    }
+    int64_t length = -1;
+    absl::SimpleAtoi(r->Header("content-length"), &length);
+    if (r->status == 206) {
+      meta.size = TotalFromContentRange(r->Header("content-range"));
+    } else {
+      meta.size = length;
+      if (!whole) {
+        // The server ignored the range: the sink got the whole object.
+        return absl::InternalError(absl::StrCat(what, ": the server ignored the Range header"));
+      }
+    }
+    if (meta.etag.empty()) meta.etag = r->Header("etag");
+    expected = length;
+    if (expected >= 0 && got != expected) {
+      last_error = absl::UnavailableError(
+          absl::StrCat(what, ": body of ", got, " bytes where ", expected, " were announced"));
+      if (got > 0) failures = 0;
+      ++failures;
+      continue;
+    }
+    return meta;
+  }
+  return absl::UnavailableError(absl::StrCat(what, ": failed after ", attempts,
+                                             " attempts; last: ", last_error.message()));
+}
+
+absl::Status S3Client::PutObject(std::string_view bucket, std::string_view key,
+                                 std::string_view data) {
+  Call call{"PUT", std::string(bucket), std::string(key), {},
+            {{"content-type", "application/octet-stream"}}, data,
+            absl::StrCat("PUT ", ObjectUri(bucket, key))};
+  return Send(call).status();
+}
+
+absl::StatusOr<std::string> S3Client::CreateMultipartUpload(std::string_view bucket,
+                                                            std::string_view key) {
+  Call call{"POST", std::string(bucket), std::string(key), {{"uploads", ""}},
+            {{"content-type", "application/octet-stream"}}, {},
+            absl::StrCat("CreateMultipartUpload ", ObjectUri(bucket, key))};
+  absl::StatusOr<HttpResponse> r = Send(call);
+  if (!r.ok()) return r.status();
+  std::string id = XmlText(r->body, "UploadId");
+  if (id.empty()) return absl::InternalError(absl::StrCat(call.what, ": no UploadId in the response"));
+  return id;
+}
+
+absl::StatusOr<std::string> S3Client::UploadPart(std::string_view bucket, std::string_view key,
+                                                 std::string_view upload_id, int part_number,
+                                                 std::string_view data) {
+  Call call{"PUT", std::string(bucket), std::string(key),
+            {{"partNumber", absl::StrCat(part_number)}, {"uploadId", std::string(upload_id)}},
+            {{"content-type", "application/octet-stream"}}, data,
+            absl::StrCat("UploadPart ", part_number, " of ", ObjectUri(bucket, key))};
+  absl::StatusOr<HttpResponse> r = Send(call);
+  if (!r.ok()) return r.status();
+  std::string etag = r->Header("etag");
+  if (etag.empty()) return absl::InternalError(absl::StrCat(call.what, ": no ETag in the response"));
+  return etag;
+}
+
+absl::Status S3Client::CompleteMultipartUpload(std::string_view bucket, std::string_view key,
+                                               std::string_view upload_id,
+                                               const std::vector<std::string>& part_etags) {
+  std::string body = "<CompleteMultipartUpload>";
+  for (size_t i = 0; i < part_etags.size(); ++i) {
+    absl::StrAppend(&body, "<Part><PartNumber>", i + 1, "</PartNumber><ETag>",
+                    XmlEscape(part_etags[i]), "</ETag></Part>");
+  }
+  body += "</CompleteMultipartUpload>";
+  Call call{"POST", std::string(bucket), std::string(key), {{"uploadId", std::string(upload_id)}},
+            {{"content-type", "application/xml"}}, body,
+            absl::StrCat("CompleteMultipartUpload ", ObjectUri(bucket, key))};
+  absl::StatusOr<HttpResponse> r = Send(call);
+  if (!r.ok()) return r.status();
+  // S3 may answer 200 and report the failure in the body.
+  if (absl::StrContains(r->body, "<Error>")) {
+    return ErrorFor(call.what, 500, XmlText(r->body, "Code"), XmlText(r->body, "Message"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status S3Client::AbortMultipartUpload(std::string_view bucket, std::string_view key,
+                                            std::string_view upload_id) {
+  Call call{"DELETE", std::string(bucket), std::string(key), {{"uploadId", std::string(upload_id)}},
+            {}, {}, absl::StrCat("AbortMultipartUpload ", ObjectUri(bucket, key))};
+  absl::Status s = Send(call).status();
+  return absl::IsNotFound(s) ? absl::OkStatus() : s;
+}
+
+absl::StatusOr<S3ListPage> S3Client::ListObjectsV2(std::string_view bucket,
+                                                   std::string_view prefix,
+                                                   std::string_view continuation_token,
+                                                   int max_keys) {
+  Call call{"GET", std::string(bucket), "", {{"list-type", "2"}, {"prefix", std::string(prefix)},
+            {"max-keys", absl::StrCat(std::clamp(max_keys, 1, 1000))}},
+            {}, {}, absl::StrCat("ListObjectsV2 ", ObjectUri(bucket, prefix))};
+  if (!continuation_token.empty()) {
+    call.query.emplace_back("continuation-token", std::string(continuation_token));
+  }
+  absl::StatusOr<HttpResponse> r = Send(call);
+  if (!r.ok()) return r.status();
+  S3ListPage page;
+  for (std::string_view entry : XmlElements(r->body, "Contents")) {
+    S3ListPage::Entry e;
+    e.key = XmlText(entry, "Key");
+    if (!absl::SimpleAtoi(XmlText(entry, "Size"), &e.size)) {
+      return absl::InternalError(absl::StrCat(call.what, ": no Size for key '", e.key, "'"));
+    }
+    page.objects.push_back(std::move(e));
+  }
+  page.truncated = XmlText(r->body, "IsTruncated") == "true";
+  page.next_token = XmlText(r->body, "NextContinuationToken");
+  if (page.truncated && page.next_token.empty()) {
+    return absl::InternalError(absl::StrCat(call.what, ": truncated page without a token"));
+  }
+  return page;
+}
+
+absl::Status S3Client::CreateBucket(std::string_view bucket) {
+  std::string body;
+  if (options_.region != "us-east-1") {
+    body = absl::StrCat("<CreateBucketConfiguration><LocationConstraint>", XmlEscape(options_.region),
+                        "</LocationConstraint></CreateBucketConfiguration>");
+  }
+  Call call{"PUT", std::string(bucket), "", {}, {{"content-type", "application/xml"}}, body,
+            absl::StrCat("CreateBucket s3://", Av(bucket))};
+  return Send(call).status();
+}
+
+absl::Status S3Client::DeleteObject(std::string_view bucket, std::string_view key) {
+  Call call{"DELETE", std::string(bucket), std::string(key), {}, {}, {},
+            absl::StrCat("DELETE ", ObjectUri(bucket, key))};
+  absl::Status s = Send(call).status();
+  return absl::IsNotFound(s) && !absl::StrContains(s.message(), "NoSuchBucket") ? absl::OkStatus()
+                                                                                 : s;
+}
+
+}  // namespace kiln::aws::internal

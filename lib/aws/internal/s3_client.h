@@ -1,0 +1,154 @@
+// S3Client: the S3 REST operations Kiln needs (GetObject with ranges,
+// HeadObject, PutObject, multipart upload, ListObjectsV2, DeleteObject),
+// signed with SigV4, over HttpClient. Throttling (429, 503 SlowDown), server
+// errors (5xx) and failed exchanges are retried with capped exponential
+// backoff and full jitter; a GET that fails midway resumes where it stopped,
+// pinned to the same object version by If-Match.
+//
+// Errors name the object (s3://bucket/key) and the operation:
+//   NotFound            NoSuchKey, NoSuchBucket, NoSuchUpload
+//   PermissionDenied    403 (AccessDenied, SignatureDoesNotMatch, InvalidAccessKeyId...)
+//   OutOfRange          416 (a range past the end)
+//   Aborted             412 (the object changed during a read: read it again)
+//   Unavailable         retries exhausted (the message has the last failure)
+//   InvalidArgument     other 4xx
+//
+// Internal to kiln::aws: never installed. Thread-safe.
+#ifndef KILN_LIB_AWS_INTERNAL_S3_CLIENT_H_
+#define KILN_LIB_AWS_INTERNAL_S3_CLIENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "aws/internal/http.h"
+#include "aws/internal/sigv4.h"
+
+namespace kiln::aws::internal {
+
+struct S3ClientOptions {
+  std::string endpoint;  // scheme://host[:port], no path
+  std::string region = "us-east-1";
+  Credentials credentials;
+  bool path_style = true;  // /bucket/key rather than bucket.host/key
+  int max_attempts = 5;    // per operation, the first included
+  absl::Duration retry_base_delay = absl::Milliseconds(100);
+  absl::Duration retry_max_delay = absl::Seconds(5);
+  uint64_t seed = 0x6b696c6e;  // the backoff jitter's generator
+  HttpOptions http;
+};
+
+struct S3ObjectMeta {
+  int64_t size = 0;  // of the whole object
+  std::string etag;
+};
+
+struct S3ListPage {
+  struct Entry {
+    std::string key;
+    int64_t size = 0;
+  };
+  std::vector<Entry> objects;  // in key order
+  bool truncated = false;
+  std::string next_token;  // when truncated
+};
+
+// Counts of what the client did, for tests and benchmarks.
+struct S3ClientStats {
+  int64_t requests = 0;
+  int64_t retries = 0;
+  int64_t resumed_gets = 0;
+};
+
+class S3Client {
+ public:
+  explicit S3Client(S3ClientOptions options);
+
+  absl::StatusOr<S3ObjectMeta> HeadObject(std::string_view bucket, std::string_view key);
+
+  // Streams bytes [first, last] of the object (last < 0: to the end) to
+  // `sink`, resuming after a failed exchange. An empty object with first == 0
+  // is read whole (S3 refuses ranges of empty objects). `if_match` (an ETag)
+  // pins the version. Returns the whole object's size and ETag.
+  absl::StatusOr<S3ObjectMeta> GetObject(std::string_view bucket, std::string_view key,
+                                         int64_t first, int64_t last, std::string_view if_match,
+                                         const BodySink& sink);
+
+  absl::Status PutObject(std::string_view bucket, std::string_view key, std::string_view data);
+
+  // Multipart upload: the object appears only on Complete.
+  absl::StatusOr<std::string> CreateMultipartUpload(std::string_view bucket, std::string_view key);
+  // Returns the part's ETag. part_number counts from 1.
+  absl::StatusOr<std::string> UploadPart(std::string_view bucket, std::string_view key,
+                                         std::string_view upload_id, int part_number,
+                                         std::string_view data);
+  absl::Status CompleteMultipartUpload(std::string_view bucket, std::string_view key,
+                                       std::string_view upload_id,
+                                       const std::vector<std::string>& part_etags);
+  absl::Status AbortMultipartUpload(std::string_view bucket, std::string_view key,
+                                    std::string_view upload_id);
+
+  // One page of ListObjectsV2 (up to max_keys, at most 1000).
+  absl::StatusOr<S3ListPage> ListObjectsV2(std::string_view bucket, std::string_view prefix,
+                                           std::string_view continuation_token, int max_keys);
+
+  // Creates the bucket in the client's region.
+  absl::Status CreateBucket(std::string_view bucket);
+
+  // Deleting a missing object is OK (S3 answers 204 either way).
+  absl::Status DeleteObject(std::string_view bucket, std::string_view key);
+
+  S3ClientStats stats() const;
+  const S3ClientOptions& options() const { return options_; }
+
+ private:
+  struct Call {
+    std::string method;
+    std::string bucket;
+    std::string key;         // decoded; may be empty (bucket operations)
+    HeaderList query;        // decoded
+    HeaderList headers;      // extra headers (signed)
+    std::string_view body;
+    std::string what;        // "GET s3://b/k" for messages
+  };
+
+  // One signed exchange.
+  absl::StatusOr<HttpResponse> SendOnce(const Call& call, const BodySink* sink, bool* sink_failed);
+  // Sends with retries; returns a 2xx response or the final error.
+  absl::StatusOr<HttpResponse> Send(const Call& call);
+  absl::Duration Backoff(int attempt);
+
+  const S3ClientOptions options_;
+  std::string scheme_;     // "http" or "https"
+  std::string authority_;  // host[:port]
+  HttpClient http_;
+  mutable absl::Mutex mu_;
+  std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> requests_{0};
+  std::atomic<int64_t> retries_{0};
+  std::atomic<int64_t> resumed_gets_{0};
+};
+
+// Whether an S3 error response or HTTP status is worth retrying.
+bool IsRetryableS3Error(int http_status, std::string_view code);
+
+// The text of the first <tag>...</tag> in `xml`, entities decoded; "" when
+// absent.
+std::string XmlText(std::string_view xml, std::string_view tag);
+// The raw inner text of every <tag>...</tag> in `xml`, in order.
+std::vector<std::string_view> XmlElements(std::string_view xml, std::string_view tag);
+// Replaces &amp; &lt; &gt; &quot; &apos; &#N; &#xN;.
+std::string XmlUnescape(std::string_view s);
+// Escapes & < > " ' for element text.
+std::string XmlEscape(std::string_view s);
+
+}  // namespace kiln::aws::internal
+
+#endif  // KILN_LIB_AWS_INTERNAL_S3_CLIENT_H_

@@ -1,0 +1,355 @@
+// The S3 object store against a real S3 endpoint: a moto server started by
+// the test, with signature checking on, and the aws CLI as an independent
+// client that seeds buckets and reads back what Kiln wrote. Faults come from
+// a proxy between the store and moto.
+#include <dirent.h>
+#include <sys/stat.h>
+
+#include <fstream>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "aws/internal/s3_client.h"
+#include "aws/tests_util.h"
+#include "aws/fault_proxy.h"
+#include "aws/moto_server.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kiln/aws/s3.h"
+#include "kiln/checkpoint_sync.h"
+#include "kiln/object_store.h"
+
+namespace kiln::aws {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::FaultProxy;
+using testing::MotoServer;
+using testing::RandomBytes;
+using testing::ReadFile;
+using testing::TempDir;
+using testing::WriteFile;
+
+constexpr char kBucket[] = "kiln-test";
+
+class S3ObjectStoreTest : public ::testing::Test {
+ protected:
+  // One moto server for the whole program (it takes seconds to start);
+  // every test resets it.
+  static void SetUpTestSuite() {
+    shared_moto_ = new MotoServer;
+    *start_status_ = shared_moto_->Start();
+  }
+  static void TearDownTestSuite() {
+    delete shared_moto_;
+    shared_moto_ = nullptr;
+  }
+
+  void SetUp() override { Reset(true); }
+
+  void Reset(bool check_signatures) {
+    ASSERT_TRUE(start_status_->ok()) << *start_status_;
+    auto key = moto_.Reset(check_signatures);
+    ASSERT_TRUE(key.ok()) << key.status();
+    key_ = *key;
+    internal::S3ClientOptions c;
+    c.endpoint = moto_.endpoint();
+    c.credentials = {key_.access_key_id, key_.secret_access_key, ""};
+    direct_ = std::make_unique<internal::S3Client>(c);
+    ASSERT_TRUE(direct_->CreateBucket(kBucket).ok());
+    proxy_ = std::make_unique<FaultProxy>(moto_.port());
+  }
+
+  // A store talking to moto directly, or through the fault proxy.
+  std::unique_ptr<ObjectStore> Store(bool through_proxy = false,
+                                     void (*tweak)(S3Options&) = nullptr) {
+    S3Options o = moto_.Options(key_);
+    if (through_proxy) o.endpoint_url = proxy_->endpoint();
+    o.part_size = 5 << 20;
+    o.multipart_threshold = 5 << 20;
+    if (tweak != nullptr) tweak(o);
+    auto store = NewS3ObjectStore(o);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? *std::move(store) : nullptr;
+  }
+
+  // aws s3 cp LOCAL s3://kiln-test/KEY
+  void SeedWithCli(const std::string& local, const std::string& key) {
+    std::string out;
+    ASSERT_EQ(moto_.Aws(key_, {"s3", "cp", "--quiet", local, absl::StrCat("s3://", kBucket, "/", key)},
+                        &out),
+              0)
+        << out;
+  }
+  std::string ReadWithCli(const std::string& key) {
+    std::string dest = tmp_.path() + "/cli-read";
+    std::string out;
+    EXPECT_EQ(moto_.Aws(key_, {"s3", "cp", "--quiet", absl::StrCat("s3://", kBucket, "/", key), dest},
+                        &out),
+              0)
+        << out;
+    return ReadFile(dest);
+  }
+  static std::string Uri(const std::string& key) { return absl::StrCat("s3://", kBucket, "/", key); }
+
+  static MotoServer* shared_moto_;
+  static absl::Status* start_status_;
+  MotoServer& moto_ = *shared_moto_;
+  AwsCredentials key_;
+  TempDir tmp_;
+  std::unique_ptr<internal::S3Client> direct_;
+  std::unique_ptr<FaultProxy> proxy_;
+};
+
+MotoServer* S3ObjectStoreTest::shared_moto_ = nullptr;
+absl::Status* S3ObjectStoreTest::start_status_ = new absl::Status;
+
+TEST_F(S3ObjectStoreTest, ObjectsSeededByTheCliAreListedReadAndDeleted) {
+  Reset(/*check_signatures=*/false);  // a nested prefix (see MotoServer::Reset)
+  WriteFile(tmp_.path() + "/a.csv", "1,2,3\n");
+  WriteFile(tmp_.path() + "/b.csv", std::string(70000, 'b'));
+  SeedWithCli(tmp_.path() + "/a.csv", "data/train/a.csv");
+  SeedWithCli(tmp_.path() + "/b.csv", "data/train/sub dir/b=c.csv");
+  SeedWithCli(tmp_.path() + "/a.csv", "data/train-other/x.csv");
+  auto store = Store();
+  auto listed = store->List(Uri("data/train/"));
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 2u);
+  EXPECT_EQ((*listed)[0].uri, Uri("data/train/a.csv"));
+  EXPECT_EQ((*listed)[0].size, 6);
+  EXPECT_EQ((*listed)[1].uri, Uri("data/train/sub dir/b=c.csv"));
+  EXPECT_EQ((*listed)[1].size, 70000);
+  // A prefix without '/' matches the sibling too.
+  EXPECT_EQ(store->List(Uri("data/train"))->size(), 3u);
+  EXPECT_EQ(*store->Get(Uri("data/train/a.csv")), "1,2,3\n");
+  EXPECT_EQ(*store->Get(Uri("data/train/sub dir/b=c.csv")), std::string(70000, 'b'));
+  ASSERT_TRUE(store->Delete(Uri("data/train/a.csv")).ok());
+  ASSERT_TRUE(store->Delete(Uri("data/train/a.csv")).ok());  // already gone: OK
+  absl::StatusOr<std::string> gone = store->Get(Uri("data/train/a.csv"));
+  EXPECT_TRUE(absl::IsNotFound(gone.status())) << gone.status();
+  EXPECT_THAT(gone.status().message(), HasSubstr(Uri("data/train/a.csv")));
+}
+
+TEST_F(S3ObjectStoreTest, PutIsReadBackByTheCliByteForByte) {
+  auto store = Store();
+  std::string data = RandomBytes(300000, 1);
+  ASSERT_TRUE(store->Put(Uri("out/model.bin"), data).ok());
+  EXPECT_EQ(ReadWithCli("out/model.bin"), data);
+  ASSERT_TRUE(store->Put(Uri("out/empty"), "").ok());
+  EXPECT_EQ(ReadWithCli("out/empty"), "");
+}
+
+TEST_F(S3ObjectStoreTest, LargeFilesGoUpAsMultipartAndComeDownAsParallelRanges) {
+  const std::string data = RandomBytes((23 << 20) + 12345, 2);
+  WriteFile(tmp_.path() + "/big.bin", data);
+  auto store = Store();
+  ASSERT_TRUE(store->PutFromFile(Uri("models/big.bin"), tmp_.path() + "/big.bin").ok());
+  // S3 gives multipart objects an ETag "<md5 of the part md5s>-<parts>".
+  std::string head;
+  ASSERT_EQ(moto_.Aws(key_, {"s3api", "head-object", "--bucket", kBucket, "--key", "models/big.bin"},
+                      &head),
+            0)
+      << head;
+  EXPECT_THAT(head, HasSubstr("-5\\\""));
+  EXPECT_EQ(ReadWithCli("models/big.bin"), data);
+  // Seeded by the CLI (its own multipart upload), downloaded in ranges.
+  SeedWithCli(tmp_.path() + "/big.bin", "data/big.bin");
+  ASSERT_TRUE(store->GetToFile(Uri("data/big.bin"), tmp_.path() + "/down/big.bin").ok());
+  EXPECT_EQ(ReadFile(tmp_.path() + "/down/big.bin"), data);
+  EXPECT_THAT(testing::ListDir(tmp_.path() + "/down"), ElementsAre("big.bin"));
+}
+
+TEST_F(S3ObjectStoreTest, EmptyAndSmallObjectsDownloadToFiles) {
+  auto store = Store();
+  ASSERT_TRUE(store->Put(Uri("e/empty"), "").ok());
+  ASSERT_TRUE(store->Put(Uri("e/small"), "abc").ok());
+  ASSERT_TRUE(store->GetToFile(Uri("e/empty"), tmp_.path() + "/x/empty").ok());
+  ASSERT_TRUE(store->GetToFile(Uri("e/small"), tmp_.path() + "/x/small").ok());
+  EXPECT_EQ(ReadFile(tmp_.path() + "/x/empty"), "");
+  EXPECT_EQ(ReadFile(tmp_.path() + "/x/small"), "abc");
+  absl::Status missing = store->GetToFile(Uri("e/none"), tmp_.path() + "/x/none");
+  EXPECT_TRUE(absl::IsNotFound(missing)) << missing;
+  EXPECT_THAT(testing::ListDir(tmp_.path() + "/x"), ElementsAre("empty", "small"));
+}
+
+TEST_F(S3ObjectStoreTest, ReadStreamsTheObjectInOrderedChunks) {
+  auto store = Store();
+  const std::string data = RandomBytes(3 << 20, 3);
+  ASSERT_TRUE(store->Put(Uri("stream/part-0"), data).ok());
+  std::string got;
+  int chunks = 0;
+  ASSERT_TRUE(store
+                  ->Read(Uri("stream/part-0"),
+                         [&](std::string_view chunk) {
+                           ++chunks;
+                           EXPECT_LE(chunk.size(), 512u * 1024);
+                           got.append(chunk);
+                           return absl::OkStatus();
+                         })
+                  .ok());
+  EXPECT_EQ(got, data);
+  EXPECT_GE(chunks, 6);
+  // A sink error stops the read and is returned.
+  absl::Status stopped = store->Read(Uri("stream/part-0"), [](std::string_view) {
+    return absl::CancelledError("reader went away");
+  });
+  EXPECT_TRUE(absl::IsCancelled(stopped)) << stopped;
+}
+
+TEST_F(S3ObjectStoreTest, ListingFollowsContinuationTokens) {
+  for (int i = 0; i < 7; ++i) {
+    ASSERT_TRUE(direct_->PutObject(kBucket, absl::StrCat("pages-k", i), "x").ok());
+  }
+  auto store = Store(true, [](S3Options& o) { o.list_page_size = 2; });
+  auto listed = store->List(Uri("pages-"));
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 7u);
+  EXPECT_EQ(listed->back().uri, Uri("pages-k6"));
+  EXPECT_EQ(proxy_->requests(), 4);  // 2 + 2 + 2 + 1
+}
+
+TEST_F(S3ObjectStoreTest, AnObjectDeletedMidListingIsMissedOrNotFoundNeverAnError) {
+  // Keys at the top of a bucket of their own: a flat listing prefix (see
+  // MotoServer::Reset).
+  ASSERT_TRUE(direct_->CreateBucket("kiln-ckpt").ok());
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(direct_->PutObject("kiln-ckpt", absl::StrCat("k", i), "x").ok());
+  }
+  // When the second page is asked for, k1 (already listed) and k4 (not yet)
+  // are deleted.
+  bool deleted = false;
+  proxy_->OnRequest([&](const std::string& head) {
+    if (!deleted && absl::StrContains(head, "continuation-token=")) {
+      deleted = true;
+      ASSERT_TRUE(direct_->DeleteObject("kiln-ckpt", "k1").ok());
+      ASSERT_TRUE(direct_->DeleteObject("kiln-ckpt", "k4").ok());
+    }
+  });
+  auto store = Store(true, [](S3Options& o) { o.list_page_size = 2; });
+  auto listed = store->List("s3://kiln-ckpt/");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  std::vector<std::string> uris;
+  for (const auto& o : *listed) uris.push_back(o.uri);
+  EXPECT_THAT(uris, ElementsAre("s3://kiln-ckpt/k0", "s3://kiln-ckpt/k1", "s3://kiln-ckpt/k2", "s3://kiln-ckpt/k3",
+                                "s3://kiln-ckpt/k5"));
+  absl::Status s = store->GetToFile("s3://kiln-ckpt/k1", tmp_.path() + "/k1");
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("s3://kiln-ckpt/k1"));
+
+  // A checkpoint restore skips what disappears between its listing and its copy.
+  deleted = false;
+  ASSERT_TRUE(direct_->PutObject("kiln-ckpt", "k1", "x").ok());
+  ASSERT_TRUE(direct_->PutObject("kiln-ckpt", "k4", "x").ok());
+  CheckpointSync sync(*store, "s3://kiln-ckpt/", tmp_.path() + "/restore");
+  ASSERT_TRUE(sync.Restore().ok());
+  EXPECT_THAT(testing::ListDir(tmp_.path() + "/restore"), ElementsAre("k0", "k2", "k3", "k5"));
+}
+
+TEST_F(S3ObjectStoreTest, ATamperedSignatureGets403) {
+  ASSERT_TRUE(direct_->PutObject(kBucket, "secret", "x").ok());
+  proxy_->TamperSignatures(true);
+  auto store = Store(true);
+  absl::StatusOr<std::string> got = store->Get(Uri("secret"));
+  EXPECT_TRUE(absl::IsPermissionDenied(got.status())) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr("SignatureDoesNotMatch"));
+  EXPECT_THAT(got.status().message(), HasSubstr(Uri("secret")));
+  EXPECT_EQ(proxy_->requests(), 1);  // not retried
+
+  // The wrong secret, straight to moto: the same.
+  AwsCredentials wrong = key_;
+  wrong.secret_access_key[0] = wrong.secret_access_key[0] == 'A' ? 'B' : 'A';
+  auto bad = NewS3ObjectStore(moto_.Options(wrong));
+  ASSERT_TRUE(bad.ok());
+  EXPECT_TRUE(absl::IsPermissionDenied((*bad)->List(Uri("")).status()));
+}
+
+TEST_F(S3ObjectStoreTest, A5xxBurstIsRetriedAndALongerOneFailsNamingTheObject) {
+  ASSERT_TRUE(direct_->PutObject(kBucket, "burst", "payload").ok());
+  auto store = Store(true);
+  proxy_->FailNext(3, 503, "SlowDown");
+  absl::StatusOr<std::string> got = store->Get(Uri("burst"));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "payload");
+  EXPECT_EQ(proxy_->requests(), 4);
+
+  proxy_->FailNext(3, 500, "InternalError");
+  EXPECT_TRUE(store->Put(Uri("burst2"), "again").ok());
+  EXPECT_EQ(*store->Get(Uri("burst2")), "again");
+
+  proxy_->FailNext(100, 500, "InternalError");
+  absl::Status s = store->GetToFile(Uri("burst"), tmp_.path() + "/burst");
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr(Uri("burst")));
+  EXPECT_THAT(s.message(), HasSubstr("after 5 attempts"));
+  EXPECT_TRUE(testing::ListDir(tmp_.path()).empty());
+}
+
+TEST_F(S3ObjectStoreTest, ADownloadCutMidwayResumesWhereItStopped) {
+  const std::string data = RandomBytes(12 << 20, 4);
+  ASSERT_TRUE(direct_->PutObject(kBucket, "cut/obj", data).ok());
+  auto store = Store(true);
+  proxy_->CutNextResponse(1 << 20, /*then_down=*/false);
+  ASSERT_TRUE(store->GetToFile(Uri("cut/obj"), tmp_.path() + "/obj").ok());
+  EXPECT_EQ(ReadFile(tmp_.path() + "/obj"), data);
+  // Read (Pipe mode's stream) resumes too, without repeating a byte.
+  proxy_->CutNextResponse(3 << 20, false);
+  std::string streamed;
+  ASSERT_TRUE(store->Read(Uri("cut/obj"), [&](std::string_view c) {
+    streamed.append(c);
+    return absl::OkStatus();
+  }).ok());
+  EXPECT_EQ(streamed, data);
+}
+
+TEST_F(S3ObjectStoreTest, EndpointDownMidDownloadFailsClearlyAfterRetries) {
+  const std::string data = RandomBytes(12 << 20, 5);
+  ASSERT_TRUE(direct_->PutObject(kBucket, "down/obj", data).ok());
+  auto store = Store(true);
+  proxy_->CutNextResponse(1 << 20, /*then_down=*/true);
+  absl::Status s = store->GetToFile(Uri("down/obj"), tmp_.path() + "/d/obj");
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("GET " + Uri("down/obj")));
+  EXPECT_THAT(s.message(), HasSubstr("failed after 5 attempts"));
+  // Nothing half-written is left behind.
+  EXPECT_TRUE(testing::ListDir(tmp_.path() + "/d").empty());
+}
+
+TEST_F(S3ObjectStoreTest, AFailedMultipartUploadIsAbortedAndTheOldObjectStays) {
+  ASSERT_TRUE(direct_->PutObject(kBucket, "atomic/model", "v1").ok());
+  const std::string data = RandomBytes(16 << 20, 6);
+  WriteFile(tmp_.path() + "/v2", data);
+  auto store = Store(true);
+  proxy_->FailMatching("partNumber=2&", 500, "InternalError");
+  absl::Status s = store->PutFromFile(Uri("atomic/model"), tmp_.path() + "/v2");
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr(Uri("atomic/model")));
+  proxy_->FailMatching("", 0, "");
+  EXPECT_EQ(*store->Get(Uri("atomic/model")), "v1");
+  std::string uploads;
+  ASSERT_EQ(moto_.Aws(key_, {"s3api", "list-multipart-uploads", "--bucket", kBucket, "--output",
+                             "json"},
+                      &uploads),
+            0)
+      << uploads;
+  EXPECT_THAT(uploads, ::testing::Not(HasSubstr("UploadId"))) << uploads;
+  // Then it goes through.
+  ASSERT_TRUE(store->PutFromFile(Uri("atomic/model"), tmp_.path() + "/v2").ok());
+  EXPECT_EQ(ReadWithCli("atomic/model"), data);
+}
+
+TEST_F(S3ObjectStoreTest, UrisThatNameNoObjectAreInvalid) {
+  auto store = Store();
+  EXPECT_TRUE(absl::IsInvalidArgument(store->Get("file:///x").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(store->Get("s3://").status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(store->Put(Uri("dir/"), "x")));
+  EXPECT_TRUE(absl::IsNotFound(store->PutFromFile(Uri("x"), tmp_.path() + "/nope")));
+}
+
+}  // namespace
+}  // namespace kiln::aws
