@@ -33,6 +33,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
+#include "kiln/aws/s3.h"
 #include "kiln/engine.h"
 #include "kiln/json.h"
 #include "kiln/local/local.h"
@@ -201,6 +203,16 @@ class Runner : public JobObserver {
   bool interrupted_ = false;
 };
 
+// True if the job reads or writes s3:// objects (channels, checkpoints,
+// output).
+bool UsesS3(const v1::CreateTrainingJobRequest& r) {
+  auto s3 = [](const std::string& uri) { return absl::StartsWith(uri, "s3://"); };
+  for (const v1::Channel& c : r.input_data_config()) {
+    if (s3(c.data_source().s3_data_source().s3_uri())) return true;
+  }
+  return s3(r.checkpoint_config().s3_uri()) || s3(r.output_data_config().s3_output_path());
+}
+
 }  // namespace
 
 int RunCommand(const std::vector<std::string>& args) {
@@ -242,6 +254,31 @@ int RunCommand(const std::vector<std::string>& args) {
   auto files = NewFileObjectStore();
   ObjectStores stores;
   stores.Register("file", files.get());
+  // s3:// through kiln::aws, configured the AWS way (AWS_* variables, the
+  // shared files, AWS_ENDPOINT_URL): set up, and every job's S3 inputs
+  // checked, before any job starts.
+  std::unique_ptr<ObjectStore> s3;
+  bool any_s3 = false;
+  for (const v1::CreateTrainingJobRequest& r : jobs) any_s3 = any_s3 || UsesS3(r);
+  if (any_s3) {
+    auto s3_options = aws::ResolveS3Options({});
+    absl::StatusOr<std::unique_ptr<ObjectStore>> store =
+        s3_options.ok() ? aws::NewS3ObjectStore(*s3_options)
+                        : absl::StatusOr<std::unique_ptr<ObjectStore>>(s3_options.status());
+    if (!store.ok()) {
+      std::cerr << "kiln run: s3:// needs AWS configuration: " << store.status().message() << "\n";
+      return 1;
+    }
+    s3 = *std::move(store);
+    stores.Register("s3", s3.get());
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      absl::Status checked = aws::CheckS3InputChannels(jobs[i], stores);
+      if (!checked.ok()) {
+        std::cerr << "kiln run: " << options.files[i] << ": " << checked.message() << "\n";
+        return 1;
+      }
+    }
+  }
   local::LocalOptions local_options;
   local_options.state_dir = options.state_dir;
   local_options.runtime = options.runtime;
