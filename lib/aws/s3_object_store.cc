@@ -23,6 +23,7 @@
 #include "aws/internal/aws_config.h"
 #include "aws/internal/s3_client.h"
 #include "aws/internal/worker_pool.h"
+#include "core/internal/files.h"
 #include "core/internal/status_macros.h"
 #include "kiln/aws/s3.h"
 #include "kiln/object_store.h"
@@ -31,6 +32,8 @@ namespace kiln::aws {
 namespace {
 
 using internal::S3Client;
+using ::kiln::internal::ErrnoError;
+using ::kiln::internal::MakeDirs;
 
 constexpr int64_t kMinPartSize = int64_t{5} << 20;
 constexpr int64_t kMaxPartSize = int64_t{5} << 30;
@@ -66,29 +69,7 @@ absl::StatusOr<S3Location> ParseS3Uri(std::string_view uri, bool allow_empty_key
   return loc;
 }
 
-absl::Status ErrnoError(int err, const std::string& what) {
-  return absl::ErrnoToStatus(err, what);
-}
 
-// mkdir -p.
-absl::Status MakeDirs(const std::string& dir) {
-  struct stat st;
-  if (dir.empty() || ::stat(dir.c_str(), &st) == 0) {
-    if (dir.empty() || S_ISDIR(st.st_mode)) return absl::OkStatus();
-    return ErrnoError(ENOTDIR, absl::StrCat("create directory '", dir, "'"));
-  }
-  for (size_t pos = 1; pos <= dir.size(); ++pos) {
-    if (pos != dir.size() && dir[pos] != '/') continue;
-    if (dir[pos - 1] == '/') continue;
-    std::string part = dir.substr(0, pos);
-    if (::mkdir(part.c_str(), 0777) == 0) continue;
-    int err = errno;
-    if (err == EEXIST && ::stat(part.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
-    if (err == EEXIST) err = ENOTDIR;
-    return ErrnoError(err, absl::StrCat("create directory '", part, "'"));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status PwriteAll(int fd, std::string_view data, int64_t offset, const std::string& path) {
   while (!data.empty()) {

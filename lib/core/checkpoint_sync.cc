@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/internal/files.h"
 #include "core/internal/status_macros.h"
 
 namespace kiln {
@@ -32,7 +33,8 @@ namespace {
 
 // The object stores' temporary files (object_store.cc): never uploaded, never
 // restored.
-constexpr std::string_view kTempPrefix = ".kiln-tmp-";
+using internal::ErrnoError;
+using internal::IsTempName;
 
 // Local file systems stamp a write with the kernel's coarse clock, which moves
 // in ticks of at most 10 ms. A file stamped in the tick during which we
@@ -43,9 +45,6 @@ constexpr int64_t kRacyWindowNs = 20'000'000;
 
 absl::string_view AbslView(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-absl::Status ErrnoError(int err, std::string_view what) {
-  return absl::ErrnoToStatus(err, AbslView(what));
-}
 
 // `status` with `context` before its message, same code.
 absl::Status Annotate(const absl::Status& status, std::string_view context) {
@@ -62,29 +61,7 @@ int64_t MtimeNs(const struct stat& st) {
   return int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
 }
 
-bool IsTempName(std::string_view name) { return name.substr(0, kTempPrefix.size()) == kTempPrefix; }
 
-// mkdir -p.
-absl::Status MakeDirs(const std::string& dir) {
-  if (dir.empty())
-    return absl::InvalidArgumentError("checkpoint sync: the local directory is empty");
-  struct stat st;
-  if (::stat(dir.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return absl::OkStatus();
-    return ErrnoError(ENOTDIR, absl::StrCat("create directory '", dir, "'"));
-  }
-  for (size_t pos = 1; pos <= dir.size(); ++pos) {
-    if (pos != dir.size() && dir[pos] != '/') continue;
-    if (dir[pos - 1] == '/') continue;
-    std::string part = dir.substr(0, pos);
-    if (::mkdir(part.c_str(), 0777) == 0) continue;
-    int err = errno;
-    if (err == EEXIST && ::stat(part.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
-    if (err == EEXIST) err = ENOTDIR;
-    return ErrnoError(err, absl::StrCat("create directory '", part, "'"));
-  }
-  return absl::OkStatus();
-}
 
 // Whether `key` is a clean relative path: '/'-separated segments, none empty,
 // "." or "..", no NUL. Anything else could land outside the directory (or
@@ -187,7 +164,10 @@ CheckpointSync::CheckpointSync(ObjectStore& store, std::string prefix, std::stri
 }
 
 absl::Status CheckpointSync::Restore() {
-  KILN_RETURN_IF_ERROR(MakeDirs(local_dir_));
+  if (local_dir_.empty()) {
+    return absl::InvalidArgumentError("checkpoint sync: the local directory is empty");
+  }
+  KILN_RETURN_IF_ERROR(internal::MakeDirs(local_dir_));
   absl::StatusOr<std::vector<ObjectInfo>> listed = store_.List(prefix_);
   if (!listed.ok()) {
     return Annotate(listed.status(), absl::StrCat("checkpoint restore: list '", prefix_, "'"));
@@ -229,7 +209,10 @@ absl::Status CheckpointSync::Restore() {
 }
 
 absl::StatusOr<CheckpointSyncStats> CheckpointSync::SyncOnce() {
-  KILN_RETURN_IF_ERROR(MakeDirs(local_dir_));
+  if (local_dir_.empty()) {
+    return absl::InvalidArgumentError("checkpoint sync: the local directory is empty");
+  }
+  KILN_RETURN_IF_ERROR(internal::MakeDirs(local_dir_));
   std::map<std::string, LocalFile> local;
   int64_t walk_start_ns = RealtimeNs();
   absl::Status walked = WalkLocal(local_dir_, "", local);

@@ -29,24 +29,23 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "core/internal/files.h"
 #include "core/internal/status_macros.h"
 
 namespace kiln {
 namespace {
 
+using internal::ErrnoError;
+using internal::IsTempName;
+using internal::kTempPrefix;
+using internal::MakeDirs;
+
 constexpr std::string_view kFileScheme = "file://";
-constexpr std::string_view kTempPrefix = ".kiln-tmp-";
 constexpr size_t kChunkSize = size_t{1} << 20;  // Read() and buffered copies
 constexpr int kTempNameAttempts = 16;
 
 absl::string_view AbslView(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-// An error for `err` (an errno value) whose message is `what` plus strerror.
-// ENOSPC and EDQUOT give ResourceExhausted, ENOENT NotFound, EACCES/EPERM
-// PermissionDenied (absl's mapping).
-absl::Status ErrnoError(int err, std::string_view what) {
-  return absl::ErrnoToStatus(err, AbslView(what));
-}
 
 // Owns a file descriptor.
 class Fd {
@@ -81,7 +80,6 @@ class Fd {
   int fd_ = -1;
 };
 
-bool IsTempName(std::string_view name) { return name.substr(0, kTempPrefix.size()) == kTempPrefix; }
 
 std::string_view Dirname(std::string_view path) {
   size_t slash = path.rfind('/');
@@ -90,25 +88,6 @@ std::string_view Dirname(std::string_view path) {
   return path.substr(0, slash);
 }
 
-// mkdir -p. `dir` may be relative.
-absl::Status MakeDirs(const std::string& dir) {
-  struct stat st;
-  if (::stat(dir.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) return absl::OkStatus();
-    return ErrnoError(ENOTDIR, absl::StrCat("create directory '", dir, "'"));
-  }
-  for (size_t pos = 1; pos <= dir.size(); ++pos) {
-    if (pos != dir.size() && dir[pos] != '/') continue;
-    if (dir[pos - 1] == '/') continue;  // "//" or a trailing '/'
-    std::string part = dir.substr(0, pos);
-    if (::mkdir(part.c_str(), 0777) == 0) continue;
-    int err = errno;
-    if (err == EEXIST && ::stat(part.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
-    if (err == EEXIST) err = ENOTDIR;  // a file where a directory should be
-    return ErrnoError(err, absl::StrCat("create directory '", part, "'"));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status WriteAll(int fd, std::string_view data, const std::string& path) {
   while (!data.empty()) {

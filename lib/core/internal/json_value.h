@@ -34,6 +34,9 @@
 
 namespace kiln::internal {
 
+// Appends the UTF-8 encoding of the code point `cp` (at most 0x10FFFF) to `out`.
+void AppendUtf8(uint32_t cp, std::string& out);
+
 // Nesting limit of ParseJsonValue: arrays and objects nested deeper than this
 // are rejected, so hostile input cannot exhaust the stack.
 inline constexpr int kMaxJsonDepth = 256;
