@@ -13,7 +13,11 @@ in 8 objects) and one large object with the aws CLI, then times, best of
               streamed into a FIFO drained by a reader)
 
 and prints MiB/s and the ratio Kiln / aws CLI. Downloads are checked byte
-for byte against the seeded files.
+for byte against the seeded files. Then FastFile start: the local data
+channel's Deliver-to-ready time for a FastFile channel over s3:// (a FUSE view:
+needs root and /dev/fuse), for a 1 MiB set (one object) and the --mib set,
+and the time of the first 4 KiB read through the view; median of --runs.
+Target: start time does not grow with the set's size.
 
   python3 bench/s3_download_bench.py --build-dir build [--runs 3] [--mib 256]
 """
@@ -78,6 +82,9 @@ def main():
                 f.write(os.urandom(size))
         with open(os.path.join(seed, "one", "big"), "wb") as f:
             f.write(os.urandom(args.mib * 2**20))
+        os.makedirs(os.path.join(seed, "small"))
+        with open(os.path.join(seed, "small", "part-000"), "wb") as f:
+            f.write(os.urandom(2**20))
         subprocess.run(aws + ["s3", "cp", "--quiet", "--recursive", seed, "s3://bench/"], env=env, check=True)
         total = args.mib * 2**20
 
@@ -117,6 +124,21 @@ def main():
         for mode, cli, k in (("File", cli_file, kiln_file), ("Pipe", cli_pipe, kiln_pipe)):
             c, kk = mib / min(cli), mib / min(k)
             print(f"{mode:<6}{c:>15.1f}{kk:>12.1f}{kk / c:>9.2f}x")
+
+        ff = {"small": [], "set": []}
+        for _ in range(args.runs):
+            for name in ff:
+                out = subprocess.run([kiln, "fastfile", f"s3://bench/{name}/", fresh("ff-state")],
+                                     env=env, check=True, capture_output=True, text=True).stdout
+                _, nbytes, deliver, first = out.split()
+                ff[name].append((float(deliver), float(first), int(nbytes)))
+        med = lambda xs: sorted(xs)[len(xs) // 2]
+        print(f"FastFile start over s3:// (median of {args.runs}): Deliver until ready / first 4 KiB read")
+        for name, runs in ff.items():
+            print(f"  {runs[0][2] / 2**20:7.1f} MiB set: {med([r[0] for r in runs]) * 1e3:8.2f} ms"
+                  f" / {med([r[1] for r in runs]) * 1e3:8.2f} ms")
+        ratio = med([r[0] for r in ff["set"]]) / med([r[0] for r in ff["small"]])
+        print(f"  start time ratio large/small: {ratio:.2f}x (target: no growth with size)")
     finally:
         moto.terminate()
         moto.wait()
