@@ -359,6 +359,7 @@ absl::Status FuseViewImpl::Start() {
   for (std::string& a : argv_s) argv.push_back(a.data());
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
   session_ = fuse_session_new(&args, &ops, sizeof(ops), this);
+  fuse_opt_free_args(&args);  // parsing may have copied them
   if (session_ == nullptr) {
     return absl::InternalError(
         absl::StrCat("FUSE view at ", mount_point_, ": fuse_session_new failed"));
