@@ -13,9 +13,13 @@ in 8 objects) and one large object with the aws CLI, then times, best of
               streamed into a FIFO drained by a reader)
 
 and prints MiB/s and the ratio Kiln / aws CLI. Downloads are checked byte
-for byte against the seeded files.
+for byte against the seeded files. Then FastFile start: the local data
+channel's Deliver-to-ready time for a FastFile channel over s3:// (a FUSE view:
+needs root and /dev/fuse), for a 1 MiB set (one object) and the --mib set,
+and the time of the first 4 KiB read through the view; median of --runs.
+Target: start time does not grow with the set's size.
 
-  python3 bench/s3_download_bench.py --build-dir build [--runs 3] [--mib 256]
+  python3 bench/s3_download_bench.py --build-dir build [--runs 3] [--mib 256] [--fastfile-only]
 """
 import argparse
 import filecmp
@@ -47,6 +51,8 @@ def main():
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--mib", type=int, default=256)
     ap.add_argument("--objects", type=int, default=8)
+    ap.add_argument("--fastfile-only", action="store_true",
+                    help="only the FastFile start figures (no File/Pipe comparison)")
     args = ap.parse_args()
     kiln = os.path.join(args.build_dir, "bench", "s3_download_bench")
     if not os.access(kiln, os.X_OK):
@@ -78,6 +84,9 @@ def main():
                 f.write(os.urandom(size))
         with open(os.path.join(seed, "one", "big"), "wb") as f:
             f.write(os.urandom(args.mib * 2**20))
+        os.makedirs(os.path.join(seed, "small"))
+        with open(os.path.join(seed, "small", "part-000"), "wb") as f:
+            f.write(os.urandom(2**20))
         subprocess.run(aws + ["s3", "cp", "--quiet", "--recursive", seed, "s3://bench/"], env=env, check=True)
         total = args.mib * 2**20
 
@@ -93,7 +102,7 @@ def main():
             return not mismatch and not errors and sorted(os.listdir(dir_b)) == names
 
         cli_file, kiln_file, cli_pipe, kiln_pipe = [], [], [], []
-        for _ in range(args.runs):
+        for _ in range(0 if args.fastfile_only else args.runs):
             d = fresh("cli")
             cli_file.append(timed(aws + ["s3", "cp", "--quiet", "--recursive", "s3://bench/set/", d], env))
             assert same(os.path.join(seed, "set"), d), "aws CLI download differs"
@@ -111,12 +120,28 @@ def main():
             kiln_pipe.append(time.perf_counter() - start)
 
         mib = total / 2**20
-        print(f"moto {endpoint}, {args.mib} MiB: File set of {args.objects} objects, Pipe one object; "
-              f"best of {args.runs} (wall time, process start included)")
-        print(f"{'mode':<6}{'aws CLI MiB/s':>15}{'Kiln MiB/s':>12}{'Kiln/CLI':>10}")
-        for mode, cli, k in (("File", cli_file, kiln_file), ("Pipe", cli_pipe, kiln_pipe)):
-            c, kk = mib / min(cli), mib / min(k)
-            print(f"{mode:<6}{c:>15.1f}{kk:>12.1f}{kk / c:>9.2f}x")
+        if not args.fastfile_only:
+            print(f"moto {endpoint}, {args.mib} MiB: File set of {args.objects} objects, Pipe one "
+                  f"object; best of {args.runs} (wall time, process start included)")
+            print(f"{'mode':<6}{'aws CLI MiB/s':>15}{'Kiln MiB/s':>12}{'Kiln/CLI':>10}")
+            for mode, cli, k in (("File", cli_file, kiln_file), ("Pipe", cli_pipe, kiln_pipe)):
+                c, kk = mib / min(cli), mib / min(k)
+                print(f"{mode:<6}{c:>15.1f}{kk:>12.1f}{kk / c:>9.2f}x")
+
+        ff = {"small": [], "set": []}
+        for _ in range(args.runs):
+            for name in ff:
+                out = subprocess.run([kiln, "fastfile", f"s3://bench/{name}/", fresh("ff-state")],
+                                     env=env, check=True, capture_output=True, text=True).stdout
+                _, nbytes, deliver, first = out.split()
+                ff[name].append((float(deliver), float(first), int(nbytes)))
+        med = lambda xs: sorted(xs)[len(xs) // 2]
+        print(f"FastFile start over s3:// (median of {args.runs}): Deliver until ready / first 4 KiB read")
+        for name, runs in ff.items():
+            print(f"  {runs[0][2] / 2**20:7.1f} MiB set: {med([r[0] for r in runs]) * 1e3:8.2f} ms"
+                  f" / {med([r[1] for r in runs]) * 1e3:8.2f} ms")
+        ratio = med([r[0] for r in ff["set"]]) / med([r[0] for r in ff["small"]])
+        print(f"  start time ratio large/small: {ratio:.2f}x (target: no growth with size)")
     finally:
         moto.terminate()
         moto.wait()

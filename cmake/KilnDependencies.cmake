@@ -10,6 +10,9 @@ pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET GLOBAL libpcre2-8)
 find_package(Threads REQUIRED)
 # libarchive: the local backend unpacks image tarballs and packs model.tar.gz.
 find_package(LibArchive REQUIRED)      # CMake's FindLibArchive (LibArchive::LibArchive)
+# libfuse3: the local backend's FastFile view of sources that are not local
+# (s3://) is a read-only FUSE mount read lazily through the ObjectStore.
+pkg_check_modules(FUSE3 REQUIRED IMPORTED_TARGET GLOBAL fuse3)
 # zlib: Pipe-mode channels with CompressionType Gzip are decompressed on the way.
 find_package(ZLIB REQUIRED)            # CMake's FindZLIB (ZLIB::ZLIB)
 # libcurl and OpenSSL's libcrypto: kiln::aws speaks HTTP(S) to S3 through

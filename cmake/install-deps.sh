@@ -26,6 +26,8 @@ KILN_DEBIAN_PACKAGES=(
   libssl-dev
   libarchive-dev
   zlib1g-dev
+  libfuse3-dev
+  fuse3
   bubblewrap
   python3
 )

@@ -66,6 +66,16 @@ class ObjectStore {
   virtual absl::Status Read(std::string_view uri,
                             absl::FunctionRef<absl::Status(std::string_view chunk)> sink);
 
+  // Returns bytes [offset, offset + length) of the object, fewer when the
+  // object ends first: empty when `offset` is at or past its end. Lazily read
+  // views (the local backend's FastFile over s3://) read through it, so a
+  // store should read only the range. Errors: InvalidArgument for a negative
+  // offset or length; otherwise as for Get. The file store preads, the
+  // in-memory store copies the range, the S3 store sends a ranged GET.
+  // Default: one Get, then the range of it (the whole object is read).
+  virtual absl::StatusOr<std::string> ReadRange(std::string_view uri, int64_t offset,
+                                                int64_t length);
+
   // Copies the object into the local file `path` (created or replaced
   // atomically through a temporary file beside it; parent directories
   // created). The copy is not fsync'ed: it is scratch data that can be

@@ -204,6 +204,31 @@ class S3ObjectStore final : public ObjectStore {
     return client_.GetObject(loc.bucket, loc.key, 0, -1, "", body_sink).status();
   }
 
+  // One ranged GET. A range past the end (416) is an empty result, as is a
+  // zero length (no request).
+  absl::StatusOr<std::string> ReadRange(std::string_view uri, int64_t offset,
+                                        int64_t length) override {
+    KILN_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(uri, false));
+    if (offset < 0 || length < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("reading '", Av(uri), "': offset ", offset,
+                                                     " and length ", length,
+                                                     " of a range must not be negative"));
+    }
+    if (length == 0) return std::string();
+    std::string data;
+    auto append = [&](std::string_view chunk) {
+      data.append(chunk);
+      return absl::OkStatus();
+    };
+    const internal::BodySink sink = append;
+    absl::StatusOr<internal::S3ObjectMeta> meta =
+        client_.GetObject(loc.bucket, loc.key, offset, offset + length - 1, "", sink);
+    if (absl::IsOutOfRange(meta.status())) return std::string();
+    KILN_RETURN_IF_ERROR(meta.status());
+    if (static_cast<int64_t>(data.size()) > length) data.resize(static_cast<size_t>(length));
+    return data;
+  }
+
   absl::Status GetToFile(std::string_view uri, const std::string& path) override {
     KILN_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(uri, false));
     TempFile tmp;

@@ -254,6 +254,21 @@ bool ParseScheme(std::string_view uri, std::string_view* scheme) {
 // ---------------------------------------------------------------------------
 // File store.
 
+absl::Status CheckRange(std::string_view uri, int64_t offset, int64_t length) {
+  if (offset < 0 || length < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("reading '", AbslView(uri), "': offset ", offset,
+                                                   " and length ", length,
+                                                   " of a range must not be negative"));
+  }
+  return absl::OkStatus();
+}
+
+// The part of `data` a range names (empty past the end).
+std::string Slice(std::string_view data, int64_t offset, int64_t length) {
+  if (offset >= static_cast<int64_t>(data.size())) return "";
+  return std::string(data.substr(static_cast<size_t>(offset), static_cast<size_t>(length)));
+}
+
 class FileObjectStore final : public ObjectStore {
  public:
   absl::StatusOr<std::vector<ObjectInfo>> List(std::string_view prefix) override {
@@ -304,6 +319,29 @@ class FileObjectStore final : public ObjectStore {
       if (n == 0) return absl::OkStatus();
       KILN_RETURN_IF_ERROR(sink(std::string_view(buffer.get(), static_cast<size_t>(n))));
     }
+  }
+
+  absl::StatusOr<std::string> ReadRange(std::string_view uri, int64_t offset,
+                                        int64_t length) override {
+    KILN_RETURN_IF_ERROR(CheckRange(uri, offset, length));
+    KILN_ASSIGN_OR_RETURN(std::string path, PathOf(uri, /*object=*/true));
+    int64_t size = 0;
+    KILN_ASSIGN_OR_RETURN(Fd fd, OpenRegularFile(path, uri, &size));
+    if (offset >= size) return std::string();
+    std::string out(static_cast<size_t>(std::min(length, size - offset)), '\0');
+    size_t done = 0;
+    while (done < out.size()) {
+      ssize_t n = ::pread(fd.get(), out.data() + done, out.size() - done,
+                          static_cast<off_t>(offset + static_cast<int64_t>(done)));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoError(errno, absl::StrCat("read '", AbslView(uri), "'"));
+      }
+      if (n == 0) break;  // shrunk meanwhile
+      done += static_cast<size_t>(n);
+    }
+    out.resize(done);
+    return out;
   }
 
   absl::Status GetToFile(std::string_view uri, const std::string& path) override {
@@ -451,6 +489,13 @@ class InMemoryObjectStore final : public ObjectStore {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<std::string> ReadRange(std::string_view uri, int64_t offset,
+                                        int64_t length) override {
+    KILN_RETURN_IF_ERROR(CheckRange(uri, offset, length));
+    KILN_ASSIGN_OR_RETURN(std::shared_ptr<const std::string> data, Find(uri));
+    return Slice(*data, offset, length);
+  }
+
   absl::Status GetToFile(std::string_view uri, const std::string& path) override {
     KILN_ASSIGN_OR_RETURN(std::shared_ptr<const std::string> data, Find(uri));
     return WriteFileAtomically(path, *data, /*durable=*/false);
@@ -492,6 +537,13 @@ absl::Status ObjectStore::Read(std::string_view uri,
   KILN_ASSIGN_OR_RETURN(std::string data, Get(uri));
   if (data.empty()) return absl::OkStatus();
   return sink(data);
+}
+
+absl::StatusOr<std::string> ObjectStore::ReadRange(std::string_view uri, int64_t offset,
+                                                   int64_t length) {
+  KILN_RETURN_IF_ERROR(CheckRange(uri, offset, length));
+  KILN_ASSIGN_OR_RETURN(std::string data, Get(uri));
+  return Slice(data, offset, length);
 }
 
 absl::Status ObjectStore::GetToFile(std::string_view uri, const std::string& path) {

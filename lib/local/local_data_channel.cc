@@ -16,8 +16,15 @@
 //   a write; a link adds no right the process lacks, costs one syscall, and
 //   reads go straight to the source's page cache. A per-file link tree would
 //   cost O(files) at start, and a FUSE view a daemon per channel, for no
-//   protection the process runtime could keep. Other schemes need the lazy
-//   FUSE mount of their backend: Unimplemented here.
+//   protection the process runtime could keep. Other schemes (s3://) have no
+//   folder to show: the task lists the prefix once and mounts a FUSE view of
+//   the listing (internal/fuse_view.h) under <state_dir>/fastfile, whose
+//   reads fetch ranges on demand; the channel directory links to it, exactly
+//   as to a file:// folder, so the bwrap runtime bind-mounts it read-only the
+//   same way. One view serves every instance of the delivery (they share this
+//   host). EndJob takes the job's views and unmounts them on a task thread
+//   (a read in flight may wait on the network); the destructor unmounts what
+//   is left.
 // - Pipe: Deliver lists the source and makes every instance's FIFO
 //   <channel>_0, then reports the channel ready; one writer thread per
 //   instance then streams epoch after epoch (pipe_stream.h): objects in the
@@ -52,6 +59,7 @@
 #include "core/internal/json_value.h"
 #include "kiln/local/local.h"
 #include "local/internal/fs.h"
+#include "local/internal/fuse_view.h"
 #include "local/internal/layout.h"
 #include "local/internal/pipe_stream.h"
 #include "local/internal/task_runner.h"
@@ -72,8 +80,25 @@ struct CopyItem {
 
 struct Source {
   std::string uri;
-  std::string rel;  // path below the channel directory
+  std::string rel;     // path below the channel directory
+  int64_t size = -1;   // the listing's (S3Prefix), else unknown
 };
+
+// The FastFile FUSE views of one job's deliveries. EndJob marks it ended and
+// takes the views; a mount finishing after that unmounts at once.
+struct JobViews {
+  absl::Mutex mu;
+  bool ended ABSL_GUARDED_BY(mu) = false;
+  std::vector<std::unique_ptr<internal::FuseView>> views ABSL_GUARDED_BY(mu);
+};
+
+// Unmounts the views and removes their (then empty) mount points.
+void UnmountViews(std::vector<std::unique_ptr<internal::FuseView>> views) {
+  for (auto& v : views) {
+    v->Unmount();
+    rmdir(v->mount_point().c_str());
+  }
+}
 
 constexpr std::string_view kFileScheme = "file://";
 
@@ -161,16 +186,39 @@ class LocalDataChannel final : public DataChannel {
       running_.clear();
     }
     tasks_.JoinAll();
+    // No mount task is left: every view is in views_ now.
+    std::map<std::string, std::shared_ptr<JobViews>> views;
+    {
+      absl::MutexLock lock(&mu_);
+      views.swap(views_);
+    }
+    for (auto& [job, jv] : views) UnmountViews(TakeViews(*jv));
   }
 
   void Deliver(const ChannelDelivery& delivery, DoneCallback done) override;
   absl::Status CheckChannel(const v1::Channel& channel, std::string_view input_mode) override;
   void EndJob(std::string_view job_name) override {
-    absl::MutexLock lock(&mu_);
-    auto it = running_.find(std::string(job_name));
-    if (it == running_.end()) return;
-    for (auto& s : it->second) s->Stop();
-    running_.erase(it);
+    std::shared_ptr<JobViews> views;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = running_.find(std::string(job_name));
+      if (it != running_.end()) {
+        for (auto& s : it->second) s->Stop();
+        running_.erase(it);
+      }
+      auto v = views_.find(std::string(job_name));
+      if (v != views_.end()) {
+        views = std::move(v->second);
+        views_.erase(v);
+      }
+    }
+    if (views == nullptr) return;
+    // Unmounting waits for reads in progress: not on the loop thread.
+    std::vector<std::unique_ptr<internal::FuseView>> taken = TakeViews(*views);
+    if (taken.empty()) return;
+    tasks_.Run([taken = std::make_shared<decltype(taken)>(std::move(taken))]() mutable {
+      UnmountViews(std::move(*taken));
+    });
   }
   void SetListener(DataChannelListener* listener) override { listener_ = listener; }
 
@@ -178,7 +226,17 @@ class LocalDataChannel final : public DataChannel {
   absl::StatusOr<std::vector<Source>> ListSources(const v1::Channel& channel);
   absl::Status Copy(const v1::Channel& channel, const std::vector<std::string>& data_roots,
                     const std::atomic<bool>& cancelled);
-  absl::Status MakeViews(const v1::Channel& channel, const std::vector<std::string>& data_roots);
+  absl::Status MakeViews(const v1::Channel& channel, const std::vector<std::string>& data_roots,
+                         const std::shared_ptr<JobViews>& job_views);
+  // FastFile for a source that is not local: a FUSE view of the listing.
+  absl::Status MountView(const v1::Channel& channel, const std::vector<std::string>& data_roots,
+                         const std::shared_ptr<JobViews>& job_views);
+  // Marks the job's views ended and returns them (for unmounting).
+  static std::vector<std::unique_ptr<internal::FuseView>> TakeViews(JobViews& jv) {
+    absl::MutexLock lock(&jv.mu);
+    jv.ended = true;
+    return std::move(jv.views);
+  }
   absl::Status StartPipes(const v1::Channel& channel, std::shared_ptr<PipeSpec> spec,
                           std::shared_ptr<StopSignal> stop);
   void RunPipe(std::shared_ptr<const PipeSpec> spec, size_t instance,
@@ -200,6 +258,8 @@ class LocalDataChannel final : public DataChannel {
   absl::Mutex mu_;
   // Stop signals of the writers of each job's Pipe channels.
   std::map<std::string, std::vector<std::shared_ptr<StopSignal>>> running_ ABSL_GUARDED_BY(mu_);
+  // FastFile FUSE views of each job.
+  std::map<std::string, std::shared_ptr<JobViews>> views_ ABSL_GUARDED_BY(mu_);
   internal::TaskRunner tasks_;  // last: joined first
 };
 
@@ -250,8 +310,16 @@ void LocalDataChannel::Deliver(const ChannelDelivery& delivery, DoneCallback don
     RunTask(std::move(done), [this, channel, data_roots = std::move(data_roots),
                               cancelled = cancelled_] { return Copy(channel, data_roots, *cancelled); });
   } else if (mode == "FastFile") {
-    RunTask(std::move(done), [this, channel, data_roots = std::move(data_roots)] {
-      return MakeViews(channel, data_roots);
+    std::shared_ptr<JobViews> job_views;
+    {
+      absl::MutexLock lock(&mu_);
+      std::shared_ptr<JobViews>& slot = views_[std::string(delivery.job.job_name)];
+      if (slot == nullptr) slot = std::make_shared<JobViews>();
+      job_views = slot;
+    }
+    RunTask(std::move(done), [this, channel, data_roots = std::move(data_roots),
+                              job_views = std::move(job_views)] {
+      return MakeViews(channel, data_roots, job_views);
     });
   } else {
     auto spec = std::make_shared<PipeSpec>();
@@ -311,7 +379,7 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
     const size_t base = uri.rfind('/') + 1;
     for (const ObjectInfo& o : *objects) {
       if (o.uri.size() <= base || o.uri.back() == '/') continue;  // folder markers
-      sources.push_back(Source{o.uri, o.uri.substr(base)});
+      sources.push_back(Source{o.uri, o.uri.substr(base), o.size});
     }
     if (sources.empty()) return absl::NotFoundError(NoObjectsMessage(name, uri));
   } else if (s3.s3_data_type() == "ManifestFile") {
@@ -339,7 +407,7 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
             "channel '", name, "': manifest ", uri, ": element ", i, " is not a string key"));
       }
       sources.push_back(Source{absl::StrCat(prefix->string_value(), key.string_value()),
-                               key.string_value()});
+                               key.string_value(), -1});
     }
   } else {
     return absl::UnimplementedError(absl::StrCat("channel '", name, "': S3DataType ",
@@ -432,7 +500,8 @@ absl::Status LocalDataChannel::Copy(const v1::Channel& channel,
 // FastFile
 
 absl::Status LocalDataChannel::MakeViews(const v1::Channel& channel,
-                                         const std::vector<std::string>& data_roots) {
+                                         const std::vector<std::string>& data_roots,
+                                         const std::shared_ptr<JobViews>& job_views) {
   const std::string& name = channel.channel_name();
   const auto& s3 = channel.data_source().s3_data_source();
   const std::string& uri = s3.s3_uri();
@@ -440,17 +509,13 @@ absl::Status LocalDataChannel::MakeViews(const v1::Channel& channel,
     return absl::InvalidArgumentError(absl::StrCat(
         "channel '", name, "': FastFile input mode supports only S3DataType S3Prefix"));
   }
-  std::string path = LocalPathOf(uri);
-  if (path.empty()) {
-    return absl::UnimplementedError(absl::StrCat(
-        "channel '", name, "': FastFile for '", uri,
-        "' needs a lazily read mount of that store; the local backend serves file:// sources"));
-  }
   if (s3.s3_data_distribution_type() == "ShardedByS3Key") {
     return absl::UnimplementedError(absl::StrCat(
         "channel '", name, "': the local backend's FastFile view shows the whole folder to every "
         "instance; use File or Pipe mode for ShardedByS3Key"));
   }
+  std::string path = LocalPathOf(uri);
+  if (path.empty()) return MountView(channel, data_roots, job_views);
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   char real[PATH_MAX];
   struct stat st;
@@ -472,6 +537,58 @@ absl::Status LocalDataChannel::MakeViews(const v1::Channel& channel,
     absl::Status s = internal::RemoveTree(view);
     if (s.ok() && symlink(real, view.c_str()) != 0) {
       s = internal::ErrnoStatus(errno, "symlink", view);
+    }
+    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("channel '", name, "': ", s.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LocalDataChannel::MountView(const v1::Channel& channel,
+                                         const std::vector<std::string>& data_roots,
+                                         const std::shared_ptr<JobViews>& job_views) {
+  const std::string& name = channel.channel_name();
+  const std::string& uri = channel.data_source().s3_data_source().s3_uri();
+  // The listing only: no object byte is read here.
+  absl::StatusOr<std::vector<Source>> sources = ListSources(channel);
+  if (!sources.ok()) return sources.status();
+  absl::StatusOr<ObjectStore*> store = stores_.For(uri);
+  if (!store.ok()) return store.status();
+  std::vector<internal::FuseViewFile> files;
+  files.reserve(sources->size());
+  for (Source& s : *sources) files.push_back({std::move(s.rel), std::move(s.uri), s.size});
+  static std::atomic<uint64_t> next_view{0};
+  const std::string mount_point =
+      absl::StrCat(options_.state_dir, "/fastfile/", getpid(), "-", ++next_view, "-", name);
+  absl::Status s = internal::MakeDirs(mount_point);
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("channel '", name, "': ", s.message()));
+  absl::StatusOr<std::unique_ptr<internal::FuseView>> view =
+      internal::FuseView::Mount(**store, mount_point, std::move(files));
+  if (!view.ok()) {
+    rmdir(mount_point.c_str());
+    return absl::Status(view.status().code(),
+                        absl::StrCat("channel '", name, "': ", view.status().message()));
+  }
+  {
+    absl::MutexLock lock(&job_views->mu);
+    if (!job_views->ended) {
+      job_views->views.push_back(*std::move(view));
+    }
+  }
+  if (*view != nullptr) {  // the job ended meanwhile
+    std::vector<std::unique_ptr<internal::FuseView>> late;
+    late.push_back(*std::move(view));
+    UnmountViews(std::move(late));
+    return absl::CancelledError(absl::StrCat("channel '", name, "': job ended"));
+  }
+  for (const std::string& root : data_roots) {
+    if (!internal::IsDirectory(root)) {
+      return absl::AbortedError(absl::StrCat("channel '", name, "': instance directory ", root,
+                                             " is gone (released?)"));
+    }
+    const std::string link = absl::StrCat(root, "/", name);
+    s = internal::RemoveTree(link);
+    if (s.ok() && symlink(mount_point.c_str(), link.c_str()) != 0) {
+      s = internal::ErrnoStatus(errno, "symlink", link);
     }
     if (!s.ok()) return absl::Status(s.code(), absl::StrCat("channel '", name, "': ", s.message()));
   }

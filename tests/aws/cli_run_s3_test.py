@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""`kiln run` with s3:// channels (File and Pipe), output and checks, against moto.
+"""`kiln run` with s3:// channels (File, FastFile and Pipe), output and checks, against moto.
 
 Starts moto on a free loopback port, seeds a bucket with the aws CLI (an
-independent client), runs one job whose File channel and Pipe channel come
-from s3:// and whose model goes to s3://, reads the model back with the aws
+independent client), runs one job whose File, FastFile (a FUSE view) and Pipe
+channels come from s3:// and whose model goes to s3://, reads the model back with the aws
 CLI; then checks the refusals that must come before any job starts: an empty
 S3 prefix and missing credentials.
 
@@ -22,6 +22,7 @@ import urllib.request
 
 TRAIN = """#!/bin/sh
 echo "file channel: $(cat "$SM_CHANNEL_TRAIN"/part-*.csv | wc -l) lines"
+echo "fastfile channel: $(cat "$SM_CHANNEL_FAST"/part-*.csv | wc -l) lines"
 for epoch in 0 1; do
   echo "pipe epoch $epoch: $(cat "$SM_INPUT_DIR/data/stream_$epoch" | wc -l) lines"
 done
@@ -95,6 +96,8 @@ def main():
                 "AlgorithmSpecification": {"TrainingImage": image, "TrainingInputMode": "File"},
                 "InputDataConfig": [
                     {"ChannelName": "train", "DataSource": s3(train_uri)},
+                    {"ChannelName": "fast", "InputMode": "FastFile",
+                     "DataSource": s3("s3://data/train/")},
                     {"ChannelName": "stream", "InputMode": "Pipe",
                      "DataSource": s3("s3://data/stream/")},
                 ],
@@ -119,7 +122,10 @@ def main():
         described = json.loads(r.stdout.splitlines()[0])
         if described["TrainingJobStatus"] != "Completed":
             fail(f"status {described['TrainingJobStatus']}: {described.get('FailureReason')}")
-        for line in ["file channel: 7 lines", "pipe epoch 0: 1000 lines", "pipe epoch 1: 1000 lines"]:
+        with open("/proc/self/mountinfo") as f:
+            if work + "/" in f.read():
+                fail("kiln run left a FastFile mount behind")
+        for line in ["file channel: 7 lines", "fastfile channel: 7 lines", "pipe epoch 0: 1000 lines", "pipe epoch 1: 1000 lines"]:
             if line not in r.stderr:
                 fail(f"the container did not print '{line}':\n{r.stderr}")
         model_uri = described["ModelArtifacts"]["S3ModelArtifacts"]

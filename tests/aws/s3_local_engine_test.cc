@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "aws/internal/s3_client.h"
 #include "aws/moto_server.h"
@@ -21,6 +22,7 @@
 #include "kiln/object_store.h"
 #include "kiln/spot.h"
 #include "local/internal/archive.h"
+#include "local/local_test_util.h"
 
 namespace kiln::aws {
 namespace {
@@ -77,9 +79,15 @@ class S3LocalEngineTest : public ::testing::Test {
     ASSERT_TRUE(s3.ok()) << s3.status();
     s3_ = *std::move(s3);
     stores_.Register("s3", s3_.get());
+    Build(local::LocalRuntime::kProcess);
+  }
 
+  // The loop, provider, channel and engine, for containers of `runtime`.
+  void Build(local::LocalRuntime runtime) {
+    TearDown();
     loop_ = NewRealTimeEventLoop();
     local::LocalOptions options;
+    options.runtime = runtime;
     options.state_dir = tmp_.path() + "/state";
     options.object_stores = &stores_;
     options.checkpoint_sync_interval = absl::Milliseconds(200);
@@ -104,6 +112,64 @@ class S3LocalEngineTest : public ::testing::Test {
     engine_.reset();
     channel_.reset();
     provider_.reset();
+    spot_.reset();
+    loop_.reset();
+  }
+
+  // Whether a FUSE file system is mounted below the test's directory.
+  bool FuseMountedBelowTmp() {
+    const std::string mounts = ReadFile("/proc/self/mountinfo");
+    return absl::StrContains(mounts, tmp_.path() + "/");
+  }
+
+  // A FastFile job over s3://kiln-train/ (a.csv, sub/b.csv and a 16 MiB
+  // big.bin) whose container checks what it sees; returns after checking
+  // the model it wrote and that the view is unmounted.
+  void RunFastFileJob(const std::string& name) {
+    const std::string big = RandomBytes((16 << 20) + 3, 11);
+    WriteFile(tmp_.path() + "/seed/a.csv", "1\n2\n3\n");
+    WriteFile(tmp_.path() + "/seed/sub/b.csv", "4\n5\n");
+    WriteFile(tmp_.path() + "/seed/big.bin", big);
+    std::string out;
+    ASSERT_EQ(moto_.Aws(key_, {"s3", "cp", "--quiet", "--recursive", tmp_.path() + "/seed",
+                               "s3://kiln-train/"},
+                        &out),
+              0)
+        << out;
+    v1::CreateTrainingJobRequest r = Request(
+        name,
+        "d=\"$SM_CHANNEL_TRAIN\"\n"
+        "echo \"fs=$(stat -f -c %T \"$d/\")\"\n"
+        "echo \"files=$(cd \"$d\" && find . -type f | sort | tr '\\n' ' ')\"\n"
+        "echo \"rows=$(cat \"$d/a.csv\" \"$d/sub/b.csv\" | wc -l)\"\n"
+        "if touch \"$d/new\" 2>/dev/null; then echo writable; else echo read-only; fi\n"
+        "if rm -f \"$d/a.csv\" 2>/dev/null && [ ! -e \"$d/a.csv\" ]; then echo removable; fi\n"
+        "cp \"$d/big.bin\" \"$SM_MODEL_DIR/big.bin\"\n");
+    r.mutable_algorithm_specification()->set_training_input_mode("FastFile");
+    ASSERT_TRUE(CheckS3InputChannels(r, stores_).ok());
+    ASSERT_TRUE(engine_->CreateTrainingJob(r).ok());
+    ASSERT_TRUE(WaitEnded(name));
+    v1::DescribeTrainingJobResponse d = Describe(name);
+    ASSERT_EQ(d.training_job_status(), "Completed") << d.failure_reason();
+    // coreutils names FUSE's magic number "fuseblk" (older ones "fuse").
+    EXPECT_TRUE(recorder_.Has("fs=fuseblk") || recorder_.Has("fs=fuse")) << "the channel is not a FUSE mount; the log:\n"
+                                          << absl::StrJoin(recorder_.lines, "\n");
+    EXPECT_TRUE(recorder_.Has("files=./a.csv ./big.bin ./sub/b.csv "));
+    EXPECT_TRUE(recorder_.Has("rows=5"));
+    EXPECT_TRUE(recorder_.Has("read-only"));
+    EXPECT_FALSE(recorder_.Has("writable"));
+    EXPECT_FALSE(recorder_.Has("removable"));
+    ASSERT_EQ(moto_.Aws(key_, {"s3", "cp", "--quiet", d.model_artifacts().s3_model_artifacts(),
+                               tmp_.path() + "/model.tar.gz"},
+                        &out),
+              0)
+        << out;
+    auto model = local::internal::ReadArchive(tmp_.path() + "/model.tar.gz");
+    ASSERT_TRUE(model.ok()) << model.status();
+    EXPECT_TRUE(model->files["big.bin"] == big) << "big.bin differs";
+    // The job is over: its view is unmounted (in the background).
+    EXPECT_TRUE(RunUntil([&] { return !FuseMountedBelowTmp(); }, absl::Seconds(20)))
+        << "a FUSE mount is left below " << tmp_.path();
   }
 
   v1::CreateTrainingJobRequest Request(const std::string& name, const std::string& script) {
@@ -235,6 +301,19 @@ TEST_F(S3LocalEngineTest, SpotJobReadsS3ChannelsCheckpointsToS3AndUploadsItsMode
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ(model->files["model.txt"], "rows=5 resumed=epoch-1\n");
   EXPECT_TRUE(model->files["weights.bin"] == big) << "weights.bin differs";
+}
+
+TEST_F(S3LocalEngineTest, FastFileChannelIsALazyReadOnlyFuseViewOfTheBucket) {
+  RunFastFileJob("s3-fastfile");
+}
+
+TEST_F(S3LocalEngineTest, FastFileChannelUnderBwrapIsTheSameView) {
+  if (!local::testing::BwrapWorks()) {
+    GTEST_SKIP() << "bubblewrap does not work on this machine (`bwrap --ro-bind / / true` "
+                    "fails): the bwrap runtime is not tested here";
+  }
+  Build(local::LocalRuntime::kBwrap);
+  RunFastFileJob("s3-fastfile-bwrap");
 }
 
 TEST_F(S3LocalEngineTest, AnEmptyS3PrefixIsRefusedBeforeTheJobAndFailsTheDownloadIfSubmitted) {

@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "aws/internal/s3_client.h"
 #include "aws/tests_util.h"
@@ -200,6 +202,35 @@ TEST_F(S3ObjectStoreTest, ReadStreamsTheObjectInOrderedChunks) {
     return absl::CancelledError("reader went away");
   });
   EXPECT_TRUE(absl::IsCancelled(stopped)) << stopped;
+}
+
+TEST_F(S3ObjectStoreTest, ReadRangeSendsOneRangedGetAndClampsToTheEnd) {
+  auto store = Store(/*through_proxy=*/true);
+  const std::string data = RandomBytes(3 << 20, 5);
+  ASSERT_TRUE(store->Put(Uri("range/obj"), data).ok());
+  ASSERT_TRUE(store->Put(Uri("range/empty"), "").ok());
+  absl::Mutex mu;
+  std::vector<std::string> heads;
+  proxy_->OnRequest([&](const std::string& head) {
+    absl::MutexLock lock(&mu);
+    heads.push_back(head);
+  });
+  absl::StatusOr<std::string> got = store->ReadRange(Uri("range/obj"), 1000000, 4096);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_TRUE(*got == data.substr(1000000, 4096));
+  {
+    absl::MutexLock lock(&mu);
+    ASSERT_EQ(heads.size(), 1u);
+    EXPECT_THAT(absl::AsciiStrToLower(heads[0]), HasSubstr("range: bytes=1000000-1004095"));
+  }
+  // Past the end: the rest; at or beyond the end (and in an empty object):
+  // nothing.
+  EXPECT_TRUE(store->ReadRange(Uri("range/obj"), (3 << 20) - 10, 100).value_or("?") ==
+              data.substr((3 << 20) - 10));
+  EXPECT_EQ(store->ReadRange(Uri("range/obj"), 3 << 20, 100).value_or("?"), "");
+  EXPECT_EQ(store->ReadRange(Uri("range/empty"), 0, 100).value_or("?"), "");
+  EXPECT_TRUE(absl::IsNotFound(store->ReadRange(Uri("range/none"), 0, 1).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(store->ReadRange(Uri("range/obj"), -1, 1).status()));
 }
 
 TEST_F(S3ObjectStoreTest, ListingFollowsContinuationTokens) {

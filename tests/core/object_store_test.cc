@@ -299,6 +299,31 @@ TYPED_TEST(ObjectStoreConformanceTest, LargeObjectRoundTripsThroughEveryPath) {
   EXPECT_TRUE(this->store_->Get(this->Uri("from-file")).value_or("") == other);
 }
 
+TYPED_TEST(ObjectStoreConformanceTest, ReadRangeReturnsTheRangeClampedToTheEnd) {
+  const std::string data = Pattern(3 * 1000 * 1000 + 17, 5);
+  ASSERT_TRUE(this->store_->Put(this->Uri("r"), data).ok());
+  const std::string uri = this->Uri("r");
+  EXPECT_TRUE(this->store_->ReadRange(uri, 0, 10).value_or("?") == data.substr(0, 10));
+  EXPECT_TRUE(this->store_->ReadRange(uri, 1234567, 1 << 20).value_or("?") ==
+              data.substr(1234567, 1 << 20));
+  // Past the end: what there is; at or beyond the end: nothing.
+  EXPECT_TRUE(this->store_->ReadRange(uri, 3 * 1000 * 1000, 1000).value_or("?") ==
+              data.substr(3 * 1000 * 1000));
+  EXPECT_EQ(this->store_->ReadRange(uri, static_cast<int64_t>(data.size()), 5).value_or("?"), "");
+  EXPECT_EQ(this->store_->ReadRange(uri, static_cast<int64_t>(data.size()) + 9, 5).value_or("?"),
+            "");
+  EXPECT_EQ(this->store_->ReadRange(uri, 7, 0).value_or("?"), "");
+  ASSERT_TRUE(this->store_->Put(this->Uri("empty"), "").ok());
+  EXPECT_EQ(this->store_->ReadRange(this->Uri("empty"), 0, 100).value_or("?"), "");
+}
+
+TYPED_TEST(ObjectStoreConformanceTest, ReadRangeErrors) {
+  ASSERT_TRUE(this->store_->Put(this->Uri("r"), "abc").ok());
+  EXPECT_TRUE(absl::IsNotFound(this->store_->ReadRange(this->Uri("missing"), 0, 1).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(this->store_->ReadRange(this->Uri("r"), -1, 1).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(this->store_->ReadRange(this->Uri("r"), 0, -1).status()));
+}
+
 TYPED_TEST(ObjectStoreConformanceTest, SinkErrorStopsReadAndIsReturned) {
   ASSERT_TRUE(this->store_->Put(this->Uri("big"), Pattern(3 * 1024 * 1024, 1)).ok());
   int chunks = 0;

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <future>
 #include <memory>
 #include <optional>
@@ -237,10 +238,97 @@ TEST_F(LocalDataChannelTest, FastFileRefusesManifestsAndSharding) {
   EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
 }
 
-TEST_F(LocalDataChannelTest, FastFileOverAnotherSchemeIsUnimplemented) {
+TEST_F(LocalDataChannelTest, FastFileOverAnUnregisteredSchemeFailsNamingTheChannel) {
   absl::Status s = Deliver(Channel("s3", "S3Prefix", "s3://bucket/prefix/"), "FastFile");
-  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("channel 's3'"));
+}
+
+// An in-memory store standing for a remote one (s3://): counts what is read.
+class CountingStore : public ObjectStore {
+ public:
+  absl::StatusOr<std::vector<ObjectInfo>> List(std::string_view prefix) override {
+    return inner_->List(prefix);
+  }
+  absl::StatusOr<std::string> Get(std::string_view uri) override {
+    reads_.fetch_add(1);
+    return inner_->Get(uri);
+  }
+  absl::Status Put(std::string_view uri, std::string_view data) override {
+    return inner_->Put(uri, data);
+  }
+  absl::Status Delete(std::string_view uri) override { return inner_->Delete(uri); }
+  absl::StatusOr<std::string> ReadRange(std::string_view uri, int64_t offset,
+                                        int64_t length) override {
+    reads_.fetch_add(1);
+    return inner_->ReadRange(uri, offset, length);
+  }
+  std::atomic<int> reads_{0};
+
+ private:
+  std::unique_ptr<ObjectStore> inner_ = NewInMemoryObjectStore();
+};
+
+bool MountedBelow(const std::string& dir) {
+  return ReadFile("/proc/self/mountinfo").find(dir + "/") != std::string::npos;
+}
+
+// These mount FUSE file systems: they need /dev/fuse and root, and fail
+// (saying so in the status) without them.
+TEST_F(LocalDataChannelTest, FastFileOverARemoteStoreIsAFuseViewReadWhenRead) {
+  CountingStore remote;
+  stores_.Register("mem", &remote);
+  ASSERT_TRUE(remote.Put("mem://bucket/ds/a.csv", "a").ok());
+  ASSERT_TRUE(remote.Put("mem://bucket/ds/deep/b.csv", "bb").ok());
+  ASSERT_TRUE(remote.Put("mem://bucket/dsx/not-this", "x").ok());
+  absl::Status s = Deliver(Channel("ff", "S3Prefix", "mem://bucket/ds/"), "FastFile");
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(remote.reads_.load(), 0);  // Deliver lists; it reads nothing
+  EXPECT_TRUE(MountedBelow(state_dir_ + "/fastfile"));
+  for (const Instance& i : cluster_.instances) {
+    struct stat st;
+    ASSERT_EQ(lstat((DataDir(i.id) + "/ff").c_str(), &st), 0);
+    EXPECT_TRUE(S_ISLNK(st.st_mode));
+    EXPECT_THAT(ListDir(DataDir(i.id) + "/ff"), ElementsAre("a.csv", "deep"));
+    EXPECT_EQ(ReadFile(DataDir(i.id) + "/ff/a.csv"), "a");
+    EXPECT_EQ(ReadFile(DataDir(i.id) + "/ff/deep/b.csv"), "bb");
+  }
+  // One view for the three instances: each object read once.
+  EXPECT_EQ(remote.reads_.load(), 2);
+  EXPECT_EQ(open((DataDir("c1/algo-1") + "/ff/new").c_str(), O_WRONLY | O_CREAT, 0644), -1);
+  EXPECT_EQ(errno, EROFS);
+  // EndJob unmounts (in the background) and removes the mount point.
+  channel_->EndJob("data-job");
+  EXPECT_TRUE(RunUntil(*loop_, [&] { return !MountedBelow(state_dir_ + "/fastfile"); }));
+  EXPECT_TRUE(RunUntil(*loop_, [&] { return ListDir(state_dir_ + "/fastfile").empty(); }));
+  channel_.reset();
+  stores_.Register("mem", nullptr);
+}
+
+TEST_F(LocalDataChannelTest, FastFileViewsAreUnmountedWhenTheChannelGoes) {
+  CountingStore remote;
+  stores_.Register("mem", &remote);
+  ASSERT_TRUE(remote.Put("mem://bucket/ds/a.csv", "a").ok());
+  absl::Status s = Deliver(Channel("ff", "S3Prefix", "mem://bucket/ds/"), "FastFile");
+  ASSERT_TRUE(s.ok()) << s;
+  // A file still open does not keep the mount.
+  int fd = open((DataDir("c1/algo-1") + "/ff/a.csv").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  channel_.reset();
+  EXPECT_FALSE(MountedBelow(state_dir_ + "/fastfile"));
+  close(fd);
+  stores_.Register("mem", nullptr);
+}
+
+TEST_F(LocalDataChannelTest, FastFileOverAnEmptyRemotePrefixIsNotFound) {
+  CountingStore remote;
+  stores_.Register("mem", &remote);
+  absl::Status s = Deliver(Channel("ff", "S3Prefix", "mem://bucket/none/"), "FastFile");
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("No S3 objects found"));
+  EXPECT_FALSE(MountedBelow(state_dir_ + "/fastfile"));
+  channel_.reset();
+  stores_.Register("mem", nullptr);
 }
 
 // ---------------------------------------------------------------------------

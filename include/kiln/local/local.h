@@ -11,7 +11,7 @@
 // TRAINING_JOB_NAME, TRAINING_JOB_ARN and the job's Environment map.
 // LocalDataChannel delivers input channels from any store of an ObjectStores
 // (file://, and s3:// once a store serves it) into /opt/ml/input/data, in
-// File, FastFile (file:// sources) and Pipe mode.
+// File, FastFile and Pipe mode.
 //
 //   auto loop = kiln::NewRealTimeEventLoop();
 //   auto file_store = kiln::NewFileObjectStore();
@@ -31,6 +31,7 @@
 //   instances/<cluster-id>/algo-<k>/tmp/          scratch (TMPDIR, process runtime)
 //   logs/<job>/algo-<k>-<epoch>                   log streams (kept after Release)
 //   image-cache/                                  host-wide image cache (opt-in)
+//   fastfile/<pid>-<n>-<channel>/                 FastFile FUSE mounts (s3:// sources)
 // An Instance's id is "<cluster-id>/algo-<k>".
 //
 // Images. TrainingImage names a directory or a tarball (.tar, .tar.gz, .tgz,
@@ -203,13 +204,26 @@ struct LocalDataChannelOptions {
 // Modes:
 // - File: the objects are copied (`copy_threads` at a time) into
 //   /opt/ml/input/data/<channel>/ before Deliver reports ready.
-// - FastFile (file:// S3Prefix naming a folder, FullyReplicated): the channel
-//   directory becomes a view of the folder at once, whatever its size: a
-//   symbolic link to it, which the bwrap runtime turns into a read-only bind
-//   mount (writes fail with EROFS); the process runtime, which is no sandbox,
-//   keeps the link (the process could reach the folder by its own path
-//   anyway). Other schemes: Unimplemented (they need a lazy mount).
-//   ShardedByS3Key: Unimplemented (a view cannot shard).
+// - FastFile (S3Prefix, FullyReplicated): the channel directory becomes a
+//   read-only view of the source at once; no byte is copied before training.
+//   file:// naming a folder: a symbolic link to it, which the bwrap runtime
+//   turns into a read-only bind mount (writes fail with EROFS); the process
+//   runtime, which is no sandbox, keeps the link (the process could reach the
+//   folder by its own path anyway). Any other scheme (s3://): Deliver lists
+//   the prefix once and mounts a read-only FUSE file system of that listing
+//   at <state_dir>/fastfile/..., shared by the job's instances on this host;
+//   the channel directory is a link to it (a read-only bind mount of it under
+//   bwrap). Start time grows with the number of objects, not their bytes: a
+//   read fetches the 1 MiB blocks it touches with ObjectStore::ReadRange
+//   (32 blocks cached per channel), writes fail with EROFS, a failed fetch is
+//   EIO. The view shows the listing of Deliver's time (an object changed
+//   later may read short). EndJob unmounts the job's views (lazily: a
+//   process still holding a file open gets ENOTCONN), in the background; so
+//   does the channel's destruction, before it returns. FUSE needs /dev/fuse
+//   and the right to mount (root, or CAP_SYS_ADMIN): without them Deliver
+//   fails with FailedPrecondition naming the mount point.
+//   ShardedByS3Key: Unimplemented (a view cannot shard). ManifestFile:
+//   InvalidArgument.
 // - Pipe: Deliver makes the FIFO /opt/ml/input/data/<channel>_0 on every
 //   instance; a writer thread per instance then streams the instance's
 //   objects into it, in order, with the pipe grown to 1 MiB and the reader's
@@ -230,8 +244,9 @@ struct LocalDataChannelOptions {
 // sources other than S3DataSource are Unimplemented. CheckChannel refuses (as
 // InvalidArgument, at CreateTrainingJob) a file:// S3Prefix without objects,
 // looking no further than the first object it finds. EndJob stops the job's
-// Pipe writers wherever they wait (for a reader, on a full pipe). The
-// destruction stops copies and writers in flight and waits for them.
+// Pipe writers wherever they wait (for a reader, on a full pipe) and
+// unmounts its FastFile views. The destruction stops copies and writers in
+// flight, waits for them and unmounts every view.
 std::unique_ptr<DataChannel> NewLocalDataChannel(EventLoop& loop, ObjectStores& stores,
                                                  LocalDataChannelOptions options);
 
