@@ -22,6 +22,7 @@ enum Purpose : uint64_t {
   kSpotLifetime = 4,
   kFailure = 5,
   kFailedInstance = 6,
+  kPipeStream = 8,
 };
 
 // Short, so that ids stay within std::string's inline buffer.
@@ -185,8 +186,11 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     js.stats.instance_count = static_cast<int32_t>(n);
     if (attempt == 1 && sim->prepares > 1) js.stats.warm_start = true;
     Publish(sim->job_name, js);
-    const absl::Duration remaining =
-        std::max(absl::ZeroDuration(), sim->behavior.run_duration - sim->run_base);
+    // The work left, and the wall time it takes at this attempt's pace.
+    sim->run_work = std::max(absl::ZeroDuration(), sim->behavior.run_duration - sim->run_base);
+    sim->pace = Pace(*sim, job, js.key, attempt);
+    const absl::Duration remaining = sim->pace == 1.0 ? sim->run_work : sim->run_work * sim->pace;
+    sim->run_wall = remaining;
     const uint64_t seq = sim->seq;
     if (static_cast<size_t>(attempt) <= sim->behavior.spot_notices.size()) {
       const absl::Duration at = sim->behavior.spot_notices[attempt - 1];
@@ -331,6 +335,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     std::string job_name;
     std::string progress_key;  // CheckpointConfig.S3Uri, or empty
     absl::Duration run_base;   // progress when the run started
+    absl::Duration run_work;   // work left when the run started
+    absl::Duration run_wall;   // wall time to do it (run_work * pace)
+    double pace = 1;           // wall time per unit of work (> 1: the Pipe stream is slower)
     absl::Time run_start;
     bool run_open = false;
     // Accounting: granted clusters are busy or idle since `since`.
@@ -583,14 +590,43 @@ class SimClusterProviderImpl final : public SimClusterProvider {
 
   // --- Runs
 
+  // Wall time per unit of work for this attempt: above 1 when the job's
+  // Pipe-mode channels cannot stream its epochs within its work (see
+  // SimJobBehavior::epochs).
+  double Pace(const SimCluster& sim, const JobContext& job, uint64_t job_key, int attempt) const {
+    const SimJobBehavior& b = sim.behavior;
+    if (!options_.channel_bytes || b.epochs <= 0 || b.run_duration <= absl::ZeroDuration()) return 1.0;
+    const v1::CreateTrainingJobRequest& r = job.request;
+    const std::string& default_mode = r.algorithm_specification().training_input_mode();
+    int64_t bytes = 0;
+    for (const v1::Channel& c : r.input_data_config()) {
+      if (c.data_source().has_file_system_data_source()) continue;
+      if ((c.has_input_mode() ? c.input_mode() : default_mode) != "Pipe") continue;
+      bytes = std::max(bytes, options_.channel_bytes(job.job_name, c.channel_name()));
+    }
+    if (bytes <= 0) return 1.0;
+    double rate = b.pipe_mb_per_s;
+    if (models_ != nullptr) {
+      KeyedRng rng(MixKey(models_->seed, job_key, kPipeStream, static_cast<uint64_t>(attempt)));
+      rate = models_->data.pipe_rate.Sample(rng);
+    }
+    if (rate <= 0) return 1.0;
+    const double stream_seconds = static_cast<double>(bytes) * b.epochs / (rate * 1e6);
+    return std::max(1.0, stream_seconds / absl::ToDoubleSeconds(b.run_duration));
+  }
+
   // Ends the current run of `sim` once: the work it did, and the progress it
   // saved (its last checkpoint, or everything when it ran to the end).
   void EndRun(SimCluster& sim) {
     if (!sim.run_open) return;
     sim.run_open = false;
     const absl::Duration total = sim.behavior.run_duration;
-    const absl::Duration executed =
-        std::min(loop_.Now() - sim.run_start, std::max(absl::ZeroDuration(), total - sim.run_base));
+    const absl::Duration elapsed = loop_.Now() - sim.run_start;
+    // (Exactly the work left once the run's wall time is over, whatever the
+    // rounding of the pace.)
+    const absl::Duration executed = elapsed >= sim.run_wall ? sim.run_work
+                                    : sim.pace == 1.0      ? elapsed
+                                                           : std::min(sim.run_work, elapsed / sim.pace);
     const bool completed = sim.run_base + executed >= total;
     absl::Duration saved = sim.run_base;
     if (completed) {
