@@ -138,7 +138,8 @@ struct SimAccounting {
 struct SimClusterOptions {
   SimJobBehavior defaults;
   // Returns the behaviour of the named job; null means `defaults` for all.
-  // Called at each Provision and StartContainers of the job.
+  // Called at each Provision (with models: each one the capacity admits)
+  // and StartContainers of the job.
   std::function<SimJobBehavior(std::string_view job_name)> behavior;
   // When set, filled per job name. Must outlive the provider.
   std::map<std::string, SimJobStats>* stats = nullptr;
