@@ -254,7 +254,7 @@ class Parser {
     }
     if (const JsonValue* d = v.Find("data")) {
       const std::string dpath = Member(path, "data");
-      KILN_RETURN_IF_ERROR(CheckMembers(*d, dpath, {"file_setup", "file_rate", "fast_file", "fsx", "pipe"}));
+      KILN_RETURN_IF_ERROR(CheckMembers(*d, dpath, {"file_setup", "file_rate", "fast_file", "fsx", "pipe", "pipe_rate"}));
       if (const JsonValue* x = d->Find("file_setup")) {
         KILN_ASSIGN_OR_RETURN(m.data.file_setup, Dist(*x, Member(dpath, "file_setup"), m.data.file_setup));
       }
@@ -269,6 +269,9 @@ class Parser {
       }
       if (const JsonValue* x = d->Find("pipe")) {
         KILN_ASSIGN_OR_RETURN(m.data.pipe, Dist(*x, Member(dpath, "pipe"), m.data.pipe));
+      }
+      if (const JsonValue* x = d->Find("pipe_rate")) {
+        KILN_ASSIGN_OR_RETURN(m.data.pipe_rate, Rate(*x, Member(dpath, "pipe_rate"), m.data.pipe_rate));
       }
     }
     if (const JsonValue* c = v.Find("capacity_error")) {
@@ -370,7 +373,7 @@ class Parser {
   absl::StatusOr<JobTemplate> ParseJob(const JsonValue& v, const std::string& path, const SimModels& models,
                                        bool spot_default) {
     KILN_RETURN_IF_ERROR(CheckMembers(v, path, {"instance_type", "instance_count", "input_mode", "keep_alive", "work",
-                                                "image_bytes", "data_bytes", "deadline_slack", "spot_eligible",
+                                                "image_bytes", "data_bytes", "epochs", "deadline_slack", "spot_eligible",
                                                 "checkpoint_every", "algorithm_error_rate", "retries", "request"}));
     JobTemplate t;
     t.spot_eligible = spot_default;
@@ -402,6 +405,10 @@ class Parser {
     }
     if (const JsonValue* x = v.Find("data_bytes")) {
       KILN_ASSIGN_OR_RETURN(t.data_bytes, Integer(*x, Member(path, "data_bytes"), 0, INT64_MAX));
+    }
+    if (const JsonValue* x = v.Find("epochs")) {
+      KILN_ASSIGN_OR_RETURN(int64_t epochs, Integer(*x, Member(path, "epochs"), 1, 1000000));
+      t.epochs = static_cast<int32_t>(epochs);
     }
     if (const JsonValue* x = v.Find("deadline_slack")) {
       KILN_ASSIGN_OR_RETURN(t.deadline_slack, Number(*x, Member(path, "deadline_slack"), 1, 1000));

@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "kiln/sim/sim.h"
 
@@ -22,6 +21,7 @@ enum Purpose : uint64_t {
   kSpotLifetime = 4,
   kFailure = 5,
   kFailedInstance = 6,
+  kPipeStream = 8,
 };
 
 // Short, so that ids stay within std::string's inline buffer.
@@ -52,13 +52,18 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   // --- ClusterProvider
 
   void Provision(const ClusterSpec& spec, ClusterCallback done) override {
-    SimJobBehavior behavior = BehaviorOf(spec.job_name);
     JobState& js = JobFor(spec.job_name);
     const int attempt = ++js.provision_attempts;
-    const absl::Duration refusal_latency =
-        models_ != nullptr ? models_->capacity_error_latency : behavior.capacity_error_latency;
-    if (attempt <= behavior.capacity_failures || (models_ != nullptr && !Admit(spec))) {
-      Refuse(spec.job_name, refusal_latency, std::move(done));
+    // No capacity: refused before asking for the behaviour (a job waiting
+    // for spot capacity asks again and again).
+    if (models_ != nullptr && !Admit(spec)) {
+      Refuse(spec.job_name, models_->capacity_error_latency, std::move(done));
+      return;
+    }
+    SimJobBehavior behavior = BehaviorOf(spec.job_name);
+    if (attempt <= behavior.capacity_failures) {
+      Refuse(spec.job_name, models_ != nullptr ? models_->capacity_error_latency : behavior.capacity_error_latency,
+             std::move(done));
       return;
     }
     const uint64_t seq = ++next_cluster_;
@@ -67,6 +72,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     sim.seq = seq;
     sim.behavior = std::move(behavior);
     sim.owner_job = spec.job_name;
+    sim.owner_key = js.key;
     sim.cluster.id = absl::StrCat(kClusterPrefix, seq);
     sim.cluster.spot = spec.spot;
     int host = 0;
@@ -112,11 +118,11 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       SetIdle(*sim, false);
       // A cluster keeps the images it has prepared: a warm cluster reused for
       // the same image pays nothing for it.
-      const uint64_t image_key = HashName(image);
+      const uint64_t image_key = ImageKey(image);
       const bool cold = std::find(sim->images.begin(), sim->images.end(), image_key) == sim->images.end();
       if (cold) sim->images.push_back(image_key);
       if (models_ != nullptr) {
-        KeyedRng rng(MixKey(models_->seed, HashName(sim->owner_job), kContainerStart,
+        KeyedRng rng(MixKey(models_->seed, sim->owner_key, kContainerStart,
                             sim->provision_attempt, sim->prepares));
         const InstanceTypeModel& type = *sim->groups.front().model;
         d = type.container_start.Sample(rng);
@@ -179,14 +185,18 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     sim->run_start = loop_.Now();
     sim->run_open = true;
     JobState& js = JobFor(sim->job_name);
+    sim->owner_key = js.key;
     js.cluster_seq = sim->seq;
     const int attempt = ++js.attempts;
     js.stats.attempts = attempt;
     js.stats.instance_count = static_cast<int32_t>(n);
     if (attempt == 1 && sim->prepares > 1) js.stats.warm_start = true;
     Publish(sim->job_name, js);
-    const absl::Duration remaining =
-        std::max(absl::ZeroDuration(), sim->behavior.run_duration - sim->run_base);
+    // The work left, and the wall time it takes at this attempt's pace.
+    sim->run_work = std::max(absl::ZeroDuration(), sim->behavior.run_duration - sim->run_base);
+    sim->pace = Pace(*sim, job, js.key, attempt);
+    const absl::Duration remaining = sim->pace == 1.0 ? sim->run_work : sim->run_work * sim->pace;
+    sim->run_wall = remaining;
     const uint64_t seq = sim->seq;
     if (static_cast<size_t>(attempt) <= sim->behavior.spot_notices.size()) {
       const absl::Duration at = sim->behavior.spot_notices[attempt - 1];
@@ -327,10 +337,14 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     // The job that holds the cluster: the one that asked for it, then the one
     // whose containers ran on it last.
     std::string owner_job;
+    uint64_t owner_key = 0;  // HashName(owner_job)
     // The run in progress, for the work model.
     std::string job_name;
     std::string progress_key;  // CheckpointConfig.S3Uri, or empty
     absl::Duration run_base;   // progress when the run started
+    absl::Duration run_work;   // work left when the run started
+    absl::Duration run_wall;   // wall time to do it (run_work * pace)
+    double pace = 1;           // wall time per unit of work (> 1: the Pipe stream is slower)
     absl::Time run_start;
     bool run_open = false;
     // Accounting: granted clusters are busy or idle since `since`.
@@ -339,6 +353,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     absl::Time since;
     bool reserved = false;  // counted in the capacity of its types
     bool doomed = false;    // a spot notice was given by the market
+    uint64_t grant_no = 0;  // trace markets: its place in TypeState::spot_clusters (0: none)
   };
 
   struct JobState {
@@ -349,6 +364,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     uint64_t cluster_seq = 0;      // the cluster its containers ran on last
     double exposure_hours = 0;     // machine-hours run so far (failure process)
     double next_failure_hazard = 0;  // cumulative hazard of the next failure; 0: not drawn
+    double next_failure_hours = 0;   // MachineHoursAt(next_failure_hazard)
     int failures_drawn = 0;
   };
 
@@ -357,7 +373,8 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     int64_t on_demand = 0;         // instances reserved or held
     int64_t spot = 0;              // spot instances reserved or held
     int64_t spot_doomed = 0;       // of those, under a market notice
-    std::vector<uint64_t> spot_clusters;  // granted, in grant order
+    // Trace markets: the spot clusters granted, by grant number (grant order).
+    std::map<uint64_t, uint64_t> spot_clusters;
     std::vector<int32_t> next_change;     // trace: ticks to the next different count (0: never)
     TimerHandle tick;
     bool armed = false;
@@ -431,8 +448,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       }
       ts.spot -= g.count;
       if (sim.doomed) ts.spot_doomed -= g.count;
-      auto pos = std::find(ts.spot_clusters.begin(), ts.spot_clusters.end(), sim.seq);
-      if (pos != ts.spot_clusters.end()) ts.spot_clusters.erase(pos);
+      if (sim.grant_no != 0) ts.spot_clusters.erase(sim.grant_no);
       if (ts.spot == 0 && ts.armed) {
         loop_.Cancel(ts.tick);
         ts.armed = false;
@@ -462,9 +478,10 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     if (models_ != nullptr && sim->cluster.spot) {
       for (const GroupUse& g : sim->groups) {
         TypeState& ts = *g.state;
-        if (std::find(ts.spot_clusters.begin(), ts.spot_clusters.end(), seq) == ts.spot_clusters.end()) {
-          ts.spot_clusters.push_back(seq);
-        }
+        // (Only trace markets take clusters back by grant order.)
+        if (g.model->spot.kind != SpotMarket::Kind::kTrace) continue;
+        if (sim->grant_no == 0) sim->grant_no = ++next_grant_;
+        ts.spot_clusters.emplace(sim->grant_no, seq);
         ArmTrace(g.instance_type);
       }
       ScheduleSpotLifetime(*sim);
@@ -484,7 +501,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   // Hazard markets: when the first instance of the cluster is taken back.
   void ScheduleSpotLifetime(SimCluster& sim) {
     absl::Duration first = absl::InfiniteDuration();
-    KeyedRng rng(MixKey(models_->seed, HashName(sim.owner_job), kSpotLifetime, sim.provision_attempt));
+    KeyedRng rng(MixKey(models_->seed, sim.owner_key, kSpotLifetime, sim.provision_attempt));
     for (const GroupUse& g : sim.groups) {
       const SpotMarket& market = g.model->spot;
       if (market.kind == SpotMarket::Kind::kPoisson && market.preemptions_per_instance_hour > 0) {
@@ -532,7 +549,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     // Take back the newest clusters first until what is held fits.
     for (auto it = ts.spot_clusters.rbegin(); it != ts.spot_clusters.rend() && ts.spot - ts.spot_doomed > available;
          ++it) {
-      SimCluster* sim = Find(*it);
+      SimCluster* sim = Find(it->second);
       if (sim == nullptr || sim->doomed) continue;
       Doom(*sim);
     }
@@ -560,9 +577,10 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     if (js.next_failure_hazard == 0) {
       KeyedRng rng(MixKey(models_->seed, js.key, kFailure, 0));
       js.next_failure_hazard = rng.Exponential(1.0);
+      js.next_failure_hours = f.MachineHoursAt(js.next_failure_hazard);
     }
     const double instances = static_cast<double>(sim.cluster.instances.size());
-    const double left_hours = std::max(0.0, f.MachineHoursAt(js.next_failure_hazard) - js.exposure_hours) / instances;
+    const double left_hours = std::max(0.0, js.next_failure_hours - js.exposure_hours) / instances;
     if (left_hours * 3600.0 >= absl::ToDoubleSeconds(remaining)) return;
     const uint64_t seq = sim.seq;
     const uint64_t run = sim.run;
@@ -575,6 +593,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       ++j.failures_drawn;
       KeyedRng rng(MixKey(models_->seed, j.key, kFailure, j.failures_drawn));
       j.next_failure_hazard += rng.Exponential(1.0);
+      j.next_failure_hours = models_->failures.MachineHoursAt(j.next_failure_hazard);
       KeyedRng pick(MixKey(models_->seed, j.key, kFailedInstance, j.failures_drawn));
       Lose(*s, static_cast<size_t>(pick.UniformInt(static_cast<int64_t>(s->cluster.instances.size()))),
            /*failure=*/true);
@@ -583,14 +602,43 @@ class SimClusterProviderImpl final : public SimClusterProvider {
 
   // --- Runs
 
+  // Wall time per unit of work for this attempt: above 1 when the job's
+  // Pipe-mode channels cannot stream its epochs within its work (see
+  // SimJobBehavior::epochs).
+  double Pace(const SimCluster& sim, const JobContext& job, uint64_t job_key, int attempt) const {
+    const SimJobBehavior& b = sim.behavior;
+    if (!options_.channel_bytes || b.epochs <= 0 || b.run_duration <= absl::ZeroDuration()) return 1.0;
+    const v1::CreateTrainingJobRequest& r = job.request;
+    const std::string& default_mode = r.algorithm_specification().training_input_mode();
+    int64_t bytes = 0;
+    for (const v1::Channel& c : r.input_data_config()) {
+      if (c.data_source().has_file_system_data_source()) continue;
+      if ((c.has_input_mode() ? c.input_mode() : default_mode) != "Pipe") continue;
+      bytes = std::max(bytes, options_.channel_bytes(job.job_name, c.channel_name()));
+    }
+    if (bytes <= 0) return 1.0;
+    double rate = b.pipe_mb_per_s;
+    if (models_ != nullptr) {
+      KeyedRng rng(MixKey(models_->seed, job_key, kPipeStream, static_cast<uint64_t>(attempt)));
+      rate = models_->data.pipe_rate.Sample(rng);
+    }
+    if (rate <= 0) return 1.0;
+    const double stream_seconds = static_cast<double>(bytes) * b.epochs / (rate * 1e6);
+    return std::max(1.0, stream_seconds / absl::ToDoubleSeconds(b.run_duration));
+  }
+
   // Ends the current run of `sim` once: the work it did, and the progress it
   // saved (its last checkpoint, or everything when it ran to the end).
   void EndRun(SimCluster& sim) {
     if (!sim.run_open) return;
     sim.run_open = false;
     const absl::Duration total = sim.behavior.run_duration;
-    const absl::Duration executed =
-        std::min(loop_.Now() - sim.run_start, std::max(absl::ZeroDuration(), total - sim.run_base));
+    const absl::Duration elapsed = loop_.Now() - sim.run_start;
+    // (Exactly the work left once the run's wall time is over, whatever the
+    // rounding of the pace.)
+    const absl::Duration executed = elapsed >= sim.run_wall ? sim.run_work
+                                    : sim.pace == 1.0      ? elapsed
+                                                           : std::min(sim.run_work, elapsed / sim.pace);
     const bool completed = sim.run_base + executed >= total;
     absl::Duration saved = sim.run_base;
     if (completed) {
@@ -703,15 +751,27 @@ class SimClusterProviderImpl final : public SimClusterProvider {
 
   // --- Lookup
 
+  // The sequence number in a cluster id "sim-c<seq>" (0: not one of ours).
+  // Called for every provider call on a cluster: digits by hand.
   static uint64_t SeqOf(const Cluster& cluster) {
     std::string_view id = cluster.id;
     constexpr size_t kPrefix = sizeof(kClusterPrefix) - 1;
+    if (id.size() <= kPrefix || id.size() > kPrefix + 19 || id.substr(0, kPrefix) != kClusterPrefix) return 0;
     uint64_t seq = 0;
-    if (id.size() <= kPrefix || id.substr(0, kPrefix) != kClusterPrefix ||
-        !absl::SimpleAtoi(absl::string_view(id.data() + kPrefix, id.size() - kPrefix), &seq)) {
-      return 0;
+    for (size_t i = kPrefix; i < id.size(); ++i) {
+      const char c = id[i];
+      if (c < '0' || c > '9') return 0;
+      seq = seq * 10 + static_cast<uint64_t>(c - '0');
     }
     return seq;
+  }
+
+  uint64_t ImageKey(std::string_view image) {
+    if (image != last_image_ || last_image_key_ == 0) {
+      last_image_.assign(image);
+      last_image_key_ = HashName(image);
+    }
+    return last_image_key_;
   }
   SimCluster* Find(const Cluster& cluster) { return Find(SeqOf(cluster)); }
   SimCluster* Find(uint64_t seq) {
@@ -741,6 +801,10 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   SimAccounting accounting_;
   ClusterListener* listener_ = nullptr;
   uint64_t next_cluster_ = 0;
+  uint64_t next_grant_ = 0;
+  // The last image hashed (a workload uses few images, one after another).
+  std::string last_image_;
+  uint64_t last_image_key_ = 0;
 };
 
 }  // namespace

@@ -22,7 +22,10 @@ class SimDataChannel final : public DataChannel {
     } else if (options_.models != nullptr) {
       const std::string_view mode =
           delivery.channel.data_source().has_file_system_data_source() ? "FSx" : delivery.input_mode;
-      const int64_t bytes = options_.channel_bytes ? options_.channel_bytes(delivery.job.job_name, channel) : 0;
+      // (Only a download's time depends on the size.)
+      const bool sized = mode != "FSx" && mode != "FastFile" && mode != "Pipe";
+      const int64_t bytes =
+          sized && options_.channel_bytes ? options_.channel_bytes(delivery.job.job_name, channel) : 0;
       KeyedRng rng(MixKey(options_.models->seed, HashName(delivery.job.job_name), kChannelPurpose,
                           static_cast<uint64_t>(delivery.job.attempt), HashName(channel)));
       d = options_.models->data.Sample(mode, bytes, rng);

@@ -78,13 +78,15 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     provider_options.models = scenario_.models;
     provider_options.behavior = [this](std::string_view job) { return Behavior(job); };
     provider_options.on_cluster_freed = [this](std::string_view job) { OnClusterFreed(job); };
-    provider_ = NewSimClusterProvider(*loop_, std::move(provider_options));
-    SimDataChannelOptions channel_options;
-    channel_options.models = scenario_.models;
-    channel_options.channel_bytes = [this](std::string_view job, std::string_view) -> int64_t {
+    auto channel_bytes = [this](std::string_view job, std::string_view) -> int64_t {
       auto it = active_.find(Key(job));
       return it == active_.end() ? 0 : it->second->attributes.data_bytes;
     };
+    provider_options.channel_bytes = channel_bytes;
+    provider_ = NewSimClusterProvider(*loop_, std::move(provider_options));
+    SimDataChannelOptions channel_options;
+    channel_options.models = scenario_.models;
+    channel_options.channel_bytes = channel_bytes;
     channel_ = NewSimDataChannel(*loop_, std::move(channel_options));
     if (policy_.spot.kind == SpotChoice::Kind::kUniformProgress) {
       UniformProgressOptions up;
@@ -223,6 +225,7 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     const SimJobAttributes& a = it->second->attributes;
     b.run_duration = a.work;
     b.checkpoint_interval = a.checkpoint_interval;
+    b.epochs = a.epochs;
     b.image_bytes = a.image_bytes;
     b.exit_code = a.exit_code;
     if (a.exit_code != 0) b.failure_text = "the training script exited with an error";

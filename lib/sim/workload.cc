@@ -40,6 +40,7 @@ SimJob MakeJob(const JobTemplate& t, const SharedRequest& request, std::string n
   a.checkpoint_interval = t.checkpoint_interval;
   a.image_bytes = t.image_bytes;
   a.data_bytes = t.data_bytes;
+  a.epochs = t.epochs;
   if (t.deadline_slack > 0) a.deadline = absl::Floor(a.work * t.deadline_slack + absl::Milliseconds(500), absl::Seconds(1));
   a.spot_eligible = t.spot_eligible;
   if (t.algorithm_error_rate > 0) {
@@ -330,20 +331,24 @@ absl::StatusOr<std::vector<TraceEntry>> ParseJobTrace(std::string_view jsonl) {
           if (key == "checkpoint_every") a.checkpoint_interval = *d;
           if (key == "deadline") a.deadline = *d;
           if (key == "upload") a.upload = *d;
-        } else if (key == "image_bytes" || key == "data_bytes" || key == "exit_code") {
+        } else if (key == "image_bytes" || key == "data_bytes" || key == "exit_code" || key == "epochs") {
           auto n = Count(value, line_number, absl::StrCat("sim.", key));
           if (!n.ok()) return n.status();
           if (key == "image_bytes") a.image_bytes = *n;
           if (key == "data_bytes") a.data_bytes = *n;
           if (key == "exit_code") a.exit_code = static_cast<int>(std::min<int64_t>(*n, 255));
+          if (key == "epochs") {
+            if (*n < 1 || *n > 1000000) return LineError(line_number, "sim.epochs must be in [1, 1000000]");
+            a.epochs = static_cast<int32_t>(*n);
+          }
         } else if (key == "spot_eligible") {
           if (!value.is_bool()) return LineError(line_number, "sim.spot_eligible must be true or false");
           a.spot_eligible = value.bool_value();
         } else {
           return LineError(line_number,
                            absl::StrCat("unknown member 'sim.", key,
-                                        "' (work, checkpoint_every, image_bytes, data_bytes, deadline, "
-                                        "spot_eligible, exit_code, upload)"));
+                                        "' (work, checkpoint_every, image_bytes, data_bytes, epochs, "
+                                        "deadline, spot_eligible, exit_code, upload)"));
         }
       }
     }

@@ -145,10 +145,12 @@ class Recorder : public JobObserver {
   void OnStatusChange(const StatusEvent& e) override {
     const std::string name(e.job_name);
     if (e.secondary_status == "Training" && !training.contains(name)) training[name] = e.time;
+    phases[name].emplace(std::string(e.secondary_status), e.time);  // the first of each
     if (e.status == "Failed") ++failed;
     if (e.status == "Completed") ++completed;
   }
   std::map<std::string, absl::Time> training;
+  std::map<std::string, std::map<std::string, absl::Time>> phases;
   int failed = 0;
   int completed = 0;
 };
@@ -170,16 +172,19 @@ class ReproductionTest : public testing::Test {
     options.models = shared;
     options.defaults.run_duration = run_;
     options.defaults.image_bytes = 1340000000;
-    options.behavior = [this](std::string_view) {
+    options.behavior = [this](std::string_view job) {
       SimJobBehavior b;
       b.run_duration = run_;
       b.image_bytes = 1340000000;
+      if (auto it = epochs_.find(std::string(job)); it != epochs_.end()) b.epochs = it->second;
       return b;
     };
+    auto bytes = [](std::string_view, std::string_view) -> int64_t { return 2000000000; };
+    options.channel_bytes = bytes;
     provider_ = NewSimClusterProvider(*loop_, options);
     SimDataChannelOptions channel;
     channel.models = shared;
-    channel.channel_bytes = [](std::string_view, std::string_view) -> int64_t { return 2000000000; };
+    channel.channel_bytes = bytes;
     channel_ = NewSimDataChannel(*loop_, channel);
     EngineOptions engine_options;
     engine_options.loop = loop_.get();
@@ -207,6 +212,7 @@ class ReproductionTest : public testing::Test {
   }
 
   absl::Duration run_ = absl::Minutes(10);
+  std::map<std::string, int32_t> epochs_;  // per job; 1 when not listed
   Recorder recorder_;
   std::map<std::string, absl::Time> created_;
   std::unique_ptr<EventLoop> loop_;
@@ -249,6 +255,47 @@ TEST_F(ReproductionTest, WarmPoolStartupTableWithinTenPercent) {
     std::printf("%-8s cold P90 %6.1f s (table %3.0f s)   warm P90 %5.1f s (table %2.0f s)\n", mode.c_str(), cold,
                 p90.first, warm, p90.second);
   }
+}
+
+// Per input mode, on the virtual clock: File downloads before Training
+// (set-up + size / rate), FastFile pays its metadata time, Pipe its FIFO
+// set-up; a Pipe job then trains for max(work, bytes * epochs / pipe rate).
+TEST_F(ReproductionTest, DataTimePerInputModeAndPipeStreamPacesTraining) {
+  SimModels models = DefaultModels();
+  models.failures.enabled = false;
+  models.data.file_setup = {absl::Seconds(2), 0};
+  models.data.file_rate = {100, 0};  // 2 GB: 20 s
+  models.data.fast_file = {absl::Seconds(4.5), 0};
+  models.data.pipe = {absl::Seconds(1), 0};
+  models.data.pipe_rate = {20, 0};  // slow: 2 GB per epoch takes 100 s
+  run_ = absl::Minutes(10);
+  epochs_["pipe-9-epochs"] = 9;    // 900 s of stream for 600 s of work: stream-bound
+  epochs_["pipe-1-epoch"] = 1;     // 100 s of stream: compute-bound
+  epochs_["file-9-epochs"] = 9;    // File reads from disk: the epochs cost nothing more
+  Build(models);
+  Create(DefaultRequest("ml.m5.xlarge", 1, "File", 0), "file-9-epochs");
+  Create(DefaultRequest("ml.m5.xlarge", 1, "FastFile", 0), "fastfile");
+  Create(DefaultRequest("ml.m5.xlarge", 1, "Pipe", 0), "pipe-9-epochs");
+  Create(DefaultRequest("ml.m5.xlarge", 1, "Pipe", 0), "pipe-1-epoch");
+  loop_->RunUntilIdle();
+  ASSERT_EQ(recorder_.completed, 4);
+  auto phase = [&](const std::string& job, const std::string& from, const std::string& to) {
+    const auto& p = recorder_.phases.at(job);
+    return p.at(to) - p.at(from);
+  };
+  EXPECT_EQ(phase("file-9-epochs", "Downloading", "Training"), absl::Seconds(22));
+  EXPECT_EQ(phase("fastfile", "Downloading", "Training"), absl::Seconds(4.5));
+  EXPECT_EQ(phase("pipe-9-epochs", "Downloading", "Training"), absl::Seconds(1));
+  EXPECT_EQ(phase("file-9-epochs", "Training", "Uploading"), absl::Minutes(10));
+  EXPECT_EQ(phase("fastfile", "Training", "Uploading"), absl::Minutes(10));
+  // 2 GB x 9 epochs at 20 MB/s: 900 s, 300 s longer than the File job's training.
+  EXPECT_EQ(phase("pipe-9-epochs", "Training", "Uploading"), absl::Seconds(900));
+  EXPECT_EQ(phase("pipe-1-epoch", "Training", "Uploading"), absl::Minutes(10));
+  // The work is done, all of it, once.
+  const SimJobStats st = provider_->JobStats("pipe-9-epochs");
+  EXPECT_TRUE(st.completed);
+  EXPECT_EQ(st.work_executed, absl::Minutes(10));
+  EXPECT_EQ(st.progress, absl::Minutes(10));
 }
 
 // Jobs of ~100 / 1,000 / 10,000 machine-hours fail 7.8% / 13.7% / 24.7% of

@@ -168,6 +168,33 @@ TEST(ScenarioRunTest, JobsThatCanNeverStartAreStoppedLongAfterTheHorizon) {
   EXPECT_EQ(r.results[0].started, 0);
 }
 
+// A scenario's epochs and pipe_rate reach the run: Pipe jobs streaming 9
+// epochs of 2 GB at 20 MB/s (900 s) for 600 s of work take 300 s longer
+// than the same jobs reading one epoch, and nothing else changes.
+TEST(ScenarioRunTest, PipeJobsAreNoFasterThanTheirStream) {
+  auto run = [](int epochs) {
+    auto s = ParseScenario(absl::StrCat(R"({
+      "horizon": "2h",
+      "models": {"node_failures": false, "data": {"pipe_rate": 20}},
+      "workloads": [{"kind": "nightly", "cities": 3, "days": 1, "at": "0s",
+                     "job": {"instance_type": "ml.m5.xlarge", "input_mode": "Pipe", "work": "10m",
+                             "data_bytes": 2000000000, "epochs": )", epochs, R"(, "spot_eligible": false}}],
+      "policies": [{}]})"), "");
+    EXPECT_TRUE(s.ok()) << s.status();
+    PolicyRunOptions o;
+    o.keep_outcomes = true;
+    return RunPolicy(*s, s->policies[0], o);
+  };
+  const PolicyResult one = run(1), nine = run(9);
+  ASSERT_EQ(one.outcomes.size(), 3u);
+  ASSERT_EQ(nine.outcomes.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_TRUE(nine.outcomes[i].completed);
+    EXPECT_EQ(nine.outcomes[i].startup, one.outcomes[i].startup);
+    EXPECT_EQ(nine.outcomes[i].duration - one.outcomes[i].duration, absl::Seconds(300)) << nine.outcomes[i].name;
+  }
+}
+
 TEST(ScenarioFormatTest, TableCsvJsonAndHtmlCarryEveryPolicy) {
   auto s = ParseScenario(kSmall, "");
   ASSERT_TRUE(s.ok());

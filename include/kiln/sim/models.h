@@ -21,7 +21,7 @@
 //     FastFile         metadata only, lognormal median 4.5 s, sigma 0.30
 //     File             2 s + bytes at a lognormal rate, median 50 MB/s, sigma 0.20
 //     Pipe             FIFO set-up, lognormal median 1 s, sigma 0.30; the
-//                      stream overlaps training
+//                      stream overlaps training (below)
 //   the P90s come out within 4% of every cell (tests/sim/models_test.cc).
 //   The File rate is what the table implies (70 s - 19 s for 2 GB, i.e. an
 //   effective ~40-50 MB/s including listing, many objects and the EBS
@@ -29,6 +29,19 @@
 //   of few large objects should set a higher rate. Every lognormal draw is
 //   clamped to [median / 3, median * 3], so latencies are bounded (a policy
 //   can plan with DurationDist::Max()).
+//
+// - Pipe-mode streaming. A Pipe channel is not downloaded before training:
+//   the training reads it from a FIFO while it runs, so a job cannot train
+//   faster than its data streams. The service quotes Pipe mode at up to
+//   ~450 MB/s (against ~135 MB/s for a large object in File mode); the
+//   default stream rate is that figure, fixed (sigma 0), so the model gives
+//   the shortest stream time the service allows. A run whose Pipe channels
+//   stream B bytes per epoch over E epochs takes
+//       max(work, B * E / rate)
+//   of wall time (SimClusterProvider paces the work by that ratio, see
+//   kiln/sim/sim.h); a job whose compute is slower than its stream is
+//   unaffected. Channels stream in parallel, each at the rate, so B is the
+//   largest Pipe channel's size.
 //
 // - Node failures. Jobs of ~100 / 1,000 / 10,000 machine-hours fail 7.8% /
 //   13.7% / 24.7% of the time. A constant hazard cannot give that (fitted to
@@ -258,9 +271,14 @@ struct DataModel {
   DurationDist fast_file{absl::Seconds(4.5), 0.30};  // metadata only
   DurationDist fsx{absl::Seconds(2.5), 0.30};        // FileSystemDataSource: mount
   DurationDist pipe{absl::Seconds(1), 0.30};         // FIFOs; the stream overlaps training
+  // Pipe-mode stream throughput per channel and instance, drawn per attempt:
+  // the training cannot consume data faster (see the file comment).
+  RateDist pipe_rate{450, 0};
 
-  // `mode`: "File", "FastFile", "Pipe" or "FSx" (a FileSystemDataSource
-  // channel, whatever its input mode). Unknown modes are treated as File.
+  // Time from delivery start until training may start. `mode`: "File",
+  // "FastFile", "Pipe" or "FSx" (a FileSystemDataSource channel, whatever
+  // its input mode). Unknown modes are treated as File. For Pipe this is
+  // the set-up only; the stream itself paces the run (pipe_rate).
   absl::Duration Sample(std::string_view mode, int64_t bytes, RandomStream& rng) const;
   absl::Duration Max(std::string_view mode, int64_t bytes) const;
 };

@@ -3,11 +3,15 @@
 // completion is an event scheduled on the engine's loop.
 //
 // SimClusterProvider models provisioning latency, capacity shortage, image
-// preparation, a container run (duration, log lines, exit code, failure
+// preparation, a container run (duration, paced by Pipe-mode streaming,
+// log lines, exit code, failure
 // file, reaction to SIGTERM), spot interruptions, node failures and artifact
 // upload, per job, and keeps the bill (instance time and cost of every
 // cluster, busy or idle in a warm pool). SimDataChannel models channel
-// delivery time per input mode.
+// delivery time per input mode: File downloads the channel before training
+// (set-up + size / rate), FastFile and FSx pay their metadata or mount time,
+// Pipe its FIFO set-up; a Pipe stream's time counts in the run itself
+// (SimJobBehavior::epochs).
 //
 // Two levels of modelling, which combine:
 // - Per job, SimJobBehavior says exactly what happens (fixed latencies, a
@@ -85,6 +89,19 @@ struct SimJobBehavior {
   // restarted attempt, or a new job pointed at the same S3Uri, resumes from
   // the last saved progress. Otherwise a restart starts from nothing.
   absl::Duration checkpoint_interval = absl::ZeroDuration();
+
+  // Streamed input: a run whose request reads channels in Pipe mode (the
+  // channel's InputMode, else AlgorithmSpecification.TrainingInputMode; not
+  // FileSystemDataSource channels) cannot train faster than they stream.
+  // With SimClusterOptions::channel_bytes set, every attempt streams the
+  // largest Pipe channel's bytes `epochs` times at the Pipe rate (with
+  // models: SimModels::data.pipe_rate, drawn per job and attempt; without:
+  // `pipe_mb_per_s`), and the run's work is paced so that the whole work
+  // takes max(run_duration, bytes * epochs / rate) of wall time. Progress,
+  // checkpoints and restarts stay in units of work: a restarted attempt
+  // streams the share of the epochs it has left.
+  int32_t epochs = 1;
+  double pipe_mb_per_s = 450;
 };
 
 // What the simulation did for one job, for tests and reports.
@@ -121,7 +138,8 @@ struct SimAccounting {
 struct SimClusterOptions {
   SimJobBehavior defaults;
   // Returns the behaviour of the named job; null means `defaults` for all.
-  // Called at each Provision and StartContainers of the job.
+  // Called at each Provision (with models: each one the capacity admits)
+  // and StartContainers of the job.
   std::function<SimJobBehavior(std::string_view job_name)> behavior;
   // When set, filled per job name. Must outlive the provider.
   std::map<std::string, SimJobStats>* stats = nullptr;
@@ -132,6 +150,10 @@ struct SimClusterOptions {
   // the job holds no warm pool. Must not call the provider or the engine
   // inline (schedule that on the loop).
   std::function<void(std::string_view job_name)> on_cluster_freed;
+  // Size in bytes of a job's input channel, for Pipe-mode streaming (see
+  // SimJobBehavior::epochs); null: no channel is streamed (Pipe costs its
+  // set-up only). Use the same function as SimDataChannelOptions.
+  std::function<int64_t(std::string_view job_name, std::string_view channel_name)> channel_bytes;
 };
 
 // The simulated provider: a ClusterProvider plus the simulation's own

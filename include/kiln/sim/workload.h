@@ -47,6 +47,9 @@ struct SimJobAttributes {
   absl::Duration checkpoint_interval = absl::ZeroDuration();
   int64_t image_bytes = 0;  // training image (cold pull)
   int64_t data_bytes = 0;   // per input channel
+  // Passes over the data: a Pipe-mode job streams data_bytes this many
+  // times during its work, and cannot run faster (SimJobBehavior::epochs).
+  int32_t epochs = 1;
   // When the job must be done by, counted from its arrival (none: no deadline).
   std::optional<absl::Duration> deadline;
   // Whether a spot policy may run the job on spot capacity.
@@ -100,6 +103,7 @@ struct JobTemplate {
   absl::Duration checkpoint_interval = absl::ZeroDuration();
   int64_t image_bytes = 1340000000;  // the calibration table's 1.34 GB image
   int64_t data_bytes = 2000000000;   // and 2 GB of data
+  int32_t epochs = 1;                // passes over the data (Pipe mode streams each)
   // > 0: deadline = deadline_slack * work after arrival.
   double deadline_slack = 0;
   bool spot_eligible = false;
@@ -156,7 +160,7 @@ struct TraceEntry {
 // Parses JSON Lines, one job per line (blank lines skipped):
 //   {"arrival": 120, "request": {<CreateTrainingJob JSON>},
 //    "sim": {"work": 1800, "checkpoint_every": 300, "image_bytes": 1340000000,
-//            "data_bytes": 2000000000, "deadline": 7200, "spot_eligible": true,
+//            "data_bytes": 2000000000, "epochs": 1, "deadline": 7200, "spot_eligible": true,
 //            "exit_code": 0, "upload": 5}}
 // `arrival` is seconds after the start; "sim" and each of its members are
 // optional (defaults of SimJobAttributes). The request is read with
