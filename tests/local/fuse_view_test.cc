@@ -27,37 +27,10 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::kiln::local::testing::CountingStore;
 
 constexpr long kFuseSuperMagic = 0x65735546;
 
-// An in-memory store that counts ranged reads and can fail them.
-class CountingStore : public ObjectStore {
- public:
-  absl::StatusOr<std::vector<ObjectInfo>> List(std::string_view prefix) override {
-    return inner_->List(prefix);
-  }
-  absl::StatusOr<std::string> Get(std::string_view uri) override {
-    gets_.fetch_add(1);
-    return inner_->Get(uri);
-  }
-  absl::Status Put(std::string_view uri, std::string_view data) override {
-    return inner_->Put(uri, data);
-  }
-  absl::Status Delete(std::string_view uri) override { return inner_->Delete(uri); }
-  absl::StatusOr<std::string> ReadRange(std::string_view uri, int64_t offset,
-                                        int64_t length) override {
-    ranges_.fetch_add(1);
-    if (fail_.load()) return absl::UnavailableError("injected");
-    return inner_->ReadRange(uri, offset, length);
-  }
-
-  std::atomic<int> gets_{0};
-  std::atomic<int> ranges_{0};
-  std::atomic<bool> fail_{false};
-
- private:
-  std::unique_ptr<ObjectStore> inner_ = NewInMemoryObjectStore();
-};
 
 std::string Pattern(size_t n, int seed) {
   std::string s(n, '\0');

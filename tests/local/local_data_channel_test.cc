@@ -28,6 +28,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using testing::CountingStore;
 using testing::ListDir;
 using testing::ReadFile;
 using testing::RunUntil;
@@ -244,30 +245,6 @@ TEST_F(LocalDataChannelTest, FastFileOverAnUnregisteredSchemeFailsNamingTheChann
   EXPECT_THAT(s.message(), HasSubstr("channel 's3'"));
 }
 
-// An in-memory store standing for a remote one (s3://): counts what is read.
-class CountingStore : public ObjectStore {
- public:
-  absl::StatusOr<std::vector<ObjectInfo>> List(std::string_view prefix) override {
-    return inner_->List(prefix);
-  }
-  absl::StatusOr<std::string> Get(std::string_view uri) override {
-    reads_.fetch_add(1);
-    return inner_->Get(uri);
-  }
-  absl::Status Put(std::string_view uri, std::string_view data) override {
-    return inner_->Put(uri, data);
-  }
-  absl::Status Delete(std::string_view uri) override { return inner_->Delete(uri); }
-  absl::StatusOr<std::string> ReadRange(std::string_view uri, int64_t offset,
-                                        int64_t length) override {
-    reads_.fetch_add(1);
-    return inner_->ReadRange(uri, offset, length);
-  }
-  std::atomic<int> reads_{0};
-
- private:
-  std::unique_ptr<ObjectStore> inner_ = NewInMemoryObjectStore();
-};
 
 bool MountedBelow(const std::string& dir) {
   return ReadFile("/proc/self/mountinfo").find(dir + "/") != std::string::npos;
@@ -283,7 +260,7 @@ TEST_F(LocalDataChannelTest, FastFileOverARemoteStoreIsAFuseViewReadWhenRead) {
   ASSERT_TRUE(remote.Put("mem://bucket/dsx/not-this", "x").ok());
   absl::Status s = Deliver(Channel("ff", "S3Prefix", "mem://bucket/ds/"), "FastFile");
   ASSERT_TRUE(s.ok()) << s;
-  EXPECT_EQ(remote.reads_.load(), 0);  // Deliver lists; it reads nothing
+  EXPECT_EQ(remote.reads(), 0);  // Deliver lists; it reads nothing
   EXPECT_TRUE(MountedBelow(state_dir_ + "/fastfile"));
   for (const Instance& i : cluster_.instances) {
     struct stat st;
@@ -294,7 +271,7 @@ TEST_F(LocalDataChannelTest, FastFileOverARemoteStoreIsAFuseViewReadWhenRead) {
     EXPECT_EQ(ReadFile(DataDir(i.id) + "/ff/deep/b.csv"), "bb");
   }
   // One view for the three instances: each object read once.
-  EXPECT_EQ(remote.reads_.load(), 2);
+  EXPECT_EQ(remote.reads(), 2);
   EXPECT_EQ(open((DataDir("c1/algo-1") + "/ff/new").c_str(), O_WRONLY | O_CREAT, 0644), -1);
   EXPECT_EQ(errno, EROFS);
   // EndJob unmounts (in the background) and removes the mount point.

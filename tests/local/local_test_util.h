@@ -11,10 +11,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -27,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "kiln/cluster_provider.h"
 #include "kiln/event_loop.h"
+#include "kiln/object_store.h"
 #include "local/internal/fs.h"
 
 namespace kiln::local::testing {
@@ -180,6 +183,38 @@ inline std::vector<int> ProcessesInNamespace(const std::string& ns) {
   }
   return out;
 }
+
+// An in-memory store standing for a remote one (s3://): counts whole-object
+// and ranged reads, and can fail the ranged ones.
+class CountingStore : public ObjectStore {
+ public:
+  absl::StatusOr<std::vector<ObjectInfo>> List(std::string_view prefix) override {
+    return inner_->List(prefix);
+  }
+  absl::StatusOr<std::string> Get(std::string_view uri) override {
+    gets_.fetch_add(1);
+    return inner_->Get(uri);
+  }
+  absl::Status Put(std::string_view uri, std::string_view data) override {
+    return inner_->Put(uri, data);
+  }
+  absl::Status Delete(std::string_view uri) override { return inner_->Delete(uri); }
+  absl::StatusOr<std::string> ReadRange(std::string_view uri, int64_t offset,
+                                        int64_t length) override {
+    ranges_.fetch_add(1);
+    if (fail_.load()) return absl::UnavailableError("injected");
+    return inner_->ReadRange(uri, offset, length);
+  }
+  // Reads of either kind.
+  int reads() const { return gets_.load() + ranges_.load(); }
+
+  std::atomic<int> gets_{0};
+  std::atomic<int> ranges_{0};
+  std::atomic<bool> fail_{false};
+
+ private:
+  std::unique_ptr<ObjectStore> inner_ = NewInMemoryObjectStore();
+};
 
 }  // namespace kiln::local::testing
 
