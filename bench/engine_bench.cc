@@ -42,7 +42,7 @@ size_t HeapInUse() { return mallinfo2().uordblks; }
 
 void BM_EngineLifecycle(benchmark::State& state) {
   const int jobs = static_cast<int>(state.range(0));
-  const kiln::v1::CreateTrainingJobRequest request = Template();
+  kiln::v1::CreateTrainingJobRequest request = Template();
   double bytes_per_job = 0;
   for (auto _ : state) {
     const size_t heap_before = HeapInUse();
@@ -55,11 +55,11 @@ void BM_EngineLifecycle(benchmark::State& state) {
     options.data_channel = channel.get();
     auto engine = kiln::NewEngine(std::move(options)).value();
     int submitted = 0;
-    // A self-rescheduling submitter: one job per virtual second.
+    // A self-rescheduling submitter: one job per virtual second, each the
+    // template under a new name (the engine copies what it keeps).
     std::function<void()> submit = [&] {
-      kiln::v1::CreateTrainingJobRequest r = request;
-      r.set_training_job_name(absl::StrCat("job-", submitted));
-      if (!engine->CreateTrainingJob(std::move(r)).ok()) state.SkipWithError("CreateTrainingJob failed");
+      request.set_training_job_name(absl::StrCat("job-", submitted));
+      if (!engine->CreateTrainingJob(request).ok()) state.SkipWithError("CreateTrainingJob failed");
       if (++submitted < jobs) loop->ScheduleAfter(absl::Seconds(1), submit);
     };
     loop->ScheduleAfter(absl::ZeroDuration(), submit);

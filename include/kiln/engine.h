@@ -126,10 +126,11 @@ class Engine {
   // AlreadyExists when a job of that name exists (ResourceInUse, with the
   // service's wording); FailedPrecondition when the engine lacks a component the
   // job needs (e.g. a DataChannel). Nothing is kept on error.
-  // The engine keeps the request: pass an rvalue (std::move) to hand it over
-  // without a copy; an lvalue is copied.
+  // The engine copies what it keeps (into per-job storage); the caller keeps
+  // `request` and may change and submit it again, e.g. a template under a new
+  // TrainingJobName.
   virtual absl::StatusOr<v1::CreateTrainingJobResponse> CreateTrainingJob(
-      v1::CreateTrainingJobRequest request) = 0;
+      const v1::CreateTrainingJobRequest& request) = 0;
 
   // Returns the job as the service describes it (statuses, transitions,
   // times, billing, metrics, the request echoed back).

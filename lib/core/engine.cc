@@ -5,6 +5,8 @@
 #include <cmath>
 #include <csignal>
 #include <cstdint>
+#include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -14,6 +16,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -24,6 +27,7 @@
 #include "absl/synchronization/notification.h"
 #include "core/internal/regex.h"
 #include "core/internal/status_macros.h"
+#include "google/protobuf/arena.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
 #include "google/protobuf/timestamp.pb.h"
@@ -179,17 +183,19 @@ enum class Phase {
 enum class StopCause { kNone, kUser, kMaxRuntime, kMaxWait };
 
 // One SecondaryStatusTransition. Statuses and messages are the constants
-// above, so a transition holds pointers, not copies.
+// above, so a transition holds pointers, not copies; the rare text appended to
+// a message (Job::details_) is kept apart, which keeps a transition at 32
+// bytes.
 struct Transition {
   const char* status;
   const char* message;
-  absl::Time start;
-  absl::Time end = absl::InfiniteFuture();  // InfiniteFuture: not ended
-  std::string detail;                       // appended to the message; usually empty
+  int64_t start_ns;          // Unix nanoseconds
+  int64_t end_ns = kOpenNs;  // kOpenNs: not ended
 
-  std::string Message() const {
-    return detail.empty() ? std::string(message) : absl::StrCat(message, ". ", detail);
-  }
+  static constexpr int64_t kOpenNs = INT64_MAX;
+  absl::Time start() const { return absl::FromUnixNanos(start_ns); }
+  absl::Time end() const { return absl::FromUnixNanos(end_ns); }
+  bool ended() const { return end_ns != kOpenNs; }
 };
 
 struct MetricState {
@@ -200,29 +206,42 @@ struct MetricState {
 };
 
 // A job: its record (what Describe reports), plus, while it runs, the parsed
-// request and the state of the work in flight. When it ends the request is
-// kept serialized, which keeps a finished job's footprint small.
+// request and the state of the work in flight.
+//
+// The request lives on the job's own protobuf arena while the job may need
+// it: copying it there costs a few bump allocations rather than one heap
+// allocation per field, and dropping it frees a block or two. Once the job has
+// ended the engine compacts it (EngineImpl::CompactEnded): the request is kept
+// serialized and the arena goes, which keeps a finished job's footprint small.
 class Job final : public ContainerEvents {
  public:
-  Job(EngineImpl& engine, uint64_t seq, v1::CreateTrainingJobRequest&& request, absl::Time now)
+  Job(EngineImpl& engine, uint64_t seq, const v1::CreateTrainingJobRequest& request, absl::Time now)
       : engine_(engine),
         seq_(seq),
         name_(request.training_job_name()),
-        request_(std::make_unique<v1::CreateTrainingJobRequest>(std::move(request))),
+        store_(std::make_unique<RequestStore>()),
+        request_(google::protobuf::Arena::CreateMessage<v1::CreateTrainingJobRequest>(&store_->arena)),
         creation_time_(now),
-        last_modified_(now) {}
+        last_modified_(now) {
+    request_->CopyFrom(request);
+    // Starting, Downloading, Training, Uploading and the end, with room for
+    // a Pending: no growth on the usual path.
+    transitions_.reserve(6);
+  }
 
   void OnLogLine(const Instance& instance, std::string_view line) override;
   void OnExit(const Instance& instance, const ContainerExit& exit) override;
 
   const std::string& name() const { return name_; }
-  bool ended() const { return request_ == nullptr; }
+  // Whether the job has ended (Completed, Failed or Stopped).
+  bool ended() const { return status_ == kCompleted || status_ == kFailed || status_ == kStopped; }
+  bool compacted() const { return request_ == nullptr; }
 
-  // The request while the job runs. REQUIRES: !ended().
+  // The request while the job runs. REQUIRES: !compacted() (true until the
+  // job has ended).
   const v1::CreateTrainingJobRequest& request() const { return *request_; }
-  v1::CreateTrainingJobRequest& mutable_request() { return *request_; }
 
-  // The request at any time (parsed again once the job has ended).
+  // The request at any time (parsed again once the job is compacted).
   v1::CreateTrainingJobRequest LoadRequest() const {
     if (request_ != nullptr) return *request_;
     v1::CreateTrainingJobRequest r;
@@ -231,30 +250,72 @@ class Job final : public ContainerEvents {
   }
   void StoreRequest(const v1::CreateTrainingJobRequest& r) {
     if (request_ != nullptr) {
-      *request_ = r;
+      request_->CopyFrom(r);
     } else {
       r.SerializeToString(&request_bytes_);
     }
   }
 
-  // Drops what only a running job needs.
+  // Drops what only a running job needs. REQUIRES: ended(), !compacted().
   void Compact() {
     request_->SerializeToString(&request_bytes_);
-    request_.reset();
+    request_ = nullptr;
+    store_.reset();
     for (MetricState& m : metrics_) m.regex.reset();
-    transitions_.shrink_to_fit();
+  }
+
+  // The StatusMessage of transition `i`: its message, and its detail if any.
+  std::string TransitionMessage(size_t i) const {
+    std::string text;
+    return std::string(TransitionMessage(i, text));
+  }
+  // The same without a copy when there is no detail; `scratch` holds the
+  // text otherwise.
+  std::string_view TransitionMessage(size_t i, std::string& scratch) const {
+    const char* message = transitions_[i].message;
+    for (const auto& [index, detail] : details_) {
+      if (index == i) return scratch = absl::StrCat(message, ". ", detail);
+    }
+    return message;
+  }
+
+  // Index of the instance `host` in the current cluster, or -1.
+  int InstanceIndex(std::string_view host) const {
+    if (!cluster_) return -1;
+    for (size_t i = 0; i < cluster_->instances.size(); ++i) {
+      if (cluster_->instances[i].host_name == host) return static_cast<int>(i);
+    }
+    return -1;
+  }
+  // Marks the container of `host` gone; returns false if it was not running.
+  bool ContainerEnded(std::string_view host) {
+    const int i = InstanceIndex(host);
+    if (i < 0 || static_cast<size_t>(i) >= running_.size() || !running_[i]) return false;
+    running_[i] = false;
+    --containers_running_;
+    return true;
   }
 
   EngineImpl& engine_;
   const uint64_t seq_;  // creation order; unique
   const std::string name_;
-  std::unique_ptr<v1::CreateTrainingJobRequest> request_;  // null once ended
-  std::string request_bytes_;                              // set once ended
+  // An arena whose first block comes with it: one allocation holds a usual
+  // request whole.
+  struct RequestStore {
+    RequestStore() : arena(block, sizeof block) {}
+    google::protobuf::Arena arena;
+    alignas(16) char block[2048];
+  };
+  std::unique_ptr<RequestStore> store_;    // null once compacted
+  v1::CreateTrainingJobRequest* request_;  // on store_->arena; null once compacted
+  std::string request_bytes_;                       // set once compacted
   const absl::Time creation_time_;
   absl::Time last_modified_;
 
   const char* status_ = kInProgress;
   std::vector<Transition> transitions_;
+  // Text appended to some transitions' messages: (transition index, text).
+  std::vector<std::pair<size_t, std::string>> details_;
   std::optional<absl::Time> training_start_;
   std::optional<absl::Time> training_end_;
   std::string failure_reason_;
@@ -285,11 +346,39 @@ class Job final : public ContainerEvents {
   absl::Duration held_;                   // instance time of ended attempts (billable)
   std::optional<absl::Time> held_since_;  // the current attempt's cluster is held since
   TimerHandle max_wait_timer_;
-  absl::flat_hash_set<std::string> running_hosts_;  // containers not yet exited
+  // running_[i]: the container of cluster_->instances[i] has not exited.
+  // containers_running_ counts the true ones.
+  absl::InlinedVector<bool, 8> running_;
   // An interruption being handled: containers are stopping.
   bool interrupting_ = false;
   bool interrupt_preempted_ = false;
   std::string interrupted_host_;
+};
+
+// A job's ARN in a buffer on the stack (on the heap only for the longest
+// names): what a JobContext lends a provider for one call.
+class ArnText {
+ public:
+  ArnText(std::string_view prefix, std::string_view name) {
+    const size_t n = prefix.size() + name.size();
+    char* out = buffer_;
+    if (n > sizeof buffer_) {
+      heap_.resize(n);
+      out = heap_.data();
+    }
+    std::memcpy(out, prefix.data(), prefix.size());
+    std::memcpy(out + prefix.size(), name.data(), name.size());
+    view_ = std::string_view(out, n);
+  }
+  ArnText(const ArnText&) = delete;
+  ArnText& operator=(const ArnText&) = delete;
+
+  std::string_view view() const { return view_; }
+
+ private:
+  char buffer_[160];
+  std::string heap_;
+  std::string_view view_;
 };
 
 // Names one job at one generation. Completions carry a token instead of a
@@ -331,8 +420,8 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   }
 
   absl::StatusOr<v1::CreateTrainingJobResponse> CreateTrainingJob(
-      v1::CreateTrainingJobRequest request) override {
-    return OnLoop([&] { return Create(std::move(request)); });
+      const v1::CreateTrainingJobRequest& request) override {
+    return OnLoop([&] { return Create(request); });
   }
   absl::StatusOr<v1::DescribeTrainingJobResponse> DescribeTrainingJob(
       const v1::DescribeTrainingJobRequest& request) override {
@@ -430,6 +519,8 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   }
 
   std::string Arn(const Job& job) const { return arn_prefix_ + job.name(); }
+  // The ARN for a JobContext, which only lends it for the call: on the stack.
+  ArnText ContextArn(const Job& job) const { return ArnText(arn_prefix_, job.name()); }
 
   Job* FindJob(const std::string& name) {
     auto it = jobs_.find(name);
@@ -446,7 +537,7 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
     return it->second;
   }
 
-  absl::StatusOr<v1::CreateTrainingJobResponse> Create(v1::CreateTrainingJobRequest&& request);
+  absl::StatusOr<v1::CreateTrainingJobResponse> Create(const v1::CreateTrainingJobRequest& request);
   absl::StatusOr<v1::DescribeTrainingJobResponse> Describe(
       const v1::DescribeTrainingJobRequest& request);
   absl::StatusOr<v1::ListTrainingJobsResponse> List(const v1::ListTrainingJobsRequest& request);
@@ -476,6 +567,15 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
               bool healthy = true);
   void ReturnCluster(Job& job, bool healthy);
   void CancelTimers(Job& job);
+  // Queues an ended job for Job::Compact (see to_compact_).
+  void CompactLater(const Job& job) {
+    to_compact_.push_back(job.seq_);
+    while (to_compact_.size() > kCompactBacklog) {
+      auto it = by_seq_.find(to_compact_.front());
+      to_compact_.pop_front();
+      if (it != by_seq_.end()) it->second->Compact();
+    }
+  }
 
   v1::TrainingJobSummary Summary(const Job& job) const;
 
@@ -509,6 +609,12 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   absl::flat_hash_map<uint64_t, Job*> by_seq_;
   std::string arn_prefix_;  // arn:aws:sagemaker:<region>:<account>:training-job/
   uint64_t next_seq_ = 1;
+  // Ended jobs not compacted yet, oldest first. A job is compacted once
+  // kCompactBacklog jobs have ended after it, or never if it is deleted
+  // first: a caller that deletes jobs as they end (kiln simulate) pays for no
+  // serialization, and at most kCompactBacklog ended jobs keep their arena.
+  static constexpr size_t kCompactBacklog = 256;
+  std::deque<uint64_t> to_compact_;
   std::atomic<int> active_jobs_{0};
 };
 
@@ -523,7 +629,7 @@ void Job::OnExit(const Instance& instance, const ContainerExit& exit) {
 // API operations
 
 absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
-    v1::CreateTrainingJobRequest&& request_in) {
+    const v1::CreateTrainingJobRequest& request_in) {
   {
     const v1::CreateTrainingJobRequest& request = request_in;
     KILN_RETURN_IF_ERROR(ValidateCreateTrainingJobRequest(request, options_.validation));
@@ -545,8 +651,8 @@ absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
           channel, channel.has_input_mode() ? channel.input_mode() : default_mode));
     }
   }
-  // Accepted: the job takes the request over.
-  auto job = std::make_unique<Job>(*this, next_seq_++, std::move(request_in), Now());
+  // Accepted: the job keeps a copy of the request.
+  auto job = std::make_unique<Job>(*this, next_seq_++, request_in, Now());
   Job& ref = *job;
   const v1::CreateTrainingJobRequest& request = ref.request();
   for (const auto& def : request.algorithm_specification().metric_definitions()) {
@@ -607,12 +713,13 @@ absl::StatusOr<v1::DescribeTrainingJobResponse> EngineImpl::Describe(
     d.set_training_time_in_seconds(BilledSeconds(*job->training_end_ - *job->training_start_));
     d.set_billable_time_in_seconds(BilledSeconds(job->held_));
   }
-  for (const Transition& t : job->transitions_) {
+  for (size_t i = 0; i < job->transitions_.size(); ++i) {
+    const Transition& t = job->transitions_[i];
     auto* out = d.add_secondary_status_transitions();
     out->set_status(t.status);
-    *out->mutable_start_time() = ToProto(t.start);
-    if (t.end != absl::InfiniteFuture()) *out->mutable_end_time() = ToProto(t.end);
-    out->set_status_message(t.Message());
+    *out->mutable_start_time() = ToProto(t.start());
+    if (t.ended()) *out->mutable_end_time() = ToProto(t.end());
+    out->set_status_message(job->TransitionMessage(i));
   }
   if (job->warm_pool_) {
     if (auto status = pools().Status(job->name())) *d.mutable_warm_pool_status() = *status;
@@ -830,15 +937,16 @@ absl::Status EngineImpl::Delete(const v1::DeleteTrainingJobRequest& request) {
 void EngineImpl::SetStatus(Job& job, const char* status, const char* secondary,
                            const char* message, std::string detail) {
   const absl::Time now = Now();
-  if (!job.transitions_.empty()) job.transitions_.back().end = now;
+  const int64_t now_ns = absl::ToUnixNanos(now);
+  if (!job.transitions_.empty()) job.transitions_.back().end_ns = now_ns;
   job.status_ = status;
-  job.transitions_.push_back(Transition{secondary, message, now, absl::InfiniteFuture(),
-                                        std::move(detail)});
+  job.transitions_.push_back(Transition{secondary, message, now_ns});
+  if (!detail.empty()) job.details_.emplace_back(job.transitions_.size() - 1, std::move(detail));
   job.last_modified_ = now;
   if (observers_.empty()) return;
-  const Transition& t = job.transitions_.back();
-  const std::string text = t.Message();
-  StatusEvent event{job.name(), job.status_, t.status, text, now};
+  std::string scratch;
+  const std::string_view text = job.TransitionMessage(job.transitions_.size() - 1, scratch);
+  StatusEvent event{job.name(), job.status_, secondary, text, now};
   for (JobObserver* o : observers_) o->OnStatusChange(event);
 }
 
@@ -847,7 +955,8 @@ void EngineImpl::SetMessage(Job& job, const char* message) {
   t.message = message;
   job.last_modified_ = Now();
   if (observers_.empty()) return;
-  const std::string text = t.Message();
+  std::string scratch;
+  const std::string_view text = job.TransitionMessage(job.transitions_.size() - 1, scratch);
   StatusEvent event{job.name(), job.status_, t.status, text, Now()};
   for (JobObserver* o : observers_) o->OnStatusChange(event);
 }
@@ -971,8 +1080,8 @@ void EngineImpl::StartDownloads(Job& job) {
     return;
   }
   job.channels_left_ = channels.size();
-  const std::string arn = Arn(job);
-  JobContext context{job.name(), arn, job.request(), *job.cluster_, job.attempt_};
+  const ArnText arn = ContextArn(job);
+  JobContext context{job.name(), arn.view(), job.request(), *job.cluster_, job.attempt_};
   const std::string& default_mode = job.request().algorithm_specification().training_input_mode();
   for (const v1::Channel& channel : channels) {
     std::vector<const Instance*> receivers;
@@ -1005,10 +1114,9 @@ void EngineImpl::StartTraining(Job& job) {
   job.phase_ = Phase::kTraining;
   SetStatus(job, kInProgress, kTraining, kMsgTraining);
   job.containers_running_ = static_cast<int>(job.cluster_->instances.size());
-  job.running_hosts_.clear();
-  for (const Instance& instance : job.cluster_->instances) job.running_hosts_.insert(instance.host_name);
-  const std::string arn = Arn(job);
-  JobContext context{job.name(), arn, job.request(), *job.cluster_, job.attempt_};
+  job.running_.assign(job.cluster_->instances.size(), true);
+  const ArnText arn = ContextArn(job);
+  JobContext context{job.name(), arn.view(), job.request(), *job.cluster_, job.attempt_};
   provider_.StartContainers(context, job, [this, token = TokenOf(job)](absl::Status s) {
     if (Job* job = Resume(token)) OnContainersStarted(*job, std::move(s));
   });
@@ -1037,14 +1145,13 @@ void EngineImpl::HandleLogLine(Job& job, const Instance& instance, std::string_v
 }
 
 void EngineImpl::HandleExit(Job& job, const Instance& instance, const ContainerExit& exit) {
-  if (job.phase_ != Phase::kTraining || !job.running_hosts_.contains(instance.host_name)) return;
+  if (job.phase_ != Phase::kTraining) return;
   if (job.interrupting_) {
     // Stopping for an interruption: exit codes say nothing about the algorithm.
     ContainerGone(job, instance.host_name);
     return;
   }
-  job.running_hosts_.erase(instance.host_name);
-  --job.containers_running_;
+  if (!job.ContainerEnded(instance.host_name)) return;
   if (exit.exit_code != 0 && job.stop_cause_ == StopCause::kNone && !job.algorithm_failed_) {
     // One instance failing fails the job; the others are stopped with the
     // cluster.
@@ -1065,8 +1172,8 @@ void EngineImpl::StartUpload(Job& job) {
   job.phase_ = Phase::kUploading;
   EndChannels(job);
   if (job.status_ == kInProgress) SetStatus(job, kInProgress, kUploading, kMsgUploading);
-  const std::string arn = Arn(job);
-  JobContext context{job.name(), arn, job.request(), *job.cluster_, job.attempt_};
+  const ArnText arn = ContextArn(job);
+  JobContext context{job.name(), arn.view(), job.request(), *job.cluster_, job.attempt_};
   provider_.UploadArtifacts(context, [this, token = TokenOf(job)](absl::StatusOr<ArtifactsResult> r) {
     if (Job* job = Resume(token)) OnUploaded(*job, std::move(r));
   });
@@ -1168,9 +1275,9 @@ void EngineImpl::Finish(Job& job, const char* status, const char* secondary, con
                     " lost instance(s) over ", job.attempt_, " attempt(s)");
   }
   SetStatus(job, status, secondary, message, std::move(detail));
-  job.transitions_.back().end = job.transitions_.back().start;
-  job.Compact();
+  job.transitions_.back().end_ns = job.transitions_.back().start_ns;
   active_jobs_.fetch_sub(1, std::memory_order_relaxed);
+  CompactLater(job);
 }
 
 void EngineImpl::ReturnCluster(Job& job, bool healthy) {
@@ -1238,7 +1345,7 @@ void EngineImpl::Interrupt(Job& job, const std::string& host, bool preempted) {
     ++job.infrastructure_failures_;
   }
   loop_.Cancel(job.runtime_timer_);
-  if (job.phase_ == Phase::kTraining && !job.running_hosts_.empty()) {
+  if (job.phase_ == Phase::kTraining && job.containers_running_ > 0) {
     // The containers get SIGTERM (and save what they can); once they have
     // exited, with their last checkpoint sync, the attempt ends.
     provider_.Signal(*job.cluster_, SIGTERM);
@@ -1257,9 +1364,8 @@ void EngineImpl::Interrupt(Job& job, const std::string& host, bool preempted) {
 }
 
 void EngineImpl::ContainerGone(Job& job, const std::string& host) {
-  if (!job.running_hosts_.erase(host)) return;
-  --job.containers_running_;
-  if (!job.running_hosts_.empty()) return;
+  if (!job.ContainerEnded(host)) return;
+  if (job.containers_running_ > 0) return;
   if (job.interrupting_) {
     EndInterruption(job);
   } else if (job.status_ == kStopping && job.phase_ == Phase::kTraining) {
@@ -1273,7 +1379,7 @@ void EngineImpl::EndInterruption(Job& job) {
   CancelTimers(job);
   job.interrupting_ = false;
   ReturnCluster(job, /*healthy=*/false);
-  job.running_hosts_.clear();
+  job.running_.clear();
   job.containers_running_ = 0;
   if (job.stop_cause_ != StopCause::kNone) {
     // Stopped (or MaxWait) while the interruption was handled: end here.

@@ -261,13 +261,10 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     Job& j = *job;
     const std::string name = j.current;
     // The workload's request, named, with the policy's capacity and
-    // checkpoints; the engine takes it over.
-    v1::CreateTrainingJobRequest request = *j.request;
-    request.set_training_job_name(name);
-    if (!j.checkpoint_uri.empty()) request.mutable_checkpoint_config()->set_s3_uri(j.checkpoint_uri);
-    SetCapacity(request, j.on_spot);
+    // checkpoints; the engine copies what it keeps.
+    const v1::CreateTrainingJobRequest& request = RequestFor(j);
     active_[name] = std::move(job);
-    auto created = engine_->CreateTrainingJob(std::move(request));
+    auto created = engine_->CreateTrainingJob(request);
     if (!created.ok()) {
       ++rejected_;
       if (first_error_.empty()) first_error_ = absl::StrCat(name, ": ", created.status().message());
@@ -279,6 +276,46 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
         loop_->ScheduleAfter(absl::ZeroDuration(), [from, tag] { from->OnJobEnded(tag); });
       }
     }
+  }
+
+  // The request to submit for `j`: its workload's request, named, with the
+  // policy's capacity and checkpoints. Built in one scratch request that is
+  // copied from the workload's only when the workload changes; otherwise
+  // only the fields set per job are reset from it.
+  const v1::CreateTrainingJobRequest& RequestFor(const Job& j) {
+    const v1::CreateTrainingJobRequest& t = *j.request;
+    if (scratch_source_ != j.request) {
+      scratch_ = t;
+      scratch_source_ = j.request;  // held, so the address cannot be reused
+    } else {
+      if (t.has_enable_managed_spot_training()) {
+        scratch_.set_enable_managed_spot_training(t.enable_managed_spot_training());
+      } else {
+        scratch_.clear_enable_managed_spot_training();
+      }
+      if (t.has_stopping_condition()) {
+        *scratch_.mutable_stopping_condition() = t.stopping_condition();
+      } else {
+        scratch_.clear_stopping_condition();
+      }
+      if (!t.has_resource_config()) {
+        scratch_.clear_resource_config();
+      } else if (t.resource_config().has_keep_alive_period_in_seconds()) {
+        scratch_.mutable_resource_config()->set_keep_alive_period_in_seconds(
+            t.resource_config().keep_alive_period_in_seconds());
+      } else {
+        scratch_.mutable_resource_config()->clear_keep_alive_period_in_seconds();
+      }
+      if (t.has_checkpoint_config()) {
+        *scratch_.mutable_checkpoint_config() = t.checkpoint_config();
+      } else {
+        scratch_.clear_checkpoint_config();
+      }
+    }
+    scratch_.set_training_job_name(j.current);
+    if (!j.checkpoint_uri.empty()) scratch_.mutable_checkpoint_config()->set_s3_uri(j.checkpoint_uri);
+    SetCapacity(scratch_, j.on_spot);
+    return scratch_;
   }
 
   // Uniform Progress's safety net while a spot job has no instances: when
@@ -451,6 +488,9 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
 
   absl::flat_hash_map<std::string, std::unique_ptr<Job>> active_;  // by the engine's name
   absl::flat_hash_set<std::string> awaiting_delete_;
+  // RequestFor's scratch request and the workload request it was copied from.
+  v1::CreateTrainingJobRequest scratch_;
+  std::shared_ptr<const v1::CreateTrainingJobRequest> scratch_source_;
 
   int64_t jobs_ = 0, completed_ = 0, failed_ = 0, stopped_ = 0, rejected_ = 0;
   std::string first_error_;

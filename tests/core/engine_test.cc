@@ -449,6 +449,55 @@ TEST_F(EngineTest, UnknownJobIsNotFound) {
   EXPECT_EQ(Stop("nope").code(), absl::StatusCode::kNotFound);
 }
 
+// The engine copies the request: the caller may change and submit it again.
+// Ended jobs are compacted (the request kept serialized) once enough later
+// jobs have ended; a compacted job describes and updates exactly as before.
+TEST_F(EngineTest, EndedJobsDescribeTheSameBeforeAndAfterCompaction) {
+  auto r = Request("job-0");
+  (*r.mutable_hyper_parameters())["lr"] = "0.1";
+  r.mutable_stopping_condition()->set_max_runtime_in_seconds(7200);
+  Create(r);
+  loop_->RunUntilIdle();
+  const v1::DescribeTrainingJobResponse before = Describe("job-0");
+  ASSERT_EQ(before.training_job_status(), "Completed");
+  // Far more later jobs than the engine keeps uncompacted, from the same
+  // request object, renamed.
+  for (int i = 1; i <= 600; ++i) {
+    r.set_training_job_name(absl::StrCat("job-", i));
+    Create(r);
+  }
+  loop_->RunUntilIdle();
+  const v1::DescribeTrainingJobResponse after = Describe("job-0");
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(before, after))
+      << before.DebugString() << "\nvs\n" << after.DebugString();
+  EXPECT_EQ(after.hyper_parameters().at("lr"), "0.1");
+  EXPECT_EQ(Describe("job-600").training_job_name(), "job-600");
+  EXPECT_EQ(Describe("job-1").stopping_condition().max_runtime_in_seconds(), 7200);
+
+  // UpdateTrainingJob on a compacted job keeps what it sets.
+  v1::UpdateTrainingJobRequest update;
+  update.set_training_job_name("job-0");
+  update.mutable_profiler_config()->set_s3_output_path("s3://bucket/profiles");
+  ASSERT_TRUE(engine_->UpdateTrainingJob(update).ok());
+  const v1::DescribeTrainingJobResponse updated = Describe("job-0");
+  EXPECT_EQ(updated.profiler_config().s3_output_path(), "s3://bucket/profiles");
+  EXPECT_EQ(updated.hyper_parameters().at("lr"), "0.1");
+
+  // Deleting jobs whether or not they were compacted yet.
+  for (int i = 0; i <= 600; i += 100) {
+    v1::DeleteTrainingJobRequest del;
+    del.set_training_job_name(absl::StrCat("job-", i));
+    EXPECT_TRUE(engine_->DeleteTrainingJob(del).ok()) << i;
+  }
+  for (int i = 601; i <= 900; ++i) {
+    r.set_training_job_name(absl::StrCat("job-", i));
+    Create(r);
+  }
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Describe("job-601").training_job_status(), "Completed");
+  EXPECT_EQ(engine_->active_jobs(), 0);
+}
+
 TEST_F(EngineTest, DeleteOnlyEndedJobsAndTheNameBecomesFree) {
   Create(Request("job"));
   v1::DeleteTrainingJobRequest del;
