@@ -172,10 +172,32 @@ std::string JoinStrings(const std::string_view* values, int count, std::string_v
   return out;
 }
 
+// Pattern::Matches remembers accepted values up to this length.
+constexpr size_t kMaxRemembered = 256;
+
 }  // namespace
 
 bool Pattern::Matches(std::string_view value) const {
-  return Decide(Compiled().by_id[id_], value);
+  const CompiledPattern& p = Compiled().by_id[id_];
+  if (p.rule != Rule::kRegex) return Decide(p, value);
+  // Requests are mostly built from templates, so the same values come back
+  // job after job (a role, an image, a bucket). Each thread remembers the
+  // last value each regex accepted: a repeat costs a comparison instead of a
+  // match. (Only acceptances are remembered, and only short values.)
+  struct Accepted {
+    bool set = false;
+    std::string value;
+  };
+  thread_local std::vector<Accepted> last;
+  if (last.empty()) last.resize(Compiled().by_id.size());
+  Accepted& a = last[id_];
+  if (a.set && a.value == value) return true;
+  if (!Decide(p, value)) return false;
+  if (value.size() <= kMaxRemembered) {
+    a.value.assign(value.data(), value.size());
+    a.set = true;
+  }
+  return true;
 }
 
 uint32_t EnumTable::Hash(std::string_view value, uint32_t seed) {
