@@ -90,7 +90,7 @@ std::string SpotChoice::Name() const {
 }
 
 absl::Duration SafetyExcess(const ProgressView& v, absl::Time now) {
-  return (v.deadline - now) - (v.work - v.progress) - v.margin;
+  return (v.deadline - now) - (v.work - v.progress) * v.pace - v.margin;
 }
 
 bool UniformProgressUsesSpot(const ProgressView& v, absl::Time now, absl::Duration hysteresis) {
@@ -105,6 +105,22 @@ bool UniformProgressUsesSpot(const ProgressView& v, absl::Time now, absl::Durati
   if (v.on_spot) return ahead >= absl::ZeroDuration();
   // Back to spot only with room for hysteresis, on the line and in the safety net.
   return ahead >= hysteresis && SafetyExcess(v, now) >= hysteresis;
+}
+
+double WorstCasePace(const SimModels& models, const v1::CreateTrainingJobRequest& request,
+                     const SimJobAttributes& attributes) {
+  if (attributes.work <= absl::ZeroDuration() || attributes.data_bytes <= 0) return 1.0;
+  const std::string& default_mode = request.algorithm_specification().training_input_mode();
+  bool pipe = false;
+  for (const v1::Channel& c : request.input_data_config()) {
+    if (c.data_source().has_file_system_data_source()) continue;
+    pipe = pipe || (c.has_input_mode() ? c.input_mode() : default_mode) == "Pipe";
+  }
+  if (!pipe) return 1.0;
+  // Channels stream side by side, each data_bytes, epochs times over.
+  const absl::Duration stream =
+      models.data.pipe_rate.MaxTime(attributes.data_bytes * std::max<int64_t>(1, attributes.epochs));
+  return std::max(1.0, absl::FDivDuration(stream, attributes.work));
 }
 
 absl::Duration RestartMargin(const SimModels& models, const v1::CreateTrainingJobRequest& request,
@@ -136,7 +152,7 @@ absl::Duration RestartMargin(const SimModels& models, const v1::CreateTrainingJo
                                     .spot_notice;
   // Capacity errors and the engine's first capacity retry: one round.
   const absl::Duration capacity = models.capacity_error_latency + absl::Seconds(30);
-  return checkpoint_interval + notice + retry_delay + capacity + provisioning + start + image + data +
+  return checkpoint_interval * WorstCasePace(models, request, attributes) + notice + retry_delay + capacity + provisioning + start + image + data +
          attributes.upload + absl::Seconds(5);
 }
 

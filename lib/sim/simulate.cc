@@ -41,6 +41,7 @@ struct Job {
   absl::Time arrival;
   std::optional<absl::Time> deadline;
   absl::Duration margin;
+  double pace = 1;  // WorstCasePace
   std::string checkpoint_uri;
   bool on_spot = false;
   bool migrating = false;
@@ -169,6 +170,7 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     const bool uniform_progress = policy_.spot.kind == SpotChoice::Kind::kUniformProgress;
     if (uniform_progress && j.deadline) {
       j.margin = RestartMargin(*scenario_.models, *j.request, a, a.checkpoint_interval, kRetryDelay);
+      j.pace = WorstCasePace(*scenario_.models, *j.request, a);
     }
     bool spot = false;
     if (spot_policy) {
@@ -240,6 +242,7 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     v.work = j.attributes.work;
     v.progress = std::max(j.progress, provider_->JobStats(j.current).progress);
     v.margin = j.margin;
+    v.pace = j.pace;
     v.on_spot = j.on_spot;
     return v;
   }

@@ -75,20 +75,29 @@ struct ProgressView {
   absl::Duration progress;  // saved
   absl::Duration margin;    // see the file comment; RestartMargin()
   bool on_spot = true;      // the capacity type of its current (or last) attempt
+  // Wall time per unit of work at the slowest the job may run (>= 1): a
+  // Pipe-mode job cannot train faster than its data streams. WorstCasePace().
+  double pace = 1;
 };
 
-// (deadline - now) - (work - progress) - margin: how much more time the job
-// can lose and still finish on on-demand.
+// (deadline - now) - (work - progress) * pace - margin: how much more time
+// the job can lose and still finish on on-demand.
 absl::Duration SafetyExcess(const ProgressView& view, absl::Time now);
 
 // The Uniform Progress decision at `now` (see the file comment).
 bool UniformProgressUsesSpot(const ProgressView& view, absl::Time now, absl::Duration hysteresis);
 
+// The wall time per unit of work a job needs at worst: 1, or more when its
+// Pipe-mode channels stream (data_bytes * epochs at the slowest pipe_rate
+// the models allow) for longer than its work takes.
+double WorstCasePace(const SimModels& models, const v1::CreateTrainingJobRequest& request,
+                     const SimJobAttributes& attributes);
+
 // The margin of a job: the worst case of what one more preemption costs on
-// the way to finishing on on-demand: `checkpoint_interval` of lost work, the
-// notice, the engine's retry delay, a cold restart at the models' maxima
-// (provisioning, container start, image pull, data of every channel) and the
-// upload.
+// the way to finishing on on-demand: `checkpoint_interval` of lost work (at
+// WorstCasePace), the notice, the engine's retry delay, a cold restart at the
+// models' maxima (provisioning, container start, image pull, data of every
+// channel) and the upload.
 absl::Duration RestartMargin(const SimModels& models, const v1::CreateTrainingJobRequest& request,
                              const SimJobAttributes& attributes, absl::Duration checkpoint_interval,
                              absl::Duration retry_delay);
