@@ -194,7 +194,9 @@ struct LocalDataChannelOptions {
 // Sources: S3Prefix (every object whose URI starts with S3Uri; its path below
 // the prefix's directory is its path below the channel) or ManifestFile (a
 // JSON array whose first element is {"prefix": URI} and whose other elements
-// are keys relative to it). Objects are taken in URI order; with
+// are keys relative to it), or AugmentedManifestFile (Pipe mode only; see
+// Pipe below). Objects are taken in URI order, augmented manifest lines in
+// the manifest's order; with
 // ShuffleConfig.Seed that order is shuffled (per epoch in Pipe mode, the same
 // for the same seed and epoch everywhere). ShardedByS3Key gives instance i of
 // n the positions i, i+n, ... of that order (disjoint shares, together every
@@ -236,12 +238,28 @@ struct LocalDataChannelOptions {
 //   while framed. A failure after Deliver (an object that vanished, corrupt
 //   gzip) goes to the DataChannelListener naming channel and object, and that
 //   instance's stream stops.
+//   AugmentedManifestFile: S3Uri names a JSON Lines manifest (one JSON object
+//   a line; blank lines skipped), read and checked whole by Deliver. Each
+//   line streams the attributes AttributeNames lists, in that order (other
+//   attributes are ignored): an attribute whose name ends in "-ref" holds an
+//   object URI (any store of `stores`) whose bytes are streamed (gunzipped
+//   with CompressionType Gzip), any other streams its value (a string's
+//   characters, any other value its compact JSON text). With RecordIO each
+//   attribute is one record; without, the bytes follow each other with
+//   nothing between them, as the service sends them. ShuffleConfig and
+//   ShardedByS3Key order and split lines. Deliver refuses (InvalidArgument
+//   naming the channel, the line and the attribute) a line that is not a
+//   JSON object, a missing attribute, a "-ref" that is not a string, and
+//   no AttributeNames; a "-ref" object that does not exist fails the stream
+//   when reached (NotFound to the listener, naming channel, line, attribute
+//   and object).
 //
 // Errors of Deliver: a key that would land outside the channel's directory
 // ("..", absolute) is InvalidArgument; a prefix with no objects is NotFound
 // ("No S3 objects found under S3 URL ..."); an object that disappears during
-// the copy is NotFound naming channel and object; AugmentedManifestFile and
-// sources other than S3DataSource are Unimplemented. CheckChannel refuses (as
+// the copy is NotFound naming channel and object; AugmentedManifestFile in
+// File or FastFile mode is InvalidArgument; sources other than S3DataSource
+// are Unimplemented. CheckChannel refuses (as
 // InvalidArgument, at CreateTrainingJob) a file:// S3Prefix without objects,
 // looking no further than the first object it finds. EndJob stops the job's
 // Pipe writers wherever they wait (for a reader, on a full pipe) and
