@@ -73,7 +73,14 @@
 //   /opt/program are rewritten to the instance tree and the program directory,
 //   so jobs written for the container paths run unchanged. Not a sandbox: the
 //   process sees the host as the user running Kiln does, and host names
-//   algo-<k> do not resolve.
+//   algo-<k> do not resolve. One exception keeps FastFile channels
+//   read-only: a job with FastFile channels starts its containers in a mount
+//   namespace of their own (as root; otherwise inside a user namespace that
+//   maps only Kiln's uid and gid to themselves, where the kernel allows
+//   unprivileged ones, so files of other users show as the overflow uid
+//   there) in which each channel's source is bind-mounted on itself
+//   read-only. Where neither can be made, the channel stays a plain link to
+//   the source, which the container can write through.
 // - bwrap: bubblewrap with a read-only host root, a private /tmp, the state
 //   directory hidden, the instance tree bound at /opt/ml (SAGEMAKER_BASE_DIR is
 //   /opt/ml), the program directory bound read-only at /opt/program, its own
@@ -209,9 +216,11 @@ struct LocalDataChannelOptions {
 // - FastFile (S3Prefix, FullyReplicated): the channel directory becomes a
 //   read-only view of the source at once; no byte is copied before training.
 //   file:// naming a folder: a symbolic link to it, which the bwrap runtime
-//   turns into a read-only bind mount (writes fail with EROFS); the process
-//   runtime, which is no sandbox, keeps the link (the process could reach the
-//   folder by its own path anyway). Any other scheme (s3://): Deliver lists
+//   turns into a read-only bind mount (writes fail with EROFS); under the
+//   process runtime the container sees the folder bind-mounted on itself
+//   read-only in a mount namespace of its own, so writes through the link or
+//   the folder's own path fail with EROFS (where this process can make no
+//   mount namespace, the link stays writable: see Runtimes). Any other scheme (s3://): Deliver lists
 //   the prefix once and mounts a read-only FUSE file system of that listing
 //   at <state_dir>/fastfile/..., shared by the job's instances on this host;
 //   the channel directory is a link to it (a read-only bind mount of it under
