@@ -28,7 +28,9 @@
 //   (the view refuses writes itself too). One view serves every instance of
 //   the delivery (they share this host). EndJob takes the job's views and
 //   unmounts them on a task thread (a read in flight may wait on the
-//   network); the destructor unmounts what is left.
+//   network); the destructor unmounts what is left. A process that crashed
+//   leaves dead mounts there: the constructor detaches and removes those of
+//   processes that are gone (CleanStaleViews).
 // - Pipe: Deliver lists the source and makes every instance's FIFO
 //   <channel>_0, then reports the channel ready; one writer thread per
 //   instance then streams epoch after epoch (pipe_stream.h): objects in the
@@ -198,6 +200,11 @@ class LocalDataChannel final : public DataChannel {
   LocalDataChannel(EventLoop& loop, ObjectStores& stores, LocalDataChannelOptions options)
       : loop_(loop), stores_(stores), options_(std::move(options)) {
     if (options_.copy_threads < 1) options_.copy_threads = 1;
+    // FUSE views a crashed process left behind (their server gone: any
+    // access fails with "Transport endpoint is not connected").
+    if (!options_.state_dir.empty()) {
+      internal::CleanStaleViews(absl::StrCat(options_.state_dir, "/fastfile"));
+    }
   }
 
   ~LocalDataChannel() override {

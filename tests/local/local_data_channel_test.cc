@@ -1,6 +1,10 @@
 // LocalDataChannel on a real-time loop, with file:// sources, against
 // instance trees laid out as the local provider lays them out.
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -747,6 +751,61 @@ TEST_F(LocalDataChannelTest, AugmentedManifestInARemoteStoreReadsRefsThroughTheS
   EXPECT_THAT(s.message(), HasSubstr("line 1: attribute 'b-ref': "));
   channel_.reset();
   stores_.Register("mem", nullptr);
+}
+
+// ---------------------------------------------------------------------------
+// Clean-up after a crash
+
+#ifndef KILN_FASTFILE_VIEW_HOLDER
+#define KILN_FASTFILE_VIEW_HOLDER "fastfile_view_holder"
+#endif
+
+// Needs FUSE (root and /dev/fuse), like the other FUSE tests.
+TEST_F(LocalDataChannelTest, MountsOfAKilledProcessAreCleanedUpByTheNextChannel) {
+  int out[2];
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+  std::string program = KILN_FASTFILE_VIEW_HOLDER;
+  char* const argv[] = {program.data(), state_dir_.data(), nullptr};
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, program.c_str(), &actions, nullptr, argv, environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  close(out[1]);
+  std::string said;
+  struct pollfd p = {out[0], POLLIN, 0};
+  while (said.find('\n') == std::string::npos && poll(&p, 1, 20000) == 1) {
+    char buf[256];
+    ssize_t n = read(out[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    said.append(buf, static_cast<size_t>(n));
+  }
+  close(out[0]);
+  const std::string fastfile = state_dir_ + "/fastfile";
+  const bool mounted = said == "mounted\n";
+  std::vector<std::string> left = ListDir(fastfile);
+  kill(pid, SIGKILL);
+  int status;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(mounted) << said;
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].rfind(absl::StrCat(pid, "-"), 0), 0u) << left[0];
+  // What a crash leaves: a mount whose server is gone.
+  struct stat st;
+  EXPECT_EQ(stat((fastfile + "/" + left[0]).c_str(), &st), -1);
+  EXPECT_EQ(errno, ENOTCONN);
+  EXPECT_TRUE(MountedBelow(fastfile));
+  // Also an empty mount point of the dead process, and one of this (live)
+  // process, which must stay.
+  const std::string dead_empty = absl::StrCat(pid, "-77-empty");
+  const std::string mine = absl::StrCat(getpid(), "-77-mine");
+  ASSERT_TRUE(internal::MakeDirs(fastfile + "/" + dead_empty).ok());
+  ASSERT_TRUE(internal::MakeDirs(fastfile + "/" + mine).ok());
+
+  channel_ = NewLocalDataChannel(*loop_, stores_, {.state_dir = state_dir_});
+  EXPECT_FALSE(MountedBelow(fastfile)) << ReadFile("/proc/self/mountinfo");
+  EXPECT_THAT(ListDir(fastfile), ElementsAre(mine));
 }
 
 }  // namespace

@@ -196,7 +196,11 @@ struct LocalDataChannelOptions {
 };
 
 // Returns a local DataChannel on `loop`, reading sources through `stores`;
-// both must outlive it. Thread-safe.
+// both must outlive it. Before it returns, it detaches and removes FastFile
+// mounts that crashed processes left in <state_dir>/fastfile (mounts whose
+// FUSE server is gone, "Transport endpoint is not connected", and empty mount
+// points of processes that no longer exist); live mounts of other processes
+// are left alone. Thread-safe.
 //
 // Sources: S3Prefix (every object whose URI starts with S3Uri; its path below
 // the prefix's directory is its path below the channel) or ManifestFile (a
