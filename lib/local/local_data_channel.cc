@@ -15,9 +15,9 @@
 //   (CLONE_NEWNS as root, else a user namespace mapping only Kiln's own ids,
 //   where the kernel allows unprivileged ones) in which the link's target is
 //   bind-mounted on itself read-only: writes through the link, or through the
-//   folder's own path, fail with EROFS for that container only, and the
-//   clone costs a few tens of microseconds, paid only by jobs with FastFile
-//   channels. Where neither namespace can be made, the process runtime keeps
+//   folder's own path, fail with EROFS for that container only. The
+//   namespace and binds are paid only by jobs with FastFile channels
+//   (bench/spawn_bench measures them against a plain spawn). Where neither namespace can be made, the process runtime keeps
 //   the bare link (documented in kiln/local/local.h). A per-file link tree
 //   would cost O(files) at start, and a FUSE view of a local folder a daemon
 //   per channel and a copy through user space per read. Other schemes

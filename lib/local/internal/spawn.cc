@@ -19,6 +19,7 @@
 #include <cstring>
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -259,12 +260,18 @@ absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec) {
           "cluster's network namespace"));
     }
   }
-  const IdMaps maps;
+  // Prepared only for a child that gets its own mount namespace: other
+  // spawns pay nothing for it.
+  std::optional<IdMaps> maps;
   std::vector<const char*> readonly;
-  for (const std::string& p : spec.readonly_paths) readonly.push_back(p.c_str());
-  readonly.push_back(nullptr);
-  const MountNsArgs ns{mount_ns == MountNamespaceSupport::kUserNamespace, maps.uid_map.c_str(),
-                       maps.gid_map.c_str(), readonly.data()};
+  MountNsArgs ns;
+  if (mount_ns != MountNamespaceSupport::kNone) {
+    maps.emplace();
+    for (const std::string& p : spec.readonly_paths) readonly.push_back(p.c_str());
+    readonly.push_back(nullptr);
+    ns = MountNsArgs{mount_ns == MountNamespaceSupport::kUserNamespace, maps->uid_map.c_str(),
+                     maps->gid_map.c_str(), readonly.data()};
+  }
   // Everything the child needs is prepared first: it runs in this process's
   // memory until execve, with only async-signal-safe calls.
   std::vector<char*> argv;
