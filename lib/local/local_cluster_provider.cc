@@ -290,6 +290,8 @@ struct LaunchSpec {
   std::string cwd;
   bool bwrap = false;
   int netns_fd = -1;
+  // process runtime: the FastFile sources the container sees read-only.
+  std::vector<std::string> readonly_paths;
   // Directories made fresh before the run (host paths).
   std::vector<std::string> fresh_dirs;
   // Checkpoints.
@@ -327,6 +329,35 @@ absl::Status MountFastFileViews(LaunchSpec& spec) {
   // After the tree's own bind (mounts apply in order).
   auto at = std::find(spec.argv.begin(), spec.argv.end(), "--unshare-pid");
   spec.argv.insert(at, binds.begin(), binds.end());
+  return absl::OkStatus();
+}
+
+// process: the FastFile views are the same links; the container keeps them
+// and gets a mount namespace of its own in which each link's target (the
+// source folder, or the FUSE view of an s3:// prefix) is bind-mounted on
+// itself read-only, so writes through the link, or through the folder's own
+// path, fail with EROFS, while the host and other containers are untouched.
+// Where this process can make no mount namespace (neither root nor
+// unprivileged user namespaces) the links stay writable views, as documented
+// in kiln/local/local.h.
+absl::Status CollectReadOnlyViews(LaunchSpec& spec) {
+  for (const std::string& ch : spec.config.channels) {
+    const std::string path = absl::StrCat(spec.ml_dir, "/input/data/", ch);
+    struct stat st;
+    if (lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) continue;
+    char target[PATH_MAX];
+    if (realpath(path.c_str(), target) == nullptr) {
+      return internal::ErrnoStatus(errno, "resolve the FastFile view", path);
+    }
+    if (std::find(spec.readonly_paths.begin(), spec.readonly_paths.end(), target) ==
+        spec.readonly_paths.end()) {
+      spec.readonly_paths.push_back(target);
+    }
+  }
+  if (!spec.readonly_paths.empty() &&
+      internal::GetMountNamespaceSupport() == internal::MountNamespaceSupport::kNone) {
+    spec.readonly_paths.clear();
+  }
   return absl::OkStatus();
 }
 
@@ -970,7 +1001,7 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
   for (const std::string& ch : spec.config.channels) {
     if (status.ok()) status = internal::MakeDirs(absl::StrCat(spec.ml_dir, "/input/data/", ch));
   }
-  if (status.ok() && spec.bwrap) status = MountFastFileViews(spec);
+  if (status.ok()) status = spec.bwrap ? MountFastFileViews(spec) : CollectReadOnlyViews(spec);
   std::unique_ptr<CheckpointSync> sync;
   if (status.ok() && spec.checkpoint_store != nullptr) {
     sync = std::make_unique<CheckpointSync>(*spec.checkpoint_store, spec.checkpoint_uri,
@@ -1029,6 +1060,7 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
     ss.output_fd = out[1];
     ss.info_fd = info[1];
     ss.netns_fd = spec.netns_fd;
+    ss.readonly_paths = spec.readonly_paths;
     absl::StatusOr<pid_t> spawned = internal::Spawn(ss);
     close_fd(out[1]);
     close_fd(info[1]);

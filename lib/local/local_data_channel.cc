@@ -7,24 +7,30 @@
 //   outcome.
 // - FastFile: for file:// sources the channel directory becomes a symbolic
 //   link to the source folder, made in O(1) whatever the dataset's size; the
-//   bytes are read from the source when the container reads them. Under the
-//   bwrap runtime the provider replaces the link by a read-only bind mount of
-//   the folder (local_cluster_provider.cc), so the view is read-only. Under
-//   the process runtime it stays a link: that runtime is no sandbox (the
-//   process runs with Kiln's own rights and can reach the source by its real
-//   path anyway), so no view Kiln could build without privileges would stop
-//   a write; a link adds no right the process lacks, costs one syscall, and
-//   reads go straight to the source's page cache. A per-file link tree would
-//   cost O(files) at start, and a FUSE view a daemon per channel, for no
-//   protection the process runtime could keep. Other schemes (s3://) have no
-//   folder to show: the task lists the prefix once and mounts a FUSE view of
-//   the listing (internal/fuse_view.h) under <state_dir>/fastfile, whose
-//   reads fetch ranges on demand; the channel directory links to it, exactly
-//   as to a file:// folder, so the bwrap runtime bind-mounts it read-only the
-//   same way. One view serves every instance of the delivery (they share this
-//   host). EndJob takes the job's views and unmounts them on a task thread
-//   (a read in flight may wait on the network); the destructor unmounts what
-//   is left.
+//   bytes are read from the source when the container reads them. The link
+//   alone would be writable: read-only comes from the provider
+//   (local_cluster_provider.cc). Under bwrap the link is replaced, inside the
+//   sandbox, by a read-only bind mount of the folder. Under the process
+//   runtime the container is spawned into a mount namespace of its own
+//   (CLONE_NEWNS as root, else a user namespace mapping only Kiln's own ids,
+//   where the kernel allows unprivileged ones) in which the link's target is
+//   bind-mounted on itself read-only: writes through the link, or through the
+//   folder's own path, fail with EROFS for that container only. The
+//   namespace and binds are paid only by jobs with FastFile channels
+//   (bench/spawn_bench measures them against a plain spawn). Where neither namespace can be made, the process runtime keeps
+//   the bare link (documented in kiln/local/local.h). A per-file link tree
+//   would cost O(files) at start, and a FUSE view of a local folder a daemon
+//   per channel and a copy through user space per read. Other schemes
+//   (s3://) have no folder to show: the task lists the prefix once and
+//   mounts a FUSE view of the listing (internal/fuse_view.h) under
+//   <state_dir>/fastfile, whose reads fetch ranges on demand; the channel directory links to it, exactly
+//   as to a file:// folder, so both runtimes make it read-only the same way
+//   (the view refuses writes itself too). One view serves every instance of
+//   the delivery (they share this host). EndJob takes the job's views and
+//   unmounts them on a task thread (a read in flight may wait on the
+//   network); the destructor unmounts what is left. A process that crashed
+//   leaves dead mounts there: the constructor detaches and removes those of
+//   processes that are gone (CleanStaleViews).
 // - Pipe: Deliver lists the source and makes every instance's FIFO
 //   <channel>_0, then reports the channel ready; one writer thread per
 //   instance then streams epoch after epoch (pipe_stream.h): objects in the
@@ -32,7 +38,14 @@
 //   else read through the ObjectStore, gunzipped, RecordIO-framed. When the
 //   reader has read the epoch to the end (or closed it early) the next FIFO
 //   appears and the old one is removed. EndJob (or the channel's
-//   destruction) stops the writers at once, wherever they wait.
+//   destruction) stops the writers at once, wherever they wait. An
+//   AugmentedManifestFile channel streams lines instead of objects: Deliver
+//   reads and checks the whole JSON Lines manifest (every line an object
+//   holding every AttributeNames attribute), and each line streams its
+//   attributes in that order, a "-ref" attribute as the bytes of the object
+//   it names, any other as its value, one RecordIO record each when the
+//   channel wraps; lines are what ShuffleConfig and ShardedByS3Key order and
+//   split.
 //
 // Deliver runs on the loop thread and only starts tasks; every completion is
 // posted back (unless the channel object is gone by then).
@@ -78,11 +91,25 @@ struct CopyItem {
   std::string data_root;   // the instance's input/data, which must still exist
 };
 
+// One attribute of an augmented manifest line, as streamed.
+struct ManifestPart {
+  std::string attribute;
+  bool ref = false;   // true: `value` is an object URI whose bytes are streamed
+  std::string value;  // else the bytes themselves
+};
+
+// What a channel delivers, in order: objects (S3Prefix, ManifestFile), or the
+// lines of an augmented manifest (then `uri` is the manifest's, `line` the
+// line's number from 1, and `parts` what it streams).
 struct Source {
   std::string uri;
-  std::string rel;     // path below the channel directory
+  std::string rel;     // path below the channel directory (objects only)
   int64_t size = -1;   // the listing's (S3Prefix), else unknown
+  int64_t line = 0;    // > 0: an augmented manifest line
+  std::vector<ManifestPart> parts;
 };
+
+constexpr std::string_view kAugmentedManifest = "AugmentedManifestFile";
 
 // The FastFile FUSE views of one job's deliveries. EndJob marks it ended and
 // takes the views; a mount finishing after that unmounts at once.
@@ -173,6 +200,11 @@ class LocalDataChannel final : public DataChannel {
   LocalDataChannel(EventLoop& loop, ObjectStores& stores, LocalDataChannelOptions options)
       : loop_(loop), stores_(stores), options_(std::move(options)) {
     if (options_.copy_threads < 1) options_.copy_threads = 1;
+    // FUSE views a crashed process left behind (their server gone: any
+    // access fails with "Transport endpoint is not connected").
+    if (!options_.state_dir.empty()) {
+      internal::CleanStaleViews(absl::StrCat(options_.state_dir, "/fastfile"));
+    }
   }
 
   ~LocalDataChannel() override {
@@ -224,6 +256,11 @@ class LocalDataChannel final : public DataChannel {
 
  private:
   absl::StatusOr<std::vector<Source>> ListSources(const v1::Channel& channel);
+  // The lines of an AugmentedManifestFile channel, in the manifest's order,
+  // each with the attributes it streams. Errors name the channel, the line
+  // and the attribute.
+  absl::StatusOr<std::vector<Source>> ListAugmentedManifest(const v1::Channel& channel,
+                                                            ObjectStore& store);
   absl::Status Copy(const v1::Channel& channel, const std::vector<std::string>& data_roots,
                     const std::atomic<bool>& cancelled);
   absl::Status MakeViews(const v1::Channel& channel, const std::vector<std::string>& data_roots,
@@ -243,7 +280,12 @@ class LocalDataChannel final : public DataChannel {
                std::shared_ptr<StopSignal> stop);
   // Streams one object into the FIFO. Errors name neither channel nor object.
   absl::StatusOr<FifoWriter::Result> StreamObject(FifoWriter& writer, const PipeSpec& spec,
-                                                  const Source& source);
+                                                  const std::string& uri);
+  // Streams one augmented manifest line: its attributes in AttributeNames
+  // order, each one RecordIO record when the channel wraps. Errors name the
+  // attribute (and the object of a -ref).
+  absl::StatusOr<FifoWriter::Result> StreamLine(FifoWriter& writer, const PipeSpec& spec,
+                                                const Source& line);
   void ReportFailure(const PipeSpec& spec, absl::Status status);
 
   // Runs `work` on a task thread and posts its status to `done`.
@@ -367,6 +409,9 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
                         absl::StrCat("channel '", name, "': ", store.status().message()));
   }
   std::vector<Source> sources;
+  if (s3.s3_data_type() == kAugmentedManifest) {
+    return ListAugmentedManifest(channel, **store);
+  }
   if (s3.s3_data_type() == "S3Prefix") {
     absl::StatusOr<std::vector<ObjectInfo>> objects = (*store)->List(uri);
     if (!objects.ok()) {
@@ -379,7 +424,11 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
     const size_t base = uri.rfind('/') + 1;
     for (const ObjectInfo& o : *objects) {
       if (o.uri.size() <= base || o.uri.back() == '/') continue;  // folder markers
-      sources.push_back(Source{o.uri, o.uri.substr(base), o.size});
+      Source source;
+      source.uri = o.uri;
+      source.rel = o.uri.substr(base);
+      source.size = o.size;
+      sources.push_back(std::move(source));
     }
     if (sources.empty()) return absl::NotFoundError(NoObjectsMessage(name, uri));
   } else if (s3.s3_data_type() == "ManifestFile") {
@@ -406,8 +455,10 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
         return absl::InvalidArgumentError(absl::StrCat(
             "channel '", name, "': manifest ", uri, ": element ", i, " is not a string key"));
       }
-      sources.push_back(Source{absl::StrCat(prefix->string_value(), key.string_value()),
-                               key.string_value(), -1});
+      Source source;
+      source.uri = absl::StrCat(prefix->string_value(), key.string_value());
+      source.rel = key.string_value();
+      sources.push_back(std::move(source));
     }
   } else {
     return absl::UnimplementedError(absl::StrCat("channel '", name, "': S3DataType ",
@@ -426,6 +477,92 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
   return sources;
 }
 
+// The JSON Lines manifest: each line one object; AttributeNames picks the
+// attributes to stream, in that order (others are ignored). An attribute
+// whose name ends in "-ref" holds the URI of an object whose bytes are
+// streamed; any other streams its value: a string's characters, any other
+// value its compact JSON text.
+absl::StatusOr<std::vector<Source>> LocalDataChannel::ListAugmentedManifest(
+    const v1::Channel& channel, ObjectStore& store) {
+  const std::string& name = channel.channel_name();
+  const auto& s3 = channel.data_source().s3_data_source();
+  const std::string& uri = s3.s3_uri();
+  if (s3.attribute_names_size() == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "channel '", name, "': S3DataType AugmentedManifestFile needs AttributeNames (the "
+        "attributes of each line to stream, in order)"));
+  }
+  absl::StatusOr<std::string> text = store.Get(uri);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(),
+                        absl::StrCat("channel '", name, "': reading augmented manifest ", uri,
+                                     ": ", text.status().message()));
+  }
+  std::vector<Source> lines;
+  int64_t number = 0;
+  size_t pos = 0;
+  while (pos < text->size()) {
+    size_t end = text->find('\n', pos);
+    if (end == std::string::npos) end = text->size();
+    std::string_view line = std::string_view(*text).substr(pos, end - pos);
+    pos = end + 1;
+    ++number;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.find_first_not_of(" \t") == std::string_view::npos) continue;  // blank
+    auto where = [&] {
+      return absl::StrCat("channel '", name, "': augmented manifest ", uri, " line ", number);
+    };
+    absl::StatusOr<kiln::internal::JsonValue> doc = kiln::internal::ParseJsonValue(line);
+    if (!doc.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where(), " is not valid JSON (", doc.status().message(), ")"));
+    }
+    if (!doc->is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where(), " must be a JSON object, not ",
+          internal::Av(kiln::internal::JsonKindName(doc->kind()))));
+    }
+    Source source;
+    source.uri = uri;
+    source.line = number;
+    for (const std::string& attribute : s3.attribute_names()) {
+      const kiln::internal::JsonValue* value = doc->Find(attribute);
+      if (value == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where(), " has no attribute '", attribute, "' (AttributeNames)"));
+      }
+      ManifestPart part;
+      part.attribute = attribute;
+      part.ref = absl::EndsWith(attribute, "-ref");
+      if (part.ref) {
+        if (!value->is_string()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where(), ": attribute '", attribute, "' must be a string holding an object URI, not ",
+              internal::Av(kiln::internal::JsonKindName(value->kind()))));
+        }
+        absl::StatusOr<ObjectStore*> ref_store = stores_.For(value->string_value());
+        if (!ref_store.ok()) {
+          return absl::Status(ref_store.status().code(),
+                              absl::StrCat(where(), ": attribute '", attribute, "': ",
+                                           ref_store.status().message()));
+        }
+        part.value = value->string_value();
+      } else if (value->is_string()) {
+        part.value = value->string_value();
+      } else {
+        part.value = kiln::internal::WriteJson(*value);
+      }
+      source.parts.push_back(std::move(part));
+    }
+    lines.push_back(std::move(source));
+  }
+  if (lines.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("channel '", name, "': augmented manifest ", uri, " holds no JSON lines"));
+  }
+  return lines;
+}
+
 // ---------------------------------------------------------------------------
 // File
 
@@ -433,6 +570,11 @@ absl::Status LocalDataChannel::Copy(const v1::Channel& channel,
                                     const std::vector<std::string>& data_roots,
                                     const std::atomic<bool>& cancelled) {
   const std::string& name = channel.channel_name();
+  if (channel.data_source().s3_data_source().s3_data_type() == kAugmentedManifest) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "channel '", name, "': S3DataType AugmentedManifestFile is streamed in Pipe input mode "
+        "only"));
+  }
   absl::StatusOr<std::vector<Source>> sources = ListSources(channel);
   if (!sources.ok()) return sources.status();
   const bool sharded =
@@ -645,9 +787,9 @@ void LocalDataChannel::ReportFailure(const PipeSpec& spec, absl::Status status) 
 
 absl::StatusOr<FifoWriter::Result> LocalDataChannel::StreamObject(FifoWriter& writer,
                                                                   const PipeSpec& spec,
-                                                                  const Source& source) {
+                                                                  const std::string& uri) {
   if (!spec.gzip && !spec.recordio) {
-    const std::string path = LocalPathOf(source.uri);
+    const std::string path = LocalPathOf(uri);
     if (!path.empty()) {
       // file://: the page cache's pages straight into the pipe.
       int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -663,7 +805,7 @@ absl::StatusOr<FifoWriter::Result> LocalDataChannel::StreamObject(FifoWriter& wr
       return r;
     }
   }
-  absl::StatusOr<ObjectStore*> store = stores_.For(source.uri);
+  absl::StatusOr<ObjectStore*> store = stores_.For(uri);
   if (!store.ok()) return store.status();
   FifoWriter::Result stopped_with = FifoWriter::Result::kOk;
   absl::Status write_error;
@@ -690,7 +832,7 @@ absl::StatusOr<FifoWriter::Result> LocalDataChannel::StreamObject(FifoWriter& wr
     return absl::OkStatus();
   };
   internal::Inflater inflater;
-  absl::Status s = (*store)->Read(source.uri, [&](std::string_view chunk) -> absl::Status {
+  absl::Status s = (*store)->Read(uri, [&](std::string_view chunk) -> absl::Status {
     return spec.gzip ? inflater.Feed(chunk, emit) : emit(chunk);
   });
   if (!write_error.ok()) return write_error;
@@ -708,6 +850,38 @@ absl::StatusOr<FifoWriter::Result> LocalDataChannel::StreamObject(FifoWriter& wr
     return writer.Write(framed);
   }
   return FifoWriter::Result::kOk;
+}
+
+absl::StatusOr<FifoWriter::Result> LocalDataChannel::StreamLine(FifoWriter& writer,
+                                                                const PipeSpec& spec,
+                                                                const Source& line) {
+  using R = FifoWriter::Result;
+  std::string framed;
+  for (const ManifestPart& part : line.parts) {
+    absl::StatusOr<R> r;
+    if (part.ref) {
+      r = StreamObject(writer, spec, part.value);
+      if (!r.ok()) {
+        const absl::Status& e = r.status();
+        return absl::Status(e.code(), absl::StrCat("attribute '", part.attribute, "': object '",
+                                                   part.value, "'",
+                                                   absl::IsNotFound(e) ? " does not exist" : "",
+                                                   ": ", e.message()));
+      }
+    } else if (spec.recordio) {
+      framed.clear();
+      absl::Status s = internal::AppendRecordIO(part.value, &framed);
+      if (!s.ok()) {
+        return absl::Status(s.code(),
+                            absl::StrCat("attribute '", part.attribute, "': ", s.message()));
+      }
+      r = writer.Write(framed);
+    } else {
+      r = writer.Write(part.value);
+    }
+    if (!r.ok() || *r != R::kOk) return r;
+  }
+  return R::kOk;
 }
 
 void LocalDataChannel::RunPipe(std::shared_ptr<const PipeSpec> spec, size_t instance,
@@ -745,14 +919,18 @@ void LocalDataChannel::RunPipe(std::shared_ptr<const PipeSpec> spec, size_t inst
     for (size_t j : internal::EpochOrder(s.sources.size(), s.has_seed, s.seed, epoch, s.sharded,
                                          instance, s.data_roots.size())) {
       const Source& source = s.sources[j];
-      r = StreamObject(writer, s, source);
+      r = source.line > 0 ? StreamLine(writer, s, source) : StreamObject(writer, s, source.uri);
       if (!r.ok()) {
         const absl::Status& e = r.status();
-        ReportFailure(s, absl::Status(e.code(), absl::StrCat(
-                                                    "channel '", s.channel, "': object '",
-                                                    source.uri, "'",
-                                                    absl::IsNotFound(e) ? " disappeared during the stream" : "",
-                                                    " (epoch ", epoch, "): ", e.message())));
+        ReportFailure(
+            s, absl::Status(
+                   e.code(),
+                   source.line > 0
+                       ? absl::StrCat("channel '", s.channel, "': augmented manifest ", source.uri,
+                                      " line ", source.line, " (epoch ", epoch, "): ", e.message())
+                       : absl::StrCat("channel '", s.channel, "': object '", source.uri, "'",
+                                      absl::IsNotFound(e) ? " disappeared during the stream" : "",
+                                      " (epoch ", epoch, "): ", e.message())));
         writer.Close();
         remove_fifo(fifo);
         return;

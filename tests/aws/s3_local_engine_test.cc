@@ -316,6 +316,43 @@ TEST_F(S3LocalEngineTest, FastFileChannelUnderBwrapIsTheSameView) {
   RunFastFileJob("s3-fastfile-bwrap");
 }
 
+TEST_F(S3LocalEngineTest, PipeJobStreamsAnAugmentedManifestFromS3) {
+  // Two objects and a manifest naming them, seeded with the aws CLI.
+  WriteFile(tmp_.path() + "/seed/img/1.bin", "ONE");
+  WriteFile(tmp_.path() + "/seed/img/2.bin", "TWO");
+  WriteFile(tmp_.path() + "/seed/train.manifest",
+            "{\"label\": \"b\", \"image-ref\": \"s3://kiln-train/img/2.bin\"}\n"
+            "{\"image-ref\": \"s3://kiln-train/img/1.bin\", \"label\": 7, \"x\": 0}\n");
+  std::string out;
+  ASSERT_EQ(moto_.Aws(key_, {"s3", "cp", "--quiet", "--recursive", tmp_.path() + "/seed",
+                             "s3://kiln-train/"},
+                      &out),
+            0)
+      << out;
+  v1::CreateTrainingJobRequest r = Request(
+      "s3-augmented", "cat \"$SAGEMAKER_BASE_DIR/input/data/train_0\" > \"$SM_MODEL_DIR/stream\"\n");
+  r.mutable_algorithm_specification()->set_training_input_mode("Pipe");
+  auto* s3 = r.mutable_input_data_config(0)->mutable_data_source()->mutable_s3_data_source();
+  s3->set_s3_data_type("AugmentedManifestFile");
+  s3->set_s3_uri("s3://kiln-train/train.manifest");
+  s3->add_attribute_names("image-ref");
+  s3->add_attribute_names("label");
+  ASSERT_TRUE(CheckS3InputChannels(r, stores_).ok());
+  ASSERT_TRUE(engine_->CreateTrainingJob(r).ok());
+  ASSERT_TRUE(WaitEnded("s3-augmented"));
+  v1::DescribeTrainingJobResponse d = Describe("s3-augmented");
+  ASSERT_EQ(d.training_job_status(), "Completed") << d.failure_reason();
+  ASSERT_EQ(moto_.Aws(key_, {"s3", "cp", "--quiet", d.model_artifacts().s3_model_artifacts(),
+                             tmp_.path() + "/model.tar.gz"},
+                      &out),
+            0)
+      << out;
+  auto model = local::internal::ReadArchive(tmp_.path() + "/model.tar.gz");
+  ASSERT_TRUE(model.ok()) << model.status();
+  // The manifest's order, AttributeNames' order, no wrapping.
+  EXPECT_EQ(model->files["stream"], "TWObONE7");
+}
+
 TEST_F(S3LocalEngineTest, AnEmptyS3PrefixIsRefusedBeforeTheJobAndFailsTheDownloadIfSubmitted) {
   v1::CreateTrainingJobRequest r = Request("s3-empty", "echo never\n");
   r.mutable_input_data_config(0)->mutable_data_source()->mutable_s3_data_source()->set_s3_uri(

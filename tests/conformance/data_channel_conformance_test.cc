@@ -334,6 +334,28 @@ TEST_P(DataChannelConformanceTest, KeysThatEscapeTheChannelDirectoryAreRefused) 
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
 }
 
+TEST_P(DataChannelConformanceTest, AugmentedManifestStreamsTheNamedAttributesInLineOrder) {
+  if (!h_->delivers_bytes() || h_->mode() != "Pipe") {
+    GTEST_SKIP() << "augmented manifests are streamed in Pipe mode";
+  }
+  const std::string uri = h_->WriteSource("aug", {{"a", "alpha\n"}, {"b", "beta\n"}});
+  // Lines in the manifest's order (not the objects'), attributes in
+  // AttributeNames order (not the line's); "note" is not asked for.
+  const std::string manifest = h_->WriteSource(
+      "aug-manifest",
+      {{"train.manifest",
+        absl::StrCat("{\"label\": \"second\\n\", \"doc-ref\": \"", uri, "b\", \"note\": 1}\n",
+                     "{\"doc-ref\": \"", uri, "a\", \"label\": \"first\\n\"}\n")}});
+  v1::Channel c = Channel("aug", manifest + "train.manifest", "FullyReplicated", "AugmentedManifestFile");
+  c.mutable_data_source()->mutable_s3_data_source()->add_attribute_names("doc-ref");
+  c.mutable_data_source()->mutable_s3_data_source()->add_attribute_names("label");
+  absl::Status s = Deliver(c);
+  ASSERT_TRUE(s.ok()) << s;
+  for (size_t i = 0; i < h_->instances.size(); ++i) {
+    EXPECT_THAT(h_->Read(i, "aug"), ElementsAre("beta", "second", "alpha", "first")) << "instance " << i;
+  }
+}
+
 TEST_P(DataChannelConformanceTest, CheckChannelAcceptsAPrefixWithObjects) {
   const std::string uri = h_->WriteSource("check", {{"a", "alpha\n"}});
   EXPECT_TRUE(h_->channel().CheckChannel(Channel("check", uri), h_->mode()).ok());

@@ -1,6 +1,10 @@
 // LocalDataChannel on a real-time loop, with file:// sources, against
 // instance trees laid out as the local provider lays them out.
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -593,6 +597,215 @@ TEST_F(LocalDataChannelTest, PipeOfAnEmptyPrefixFailsTheDelivery) {
   absl::Status s = Deliver(Channel("e", "S3Prefix", "file://" + src_ + "/none/"), "Pipe");
   EXPECT_TRUE(absl::IsNotFound(s)) << s;
   EXPECT_FALSE(internal::Exists(Fifo("algo-1", "e", 0)));
+}
+
+// ---------------------------------------------------------------------------
+// AugmentedManifestFile (Pipe)
+
+v1::Channel Augmented(const std::string& name, const std::string& uri,
+                      std::vector<std::string> attributes) {
+  v1::Channel c;
+  c.set_channel_name(name);
+  auto* s3 = c.mutable_data_source()->mutable_s3_data_source();
+  s3->set_s3_data_type("AugmentedManifestFile");
+  s3->set_s3_uri(uri);
+  for (std::string& a : attributes) s3->add_attribute_names(std::move(a));
+  return c;
+}
+
+TEST_F(LocalDataChannelTest, AugmentedManifestStreamsEachAttributeAsOneRecord) {
+  const std::string img1("\x89PNG\x0a\x23\xd7\xce-one", 12);  // holds the RecordIO magic
+  WriteFile(src_ + "/img/1.png", img1);
+  WriteFile(src_ + "/img/2.png", "two");
+  // Attributes in any order in the line, unlisted ones ignored, a blank line
+  // and a CRLF line end tolerated; the manifest's order, not the keys'.
+  WriteFile(src_ + "/train.manifest",
+            absl::StrCat("{\"is-a-cat\": 1, \"source-ref\": \"file://", src_,
+                         "/img/2.png\", \"note\": \"x\"}\r\n\n",
+                         "{\"source-ref\": \"file://", src_, "/img/1.png\", \"is-a-cat\": 0}\n"));
+  v1::Channel c = Augmented("am", "file://" + src_ + "/train.manifest", {"source-ref", "is-a-cat"});
+  c.set_record_wrapper_type("RecordIO");
+  ASSERT_TRUE(Deliver(c, "Pipe").ok());
+  for (const Instance& i : cluster_.instances) {
+    for (int epoch = 0; epoch < 2; ++epoch) {
+      std::string error;
+      EXPECT_THAT(ParseRecordIO(ReadFifo(Fifo(i.host_name, "am", epoch)), &error),
+                  ElementsAre("two", "1", img1, "0"))
+          << i.host_name << " epoch " << epoch;
+      EXPECT_EQ(error, "");
+    }
+  }
+  EXPECT_THAT(listener_.failures, ElementsAre());
+}
+
+TEST_F(LocalDataChannelTest, AugmentedManifestWithoutRecordIOStreamsTheBytesBackToBack) {
+  WriteFile(src_ + "/o/a", "AAA");
+  WriteFile(src_ + "/o/b.gz.src", "BBB");
+  ASSERT_EQ(std::system(absl::StrCat("gzip -c ", src_, "/o/b.gz.src > ", src_, "/o/b.gz").c_str()), 0);
+  ASSERT_EQ(std::system(absl::StrCat("gzip -c ", src_, "/o/a > ", src_, "/o/a.gz").c_str()), 0);
+  // Strings stream their characters, other values their compact JSON.
+  WriteFile(src_ + "/m.jsonl",
+            absl::StrCat("{\"line\": \"Call me Ishmael\", \"book\": {\"t\": [1, 2.50]}, \"data-ref\": \"file://",
+                         src_, "/o/a.gz\"}\n",
+                         "{\"data-ref\": \"file://", src_, "/o/b.gz\", \"book\": null, \"line\": \"\\u00e9\"}\n"));
+  v1::Channel c = Augmented("plain", "file://" + src_ + "/m.jsonl", {"line", "data-ref", "book"});
+  c.set_compression_type("Gzip");  // applies to the objects a -ref names
+  ASSERT_TRUE(Deliver(c, "Pipe").ok());
+  EXPECT_EQ(ReadFifo(Fifo("algo-2", "plain", 0)),
+            "Call me IshmaelAAA{\"t\":[1,2.50]}\xc3\xa9" "BBBnull");
+}
+
+TEST_F(LocalDataChannelTest, AugmentedManifestShardsAndShufflesLines) {
+  std::string manifest;
+  std::vector<std::string> all;
+  for (int k = 0; k < 9; ++k) {
+    absl::StrAppend(&manifest, "{\"id\": \"line-", k, ";\"}\n");
+    all.push_back(absl::StrCat("line-", k));
+  }
+  WriteFile(src_ + "/ids.manifest", manifest);
+  v1::Channel c = Augmented("ids", "file://" + src_ + "/ids.manifest", {"id"});
+  c.mutable_data_source()->mutable_s3_data_source()->set_s3_data_distribution_type("ShardedByS3Key");
+  c.mutable_shuffle_config()->set_seed(7);
+  ASSERT_TRUE(Deliver(c, "Pipe").ok());
+  std::vector<std::string> seen;
+  for (const Instance& i : cluster_.instances) {
+    std::vector<std::string> share =
+        absl::StrSplit(ReadFifo(Fifo(i.host_name, "ids", 0)), ';', absl::SkipEmpty());
+    EXPECT_EQ(share.size(), 3u) << i.host_name;
+    seen.insert(seen.end(), share.begin(), share.end());
+  }
+  EXPECT_NE(seen, all);  // shuffled (seed 7 does not give the identity)
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, all);  // every line exactly once
+}
+
+TEST_F(LocalDataChannelTest, AugmentedManifestErrorsNameChannelLineAndAttribute) {
+  const std::string uri = "file://" + src_ + "/bad.manifest";
+  WriteFile(src_ + "/bad.manifest", "{\"a\": 1, \"b\": 2}\n{\"a\": 3}\n");
+  absl::Status s = Deliver(Augmented("bad", uri, {"a", "b"}), "Pipe");
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("channel 'bad': augmented manifest ", uri,
+                                                  " line 2 has no attribute 'b'")));
+
+  WriteFile(src_ + "/bad.manifest", "{\"a\": 1}\n\n{\"a\": 2,}\n");
+  s = Deliver(Augmented("bad", uri, {"a"}), "Pipe");
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr(" line 3 is not valid JSON"));
+
+  WriteFile(src_ + "/bad.manifest", "[1]\n");
+  s = Deliver(Augmented("bad", uri, {"a"}), "Pipe");
+  EXPECT_THAT(s.message(), HasSubstr(" line 1 must be a JSON object, not array"));
+
+  WriteFile(src_ + "/bad.manifest", "{\"x-ref\": 5}\n");
+  s = Deliver(Augmented("bad", uri, {"x-ref"}), "Pipe");
+  EXPECT_THAT(s.message(), HasSubstr(" line 1: attribute 'x-ref' must be a string"));
+
+  s = Deliver(Augmented("bad", uri, {}), "Pipe");
+  EXPECT_THAT(s.message(), HasSubstr("channel 'bad': S3DataType AugmentedManifestFile needs AttributeNames"));
+
+  s = Deliver(Augmented("bad", "file://" + src_ + "/missing.manifest", {"a"}), "Pipe");
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("channel 'bad': reading augmented manifest"));
+
+  s = Deliver(Augmented("bad", uri, {"x-ref"}), "File");
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("Pipe input mode only"));
+  EXPECT_FALSE(internal::Exists(Fifo("algo-1", "bad", 0)));
+}
+
+TEST_F(LocalDataChannelTest, AugmentedManifestRefToAMissingObjectFailsTheJobNamingIt) {
+  WriteFile(src_ + "/o/here", "here");
+  WriteFile(src_ + "/r.manifest", absl::StrCat("{\"src-ref\": \"file://", src_, "/o/here\"}\n",
+                                               "{\"src-ref\": \"file://", src_, "/o/nothing\"}\n"));
+  ASSERT_TRUE(Deliver(Augmented("r", "file://" + src_ + "/r.manifest", {"src-ref"}), "Pipe").ok());
+  EXPECT_EQ(ReadFifo(Fifo("algo-1", "r", 0)), "here");
+  ASSERT_TRUE(RunUntil(*loop_, [&] { return !listener_.failures.empty(); }));
+  EXPECT_THAT(listener_.failures[0],
+              HasSubstr(absl::StrCat("data-job#1: channel 'r': augmented manifest file://", src_,
+                                     "/r.manifest line 2 (epoch 0): attribute 'src-ref': object 'file://",
+                                     src_, "/o/nothing' does not exist")));
+}
+
+TEST_F(LocalDataChannelTest, AugmentedManifestInARemoteStoreReadsRefsThroughTheStores) {
+  CountingStore remote;
+  stores_.Register("mem", &remote);
+  ASSERT_TRUE(remote.Put("mem://bucket/x/1.bin", "one").ok());
+  ASSERT_TRUE(remote.Put("mem://bucket/x/2.bin", "two").ok());
+  WriteFile(src_ + "/local.bin", "three");
+  ASSERT_TRUE(remote.Put("mem://bucket/train.manifest",
+                         absl::StrCat("{\"b-ref\": \"mem://bucket/x/1.bin\", \"label\": \"a\"}\n"
+                                      "{\"b-ref\": \"mem://bucket/x/2.bin\", \"label\": \"b\"}\n"
+                                      "{\"b-ref\": \"file://", src_, "/local.bin\", \"label\": \"c\"}\n"))
+                  .ok());
+  v1::Channel c = Augmented("rm", "mem://bucket/train.manifest", {"label", "b-ref"});
+  c.set_record_wrapper_type("RecordIO");
+  ASSERT_TRUE(Deliver(c, "Pipe").ok());
+  std::string error;
+  EXPECT_THAT(ParseRecordIO(ReadFifo(Fifo("algo-3", "rm", 0)), &error),
+              ElementsAre("a", "one", "b", "two", "c", "three"));
+  EXPECT_EQ(error, "");
+  // A -ref whose scheme has no store is refused at Deliver.
+  ASSERT_TRUE(remote.Put("mem://bucket/bad.manifest", "{\"b-ref\": \"gs://b/k\"}\n").ok());
+  absl::Status s = Deliver(Augmented("rm2", "mem://bucket/bad.manifest", {"b-ref"}), "Pipe");
+  EXPECT_FALSE(s.ok());
+  EXPECT_THAT(s.message(), HasSubstr("line 1: attribute 'b-ref': "));
+  channel_.reset();
+  stores_.Register("mem", nullptr);
+}
+
+// ---------------------------------------------------------------------------
+// Clean-up after a crash
+
+#ifndef KILN_FASTFILE_VIEW_HOLDER
+#define KILN_FASTFILE_VIEW_HOLDER "fastfile_view_holder"
+#endif
+
+// Needs FUSE (root and /dev/fuse), like the other FUSE tests.
+TEST_F(LocalDataChannelTest, MountsOfAKilledProcessAreCleanedUpByTheNextChannel) {
+  int out[2];
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+  std::string program = KILN_FASTFILE_VIEW_HOLDER;
+  char* const argv[] = {program.data(), state_dir_.data(), nullptr};
+  pid_t pid = -1;
+  ASSERT_EQ(posix_spawn(&pid, program.c_str(), &actions, nullptr, argv, environ), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  close(out[1]);
+  std::string said;
+  struct pollfd p = {out[0], POLLIN, 0};
+  while (said.find('\n') == std::string::npos && poll(&p, 1, 20000) == 1) {
+    char buf[256];
+    ssize_t n = read(out[0], buf, sizeof(buf));
+    if (n <= 0) break;
+    said.append(buf, static_cast<size_t>(n));
+  }
+  close(out[0]);
+  const std::string fastfile = state_dir_ + "/fastfile";
+  const bool mounted = said == "mounted\n";
+  std::vector<std::string> left = ListDir(fastfile);
+  kill(pid, SIGKILL);
+  int status;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(mounted) << said;
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0].rfind(absl::StrCat(pid, "-"), 0), 0u) << left[0];
+  // What a crash leaves: a mount whose server is gone.
+  struct stat st;
+  EXPECT_EQ(stat((fastfile + "/" + left[0]).c_str(), &st), -1);
+  EXPECT_EQ(errno, ENOTCONN);
+  EXPECT_TRUE(MountedBelow(fastfile));
+  // Also an empty mount point of the dead process, and one of this (live)
+  // process, which must stay.
+  const std::string dead_empty = absl::StrCat(pid, "-77-empty");
+  const std::string mine = absl::StrCat(getpid(), "-77-mine");
+  ASSERT_TRUE(internal::MakeDirs(fastfile + "/" + dead_empty).ok());
+  ASSERT_TRUE(internal::MakeDirs(fastfile + "/" + mine).ok());
+
+  channel_ = NewLocalDataChannel(*loop_, stores_, {.state_dir = state_dir_});
+  EXPECT_FALSE(MountedBelow(fastfile)) << ReadFile("/proc/self/mountinfo");
+  EXPECT_THAT(ListDir(fastfile), ElementsAre(mine));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // CreateTrainingJob to the model in a file:// output path.
 #include <signal.h>
 
+#include <algorithm>
 #include <future>
 #include <memory>
 #include <optional>
@@ -18,6 +19,7 @@
 #include "kiln/object_store.h"
 #include "local/internal/archive.h"
 #include "local/internal/fs.h"
+#include "local/internal/spawn.h"
 #include "local/local_test_util.h"
 
 namespace kiln::local {
@@ -359,6 +361,45 @@ TEST_F(LocalEngineTest, FastFileChannelIsReadOnlyInsideTheBwrapSandbox) {
   EXPECT_TRUE(lines_.HasLine("algo-1", "rows 2")) << ::testing::PrintToString(lines_.lines);
   EXPECT_TRUE(lines_.HasLine("algo-1", "read-only"));
   EXPECT_FALSE(internal::Exists(data_ + "/ff/new"));
+}
+
+
+TEST_F(LocalEngineTest, FastFileChannelIsReadOnlyUnderTheProcessRuntime) {
+  if (internal::GetMountNamespaceSupport() == internal::MountNamespaceSupport::kNone) {
+    GTEST_SKIP() << "this process may create neither mount nor user namespaces: the process "
+                    "runtime's FastFile view stays a writable link here (documented)";
+  }
+  WriteFile(data_ + "/ff/rows.csv", "1\n2\n");
+  // Writes through the channel's link and through the source's own path.
+  AddScript("ff.sh",
+            absl::StrCat("echo \"rows $(wc -l < \"$SAGEMAKER_BASE_DIR/input/data/ff/rows.csv\")\"\n",
+                         testing::Python(), " - <<'EOF'\n"
+                         "import errno, os\n"
+                         "for p in (os.environ['SAGEMAKER_BASE_DIR'] + '/input/data/ff/new', '",
+                         data_, "/ff/new2', '", data_, "/ff/rows.csv'):\n"
+                         "    try:\n"
+                         "        open(p, 'a').write('x')\n"
+                         "        print('wrote', p)\n"
+                         "    except OSError as e:\n"
+                         "        print('write', errno.errorcode[e.errno])\n"
+                         "EOF\n"));
+  v1::CreateTrainingJobRequest r = Request("e2e-ff-process", "ff.sh");
+  r.mutable_algorithm_specification()->set_training_input_mode("FastFile");
+  *r.add_input_data_config() = PrefixChannel("ff", "file://" + data_ + "/ff/");
+  ASSERT_TRUE(engine_->CreateTrainingJob(r).ok());
+  ASSERT_TRUE(WaitEnded("e2e-ff-process"));
+  v1::DescribeTrainingJobResponse d = Describe("e2e-ff-process");
+  EXPECT_EQ(d.training_job_status(), "Completed") << d.failure_reason();
+  EXPECT_TRUE(lines_.HasLine("algo-1", "rows 2")) << ::testing::PrintToString(lines_.lines);
+  EXPECT_EQ(std::count(lines_.lines.begin(), lines_.lines.end(), "algo-1: write EROFS"), 3)
+      << ::testing::PrintToString(lines_.lines);
+  EXPECT_FALSE(internal::Exists(data_ + "/ff/new"));
+  EXPECT_FALSE(internal::Exists(data_ + "/ff/new2"));
+  EXPECT_EQ(ReadFile(data_ + "/ff/rows.csv"), "1\n2\n");
+  // Only the container's view was read-only: the host's folder is not.
+  WriteFile(data_ + "/ff/host-can", "yes");
+  EXPECT_EQ(ReadFile(data_ + "/ff/host-can"), "yes");
+  EXPECT_EQ(ReadFile("/proc/self/mountinfo").find(data_), std::string::npos);
 }
 
 

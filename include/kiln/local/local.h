@@ -73,7 +73,14 @@
 //   /opt/program are rewritten to the instance tree and the program directory,
 //   so jobs written for the container paths run unchanged. Not a sandbox: the
 //   process sees the host as the user running Kiln does, and host names
-//   algo-<k> do not resolve.
+//   algo-<k> do not resolve. One exception keeps FastFile channels
+//   read-only: a job with FastFile channels starts its containers in a mount
+//   namespace of their own (as root; otherwise inside a user namespace that
+//   maps only Kiln's uid and gid to themselves, where the kernel allows
+//   unprivileged ones, so files of other users show as the overflow uid
+//   there) in which each channel's source is bind-mounted on itself
+//   read-only. Where neither can be made, the channel stays a plain link to
+//   the source, which the container can write through.
 // - bwrap: bubblewrap with a read-only host root, a private /tmp, the state
 //   directory hidden, the instance tree bound at /opt/ml (SAGEMAKER_BASE_DIR is
 //   /opt/ml), the program directory bound read-only at /opt/program, its own
@@ -189,12 +196,18 @@ struct LocalDataChannelOptions {
 };
 
 // Returns a local DataChannel on `loop`, reading sources through `stores`;
-// both must outlive it. Thread-safe.
+// both must outlive it. Before it returns, it detaches and removes FastFile
+// mounts that crashed processes left in <state_dir>/fastfile (mounts whose
+// FUSE server is gone, "Transport endpoint is not connected", and empty mount
+// points of processes that no longer exist); live mounts of other processes
+// are left alone. Thread-safe.
 //
 // Sources: S3Prefix (every object whose URI starts with S3Uri; its path below
 // the prefix's directory is its path below the channel) or ManifestFile (a
 // JSON array whose first element is {"prefix": URI} and whose other elements
-// are keys relative to it). Objects are taken in URI order; with
+// are keys relative to it), or AugmentedManifestFile (Pipe mode only; see
+// Pipe below). Objects are taken in URI order, augmented manifest lines in
+// the manifest's order; with
 // ShuffleConfig.Seed that order is shuffled (per epoch in Pipe mode, the same
 // for the same seed and epoch everywhere). ShardedByS3Key gives instance i of
 // n the positions i, i+n, ... of that order (disjoint shares, together every
@@ -207,9 +220,11 @@ struct LocalDataChannelOptions {
 // - FastFile (S3Prefix, FullyReplicated): the channel directory becomes a
 //   read-only view of the source at once; no byte is copied before training.
 //   file:// naming a folder: a symbolic link to it, which the bwrap runtime
-//   turns into a read-only bind mount (writes fail with EROFS); the process
-//   runtime, which is no sandbox, keeps the link (the process could reach the
-//   folder by its own path anyway). Any other scheme (s3://): Deliver lists
+//   turns into a read-only bind mount (writes fail with EROFS); under the
+//   process runtime the container sees the folder bind-mounted on itself
+//   read-only in a mount namespace of its own, so writes through the link or
+//   the folder's own path fail with EROFS (where this process can make no
+//   mount namespace, the link stays writable: see Runtimes). Any other scheme (s3://): Deliver lists
 //   the prefix once and mounts a read-only FUSE file system of that listing
 //   at <state_dir>/fastfile/..., shared by the job's instances on this host;
 //   the channel directory is a link to it (a read-only bind mount of it under
@@ -236,12 +251,28 @@ struct LocalDataChannelOptions {
 //   while framed. A failure after Deliver (an object that vanished, corrupt
 //   gzip) goes to the DataChannelListener naming channel and object, and that
 //   instance's stream stops.
+//   AugmentedManifestFile: S3Uri names a JSON Lines manifest (one JSON object
+//   a line; blank lines skipped), read and checked whole by Deliver. Each
+//   line streams the attributes AttributeNames lists, in that order (other
+//   attributes are ignored): an attribute whose name ends in "-ref" holds an
+//   object URI (any store of `stores`) whose bytes are streamed (gunzipped
+//   with CompressionType Gzip), any other streams its value (a string's
+//   characters, any other value its compact JSON text). With RecordIO each
+//   attribute is one record; without, the bytes follow each other with
+//   nothing between them, as the service sends them. ShuffleConfig and
+//   ShardedByS3Key order and split lines. Deliver refuses (InvalidArgument
+//   naming the channel, the line and the attribute) a line that is not a
+//   JSON object, a missing attribute, a "-ref" that is not a string, and
+//   no AttributeNames; a "-ref" object that does not exist fails the stream
+//   when reached (NotFound to the listener, naming channel, line, attribute
+//   and object).
 //
 // Errors of Deliver: a key that would land outside the channel's directory
 // ("..", absolute) is InvalidArgument; a prefix with no objects is NotFound
 // ("No S3 objects found under S3 URL ..."); an object that disappears during
-// the copy is NotFound naming channel and object; AugmentedManifestFile and
-// sources other than S3DataSource are Unimplemented. CheckChannel refuses (as
+// the copy is NotFound naming channel and object; AugmentedManifestFile in
+// File or FastFile mode is InvalidArgument; sources other than S3DataSource
+// are Unimplemented. CheckChannel refuses (as
 // InvalidArgument, at CreateTrainingJob) a file:// S3Prefix without objects,
 // looking no further than the first object it finds. EndJob stops the job's
 // Pipe writers wherever they wait (for a reader, on a full pipe) and

@@ -4,9 +4,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <dirent.h>
 #include <poll.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/eventfd.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
@@ -439,6 +445,63 @@ absl::StatusOr<std::unique_ptr<FuseView>> FuseView::Mount(ObjectStore& store,
   if (s.ok()) s = view->Start();
   if (!s.ok()) return s;
   return view;
+}
+
+namespace {
+
+// Detaches the mount at `path`: umount2 where this process may, else
+// fusermount3 (the FUSE helper that lets an unprivileged owner unmount).
+bool DetachMount(const std::string& path) {
+  if (umount2(path.c_str(), MNT_DETACH | UMOUNT_NOFOLLOW) == 0) return true;
+  if (errno != EPERM) return false;
+  char* const argv[] = {const_cast<char*>("fusermount3"), const_cast<char*>("-u"),
+                        const_cast<char*>("-z"), const_cast<char*>(path.c_str()), nullptr};
+  pid_t pid;
+  if (posix_spawnp(&pid, "fusermount3", nullptr, nullptr, argv, environ) != 0) return false;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+}  // namespace
+
+StaleViewCleanup CleanStaleViews(const std::string& dir) {
+  StaleViewCleanup done;
+  struct stat dir_st;
+  if (stat(dir.c_str(), &dir_st) != 0 || !S_ISDIR(dir_st.st_mode)) return done;
+  std::vector<std::string> names;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (struct dirent* e = readdir(d)) {
+      const std::string name = e->d_name;
+      if (name != "." && name != "..") names.push_back(name);
+    }
+    closedir(d);
+  }
+  const pid_t self = getpid();
+  for (const std::string& name : names) {
+    int64_t pid = 0;
+    const size_t dash = name.find('-');
+    if (dash == std::string::npos ||
+        !absl::SimpleAtoi(absl::string_view(name.data(), dash), &pid) || pid <= 0) {
+      continue;  // not one of ours
+    }
+    if (pid == self) continue;
+    const std::string path = absl::StrCat(dir, "/", name);
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+      if (errno != ENOTCONN && errno != ECONNABORTED) continue;
+      // The server is gone: a crashed process's mount.
+      if (!DetachMount(path)) continue;
+      ++done.unmounted;
+      if (rmdir(path.c_str()) == 0) ++done.removed;
+      continue;
+    }
+    if (!S_ISDIR(st.st_mode) || st.st_dev != dir_st.st_dev) continue;  // a live mount
+    const bool owner_alive = kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+    if (!owner_alive && rmdir(path.c_str()) == 0) ++done.removed;
+  }
+  return done;
 }
 
 }  // namespace kiln::local::internal

@@ -70,6 +70,23 @@ class FuseView {
   virtual FuseViewStats stats() const = 0;
 };
 
+struct StaleViewCleanup {
+  int unmounted = 0;  // dead mounts detached
+  int removed = 0;    // mount points removed (dead mounts and empty leftovers)
+};
+
+// Cleans up what crashed processes left in `dir` (a folder of mount points
+// named "<pid>-<n>-<name>", as LocalDataChannel makes them): a mount whose
+// server is gone (stat fails with ENOTCONN, "Transport endpoint is not
+// connected") is detached lazily (umount2 MNT_DETACH when this process may,
+// else `fusermount3 -u -z`) and its mount point removed; an empty mount
+// point of a process that no longer exists is removed. Mount points of this
+// process and live mounts of other processes are left alone. Best effort: a
+// leftover that cannot be removed stays (the next cleanup tries again); a
+// missing `dir` is nothing to do. Blocks for the unmounts (and the
+// fusermount3 runs, if any). Thread-safe.
+StaleViewCleanup CleanStaleViews(const std::string& dir);
+
 }  // namespace kiln::local::internal
 
 #endif  // KILN_LIB_LOCAL_INTERNAL_FUSE_VIEW_H_

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -13,10 +14,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,7 +55,70 @@ void ResetSignals() {
   sigprocmask(SIG_SETMASK, &none, nullptr);
 }
 
-enum Stage { kStageSetns = 1, kStageDup = 2, kStageChdir = 3, kStageExec = 4 };
+enum Stage {
+  kStageSetns = 1,
+  kStageDup = 2,
+  kStageChdir = 3,
+  kStageExec = 4,
+  kStageUserns = 5,
+  kStagePropagation = 6,
+  // kStageReadOnly + i: readonly_paths[i]
+  kStageReadOnly = 100,
+};
+
+// What a child needs to set up its own mount namespace, all prepared before
+// it starts (the child may only make async-signal-safe calls).
+struct MountNsArgs {
+  bool user_namespace = false;  // write the maps below first
+  const char* uid_map = nullptr;
+  const char* gid_map = nullptr;
+  const char* const* readonly_paths = nullptr;  // null-terminated
+};
+
+// Writes `text` to the file `path`. Async-signal-safe. 0 or an errno.
+int WriteProcFile(const char* path, const char* text) {
+  const int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  const size_t len = strlen(text);
+  const ssize_t n = write(fd, text, len);
+  const int err = n == static_cast<ssize_t>(len) ? 0 : (n < 0 ? errno : EIO);
+  close(fd);
+  return err;
+}
+
+// In a child made with CLONE_NEWNS (and CLONE_NEWUSER when
+// a.user_namespace): maps its ids, stops mount events from leaving the
+// namespace, and binds each path on itself read-only (sub-mounts included).
+// Async-signal-safe. Returns 0, or an errno with the failed stage in *stage.
+int SetUpMountNamespace(const MountNsArgs& a, int* stage) {
+  if (a.user_namespace) {
+    *stage = kStageUserns;
+    int err = WriteProcFile("/proc/self/setgroups", "deny");
+    if (err == 0) err = WriteProcFile("/proc/self/uid_map", a.uid_map);
+    if (err == 0) err = WriteProcFile("/proc/self/gid_map", a.gid_map);
+    if (err != 0) return err;
+  }
+  // Mounts made here stay here; the host's mounts and unmounts still reach
+  // this namespace (a FUSE view unmounted by Kiln goes from here too).
+  *stage = kStagePropagation;
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) return errno;
+  for (int i = 0; a.readonly_paths[i] != nullptr; ++i) {
+    *stage = kStageReadOnly + i;
+    const char* path = a.readonly_paths[i];
+    if (mount(path, path, nullptr, MS_BIND | MS_REC, nullptr) != 0) return errno;
+    struct mount_attr attr;
+    memset(&attr, 0, sizeof(attr));
+    attr.attr_set = MOUNT_ATTR_RDONLY;
+    if (syscall(SYS_mount_setattr, AT_FDCWD, path, AT_RECURSIVE, &attr, sizeof(attr)) != 0) {
+      if (errno != ENOSYS) return errno;
+      // Before Linux 5.12: the bind itself only (sub-mounts keep their flags).
+      if (mount(nullptr, path, nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0) {
+        return errno;
+      }
+    }
+  }
+  return 0;
+}
 
 // What the child needs, all prepared before it starts.
 struct ChildArgs {
@@ -61,6 +127,7 @@ struct ChildArgs {
   char* const* envp;
   int err_fd;  // the error pipe's write end
   pid_t parent;
+  const MountNsArgs* mount_ns;  // null: the parent's mount namespace
 };
 
 // The child's body, up to execve. It shares the parent's memory (CLONE_VM)
@@ -75,6 +142,11 @@ int ChildMain(void* p) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != a.parent) _exit(127);
   ResetSignals();
+  if (a.mount_ns != nullptr) {
+    int stage = 0;
+    const int err = SetUpMountNamespace(*a.mount_ns, &stage);
+    if (err != 0) ChildFail(err_fd, stage, err);
+  }
   if (spec.netns_fd >= 0 && setns(spec.netns_fd, CLONE_NEWNET) != 0) {
     ChildFail(err_fd, kStageSetns, errno);
   }
@@ -97,10 +169,109 @@ int ChildMain(void* p) {
   ChildFail(err_fd, kStageExec, errno);
 }
 
+// The ids maps of a user namespace mapping only this process's ids to
+// themselves ("<id> <id> 1").
+struct IdMaps {
+  std::string uid_map = absl::StrCat(geteuid(), " ", geteuid(), " 1");
+  std::string gid_map = absl::StrCat(getegid(), " ", getegid(), " 1");
+};
+
+int CloneFlagsFor(MountNamespaceSupport support) {
+  switch (support) {
+    case MountNamespaceSupport::kPrivileged:
+      return CLONE_NEWNS;
+    case MountNamespaceSupport::kUserNamespace:
+      return CLONE_NEWUSER | CLONE_NEWNS;
+    case MountNamespaceSupport::kNone:
+      break;
+  }
+  return 0;
+}
+
+struct ProbeArgs {
+  const MountNsArgs* mount_ns;
+};
+
+int ProbeMain(void* p) {
+  const ProbeArgs& a = *static_cast<const ProbeArgs*>(p);
+  int stage = 0;
+  _exit(SetUpMountNamespace(*a.mount_ns, &stage) == 0 ? 0 : 1);
+}
+
+// Whether a child cloned with `support`'s flags can set up a read-only bind.
+bool ProbeMountNamespace(MountNamespaceSupport support) {
+  const IdMaps maps;
+  const char* paths[] = {"/", nullptr};
+  MountNsArgs ns{support == MountNamespaceSupport::kUserNamespace, maps.uid_map.c_str(),
+                 maps.gid_map.c_str(), paths};
+  ProbeArgs args{&ns};
+  constexpr size_t kStack = 64 * 1024;
+  std::unique_ptr<char[]> stack(new char[kStack]);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  const pid_t pid = clone(ProbeMain, stack.get() + kStack,
+                          CLONE_VM | CLONE_VFORK | SIGCHLD | CloneFlagsFor(support), &args);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) return false;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 }  // namespace
+
+MountNamespaceSupport GetMountNamespaceSupport() {
+  // What the probe found, for the effective uid it ran as (the answer
+  // depends on the privileges): (euid << 8) | (support + 1), 0 before any
+  // probe. Concurrent first calls may both probe: harmless.
+  static std::atomic<uint64_t> cached{0};
+  const uint64_t euid = geteuid();
+  const uint64_t known = cached.load(std::memory_order_acquire);
+  if (known != 0 && (known >> 8) == euid) {
+    return static_cast<MountNamespaceSupport>((known & 0xff) - 1);
+  }
+  MountNamespaceSupport found = MountNamespaceSupport::kNone;
+  for (MountNamespaceSupport s :
+       {MountNamespaceSupport::kPrivileged, MountNamespaceSupport::kUserNamespace}) {
+    if (ProbeMountNamespace(s)) {
+      found = s;
+      break;
+    }
+  }
+  cached.store((euid << 8) | (static_cast<uint64_t>(found) + 1), std::memory_order_release);
+  return found;
+}
 
 absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec) {
   if (spec.argv.empty()) return absl::InvalidArgumentError("empty command line");
+  MountNamespaceSupport mount_ns = MountNamespaceSupport::kNone;
+  if (!spec.readonly_paths.empty()) {
+    mount_ns = GetMountNamespaceSupport();
+    if (mount_ns == MountNamespaceSupport::kNone) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot give ", spec.argv[0], " read-only views: this process may create neither mount "
+          "namespaces nor user namespaces"));
+    }
+    if (mount_ns == MountNamespaceSupport::kUserNamespace && spec.netns_fd >= 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot give ", spec.argv[0], " both read-only views (through a user namespace) and the "
+          "cluster's network namespace"));
+    }
+  }
+  // Prepared only for a child that gets its own mount namespace: other
+  // spawns pay nothing for it.
+  std::optional<IdMaps> maps;
+  std::vector<const char*> readonly;
+  MountNsArgs ns;
+  if (mount_ns != MountNamespaceSupport::kNone) {
+    maps.emplace();
+    for (const std::string& p : spec.readonly_paths) readonly.push_back(p.c_str());
+    readonly.push_back(nullptr);
+    ns = MountNsArgs{mount_ns == MountNamespaceSupport::kUserNamespace, maps->uid_map.c_str(),
+                     maps->gid_map.c_str(), readonly.data()};
+  }
   // Everything the child needs is prepared first: it runs in this process's
   // memory until execve, with only async-signal-safe calls.
   std::vector<char*> argv;
@@ -111,7 +282,8 @@ absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec) {
   envp.push_back(nullptr);
   int err_pipe[2];
   if (pipe2(err_pipe, O_CLOEXEC) != 0) return ErrnoStatus(errno, "create pipe", "spawn");
-  ChildArgs args{&spec, argv.data(), envp.data(), err_pipe[1], getpid()};
+  ChildArgs args{&spec, argv.data(), envp.data(), err_pipe[1], getpid(),
+                 mount_ns == MountNamespaceSupport::kNone ? nullptr : &ns};
   // As posix_spawn does: the child borrows this process's memory until it
   // execs (CLONE_VM | CLONE_VFORK), so that starting a container does not
   // copy the page tables of a large host process. Signals stay blocked until
@@ -122,8 +294,8 @@ absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec) {
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
-  const pid_t pid = clone(ChildMain, stack.get() + kChildStack, CLONE_VM | CLONE_VFORK | SIGCHLD,
-                          &args);
+  const pid_t pid = clone(ChildMain, stack.get() + kChildStack,
+                          CLONE_VM | CLONE_VFORK | SIGCHLD | CloneFlagsFor(mount_ns), &args);
   const int clone_errno = errno;
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   if (pid < 0) {
@@ -149,7 +321,19 @@ absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec) {
       return ErrnoStatus(msg[1], "change to the working directory", spec.cwd);
     case kStageExec:
       return ErrnoStatus(msg[1], "execute", spec.argv[0]);
+    case kStageUserns:
+      return absl::FailedPreconditionError(absl::StrCat(
+          "mapping the user namespace of ", spec.argv[0], " failed: ", strerror(msg[1])));
+    case kStagePropagation:
+      return absl::FailedPreconditionError(absl::StrCat(
+          "making the mount namespace of ", spec.argv[0], " private failed: ", strerror(msg[1])));
     default:
+      if (msg[0] >= kStageReadOnly &&
+          static_cast<size_t>(msg[0] - kStageReadOnly) < spec.readonly_paths.size()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("making ", spec.readonly_paths[msg[0] - kStageReadOnly],
+                         " read-only for ", spec.argv[0], " failed: ", strerror(msg[1])));
+      }
       return ErrnoStatus(msg[1], "set up the process for", spec.argv[0]);
   }
 }

@@ -25,14 +25,39 @@ struct SpawnSpec {
   int output_fd = -1;  // becomes the child's stdout and stderr; stdin is /dev/null
   int info_fd = -1;    // when >= 0, becomes the child's fd 3
   int netns_fd = -1;   // when >= 0, the child joins this network namespace first
+  // Directories the child sees read-only: when not empty, the child gets a
+  // mount namespace of its own (see MountNamespaceSupport) in which each of
+  // them (a canonical absolute path) is bind-mounted on itself and made
+  // read-only, with its sub-mounts; the host's mounts are untouched. Empty:
+  // the child shares this process's mount namespace.
+  std::vector<std::string> readonly_paths;
 };
+
+// How this process can give a child a mount namespace of its own.
+enum class MountNamespaceSupport {
+  kNone,           // neither: readonly_paths cannot be honoured
+  kPrivileged,     // CAP_SYS_ADMIN: a new mount namespace (CLONE_NEWNS)
+  kUserNamespace,  // unprivileged user namespaces: a new user namespace
+                   // mapping only this process's uid and gid to themselves,
+                   // owning the new mount namespace
+};
+
+// Finds out, by starting a short-lived child that tries, which kind of mount
+// namespace Spawn can make here (the first of kPrivileged, kUserNamespace
+// that works, bind mount and read-only remount included), and remembers it
+// for later calls by the same effective uid. Thread-safe; the first call
+// costs one clone and wait (about a millisecond), later ones nothing.
+MountNamespaceSupport GetMountNamespaceSupport();
 
 // Forks and executes `spec`. The child runs in a new session and process
 // group (its pid is the group id), with default signal dispositions and an
 // empty signal mask, and is killed (SIGKILL) if the forking thread exits.
 // Returns the child's pid once the program is executing.
 // Errors: NotFound / PermissionDenied when the program cannot be executed
-// (the message names it), Internal for a failed fork or namespace join.
+// (the message names it), Internal for a failed fork or namespace join;
+// FailedPrecondition when `readonly_paths` is set and this process cannot
+// make mount namespaces (GetMountNamespaceSupport() is kNone), or a path
+// cannot be made read-only (the message names it).
 absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec);
 
 // The path execvp would run for `name` with PATH `path_env`: `name` itself
