@@ -201,11 +201,16 @@ void LadderEventQueue::SortIntoLane(Bucket& bucket, size_t n, uint64_t first, ui
   Drain(bucket, [lane, count, first, low](const QueuedEvent& e) {
     lane[count[(static_cast<uint64_t>(e.time_ns) - first) >> low]++] = e;
   });
-  // count[d] is now the end of digit d's run.
+  // count[d] is now the end of digit d's run. Most runs hold one entry or two.
   uint32_t start = 0;
   for (size_t d = 0; d < digits; ++d) {
     const uint32_t end = count[d];
-    if (end - start > 1) SortRun(lane + start, lane + end);
+    if (end - start == 2) {
+      QueuedEvent* const p = lane + start;
+      if (Before(p[1], p[0])) std::swap(p[0], p[1]);
+    } else if (end - start > 2) {
+      SortRun(lane + start, lane + end);
+    }
     start = end;
   }
   lane_head_ = lane;
