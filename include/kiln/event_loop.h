@@ -225,6 +225,8 @@ class EventLoop {
   // without destroying a callback.
   virtual void AbandonReservation(TimerHandle h) = 0;
 
+  // Constructs the Callback of reservation `r` from `cb` and returns the event's handle; if the
+  // construction throws, abandons the reservation and rethrows. Loop thread only.
   template <class F>
   TimerHandle Emplace(Reservation r, F&& cb) {
 #if defined(__cpp_exceptions)
