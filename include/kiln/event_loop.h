@@ -38,6 +38,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
+#include <type_traits>
 #include <utility>
 
 #include "absl/functional/any_invocable.h"
@@ -125,13 +127,22 @@ class EventLoop {
   // events already due). Never runs `cb` inline. Times outside the nanosecond range of int64
   // (years 1677..2262, e.g. absl::InfiniteFuture()) are clamped into it. Returns a handle for
   // Cancel(). The loop owns `cb` until it runs it or destroys it (on Cancel or on destruction).
-  // Loop thread only (or before the loop first runs).
-  virtual TimerHandle ScheduleAt(absl::Time when, Callback cb) = 0;
+  // `cb` is any callable a Callback can be made from (a lambda, a Callback, ...): the Callback
+  // is constructed from it in the loop's own storage, so a lambda is moved once, not through a
+  // temporary Callback. If that construction throws (it allocates for a large callable), the
+  // event is dropped and the exception propagates.
+  // Loop thread only (or before the loop first runs). REQUIRES: constructing the Callback from
+  // `cb` does not use the loop.
+  template <class F, class = std::enable_if_t<std::is_constructible_v<Callback, F&&>>>
+  TimerHandle ScheduleAt(absl::Time when, F&& cb) {
+    return Emplace(ReserveAt(when), std::forward<F>(cb));
+  }
 
   // ScheduleAt(Now() + delay, cb). A negative delay means now.
   // Loop thread only (or before the loop first runs).
-  TimerHandle ScheduleAfter(absl::Duration delay, Callback cb) {
-    return DoScheduleAfter(delay, cb);
+  template <class F, class = std::enable_if_t<std::is_constructible_v<Callback, F&&>>>
+  TimerHandle ScheduleAfter(absl::Duration delay, F&& cb) {
+    return Emplace(ReserveAfter(delay), std::forward<F>(cb));
   }
 
   // Cancels the event of `h` in O(1): destroys its callback now and leaves a dead queue entry
@@ -198,10 +209,38 @@ class EventLoop {
   // Returns an active guard on this loop; the implementation has already counted it.
   WorkGuard MakeWorkGuard();
 
-  // ScheduleAfter's body: an implementation schedules `cb` at Now() + delay without a detour
-  // through absl::Time. It takes `cb` by reference (ScheduleAfter's own parameter), so that
-  // the callback is moved once, into the loop, rather than twice; it must move from `cb`.
-  virtual TimerHandle DoScheduleAfter(absl::Duration delay, Callback& cb) = 0;
+  // Storage for one scheduled callback, not yet constructed, and the handle of its event.
+  struct Reservation {
+    Callback* callback;
+    TimerHandle handle;
+  };
+
+  // ScheduleAt's and ScheduleAfter's bodies: an implementation queues an event at `when` (or at
+  // Now() + delay, without a detour through absl::Time), and returns where its callback goes.
+  // The caller constructs the callback there at once (Emplace), or, if that throws, calls
+  // AbandonReservation; until then the implementation must not touch that storage.
+  virtual Reservation ReserveAt(absl::Time when) = 0;
+  virtual Reservation ReserveAfter(absl::Duration delay) = 0;
+  // Drops the event of a reservation whose callback could not be constructed: as Cancel(), but
+  // without destroying a callback.
+  virtual void AbandonReservation(TimerHandle h) = 0;
+
+  // Constructs the Callback of reservation `r` from `cb` and returns the event's handle; if the
+  // construction throws, abandons the reservation and rethrows. Loop thread only.
+  template <class F>
+  TimerHandle Emplace(Reservation r, F&& cb) {
+#if defined(__cpp_exceptions)
+    try {
+      ::new (static_cast<void*>(r.callback)) Callback(std::forward<F>(cb));
+    } catch (...) {
+      AbandonReservation(r.handle);
+      throw;
+    }
+#else
+    ::new (static_cast<void*>(r.callback)) Callback(std::forward<F>(cb));
+#endif
+    return r.handle;
+  }
 
  private:
   // Called once per active guard when it is released, on any thread.

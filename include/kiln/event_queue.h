@@ -15,21 +15,24 @@
 // A user may pass either, or their own, through EventLoopOptions::queue.
 //
 // Figures (bench/event_loop_bench.cc, Release, millions of events per second of CPU time, best
-// of 5 runs on a shared, loaded 2-vCPU VM, where repeated runs differ by up to 25%; the hold
-// model: each event schedules one more at now + Exp(1 s), so the number pending stays fixed):
+// of 10 runs in two sessions on a shared 2-vCPU VM (load average 7, then 1.3), where repeated
+// runs of the same code differ by up to 25%; the hold model: each event schedules one more at
+// now + Exp(1 s), so the number pending stays fixed):
 //
 //   hold model                    pending:  10^3   10^5   10^6
-//     queue alone                 ladder    24.2   17.7   13.7
-//                                 heap      14.4    8.1    2.3
-//     through the event loop      ladder    14.0   10.3    7.3
-//                                 heap       8.6    5.8    2.1
+//     queue alone                 ladder    23.3   23.0   13.8
+//                                 heap      13.6    7.4    2.9
+//     through the event loop      ladder    14.8   11.0    6.8
+//                                 heap       8.9    5.4    2.0
 //
 //   sleepers, N actors x K sleeps     1000 x 1000   10000 x 100   1000 x 1000   10000 x 100
 //   (bench/simgrid_sleepers.cc)       same period   same period   distinct      distinct
-//                                 ladder    37.9          36.3          22.1          18.6
-//                                 heap      32.2          32.2          13.8           8.2
+//                                 ladder    43.6          45.0          22.7          17.0
+//                                 heap      37.9          30.1          14.3           6.2
 //
-// Memory: about 25 bytes per pending entry for either (at 10^6 pending: ladder 25.8, heap 24.5).
+// Memory: about 25 bytes per pending entry for either (at 10^6 pending: ladder 25.8, heap 24.5,
+// measured before the ladder's counting sort, which adds a lane of at most 4,096 entries and
+// 16 KiB of counters).
 //
 //   std::unique_ptr<kiln::EventQueue> q = kiln::NewLadderEventQueue();
 //   q->Push({.time_ns = 2, .seq = 0, .slot = 7, .generation = 1});

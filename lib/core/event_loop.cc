@@ -17,14 +17,15 @@
 //   * inbox: posts from any thread, under `mu_`; the loop thread moves them into the queue
 //     (time = now, next seq) before taking each event, which is what orders posts with timers.
 //
-// Hot path of a virtual loop, per event: two relaxed atomic loads (stop, inbox), Top(), one
-// slot read, the callback invoked in place, its destructor, free-list push, and Pop() -- or,
+// Hot path of a virtual loop, per event: one relaxed atomic load (stop and inbox flags), Top(),
+// one slot read, the callback invoked in place, its destructor, free-list push, and Pop() -- or,
 // when the callback schedules (the common case), ReplaceTop() instead of Pop() + Push(): the
 // running event's entry stays at the top of the queue while its callback runs (anything it
 // schedules orders after it), and the first event it schedules takes that entry's place.
 // When the queue knows what comes next (the heap on large heaps: the next event; the ladder:
 // the event after next, when its bottom holds it), that event's slot is prefetched while the
-// current callback runs.
+// current callback runs. A callback scheduled with a lambda (or any callable) is constructed in
+// its slot (EventLoop::Reserve*, then Emplace), not moved there from a temporary Callback.
 //
 // Destruction: members go in reverse order, so posts in the inbox, then pending callbacks in
 // the slot table, are destroyed unrun before the queue.
@@ -121,13 +122,16 @@ class SlotTable {
   // Number of slots ever handed out; valid indices are below it.
   uint32_t used() const { return used_; }
 
-  uint32_t Allocate() {
+  // Returns a free slot and its index.
+  [[gnu::always_inline]] std::pair<uint32_t, Slot*> Allocate() {
     if (free_head_ != kNone) [[likely]] {
       const uint32_t i = free_head_;
-      free_head_ = at(i).next_free;
-      return i;
+      Slot* const s = &at(i);
+      free_head_ = s->next_free;
+      return {i, s};
     }
-    return AllocateNew();
+    const uint32_t i = AllocateNew();
+    return {i, &at(i)};
   }
 
   // REQUIRES: the slot's callback is destroyed.
@@ -197,14 +201,14 @@ class EventLoopImpl final : public EventLoop {
     }
   }
 
-  TimerHandle ScheduleAt(absl::Time when, Callback cb) override {
+  Reservation ReserveAt(absl::Time when) override {
     int64_t t = ToUnixNs(when);
     const int64_t now = NowNs();
     if (t < now) t = now;
-    return Enqueue(t, cb);
+    return Reserve(t);
   }
 
-  TimerHandle DoScheduleAfter(absl::Duration delay, Callback& cb) override {
+  Reservation ReserveAfter(absl::Duration delay) override {
     const int64_t now = NowNs();
     int64_t t;
     if (delay <= absl::ZeroDuration()) {
@@ -212,7 +216,12 @@ class EventLoopImpl final : public EventLoop {
     } else if (__builtin_add_overflow(now, ToInt64Ns(delay), &t)) {
       t = kMaxNs;  // ToInt64Ns saturates an infinite delay; the sum saturates here
     }
-    return Enqueue(t, cb);
+    return Reserve(t);
+  }
+
+  void AbandonReservation(TimerHandle h) override {
+    Slot& s = slots_.at(HandleSlot(h));
+    Kill(s);
   }
 
   bool Cancel(TimerHandle h) override {
@@ -225,11 +234,7 @@ class EventLoopImpl final : public EventLoop {
     if (s.generation != generation || s.state != State::kPending) return false;
     Callback doomed = std::move(s.cb);
     s.cb.~Callback();
-    s.generation = NextGeneration(s.generation);
-    s.state = State::kDead;  // freed when its entry leaves the queue
-    --live_;
-    ++dead_;
-    if (dead_ > live_ + kCompactSlack && !top_running_) Compact();
+    Kill(s);
     return true;  // `doomed` is destroyed here, after the loop's state is consistent
   }
 
@@ -237,7 +242,7 @@ class EventLoopImpl final : public EventLoop {
     {
       std::lock_guard<std::mutex> lock(mu_);
       inbox_.push_back(std::move(cb));
-      inbox_nonempty_.store(true, std::memory_order_relaxed);
+      attention_.fetch_or(kInboxBit, std::memory_order_relaxed);
     }
     cv_.notify_one();
   }
@@ -255,7 +260,7 @@ class EventLoopImpl final : public EventLoop {
   void Run() override { RunLoop<RunMode::kForever>(kMaxNs); }
 
   void Stop() override {
-    stop_requested_.store(true, std::memory_order_relaxed);
+    attention_.fetch_or(kStopBit, std::memory_order_relaxed);
     // Taking the mutex orders the store before a waiter's check under it: no lost wake-up.
     { std::lock_guard<std::mutex> lock(mu_); }
     cv_.notify_all();
@@ -278,6 +283,10 @@ class EventLoopImpl final : public EventLoop {
     if (idle) cv_.notify_all();
   }
 
+  bool StopRequested() const {
+    return (attention_.load(std::memory_order_relaxed) & kStopBit) != 0;
+  }
+
   int64_t NowNs() const {
     if constexpr (kVirtual) {
       return now_ns_.load(std::memory_order_relaxed);
@@ -286,12 +295,22 @@ class EventLoopImpl final : public EventLoop {
     }
   }
 
-  // Moves `cb` into a slot and queues it at `t`; returns its handle. Inlined into each caller
-  // (ScheduleAfter's above all): a call would cost as much as its body.
-  [[gnu::always_inline]] TimerHandle Enqueue(int64_t t, Callback& cb) {
-    const uint32_t i = slots_.Allocate();
-    Slot& s = slots_.at(i);
-    ::new (static_cast<void*>(&s.cb)) Callback(std::move(cb));
+  // Marks the pending event of slot `s`, whose callback is destroyed (or was never made),
+  // cancelled: its entry stays in the queue, dead, until it reaches the top.
+  void Kill(Slot& s) {
+    s.generation = NextGeneration(s.generation);
+    s.state = State::kDead;  // freed when its entry leaves the queue
+    --live_;
+    ++dead_;
+    if (dead_ > live_ + kCompactSlack && !top_running_) Compact();
+  }
+
+  // Queues an event at `t` in a new slot, whose callback the caller constructs at once; returns
+  // the slot's callback storage and the event's handle. Inlined into each caller (ReserveAfter's
+  // above all): a call would cost as much as its body.
+  [[gnu::always_inline]] Reservation Reserve(int64_t t) {
+    const auto [i, slot] = slots_.Allocate();
+    Slot& s = *slot;
     s.state = State::kPending;
     const uint32_t generation = s.generation;
     const QueuedEvent e{t, next_seq_++, i, generation};
@@ -302,7 +321,7 @@ class EventLoopImpl final : public EventLoop {
       queue_->Push(e);
     }
     ++live_;
-    return MakeHandle(i, generation);
+    return {&s.cb, MakeHandle(i, generation)};
   }
 
   // Moves the inbox into the queue at the loop's time, in posting order.
@@ -310,10 +329,12 @@ class EventLoopImpl final : public EventLoop {
     {
       std::lock_guard<std::mutex> lock(mu_);
       draining_.swap(inbox_);
-      inbox_nonempty_.store(false, std::memory_order_relaxed);
+      attention_.fetch_and(~kInboxBit, std::memory_order_relaxed);
     }
     const int64_t now = NowNs();
-    for (Callback& cb : draining_) Enqueue(now, cb);
+    for (Callback& cb : draining_) {
+      ::new (static_cast<void*>(Reserve(now).callback)) Callback(std::move(cb));
+    }
     draining_.clear();
   }
 
@@ -349,7 +370,7 @@ class EventLoopImpl final : public EventLoop {
   // only ever waits with until_ns == kMaxNs.
   void Wait(int64_t until_ns) {
     std::unique_lock<std::mutex> lock(mu_);
-    if (!inbox_.empty() || stop_requested_.load(std::memory_order_relaxed)) return;
+    if (!inbox_.empty() || StopRequested()) return;
     if constexpr (kVirtual) {
       cv_.wait(lock);
     } else {
@@ -366,7 +387,7 @@ class EventLoopImpl final : public EventLoop {
   bool WaitForPostOrWork() {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-      if (!inbox_.empty() || stop_requested_.load(std::memory_order_relaxed)) return true;
+      if (!inbox_.empty() || StopRequested()) return true;
       if (work_count_ == 0) return false;
       cv_.wait(lock);
     }
@@ -376,11 +397,14 @@ class EventLoopImpl final : public EventLoop {
   void RunLoop(int64_t deadline_ns) {
     loop_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
     for (;;) {
-      if (stop_requested_.load(std::memory_order_relaxed)) [[unlikely]] {
-        stop_requested_.store(false, std::memory_order_relaxed);
-        return;
+      // One load per event for both Stop() and Post().
+      if (const uint32_t attention = attention_.load(std::memory_order_relaxed)) [[unlikely]] {
+        if (attention & kStopBit) {
+          attention_.fetch_and(~kStopBit, std::memory_order_relaxed);
+          return;
+        }
+        DrainInbox();
       }
-      if (inbox_nonempty_.load(std::memory_order_relaxed)) [[unlikely]] DrainInbox();
 
       int64_t next_ns = kMaxNs;  // time of the next live event, if any
       if (live_ != 0) [[likely]] {
@@ -484,8 +508,11 @@ class EventLoopImpl final : public EventLoop {
   LoopClock loop_clock_;
   RealClock real_clock_;  // real-time loops: the clock (unused by virtual ones)
   std::atomic<std::thread::id> loop_thread_{std::this_thread::get_id()};
-  std::atomic<bool> stop_requested_{false};
-  std::atomic<bool> inbox_nonempty_{false};
+  // kStopBit: Stop() was called and no Run* has returned for it yet. kInboxBit: the inbox may
+  // hold posts (set and cleared under mu_).
+  static constexpr uint32_t kStopBit = 1;
+  static constexpr uint32_t kInboxBit = 2;
+  std::atomic<uint32_t> attention_{0};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Callback> inbox_;  // guarded by mu_

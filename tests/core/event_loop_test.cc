@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
@@ -225,6 +226,48 @@ TEST_F(EventLoopTest, DestroyingTheLoopDestroysPendingCallbacksAndPosts) {
     EXPECT_EQ(token.use_count(), 4);
   }
   EXPECT_EQ(token.use_count(), 1);
+}
+
+// A callable that counts how often it is copied and moved.
+struct CountingCallable {
+  int* copies;
+  int* moves;
+  CountingCallable(int* c, int* m) : copies(c), moves(m) {}
+  CountingCallable(const CountingCallable& o) : copies(o.copies), moves(o.moves) { ++*copies; }
+  CountingCallable(CountingCallable&& o) noexcept : copies(o.copies), moves(o.moves) { ++*moves; }
+  void operator()() const {}
+};
+
+TEST_F(EventLoopTest, ScheduledCallableIsMovedOnceAndNeverCopied) {
+  int copies = 0;
+  int moves = 0;
+  loop_->ScheduleAfter(absl::Seconds(1), CountingCallable(&copies, &moves));
+  loop_->ScheduleAt(start_ + absl::Seconds(2), CountingCallable(&copies, &moves));
+  EXPECT_EQ(copies, 0);
+  EXPECT_EQ(moves, 2);  // once each, into the loop's storage
+  loop_->RunUntilIdle();
+  EXPECT_EQ(loop_->executed_events(), 2u);
+}
+
+// A callable whose copy throws, as a large one's allocation may.
+struct ThrowsWhenCopied {
+  ThrowsWhenCopied() = default;
+  ThrowsWhenCopied(const ThrowsWhenCopied&) { throw std::runtime_error("no copy"); }
+  ThrowsWhenCopied(ThrowsWhenCopied&&) noexcept = default;
+  void operator()() const {}
+};
+
+TEST_F(EventLoopTest, CallbackWhoseConstructionThrowsIsNotScheduled) {
+  loop_->ScheduleAfter(absl::Seconds(1), Record("before"));
+  const ThrowsWhenCopied throws;
+  EXPECT_THROW(loop_->ScheduleAfter(absl::Seconds(1), throws), std::runtime_error);
+  EXPECT_THROW(loop_->ScheduleAt(start_, throws), std::runtime_error);
+  EXPECT_EQ(loop_->pending_events(), 1u);
+  loop_->ScheduleAfter(absl::Seconds(2), Record("after"));
+  loop_->RunUntilIdle();
+  EXPECT_THAT(trace_, ElementsAre("before", "after"));
+  EXPECT_EQ(loop_->executed_events(), 2u);
+  EXPECT_EQ(loop_->Now(), start_ + absl::Seconds(2));
 }
 
 TEST_F(EventLoopTest, CallbackMayScheduleMoreEvents) {

@@ -364,6 +364,57 @@ TEST_P(EventQueueConformanceTest, LargeEqualTimeBurstsPopFirstInFirstOut) {
   EXPECT_TRUE(queue_->Empty());
 }
 
+// Crowded buckets of every shape a bucketed queue sorts in one go: hundreds to thousands of
+// entries within a span, some spread evenly, some piled on a few times (with seqs pushed in
+// shuffled order, so that entries of one time do not arrive in seq order), one entry far off
+// so that the pile does not fill the whole span. Drained in rounds, each refilled from later
+// times, as a loop does.
+TEST_P(EventQueueConformanceTest, CrowdedSkewedBucketsMatchStdPriorityQueue) {
+  std::mt19937_64 rng(7);
+  ReferenceQueue reference;
+  uint64_t seq = 0;
+  int64_t base = 1'000'000'000;
+  for (int round = 0; round < 12; ++round) {
+    const int n = 200 + static_cast<int>(rng() % 6'000);
+    std::vector<QueuedEvent> batch;
+    for (int i = 0; i < n; ++i) {
+      int64_t t;
+      switch (rng() % 4) {
+        case 0: t = base + static_cast<int64_t>(rng() % 100'000'000); break;  // even
+        case 1: t = base + static_cast<int64_t>(rng() % 3); break;            // a pile
+        case 2: t = base + 50'000'000 + static_cast<int64_t>(rng() % 40); break;
+        default: t = base + static_cast<int64_t>(rng() % 1'000); break;
+      }
+      batch.push_back({t, seq++, static_cast<uint32_t>(i), 1});
+    }
+    batch.push_back({base + 4'000'000'000, seq++, 0, 1});  // far off
+    std::shuffle(batch.begin(), batch.end(), rng);
+    for (const QueuedEvent& e : batch) {
+      queue_->Push(e);
+      reference.push(e);
+    }
+    // Pop most of it, pushing now and then at the popped time or a little later.
+    while (reference.size() > 100) {
+      ASSERT_EQ(queue_->Top().seq, reference.top().seq) << "round " << round;
+      const int64_t now = reference.top().time_ns;
+      queue_->Pop();
+      reference.pop();
+      if (rng() % 8 == 0) {
+        const QueuedEvent e{now + static_cast<int64_t>(rng() % 4), seq++, 0, 1};
+        queue_->Push(e);
+        reference.push(e);
+      }
+    }
+    base += 5'000'000'000;
+  }
+  while (!reference.empty()) {
+    ASSERT_EQ(queue_->Top().seq, reference.top().seq);
+    queue_->Pop();
+    reference.pop();
+  }
+  EXPECT_TRUE(queue_->Empty());
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Implementations, EventQueueConformanceTest,
     ::testing::Values(QueueImplementation{"Heap", [] { return NewHeapEventQueue(); }},

@@ -32,7 +32,7 @@ struct After {
 
 LadderEventQueue::LadderEventQueue() : top_limit_(kMinNs) {
   // Room for the most a refill copies from small buckets (see Refill).
-  lane_buf_.resize(kLaneFill + kSplitThreshold);
+  lane_buf_.resize(kLaneFill + kSmallBucket);
   lane_head_ = lane_end_ = lane_buf_.data();
 }
 
@@ -181,6 +181,61 @@ void LadderEventQueue::ConvertTop() {
   top_limit_ = rungs_[0].last;
 }
 
+void LadderEventQueue::SortIntoLane(Bucket& bucket, size_t n, uint64_t first, uint32_t shift) {
+  if (lane_buf_.size() < n) GrowLane(n);
+  // Counting sort on the high bits of the offset from `first`: about one entry per digit, so
+  // that the runs of one digit, sorted afterwards, are mostly of one or two entries.
+  const uint32_t bits = std::min<uint32_t>(
+      {shift, kMaxDigitBits, static_cast<uint32_t>(std::bit_width(n)) - 1});
+  const uint32_t low = shift - bits;
+  const size_t digits = size_t{1} << bits;
+  if (digit_counts_.size() < digits) digit_counts_.resize(size_t{1} << kMaxDigitBits);
+  uint32_t* const count = digit_counts_.data();
+  std::fill(count, count + digits, 0);
+  ForEach(bucket, [count, first, low](const QueuedEvent& e) {
+    ++count[(static_cast<uint64_t>(e.time_ns) - first) >> low];
+  });
+  uint32_t sum = 0;
+  for (size_t d = 0; d < digits; ++d) sum += std::exchange(count[d], sum);
+  QueuedEvent* const lane = lane_buf_.data();
+  Drain(bucket, [lane, count, first, low](const QueuedEvent& e) {
+    lane[count[(static_cast<uint64_t>(e.time_ns) - first) >> low]++] = e;
+  });
+  // count[d] is now the end of digit d's run. Most runs hold one entry or two.
+  uint32_t start = 0;
+  for (size_t d = 0; d < digits; ++d) {
+    const uint32_t end = count[d];
+    if (end - start == 2) {
+      QueuedEvent* const p = lane + start;
+      if (Before(p[1], p[0])) std::swap(p[0], p[1]);
+    } else if (end - start > 2) {
+      SortRun(lane + start, lane + end);
+    }
+    start = end;
+  }
+  lane_head_ = lane;
+  lane_end_ = lane + n;
+}
+
+void LadderEventQueue::SortRun(QueuedEvent* first, QueuedEvent* last) {
+  if (last - first <= static_cast<ptrdiff_t>(kInsertionSortMax)) {
+    for (QueuedEvent* i = first + 1; i != last; ++i) {
+      const QueuedEvent e = *i;
+      const __int128 key = Key(e);
+      QueuedEvent* j = i;
+      while (j > first && key < Key(j[-1])) {
+        *j = j[-1];
+        --j;
+      }
+      *j = e;
+    }
+  } else if (!std::is_sorted(first, last, Before)) {
+    // Entries of one time pushed in seq order (the common reason for a big run) are sorted
+    // already.
+    std::sort(first, last, Before);
+  }
+}
+
 void LadderEventQueue::Refill() {
   for (;;) {
     if (rung_count_ == 0) {
@@ -197,39 +252,41 @@ void LadderEventQueue::Refill() {
     }
     Bucket& bucket = rung.buckets[b];
     const bool last_bucket = b + 1 == rung.count;
-    if (!bucket.small() && (last_bucket || rung_count_ < kMaxRungs)) {
-      int64_t lo = kMaxNs;
-      int64_t hi = kMinNs;
-      ForEach(bucket, [&lo, &hi](const QueuedEvent& e) {
-        lo = std::min(lo, e.time_ns);
-        hi = std::max(hi, e.time_ns);
-      });
-      if (lo < hi) {
-        // Split the bucket into a finer rung, which takes this rung's place if this was its
-        // last bucket.
-        const int64_t bucket_last =
-            last_bucket ? rung.last
-                        : static_cast<int64_t>(static_cast<uint64_t>(rung.start) +
-                                               (static_cast<uint64_t>(b + 1) << rung.shift) - 1);
-        rung.cur = b + 1;
-        if (last_bucket) {
-          --rung_count_;
-        } else {
-          rung.floor = bucket_last + 1;
-        }
-        std::swap(scratch_, bucket);  // the new rung may reuse this rung's buckets
-        AddRung(scratch_, lo, bucket_last);
-        continue;
-      }
-    }
+    const uint64_t bucket_first =
+        static_cast<uint64_t>(rung.start) + (static_cast<uint64_t>(b) << rung.shift);
     if (!bucket.small()) {
-      // One time (or no rung left to split into): sort it whole.
-      AppendSorted(bucket);
+      const size_t n = Count(bucket);
+      if (n > kSortMax && (last_bucket || rung_count_ < kMaxRungs)) {
+        int64_t lo = kMaxNs;
+        int64_t hi = kMinNs;
+        ForEach(bucket, [&lo, &hi](const QueuedEvent& e) {
+          lo = std::min(lo, e.time_ns);
+          hi = std::max(hi, e.time_ns);
+        });
+        if (lo < hi) {
+          // Too many to sort at once: split the bucket into a finer rung, which takes this
+          // rung's place if this was its last bucket.
+          const int64_t bucket_last =
+              last_bucket ? rung.last
+                          : static_cast<int64_t>(bucket_first +
+                                                 (uint64_t{1} << rung.shift) - 1);
+          rung.cur = b + 1;
+          if (last_bucket) {
+            --rung_count_;
+          } else {
+            rung.floor = bucket_last + 1;
+          }
+          std::swap(scratch_, bucket);  // the new rung may reuse this rung's buckets
+          AddRung(scratch_, lo, bucket_last);
+          continue;
+        }
+      }
+      SortIntoLane(bucket, n, bucket_first, rung.shift);
       ++b;
     } else {
       // Sort this bucket into the lane by insertion as it is copied, and the next ones while
       // the lane is short and they are small; b ends as the first bucket not taken. The lane
-      // is empty, and this copies fewer than kLaneFill + kSplitThreshold entries: it fits.
+      // is empty, and this copies fewer than kLaneFill + kSmallBucket entries: it fits.
       QueuedEvent* const lane = lane_buf_.data();
       QueuedEvent* end = lane;
       for (;;) {
