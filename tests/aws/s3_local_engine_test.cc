@@ -159,12 +159,7 @@ class S3LocalEngineTest : public ::testing::Test {
     EXPECT_TRUE(recorder_.Has("read-only"));
     EXPECT_FALSE(recorder_.Has("writable"));
     EXPECT_FALSE(recorder_.Has("removable"));
-    ASSERT_EQ(moto_.Aws(key_, {"s3", "cp", "--quiet", d.model_artifacts().s3_model_artifacts(),
-                               tmp_.path() + "/model.tar.gz"},
-                        &out),
-              0)
-        << out;
-    auto model = local::internal::ReadArchive(tmp_.path() + "/model.tar.gz");
+    auto model = ModelOf(d);
     ASSERT_TRUE(model.ok()) << model.status();
     EXPECT_TRUE(model->files["big.bin"] == big) << "big.bin differs";
     // The job is over: its view is unmounted (in the background).
@@ -201,6 +196,18 @@ class S3LocalEngineTest : public ::testing::Test {
     auto r = engine_->DescribeTrainingJob(d);
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? *r : v1::DescribeTrainingJobResponse();
+  }
+
+  // The job's model, downloaded with the aws CLI (an independent client) and
+  // unpacked.
+  absl::StatusOr<local::internal::ArchiveContents> ModelOf(const v1::DescribeTrainingJobResponse& d) {
+    std::string out;
+    const std::string path = tmp_.path() + "/model.tar.gz";
+    if (moto_.Aws(key_, {"s3", "cp", "--quiet", d.model_artifacts().s3_model_artifacts(), path},
+                  &out) != 0) {
+      return absl::InternalError("aws s3 cp of the model failed: " + out);
+    }
+    return local::internal::ReadArchive(path);
   }
 
   // Runs the loop until `done` or the timeout.
@@ -292,12 +299,7 @@ TEST_F(S3LocalEngineTest, SpotJobReadsS3ChannelsCheckpointsToS3AndUploadsItsMode
   // The model, read with the aws CLI and compared byte for byte.
   EXPECT_EQ(d.model_artifacts().s3_model_artifacts(),
             "s3://kiln-out/models/s3-spot/output/model.tar.gz");
-  ASSERT_EQ(moto_.Aws(key_, {"s3", "cp", "--quiet", d.model_artifacts().s3_model_artifacts(),
-                             tmp_.path() + "/model.tar.gz"},
-                      &out),
-            0)
-      << out;
-  auto model = local::internal::ReadArchive(tmp_.path() + "/model.tar.gz");
+  auto model = ModelOf(d);
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ(model->files["model.txt"], "rows=5 resumed=epoch-1\n");
   EXPECT_TRUE(model->files["weights.bin"] == big) << "weights.bin differs";
@@ -342,12 +344,7 @@ TEST_F(S3LocalEngineTest, PipeJobStreamsAnAugmentedManifestFromS3) {
   ASSERT_TRUE(WaitEnded("s3-augmented"));
   v1::DescribeTrainingJobResponse d = Describe("s3-augmented");
   ASSERT_EQ(d.training_job_status(), "Completed") << d.failure_reason();
-  ASSERT_EQ(moto_.Aws(key_, {"s3", "cp", "--quiet", d.model_artifacts().s3_model_artifacts(),
-                             tmp_.path() + "/model.tar.gz"},
-                      &out),
-            0)
-      << out;
-  auto model = local::internal::ReadArchive(tmp_.path() + "/model.tar.gz");
+  auto model = ModelOf(d);
   ASSERT_TRUE(model.ok()) << model.status();
   // The manifest's order, AttributeNames' order, no wrapping.
   EXPECT_EQ(model->files["stream"], "TWObONE7");

@@ -188,6 +188,23 @@ int CloneFlagsFor(MountNamespaceSupport support) {
   return 0;
 }
 
+// Runs `fn(arg)` in a child that borrows this process's memory until it
+// execs or exits (CLONE_VM | CLONE_VFORK, plus `extra_flags`), with every
+// signal blocked around the clone so that no parent handler runs on the
+// child's stack before it resets them. Returns the child's pid, or -1 with
+// the clone's errno in *clone_errno.
+pid_t CloneVfork(int (*fn)(void*), void* arg, int extra_flags, int* clone_errno) {
+  constexpr size_t kStack = 64 * 1024;
+  std::unique_ptr<char[]> stack(new char[kStack]);
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  const pid_t pid = clone(fn, stack.get() + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD | extra_flags, arg);
+  *clone_errno = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return pid;
+}
+
 struct ProbeArgs {
   const MountNsArgs* mount_ns;
 };
@@ -205,14 +222,8 @@ bool ProbeMountNamespace(MountNamespaceSupport support) {
   MountNsArgs ns{support == MountNamespaceSupport::kUserNamespace, maps.uid_map.c_str(),
                  maps.gid_map.c_str(), paths};
   ProbeArgs args{&ns};
-  constexpr size_t kStack = 64 * 1024;
-  std::unique_ptr<char[]> stack(new char[kStack]);
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  const pid_t pid = clone(ProbeMain, stack.get() + kStack,
-                          CLONE_VM | CLONE_VFORK | SIGCHLD | CloneFlagsFor(support), &args);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  int clone_errno = 0;
+  const pid_t pid = CloneVfork(ProbeMain, &args, CloneFlagsFor(support), &clone_errno);
   if (pid < 0) return false;
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
@@ -289,15 +300,8 @@ absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec) {
   // copy the page tables of a large host process. Signals stay blocked until
   // the child has reset their handlers, so none runs a parent handler on the
   // child's stack.
-  constexpr size_t kChildStack = 64 * 1024;
-  std::unique_ptr<char[]> stack(new char[kChildStack]);
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  const pid_t pid = clone(ChildMain, stack.get() + kChildStack,
-                          CLONE_VM | CLONE_VFORK | SIGCHLD | CloneFlagsFor(mount_ns), &args);
-  const int clone_errno = errno;
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  int clone_errno = 0;
+  const pid_t pid = CloneVfork(ChildMain, &args, CloneFlagsFor(mount_ns), &clone_errno);
   if (pid < 0) {
     close(err_pipe[0]);
     close(err_pipe[1]);
