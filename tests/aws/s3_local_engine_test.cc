@@ -130,12 +130,7 @@ class S3LocalEngineTest : public ::testing::Test {
     WriteFile(tmp_.path() + "/seed/a.csv", "1\n2\n3\n");
     WriteFile(tmp_.path() + "/seed/sub/b.csv", "4\n5\n");
     WriteFile(tmp_.path() + "/seed/big.bin", big);
-    std::string out;
-    ASSERT_EQ(moto_.Aws(key_, {"s3", "cp", "--quiet", "--recursive", tmp_.path() + "/seed",
-                               "s3://kiln-train/"},
-                        &out),
-              0)
-        << out;
+    ASSERT_NO_FATAL_FAILURE(SeedTrainBucket());
     v1::CreateTrainingJobRequest r = Request(
         name,
         "d=\"$SM_CHANNEL_TRAIN\"\n"
@@ -198,6 +193,16 @@ class S3LocalEngineTest : public ::testing::Test {
     return r.ok() ? *r : v1::DescribeTrainingJobResponse();
   }
 
+  // Uploads tmp_/seed to s3://kiln-train/ with the aws CLI.
+  void SeedTrainBucket() {
+    std::string out;
+    ASSERT_EQ(moto_.Aws(key_, {"s3", "cp", "--quiet", "--recursive", tmp_.path() + "/seed",
+                               "s3://kiln-train/"},
+                        &out),
+              0)
+        << out;
+  }
+
   // The job's model, downloaded with the aws CLI (an independent client) and
   // unpacked.
   absl::StatusOr<local::internal::ArchiveContents> ModelOf(const v1::DescribeTrainingJobResponse& d) {
@@ -251,12 +256,7 @@ TEST_F(S3LocalEngineTest, SpotJobReadsS3ChannelsCheckpointsToS3AndUploadsItsMode
   WriteFile(tmp_.path() + "/seed/a.csv", "1\n2\n3\n");
   WriteFile(tmp_.path() + "/seed/sub/b.csv", "4\n5\n");
   WriteFile(tmp_.path() + "/seed/big.bin", big);
-  std::string out;
-  ASSERT_EQ(moto_.Aws(key_, {"s3", "cp", "--quiet", "--recursive", tmp_.path() + "/seed",
-                             "s3://kiln-train/"},
-                      &out),
-            0)
-      << out;
+  ASSERT_NO_FATAL_FAILURE(SeedTrainBucket());
 
   v1::CreateTrainingJobRequest r = Request(
       "s3-spot",
@@ -290,6 +290,7 @@ TEST_F(S3LocalEngineTest, SpotJobReadsS3ChannelsCheckpointsToS3AndUploadsItsMode
   EXPECT_TRUE(recorder_.Has("resumed from epoch-1"));
 
   // The checkpoint, read with the aws CLI.
+  std::string out;
   ASSERT_EQ(moto_.Aws(key_, {"s3", "cp", "--quiet", "s3://kiln-ckpt/state", tmp_.path() + "/ckpt-state"},
                       &out),
             0)
@@ -325,12 +326,7 @@ TEST_F(S3LocalEngineTest, PipeJobStreamsAnAugmentedManifestFromS3) {
   WriteFile(tmp_.path() + "/seed/train.manifest",
             "{\"label\": \"b\", \"image-ref\": \"s3://kiln-train/img/2.bin\"}\n"
             "{\"image-ref\": \"s3://kiln-train/img/1.bin\", \"label\": 7, \"x\": 0}\n");
-  std::string out;
-  ASSERT_EQ(moto_.Aws(key_, {"s3", "cp", "--quiet", "--recursive", tmp_.path() + "/seed",
-                             "s3://kiln-train/"},
-                      &out),
-            0)
-      << out;
+  ASSERT_NO_FATAL_FAILURE(SeedTrainBucket());
   v1::CreateTrainingJobRequest r = Request(
       "s3-augmented", "cat \"$SAGEMAKER_BASE_DIR/input/data/train_0\" > \"$SM_MODEL_DIR/stream\"\n");
   r.mutable_algorithm_specification()->set_training_input_mode("Pipe");
