@@ -138,11 +138,8 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     if (s == nullptr) return std::nullopt;
     const absl::Time now = loop_.Now();
     Pool* best = nullptr;
-    auto same_shape = by_shape_.find(s->shape_key);
-    if (same_shape == by_shape_.end()) return std::nullopt;
-    for (uint64_t id : same_shape->second) {  // in creation order: ties go to the older pool
-      Pool& pool = pools_.at(id);
-      if (now >= pool.expires_at) continue;
+    for (auto& [id, pool] : pools_) {  // ordered by id: ties go to the older pool
+      if (pool.shape_key != s->shape_key || now >= pool.expires_at) continue;
       if (best == nullptr || pool.available_since > best->available_since) best = &pool;
     }
     if (best == nullptr) return std::nullopt;
@@ -153,7 +150,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     loop_.Cancel(best->expiry);
     s->chain_start = best->chain_start;
     Cluster cluster = std::move(best->cluster);
-    ErasePool(best->id);
+    pools_.erase(best->id);
     return cluster;
   }
 
@@ -193,7 +190,6 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     }
     const uint64_t id = ++next_pool_;
     Pool& pool = pools_[id];
-    by_shape_[s->shape_key].push_back(id);
     pool.id = id;
     pool.cluster = *cluster;
     pool.shape_key = s->shape_key;
@@ -315,19 +311,6 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
       owner->retained_seconds = RetainedSeconds(end - pool.available_since);
     }
     provider_.Release(pool.cluster);
-    ErasePool(id);
-  }
-
-  // Removes pool `id` from pools_ and from by_shape_.
-  void ErasePool(uint64_t id) {
-    auto it = pools_.find(id);
-    if (it == pools_.end()) return;
-    auto same_shape = by_shape_.find(it->second.shape_key);
-    if (same_shape != by_shape_.end()) {
-      std::vector<uint64_t>& ids = same_shape->second;
-      ids.erase(std::find(ids.begin(), ids.end(), id));
-      if (ids.empty()) by_shape_.erase(same_shape);
-    }
     pools_.erase(it);
   }
 
@@ -336,9 +319,6 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
   WarmPoolOptions options_;
   absl::flat_hash_map<std::string, JobState> jobs_;
   std::map<uint64_t, Pool> pools_;  // by id: iteration order is creation order
-  // The ids of the pools of each shape key, in creation order (Acquire's
-  // candidates, without a scan of every pool).
-  absl::flat_hash_map<std::string, std::vector<uint64_t>> by_shape_;
   uint64_t next_pool_ = 0;
 };
 
