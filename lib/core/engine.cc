@@ -211,7 +211,7 @@ struct MetricState {
 // The request lives on the job's own protobuf arena while the job may need
 // it: copying it there costs a few bump allocations rather than one heap
 // allocation per field, and dropping it frees a block or two. Once the job has
-// ended the engine compacts it (EngineImpl::CompactEnded): the request is kept
+// ended the engine compacts it (EngineImpl::CompactLater): the request is kept
 // serialized and the arena goes, which keeps a finished job's footprint small.
 class Job final : public ContainerEvents {
  public:
@@ -308,7 +308,7 @@ class Job final : public ContainerEvents {
   };
   std::unique_ptr<RequestStore> store_;    // null once compacted
   v1::CreateTrainingJobRequest* request_;  // on store_->arena; null once compacted
-  std::string request_bytes_;                       // set once compacted
+  std::string request_bytes_;              // set once compacted
   const absl::Time creation_time_;
   absl::Time last_modified_;
 
