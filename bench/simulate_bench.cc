@@ -19,10 +19,10 @@
 // (~1,000 jobs/s); BM_EngineLifecycle (engine_bench) is the engine alone.
 //
 // Measured (Release, one core of this 2-core VM, shared with other work).
-// Wall and CPU times on the shared VM vary by 30% from run to run and do not
-// follow the instruction counts (1M jobs: 19.6-25.4 s CPU at 57.2k
-// instructions per job, 24.2 s at 46.9k under a different load): compare
-// instructions. callgrind, 100,000 jobs in 3 days (the 1M run's density):
+// Wall and CPU times on the shared VM vary by 30% from run to run: compare
+// instructions, or run the old and new binaries alternately (1M jobs, idle
+// VM: 19.0-21.9 s CPU now, 24.7-26.6 s for the previous engine; one run of
+// the new one took 14.6 s). callgrind, 100,000 jobs in 3 days (the 1M run's density):
 //   66k instructions per job at first; 57.2k after the simulation's own
 //   trims; 46.9k now, after the engine copies requests onto per-job arenas
 //   (no per-field allocations; the runner fills one scratch request instead
