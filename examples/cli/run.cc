@@ -255,8 +255,9 @@ int RunCommand(const std::vector<std::string>& args) {
   ObjectStores stores;
   stores.Register("file", files.get());
   // s3:// through kiln::aws, configured the AWS way (AWS_* variables, the
-  // shared files, AWS_ENDPOINT_URL): set up, and every job's S3 inputs
-  // checked, before any job starts.
+  // shared files, AWS_ENDPOINT_URL), set up before any job starts. Each job's
+  // S3 inputs are checked when it is submitted (an empty prefix is refused
+  // by CreateTrainingJob, through the data channel).
   std::unique_ptr<ObjectStore> s3;
   bool any_s3 = false;
   for (const v1::CreateTrainingJobRequest& r : jobs) any_s3 = any_s3 || UsesS3(r);
@@ -271,13 +272,6 @@ int RunCommand(const std::vector<std::string>& args) {
     }
     s3 = *std::move(store);
     stores.Register("s3", s3.get());
-    for (size_t i = 0; i < jobs.size(); ++i) {
-      absl::Status checked = aws::CheckS3InputChannels(jobs[i], stores);
-      if (!checked.ok()) {
-        std::cerr << "kiln run: " << options.files[i] << ": " << checked.message() << "\n";
-        return 1;
-      }
-    }
   }
   local::LocalOptions local_options;
   local_options.state_dir = options.state_dir;

@@ -12,9 +12,11 @@
 // streams epochs while the container reads): what goes wrong then reaches the
 // engine through a DataChannelListener, and EndJob ends it.
 //
-// Threading: called on the engine's loop thread; must not block (blocking work
-// runs on the implementation's threads and posts its completion). Completion
-// callbacks run on the loop thread, exactly once, never inline.
+// Threading: called on the engine's loop thread and must not block (blocking
+// work runs on the implementation's threads and posts its completion), except
+// CheckChannel, which runs on CreateTrainingJob's caller's thread and may
+// block. Completion callbacks run on the loop thread, exactly once, never
+// inline.
 #ifndef KILN_DATA_CHANNEL_H_
 #define KILN_DATA_CHANNEL_H_
 
@@ -65,9 +67,15 @@ class DataChannel {
   // The checks the service makes synchronously in CreateTrainingJob, for one
   // channel whose effective mode is `input_mode`: OK, or InvalidArgument
   // (a ValidationException) with the service's message, e.g. for an S3Prefix
-  // with no objects. May block briefly: an implementation checks only what is
-  // cheap and bounded (a local directory's first entries), and leaves the
-  // rest to Deliver, which fails the job instead. Default: OK.
+  // with no objects; other codes for a source that cannot be looked at now
+  // (Unavailable for an unreachable store). The engine calls it on
+  // CreateTrainingJob's caller's thread, after the request validated and
+  // before the job exists, so a refusal leaves nothing behind; calls for
+  // different jobs may run at once, and alongside the loop thread's calls.
+  // It may block, but only for a bounded look (a directory's first entry,
+  // one listing request): what is found later is left to Deliver, which
+  // fails the job instead. A caller on the loop thread blocks the loop for
+  // that long. Default: OK.
   virtual absl::Status CheckChannel(const v1::Channel& channel, std::string_view input_mode) {
     return absl::OkStatus();
   }

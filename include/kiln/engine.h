@@ -122,10 +122,17 @@ class Engine {
   virtual ~Engine() = default;
 
   // Validates and accepts a job; it starts at once (InProgress/Starting).
-  // Errors: InvalidArgument (the ValidationException text, all violations);
-  // AlreadyExists when a job of that name exists (ResourceInUse, with the
-  // service's wording); FailedPrecondition when the engine lacks a component the
-  // job needs (e.g. a DataChannel). Nothing is kept on error.
+  // Errors: InvalidArgument (the ValidationException text, all violations;
+  // or the data channel's refusal of a channel, e.g. an S3Prefix with no
+  // objects); AlreadyExists when a job of that name exists (ResourceInUse,
+  // with the service's wording); FailedPrecondition when the engine lacks a
+  // component the job needs (e.g. a DataChannel); what else the data
+  // channel's CheckChannel returns (e.g. Unavailable for an unreachable
+  // store). Nothing is kept on error.
+  // Threading: validation and each channel's DataChannel::CheckChannel run on
+  // the caller's thread, which they may block for a bounded look at the
+  // sources (the local backend sends one listing request per s3:// channel);
+  // the rest runs on the loop, as for every method.
   // The engine copies what it keeps (into per-job storage); the caller keeps
   // `request` and may change and submit it again, e.g. a template under a new
   // TrainingJobName.

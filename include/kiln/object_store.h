@@ -46,6 +46,17 @@ class ObjectStore {
   // An empty result is OK.
   virtual absl::StatusOr<std::vector<ObjectInfo>> List(std::string_view prefix) = 0;
 
+  // Returns the first `max_objects` (at least 1) objects, by URI, of those
+  // List(prefix) returns: the bounded look a check needs. A prefix has objects
+  // when ListFirst(prefix, 1) is not empty, and an object exists when
+  // ListFirst(uri, 1) returns it (an object sorts before every other URI it
+  // is a prefix of). Errors: InvalidArgument for max_objects < 1; otherwise
+  // as for List. The S3 store sends one ListObjectsV2 with max-keys (a page
+  // per 1000), the in-memory store stops at the last one. Default (the file
+  // store too): List, then the first `max_objects`.
+  virtual absl::StatusOr<std::vector<ObjectInfo>> ListFirst(std::string_view prefix,
+                                                            int64_t max_objects);
+
   // Returns the whole object. Errors: NotFound when it does not exist;
   // InvalidArgument, Unavailable as for List.
   virtual absl::StatusOr<std::string> Get(std::string_view uri) = 0;

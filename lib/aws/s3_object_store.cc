@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -24,6 +25,7 @@
 #include "aws/internal/s3_client.h"
 #include "aws/internal/worker_pool.h"
 #include "core/internal/files.h"
+#include "core/internal/object_store_args.h"
 #include "core/internal/status_macros.h"
 #include "kiln/aws/s3.h"
 #include "kiln/object_store.h"
@@ -150,21 +152,13 @@ class S3ObjectStore final : public ObjectStore {
       : options_(options), client_(ClientOptions(options)), pool_(options.max_concurrency) {}
 
   absl::StatusOr<std::vector<ObjectInfo>> List(std::string_view prefix) override {
-    KILN_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(prefix, /*allow_empty_key=*/true));
-    std::vector<ObjectInfo> out;
-    std::string token;
-    do {
-      KILN_ASSIGN_OR_RETURN(internal::S3ListPage page,
-                            client_.ListObjectsV2(loc.bucket, loc.key, token,
-                                                  options_.list_page_size));
-      for (auto& e : page.objects) {
-        out.push_back({absl::StrCat("s3://", loc.bucket, "/", e.key), e.size});
-      }
-      token = page.truncated ? page.next_token : "";
-    } while (!token.empty());
-    std::sort(out.begin(), out.end(),
-              [](const ObjectInfo& a, const ObjectInfo& b) { return a.uri < b.uri; });
-    return out;
+    return ListUpTo(prefix, std::numeric_limits<int64_t>::max());
+  }
+
+  absl::StatusOr<std::vector<ObjectInfo>> ListFirst(std::string_view prefix,
+                                                    int64_t max_objects) override {
+    KILN_RETURN_IF_ERROR(kiln::internal::CheckMaxObjects(prefix, max_objects));
+    return ListUpTo(prefix, max_objects);
   }
 
   absl::StatusOr<std::string> Get(std::string_view uri) override {
@@ -209,11 +203,7 @@ class S3ObjectStore final : public ObjectStore {
   absl::StatusOr<std::string> ReadRange(std::string_view uri, int64_t offset,
                                         int64_t length) override {
     KILN_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(uri, false));
-    if (offset < 0 || length < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("reading '", Av(uri), "': offset ", offset,
-                                                     " and length ", length,
-                                                     " of a range must not be negative"));
-    }
+    KILN_RETURN_IF_ERROR(kiln::internal::CheckRange(uri, offset, length));
     if (length == 0) return std::string();
     std::string data;
     auto append = [&](std::string_view chunk) {
@@ -302,6 +292,30 @@ class S3ObjectStore final : public ObjectStore {
   }
 
  private:
+  // Pages through ListObjectsV2 until the listing ends or `max_objects` are
+  // in hand. S3 returns keys in UTF-8 binary order, so the first pages hold
+  // the first objects; a page asks for no more than are still wanted.
+  absl::StatusOr<std::vector<ObjectInfo>> ListUpTo(std::string_view prefix, int64_t max_objects) {
+    KILN_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(prefix, /*allow_empty_key=*/true));
+    std::vector<ObjectInfo> out;
+    std::string token;
+    do {
+      const int64_t wanted = max_objects - static_cast<int64_t>(out.size());
+      const int32_t page_size = static_cast<int32_t>(
+          std::min<int64_t>(options_.list_page_size, wanted));
+      KILN_ASSIGN_OR_RETURN(internal::S3ListPage page,
+                            client_.ListObjectsV2(loc.bucket, loc.key, token, page_size));
+      for (auto& e : page.objects) {
+        if (static_cast<int64_t>(out.size()) == max_objects) break;
+        out.push_back({absl::StrCat("s3://", loc.bucket, "/", e.key), e.size});
+      }
+      token = page.truncated ? page.next_token : "";
+    } while (!token.empty() && static_cast<int64_t>(out.size()) < max_objects);
+    std::sort(out.begin(), out.end(),
+              [](const ObjectInfo& a, const ObjectInfo& b) { return a.uri < b.uri; });
+    return out;
+  }
+
   static internal::S3ClientOptions ClientOptions(const S3Options& o) {
     internal::S3ClientOptions c;
     c.endpoint = o.endpoint_url;
@@ -394,38 +408,6 @@ absl::StatusOr<std::unique_ptr<ObjectStore>> NewS3ObjectStore(S3Options options)
     options.addressing_style = S3AddressingStyle::kVirtual;
   }
   return std::unique_ptr<ObjectStore>(new S3ObjectStore(std::move(options)));
-}
-
-absl::Status CheckS3InputChannels(const v1::CreateTrainingJobRequest& request,
-                                  ObjectStores& stores) {
-  for (int i = 0; i < request.input_data_config_size(); ++i) {
-    const v1::Channel& channel = request.input_data_config(i);
-    if (!channel.data_source().has_s3_data_source()) continue;
-    const v1::S3DataSource& source = channel.data_source().s3_data_source();
-    const std::string& uri = source.s3_uri();
-    if (!absl::StartsWith(uri, "s3://")) continue;
-    KILN_ASSIGN_OR_RETURN(ObjectStore * store, stores.For(uri));
-    const std::string path = absl::StrCat("inputDataConfig.", i + 1, ".member.dataSource.s3DataSource.s3Uri");
-    const std::string& type = source.s3_data_type();
-    if (type == "ManifestFile" || type == "AugmentedManifestFile") {
-      KILN_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, store->List(uri));
-      bool found = std::any_of(objects.begin(), objects.end(),
-                               [&](const ObjectInfo& o) { return o.uri == uri; });
-      if (!found) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "1 validation error detected: channel '", channel.channel_name(), "': the ", type,
-            " '", uri, "' at '", path, "' does not exist"));
-      }
-      continue;
-    }
-    KILN_ASSIGN_OR_RETURN(std::vector<ObjectInfo> objects, store->List(uri));
-    if (objects.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "1 validation error detected: channel '", channel.channel_name(),
-          "': no S3 objects found under S3 URL '", uri, "' (", path, ")"));
-    }
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace kiln::aws

@@ -421,6 +421,9 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
 
   absl::StatusOr<v1::CreateTrainingJobResponse> CreateTrainingJob(
       const v1::CreateTrainingJobRequest& request) override {
+    // The checks that need no engine state run on the caller's thread: the
+    // data channel's may wait for a store, and must not hold up the loop.
+    KILN_RETURN_IF_ERROR(Admit(request));
     return OnLoop([&] { return Create(request); });
   }
   absl::StatusOr<v1::DescribeTrainingJobResponse> DescribeTrainingJob(
@@ -537,6 +540,11 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
     return it->second;
   }
 
+  // CreateTrainingJob's checks of the request alone, on the caller's thread:
+  // validation, then each channel's CheckChannel.
+  absl::Status Admit(const v1::CreateTrainingJobRequest& request) const;
+  // CreateTrainingJob on the loop, for an admitted request: the name must be
+  // free; then the job is accepted.
   absl::StatusOr<v1::CreateTrainingJobResponse> Create(const v1::CreateTrainingJobRequest& request);
   absl::StatusOr<v1::DescribeTrainingJobResponse> Describe(
       const v1::DescribeTrainingJobRequest& request);
@@ -628,28 +636,30 @@ void Job::OnExit(const Instance& instance, const ContainerExit& exit) {
 // ---------------------------------------------------------------------------
 // API operations
 
+absl::Status EngineImpl::Admit(const v1::CreateTrainingJobRequest& request) const {
+  KILN_RETURN_IF_ERROR(ValidateCreateTrainingJobRequest(request, options_.validation));
+  if (request.input_data_config_size() > 0 && options_.data_channel == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job '", request.training_job_name(),
+                     "': InputDataConfig needs a DataChannel, and this engine has none"));
+  }
+  const std::string& default_mode = request.algorithm_specification().training_input_mode();
+  for (const v1::Channel& channel : request.input_data_config()) {
+    // What the service checks synchronously (an S3Prefix without objects).
+    KILN_RETURN_IF_ERROR(options_.data_channel->CheckChannel(
+        channel, channel.has_input_mode() ? channel.input_mode() : default_mode));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
     const v1::CreateTrainingJobRequest& request_in) {
-  {
-    const v1::CreateTrainingJobRequest& request = request_in;
-    KILN_RETURN_IF_ERROR(ValidateCreateTrainingJobRequest(request, options_.validation));
-    const std::string& name = request.training_job_name();
-    if (FindJob(name) != nullptr) {
-      return absl::AlreadyExistsError(absl::StrCat(
-          "Training job names must be unique within an AWS account and region, and a training "
-          "job with this name already exists (",
-          arn_prefix_, name, ")"));
-    }
-    if (request.input_data_config_size() > 0 && options_.data_channel == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "job '", name, "': InputDataConfig needs a DataChannel, and this engine has none"));
-    }
-    const std::string& default_mode = request.algorithm_specification().training_input_mode();
-    for (const v1::Channel& channel : request.input_data_config()) {
-      // What the service checks synchronously (an S3Prefix without objects).
-      KILN_RETURN_IF_ERROR(options_.data_channel->CheckChannel(
-          channel, channel.has_input_mode() ? channel.input_mode() : default_mode));
-    }
+  const std::string& name = request_in.training_job_name();
+  if (FindJob(name) != nullptr) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "Training job names must be unique within an AWS account and region, and a training "
+        "job with this name already exists (",
+        arn_prefix_, name, ")"));
   }
   // Accepted: the job keeps a copy of the request.
   auto job = std::make_unique<Job>(*this, next_seq_++, request_in, Now());

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -30,10 +31,14 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "core/internal/files.h"
+#include "core/internal/object_store_args.h"
 #include "core/internal/status_macros.h"
 
 namespace kiln {
 namespace {
+
+using internal::CheckMaxObjects;
+using internal::CheckRange;
 
 using internal::ErrnoError;
 using internal::IsTempName;
@@ -254,15 +259,6 @@ bool ParseScheme(std::string_view uri, std::string_view* scheme) {
 // ---------------------------------------------------------------------------
 // File store.
 
-absl::Status CheckRange(std::string_view uri, int64_t offset, int64_t length) {
-  if (offset < 0 || length < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("reading '", AbslView(uri), "': offset ", offset,
-                                                   " and length ", length,
-                                                   " of a range must not be negative"));
-  }
-  return absl::OkStatus();
-}
-
 // The part of `data` a range names (empty past the end).
 std::string Slice(std::string_view data, int64_t offset, int64_t length) {
   if (offset >= static_cast<int64_t>(data.size())) return "";
@@ -439,14 +435,13 @@ class FileObjectStore final : public ObjectStore {
 class InMemoryObjectStore final : public ObjectStore {
  public:
   absl::StatusOr<std::vector<ObjectInfo>> List(std::string_view prefix) override {
-    std::vector<ObjectInfo> out;
-    absl::MutexLock lock(&mu_);
-    for (auto it = objects_.lower_bound(prefix);
-         it != objects_.end() && std::string_view(it->first).substr(0, prefix.size()) == prefix;
-         ++it) {
-      out.push_back(ObjectInfo{it->first, static_cast<int64_t>(it->second->size())});
-    }
-    return out;
+    return ListUpTo(prefix, std::numeric_limits<int64_t>::max());
+  }
+
+  absl::StatusOr<std::vector<ObjectInfo>> ListFirst(std::string_view prefix,
+                                                    int64_t max_objects) override {
+    KILN_RETURN_IF_ERROR(CheckMaxObjects(prefix, max_objects));
+    return ListUpTo(prefix, max_objects);
   }
 
   absl::StatusOr<std::string> Get(std::string_view uri) override {
@@ -511,6 +506,18 @@ class InMemoryObjectStore final : public ObjectStore {
     return absl::OkStatus();
   }
 
+  std::vector<ObjectInfo> ListUpTo(std::string_view prefix, int64_t max_objects) {
+    std::vector<ObjectInfo> out;
+    absl::MutexLock lock(&mu_);
+    for (auto it = objects_.lower_bound(prefix);
+         it != objects_.end() && static_cast<int64_t>(out.size()) < max_objects &&
+         std::string_view(it->first).substr(0, prefix.size()) == prefix;
+         ++it) {
+      out.push_back(ObjectInfo{it->first, static_cast<int64_t>(it->second->size())});
+    }
+    return out;
+  }
+
   absl::StatusOr<std::shared_ptr<const std::string>> Find(std::string_view uri) {
     KILN_RETURN_IF_ERROR(CheckUri(uri));
     absl::MutexLock lock(&mu_);
@@ -531,6 +538,14 @@ class InMemoryObjectStore final : public ObjectStore {
 
 // ---------------------------------------------------------------------------
 // ObjectStore's default bodies.
+
+absl::StatusOr<std::vector<ObjectInfo>> ObjectStore::ListFirst(std::string_view prefix,
+                                                               int64_t max_objects) {
+  KILN_RETURN_IF_ERROR(CheckMaxObjects(prefix, max_objects));
+  KILN_ASSIGN_OR_RETURN(std::vector<ObjectInfo> all, List(prefix));
+  if (static_cast<int64_t>(all.size()) > max_objects) all.resize(static_cast<size_t>(max_objects));
+  return all;
+}
 
 absl::Status ObjectStore::Read(std::string_view uri,
                                absl::FunctionRef<absl::Status(std::string_view chunk)> sink) {
@@ -592,5 +607,30 @@ absl::StatusOr<ObjectStore*> ObjectStores::For(std::string_view uri) const {
   }
   return it->second;
 }
+
+// ---------------------------------------------------------------------------
+// Argument checks shared with the other stores (core/internal/object_store_args.h).
+
+namespace internal {
+
+absl::Status CheckRange(std::string_view uri, int64_t offset, int64_t length) {
+  if (offset < 0 || length < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("reading '", AbslView(uri), "': offset ", offset,
+                                                   " and length ", length,
+                                                   " of a range must not be negative"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckMaxObjects(std::string_view prefix, int64_t max_objects) {
+  if (max_objects < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("listing '", AbslView(prefix),
+                                                   "': max_objects ", max_objects,
+                                                   " must be at least 1"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace internal
 
 }  // namespace kiln

@@ -390,13 +390,37 @@ absl::Status LocalDataChannel::CheckChannel(const v1::Channel& channel,
                                             std::string_view input_mode) {
   if (!channel.data_source().has_s3_data_source()) return absl::OkStatus();
   const auto& s3 = channel.data_source().s3_data_source();
-  if (s3.s3_data_type() != "S3Prefix") return absl::OkStatus();
-  // Only file:// prefixes are checked here: a bounded look at local
-  // directories. Other stores would need a request from the loop thread;
-  // their empty prefixes fail the job at Deliver instead.
-  const std::string path = LocalPathOf(s3.s3_uri());
-  if (path.empty() || AnyObjectUnder(path)) return absl::OkStatus();
-  return absl::InvalidArgumentError(NoObjectsMessage(channel.channel_name(), s3.s3_uri()));
+  const std::string& uri = s3.s3_uri();
+  const std::string& name = channel.channel_name();
+  const bool prefix = s3.s3_data_type() == "S3Prefix";
+  if (prefix) {
+    // A local directory: its first entries, not a walk of the tree.
+    const std::string path = LocalPathOf(uri);
+    if (!path.empty()) {
+      if (AnyObjectUnder(path)) return absl::OkStatus();
+      return absl::InvalidArgumentError(NoObjectsMessage(name, uri));
+    }
+  }
+  // Any other store: one bounded listing (for S3, one ListObjectsV2 with
+  // max-keys 1). A manifest exists when it is the first object under its own
+  // URI.
+  absl::StatusOr<ObjectStore*> store = stores_.For(uri);
+  if (!store.ok()) {
+    return absl::Status(store.status().code(),
+                        absl::StrCat("channel '", name, "': ", store.status().message()));
+  }
+  absl::StatusOr<std::vector<ObjectInfo>> first = (*store)->ListFirst(uri, 1);
+  if (!first.ok()) {
+    return absl::Status(first.status().code(), absl::StrCat("channel '", name, "': listing ", uri,
+                                                            ": ", first.status().message()));
+  }
+  if (prefix) {
+    if (!first->empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(NoObjectsMessage(name, uri));
+  }
+  if (!first->empty() && first->front().uri == uri) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("channel '", name, "': the ", s3.s3_data_type(),
+                                                 " '", uri, "' does not exist"));
 }
 
 absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Channel& channel) {

@@ -4,7 +4,7 @@
 Starts moto on a free loopback port, seeds a bucket with the aws CLI (an
 independent client), runs one job whose File, FastFile (a FUSE view) and Pipe
 channels come from s3:// and whose model goes to s3://, reads the model back with the aws
-CLI; then checks the refusals that must come before any job starts: an empty
+CLI; then checks the refusals that must come before a job starts: an empty
 S3 prefix and missing credentials.
 
     cli_run_s3_test.py KILN_BINARY
@@ -138,9 +138,9 @@ def main():
             if member is None or member.read() != b"trained\n":
                 fail("model.tar.gz does not hold model.txt = 'trained'")
 
-        # An empty prefix is refused before any job starts.
+        # An empty prefix is refused by CreateTrainingJob: the job never starts.
         r = run(job("empty-prefix", "s3://data/nothing/"), env)
-        if r.returncode == 0 or "no S3 objects found under S3 URL 's3://data/nothing/'" not in r.stderr:
+        if r.returncode == 0 or 'No S3 objects found under S3 URL "s3://data/nothing/"' not in r.stderr:
             fail(f"empty prefix: exit {r.returncode}, stderr:\n{r.stderr}")
         if "InProgress" in r.stderr:
             fail(f"a job started despite the empty prefix:\n{r.stderr}")

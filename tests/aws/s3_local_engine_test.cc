@@ -141,7 +141,6 @@ class S3LocalEngineTest : public ::testing::Test {
         "if rm -f \"$d/a.csv\" 2>/dev/null && [ ! -e \"$d/a.csv\" ]; then echo removable; fi\n"
         "cp \"$d/big.bin\" \"$SM_MODEL_DIR/big.bin\"\n");
     r.mutable_algorithm_specification()->set_training_input_mode("FastFile");
-    ASSERT_TRUE(CheckS3InputChannels(r, stores_).ok());
     ASSERT_TRUE(engine_->CreateTrainingJob(r).ok());
     ASSERT_TRUE(WaitEnded(name));
     v1::DescribeTrainingJobResponse d = Describe(name);
@@ -275,7 +274,6 @@ TEST_F(S3LocalEngineTest, SpotJobReadsS3ChannelsCheckpointsToS3AndUploadsItsMode
   r.set_enable_managed_spot_training(true);
   r.mutable_stopping_condition()->set_max_wait_time_in_seconds(600);
   r.mutable_checkpoint_config()->set_s3_uri("s3://kiln-ckpt/");
-  ASSERT_TRUE(CheckS3InputChannels(r, stores_).ok());
   ASSERT_TRUE(engine_->CreateTrainingJob(r).ok());
   ASSERT_TRUE(RunUntil([&] { return recorder_.Has("checkpointed"); }));
   ASSERT_TRUE(engine_->InjectInterruption("s3-spot", "algo-1", InterruptionKind::kSpotNotice,
@@ -335,7 +333,6 @@ TEST_F(S3LocalEngineTest, PipeJobStreamsAnAugmentedManifestFromS3) {
   s3->set_s3_uri("s3://kiln-train/train.manifest");
   s3->add_attribute_names("image-ref");
   s3->add_attribute_names("label");
-  ASSERT_TRUE(CheckS3InputChannels(r, stores_).ok());
   ASSERT_TRUE(engine_->CreateTrainingJob(r).ok());
   ASSERT_TRUE(WaitEnded("s3-augmented"));
   v1::DescribeTrainingJobResponse d = Describe("s3-augmented");
@@ -346,20 +343,59 @@ TEST_F(S3LocalEngineTest, PipeJobStreamsAnAugmentedManifestFromS3) {
   EXPECT_EQ(model->files["stream"], "TWObONE7");
 }
 
-TEST_F(S3LocalEngineTest, AnEmptyS3PrefixIsRefusedBeforeTheJobAndFailsTheDownloadIfSubmitted) {
-  v1::CreateTrainingJobRequest r = Request("s3-empty", "echo never\n");
-  r.mutable_input_data_config(0)->mutable_data_source()->mutable_s3_data_source()->set_s3_uri(
-      "s3://kiln-train/nothing-here");
-  absl::Status check = CheckS3InputChannels(r, stores_);
-  EXPECT_TRUE(absl::IsInvalidArgument(check)) << check;
-  EXPECT_THAT(check.message(), HasSubstr("channel 'train'"));
-  EXPECT_THAT(check.message(), HasSubstr("s3://kiln-train/nothing-here"));
-  // Submitted anyway, the job fails in Downloading, naming the channel.
+TEST_F(S3LocalEngineTest, AnEmptyS3PrefixOrAMissingManifestIsRefusedByCreateTrainingJob) {
+  // Top-level keys and prefixes without '/' (see MotoServer::Reset).
+  WriteFile(tmp_.path() + "/seed/present.csv", "1\n");
+  ASSERT_NO_FATAL_FAILURE(SeedTrainBucket());
+  v1::DescribeTrainingJobRequest d;
+  d.set_training_job_name("s3-refused");
+  // An empty prefix: no object starts with it.
+  v1::CreateTrainingJobRequest r = Request("s3-refused", "echo never\n");
+  auto* s3 = r.mutable_input_data_config(0)->mutable_data_source()->mutable_s3_data_source();
+  s3->set_s3_uri("s3://kiln-train/nothing-here");
+  absl::StatusOr<v1::CreateTrainingJobResponse> created = engine_->CreateTrainingJob(r);
+  EXPECT_TRUE(absl::IsInvalidArgument(created.status())) << created.status();
+  EXPECT_THAT(created.status().message(), HasSubstr("channel 'train'"));
+  EXPECT_THAT(created.status().message(),
+              HasSubstr("No S3 objects found under S3 URL \"s3://kiln-train/nothing-here\""));
+  EXPECT_TRUE(absl::IsNotFound(engine_->DescribeTrainingJob(d).status())) << "a job was kept";
+  // A manifest that does not exist, though objects start with its name.
+  s3->set_s3_data_type("ManifestFile");
+  s3->set_s3_uri("s3://kiln-train/pres");
+  created = engine_->CreateTrainingJob(r);
+  EXPECT_TRUE(absl::IsInvalidArgument(created.status())) << created.status();
+  EXPECT_THAT(created.status().message(),
+              HasSubstr("the ManifestFile 's3://kiln-train/pres' does not exist"));
+  EXPECT_TRUE(absl::IsNotFound(engine_->DescribeTrainingJob(d).status())) << "a job was kept";
+  // A bucket the store cannot list keeps the store's error, naming the channel.
+  s3->set_s3_data_type("S3Prefix");
+  s3->set_s3_uri("s3://kiln-no-such-bucket/train/");
+  created = engine_->CreateTrainingJob(r);
+  EXPECT_FALSE(created.ok());
+  EXPECT_THAT(created.status().message(), HasSubstr("channel 'train'"));
+  EXPECT_TRUE(absl::IsNotFound(engine_->DescribeTrainingJob(d).status())) << "a job was kept";
+  // A prefix with an object is accepted.
+  s3->set_s3_uri("s3://kiln-train/pres");
+  created = engine_->CreateTrainingJob(r);
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_TRUE(WaitEnded("s3-refused"));
+}
+
+TEST_F(S3LocalEngineTest, ObjectsDeletedAfterCreateTrainingJobFailTheDownloadNamingTheChannel) {
+  WriteFile(tmp_.path() + "/seed/a.csv", "1\n");
+  ASSERT_NO_FATAL_FAILURE(SeedTrainBucket());
+  v1::CreateTrainingJobRequest r = Request("s3-vanished", "echo never\n");
   ASSERT_TRUE(engine_->CreateTrainingJob(r).ok());
-  ASSERT_TRUE(WaitEnded("s3-empty"));
-  v1::DescribeTrainingJobResponse d = Describe("s3-empty");
+  // Accepted; the loop has not run yet, so nothing was downloaded. The
+  // objects go before the download starts.
+  std::string out;
+  ASSERT_EQ(moto_.Aws(key_, {"s3", "rm", "--quiet", "--recursive", "s3://kiln-train/"}, &out), 0)
+      << out;
+  ASSERT_TRUE(WaitEnded("s3-vanished"));
+  v1::DescribeTrainingJobResponse d = Describe("s3-vanished");
   EXPECT_EQ(d.training_job_status(), "Failed");
-  EXPECT_THAT(d.failure_reason(), HasSubstr("train"));
+  EXPECT_THAT(d.failure_reason(), HasSubstr("channel 'train'"));
+  EXPECT_FALSE(recorder_.Has("never"));
 }
 
 }  // namespace

@@ -245,6 +245,29 @@ TEST_F(S3ObjectStoreTest, ListingFollowsContinuationTokens) {
   EXPECT_EQ(proxy_->requests(), 4);  // 2 + 2 + 2 + 1
 }
 
+TEST_F(S3ObjectStoreTest, ListFirstAsksForNoMoreKeysThanItNeeds) {
+  for (int i = 0; i < 7; ++i) {
+    ASSERT_TRUE(direct_->PutObject(kBucket, absl::StrCat("first-k", i), "x").ok());
+  }
+  auto store = Store(true, [](S3Options& o) { o.list_page_size = 2; });
+  // One object: one request (max-keys 1), the first key.
+  auto first = store->ListFirst(Uri("first-"), 1);
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->size(), 1u);
+  EXPECT_EQ(first->front().uri, Uri("first-k0"));
+  EXPECT_EQ(proxy_->requests(), 1);
+  // Three objects in pages of two: two requests, the second for one key.
+  auto three = store->ListFirst(Uri("first-"), 3);
+  ASSERT_TRUE(three.ok()) << three.status();
+  ASSERT_EQ(three->size(), 3u);
+  EXPECT_EQ(three->back().uri, Uri("first-k2"));
+  EXPECT_EQ(proxy_->requests(), 3);
+  // An object exists when it is the first under its own URI.
+  EXPECT_EQ(store->ListFirst(Uri("first-k3"), 1).value().at(0).uri, Uri("first-k3"));
+  EXPECT_TRUE(store->ListFirst(Uri("first-z"), 1).value().empty());
+  EXPECT_TRUE(absl::IsInvalidArgument(store->ListFirst(Uri("first-"), 0).status()));
+}
+
 TEST_F(S3ObjectStoreTest, AnObjectDeletedMidListingIsMissedOrNotFoundNeverAnError) {
   // Keys at the top of a bucket of their own: a flat listing prefix (see
   // MotoServer::Reset).

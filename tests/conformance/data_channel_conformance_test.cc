@@ -47,9 +47,8 @@ class Harness {
   // models the time only).
   virtual bool delivers_bytes() const = 0;
   virtual bool shards() const = 0;
-  // Whether CheckChannel looks at the sources (the local channel does for
-  // file:// ones only: other stores are checked by their backend, e.g.
-  // kiln::aws::CheckS3InputChannels).
+  // Whether CheckChannel looks at the sources (the local channel does, in
+  // every store).
   virtual bool checks_sources() const { return true; }
   // Writes the objects (key -> content) under a fresh prefix; returns the
   // prefix URI (with a trailing '/').
@@ -100,7 +99,6 @@ class LocalHarness : public Harness {
   std::string mode() const override { return mode_; }
   bool delivers_bytes() const override { return true; }
   bool shards() const override { return mode_ != "FastFile"; }
-  bool checks_sources() const override { return !remote_; }
 
   std::string WriteSource(const std::string& name,
                           const std::map<std::string, std::string>& objects) override {

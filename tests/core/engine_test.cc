@@ -3,10 +3,12 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
@@ -779,6 +781,69 @@ TEST_F(EngineDataChannelTest, CheckChannelRefusalFailsCreateTrainingJob) {
   v1::DescribeTrainingJobRequest d;
   d.set_training_job_name("refused-job");
   EXPECT_TRUE(absl::IsNotFound(engine_->DescribeTrainingJob(d).status()));
+}
+
+// A DataChannel whose CheckChannel blocks until released, as a check that
+// waits for a slow store would.
+class BlockingCheckChannel : public DataChannel {
+ public:
+  void Deliver(const ChannelDelivery&, DoneCallback) override {}
+  absl::Status CheckChannel(const v1::Channel&, std::string_view) override {
+    checked_on = std::this_thread::get_id();
+    entered.Notify();
+    release.WaitForNotification();
+    return absl::OkStatus();
+  }
+  std::thread::id checked_on;
+  absl::Notification entered;
+  absl::Notification release;
+};
+
+TEST_F(EngineTest, CheckChannelRunsOnTheCallersThreadAndTheLoopGoesOnMeanwhile) {
+  std::unique_ptr<EventLoop> loop = NewRealTimeEventLoop();
+  std::unique_ptr<ClusterProvider> provider = sim::NewSimClusterProvider(*loop, {});
+  BlockingCheckChannel channel;
+  EngineOptions options;
+  options.loop = loop.get();
+  options.cluster_provider = provider.get();
+  options.data_channel = &channel;
+  std::unique_ptr<Engine> engine = NewEngine(std::move(options)).value();
+  std::thread::id loop_thread;
+  std::thread runner([&] {
+    loop->Post([&] { loop_thread = std::this_thread::get_id(); });
+    loop->Run();
+  });
+
+  v1::CreateTrainingJobRequest r = Request("slow-check");
+  v1::Channel* c = r.add_input_data_config();
+  c->set_channel_name("train");
+  c->mutable_data_source()->mutable_s3_data_source()->set_s3_data_type("S3Prefix");
+  c->mutable_data_source()->mutable_s3_data_source()->set_s3_uri("s3://bucket/train/");
+  absl::StatusOr<v1::CreateTrainingJobResponse> created;
+  std::thread::id caller_thread;
+  std::thread caller([&] {
+    caller_thread = std::this_thread::get_id();
+    created = engine->CreateTrainingJob(r);
+  });
+  channel.entered.WaitForNotification();
+  // The check is under way: the loop still runs what is posted to it, and
+  // the engine answers other calls; the job does not exist yet.
+  absl::Notification ran;
+  loop->Post([&] { ran.Notify(); });
+  EXPECT_TRUE(ran.WaitForNotificationWithTimeout(absl::Seconds(30)))
+      << "the loop waited for the data channel's check";
+  v1::DescribeTrainingJobRequest d;
+  d.set_training_job_name("slow-check");
+  EXPECT_TRUE(absl::IsNotFound(engine->DescribeTrainingJob(d).status()));
+  channel.release.Notify();
+  caller.join();
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ(channel.checked_on, caller_thread);
+  EXPECT_NE(channel.checked_on, loop_thread);
+  EXPECT_EQ(engine->DescribeTrainingJob(d)->training_job_status(), "InProgress");
+  loop->Stop();
+  runner.join();
+  engine.reset();
 }
 
 TEST_F(EngineDataChannelTest, ChannelFailureAfterDeliveryFailsTheRunningAttemptOnly) {

@@ -35,6 +35,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
@@ -229,6 +230,25 @@ TYPED_TEST(ObjectStoreConformanceTest, PrefixIsAStringPrefixNotADirectory) {
               ElementsAre(this->Uri("trace.txt")));
   EXPECT_THAT(Uris(this->store_->List(this->Uri("train/s")).value()),
               ElementsAre(this->Uri("train/sub/y")));
+}
+
+TYPED_TEST(ObjectStoreConformanceTest, ListFirstIsTheStartOfTheListing) {
+  for (const char* key : {"train/x", "train/sub/y", "trace.txt", "tr", "other/z", "t"}) {
+    ASSERT_TRUE(this->store_->Put(this->Uri(key), key).ok()) << key;
+  }
+  EXPECT_THAT(Uris(this->store_->ListFirst(this->Uri("tr"), 2).value()),
+              ElementsAre(this->Uri("tr"), this->Uri("trace.txt")));
+  EXPECT_THAT(Uris(this->store_->ListFirst(this->Uri("train/"), 1).value()),
+              ElementsAre(this->Uri("train/sub/y")));
+  // More than there are: all of them, as List.
+  EXPECT_THAT(Uris(this->store_->ListFirst(this->root_, 100).value()),
+              ElementsAreArray(Uris(this->store_->List(this->root_).value())));
+  // An object is the first under its own URI; a missing one is not there.
+  EXPECT_THAT(Uris(this->store_->ListFirst(this->Uri("t"), 1).value()), ElementsAre(this->Uri("t")));
+  EXPECT_THAT(this->store_->ListFirst(this->Uri("nothing/"), 1).value(), IsEmpty());
+  absl::StatusOr<std::vector<ObjectInfo>> none = this->store_->ListFirst(this->root_, 0);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(none.status().message(), HasSubstr(this->root_));
 }
 
 TYPED_TEST(ObjectStoreConformanceTest, ListOfUnknownPrefixIsEmpty) {

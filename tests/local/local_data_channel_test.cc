@@ -327,8 +327,38 @@ TEST_F(LocalDataChannelTest, CheckChannelRejectsAnEmptyFilePrefix) {
   EXPECT_TRUE(channel_->CheckChannel(Channel("f", "S3Prefix", "file://" + src_ + "/full/"), "File").ok());
   // A partial name: "fu" matches "full/...".
   EXPECT_TRUE(channel_->CheckChannel(Channel("f", "S3Prefix", "file://" + src_ + "/fu"), "File").ok());
-  // Other stores are checked when delivered.
-  EXPECT_TRUE(channel_->CheckChannel(Channel("s", "S3Prefix", "s3://b/p/"), "File").ok());
+  // A scheme no store serves is refused too, naming the channel and scheme.
+  s = channel_->CheckChannel(Channel("s", "S3Prefix", "s3://b/p/"), "File");
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("channel 's'"));
+  EXPECT_THAT(s.message(), HasSubstr("s3"));
+}
+
+TEST_F(LocalDataChannelTest, CheckChannelLooksIntoAnyStoreAndChecksManifestsExist) {
+  std::unique_ptr<ObjectStore> mem = NewInMemoryObjectStore();
+  stores_.Register("mem", mem.get());
+  ASSERT_TRUE(mem->Put("mem://b/data/part-0", "x").ok());
+  ASSERT_TRUE(mem->Put("mem://b/train.manifest", "[]").ok());
+  WriteFile(src_ + "/local.manifest", "[]");
+  EXPECT_TRUE(channel_->CheckChannel(Channel("d", "S3Prefix", "mem://b/data/"), "File").ok());
+  EXPECT_TRUE(channel_->CheckChannel(Channel("d", "S3Prefix", "mem://b/da"), "Pipe").ok());
+  absl::Status s = channel_->CheckChannel(Channel("e", "S3Prefix", "mem://b/empty/"), "File");
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("No S3 objects found under S3 URL \"mem://b/empty/\""));
+  EXPECT_THAT(s.message(), HasSubstr("channel 'e'"));
+  // Manifests: the object itself must exist, in any store.
+  EXPECT_TRUE(channel_->CheckChannel(Channel("m", "ManifestFile", "mem://b/train.manifest"), "File").ok());
+  EXPECT_TRUE(
+      channel_->CheckChannel(Channel("m", "ManifestFile", "file://" + src_ + "/local.manifest"), "File").ok());
+  for (const std::string& uri : {std::string("mem://b/train"), std::string("mem://b/none.manifest"),
+                                "file://" + src_ + "/local"}) {
+    s = channel_->CheckChannel(Channel("m", "ManifestFile", uri), "File");
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << uri << ": " << s;
+    EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("the ManifestFile '", uri, "' does not exist")));
+  }
+  s = channel_->CheckChannel(Channel("a", "AugmentedManifestFile", "mem://b/none"), "Pipe");
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  stores_.Register("mem", nullptr);
 }
 
 // ---------------------------------------------------------------------------

@@ -112,18 +112,6 @@ absl::StatusOr<S3Options> ResolveS3Options(S3Options options);
 // than 5 GiB, or max_concurrency < 1. Makes no request.
 absl::StatusOr<std::unique_ptr<ObjectStore>> NewS3ObjectStore(S3Options options);
 
-// What CreateTrainingJob's caller checks before submitting a job that reads
-// s3:// channels, as the service does when it accepts the job: every S3Prefix
-// channel with an s3:// S3Uri must have at least one object under it, and a
-// ManifestFile or AugmentedManifestFile must exist. Channels with other
-// schemes are left to the data channel. Errors: InvalidArgument (the
-// ValidationException text, naming the channel and the URI) for an empty
-// prefix or a missing manifest; the store's error otherwise (credentials,
-// endpoint). Blocks on the store: call it from a worker thread, not an
-// engine's loop thread.
-absl::Status CheckS3InputChannels(const v1::CreateTrainingJobRequest& request,
-                                  ObjectStores& stores);
-
 }  // namespace kiln::aws
 
 #endif  // KILN_AWS_S3_H_

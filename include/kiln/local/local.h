@@ -272,9 +272,17 @@ struct LocalDataChannelOptions {
 // ("No S3 objects found under S3 URL ..."); an object that disappears during
 // the copy is NotFound naming channel and object; AugmentedManifestFile in
 // File or FastFile mode is InvalidArgument; sources other than S3DataSource
-// are Unimplemented. CheckChannel refuses (as
-// InvalidArgument, at CreateTrainingJob) a file:// S3Prefix without objects,
-// looking no further than the first object it finds. EndJob stops the job's
+// are Unimplemented.
+//
+// CheckChannel (at CreateTrainingJob, on its caller's thread) refuses as
+// InvalidArgument an S3Prefix without objects (the service's "No S3 objects
+// found under S3 URL ..." naming the channel) and a ManifestFile or
+// AugmentedManifestFile that does not exist, in any store of `stores`: a
+// file:// prefix is looked at up to its first object, any other URI with one
+// ObjectStore::ListFirst(uri, 1) (for s3://, one ListObjectsV2 with
+// max-keys 1). A URI no store serves is FailedPrecondition, and a failed
+// listing keeps the store's code (Unavailable, PermissionDenied), each
+// naming the channel. EndJob stops the job's
 // Pipe writers wherever they wait (for a reader, on a full pipe) and
 // unmounts its FastFile views. The destruction stops copies and writers in
 // flight, waits for them and unmounts every view.
