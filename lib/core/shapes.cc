@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/internal/byte_dfa.h"
 #include "core/internal/regex.h"
 
 namespace kiln::internal {
@@ -81,12 +82,15 @@ bool IsValidUtf8(std::string_view s) {
 // How a pattern is decided. The model's catch-all patterns need no regex
 // engine: `[\S\s]*` accepts any well-formed text; `.*` any well-formed text
 // without a line feed (PCRE2's dot under its newline convention, checked at
-// start-up), `.+` the same when not empty.
-enum class Rule { kRegex, kAnyText, kLine, kNonEmptyLine };
+// start-up), `.+` the same when not empty. Most others are simple enough for
+// a byte automaton (kDfa); the rest (lookbehind, Unicode properties, very
+// long counted repeats) keep PCRE2.
+enum class Rule { kRegex, kAnyText, kLine, kNonEmptyLine, kDfa };
 
 struct CompiledPattern {
   Rule rule = Rule::kRegex;
-  std::unique_ptr<Regex> regex;  // kRegex only
+  std::unique_ptr<Regex> regex;   // kRegex only
+  std::unique_ptr<ByteDfa> dfa;   // kDfa only
 };
 
 std::unique_ptr<Regex> CompileOrDie(std::string_view text) {
@@ -126,6 +130,8 @@ bool Decide(const CompiledPattern& p, std::string_view value) {
       [[fallthrough]];
     case Rule::kLine:
       return std::memchr(value.data(), '\n', value.size()) == nullptr && IsValidUtf8(value);
+    case Rule::kDfa:
+      return IsValidUtf8(value) && p.dfa->Matches(value);
     case Rule::kRegex:
       break;
   }
@@ -143,7 +149,14 @@ CompiledPattern CompilePattern(std::string_view text, bool dot_rules) {
   // Compiled either way: a pattern of the model that PCRE2 rejects is a defect
   // to report at once, whichever rule decides it.
   std::unique_ptr<Regex> regex = CompileOrDie(text);
-  if (p.rule == Rule::kRegex) p.regex = std::move(regex);
+  if (p.rule == Rule::kRegex) {
+    p.dfa = ByteDfa::Compile(text, dot_rules);
+    if (p.dfa != nullptr) {
+      p.rule = Rule::kDfa;
+    } else {
+      p.regex = std::move(regex);
+    }
+  }
   return p;
 }
 
@@ -179,11 +192,12 @@ constexpr size_t kMaxRemembered = 256;
 
 bool Pattern::Matches(std::string_view value) const {
   const CompiledPattern& p = Compiled().by_id[id_];
-  if (p.rule != Rule::kRegex) return Decide(p, value);
+  if (p.rule != Rule::kRegex && p.rule != Rule::kDfa) return Decide(p, value);
   // Requests are mostly built from templates, so the same values come back
   // job after job (a role, an image, a bucket). Each thread remembers the
-  // last value each regex accepted: a repeat costs a comparison instead of a
-  // match. (Only acceptances are remembered, and only short values.)
+  // last value each pattern accepted: a repeat costs a comparison instead of
+  // a match (a regex's call, or a UTF-8 check and an automaton's pass). Only
+  // acceptances are remembered, and only short values.
   struct Accepted {
     bool set = false;
     std::string value;
