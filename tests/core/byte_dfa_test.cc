@@ -4,6 +4,7 @@
 #include "core/internal/byte_dfa.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -11,25 +12,13 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "core/internal/regex.h"
+#include "core/test_rng.h"
 #include "gtest/gtest.h"
 
 namespace kiln::internal {
 namespace {
 
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-  int Below(int n) { return static_cast<int>(Next() % static_cast<uint64_t>(n)); }
-
- private:
-  uint64_t state_;
-};
+using ::kiln::testing::Rng;
 
 // Valid UTF-8 pieces subjects are made of: the pattern's own ASCII
 // characters, and characters that classes and `.` treat specially.

@@ -22,6 +22,7 @@
 #include "core/internal/regex.h"
 #include "core/internal/shapes.h"
 #include "core/reference_validator.h"
+#include "core/test_rng.h"
 #include "google/protobuf/dynamic_message.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/text_format.h"
@@ -57,25 +58,7 @@ const test::ReferenceModel& Model() {
   return *model;
 }
 
-// A seeded generator with its own arithmetic (splitmix64), so a seed gives
-// the same messages everywhere.
-class Rng {
- public:
-  explicit Rng(uint64_t seed) : state_(seed) {}
-  uint64_t Next() {
-    uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-  }
-  int Below(int n) { return static_cast<int>(Next() % static_cast<uint64_t>(n)); }
-  bool Percent(int p) { return Below(100) < p; }
-  template <typename T>
-  const T& Pick(const std::vector<T>& v) { return v[Below(static_cast<int>(v.size()))]; }
-
- private:
-  uint64_t state_;
-};
+using ::kiln::testing::Rng;
 
 // Strings that probe every rule: URIs (S3, https, local), ARNs, names with
 // and without the characters patterns reject, line breaks, NUL, Unicode
