@@ -24,16 +24,19 @@
 // VM: 19.0-21.9 s CPU now, 24.7-26.6 s for the previous engine; one run of
 // the new one took 14.6 s). callgrind, 100,000 jobs in 3 days (the 1M run's density):
 //   66k instructions per job at first; 57.2k after the simulation's own
-//   trims; 46.9k now, after the engine copies requests onto per-job arenas
+//   trims; 46.9k after the engine copies requests onto per-job arenas
 //   (no per-field allocations; the runner fills one scratch request instead
 //   of copying the workload's), defers compaction (a job deleted when it
-//   ends is never serialized) and remembers regex acceptances. Memory: peak
+//   ends is never serialized) and remembers regex acceptances; 45.2k since
+//   the model's simple patterns run as byte automata (4.56 G for 100,000
+//   jobs, 43 M of it compiling them once). Memory: peak
 //   RSS 29 MiB for 1M jobs (ended jobs are deleted from the engine).
-// Inclusive per job now: CreateTrainingJob 18k (validation 5.0k, the arena
-// copy 3.5k, provisioning 5k), DeleteTrainingJob 5.4k, Finish 3.7k,
+// Inclusive per job before the automata: CreateTrainingJob 18k (validation
+// 5.0k, now 4.0k; the arena copy 3.5k, provisioning 5k), DeleteTrainingJob
+// 5.4k (now 4.7k), Finish 3.7k,
 // SetStatus 2.5k; malloc/free 14% of all (was 24%). The 10 s target needs
 // about 28k: a job record that does not keep the request as a protobuf
-// message, and a cheaper job-name check (a regex per Create and Delete).
+// message, and a cheaper validation of the request's other fields.
 //
 // Run one size per process, so that peak RSS is that run's:
 //   simulate_bench --benchmark_filter='BM_SimulateMix/1000000/30'
