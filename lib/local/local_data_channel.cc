@@ -175,6 +175,14 @@ bool AnyObjectUnder(const std::string& path) {
   return AnyObjectBelow(path.substr(0, slash + 1), std::string_view(path).substr(slash + 1));
 }
 
+// `status` with its message prefixed by the channel's name (an error
+// reaches the job's FailureReason, where the channel is what a user looks
+// for); its code is kept.
+absl::Status InChannel(std::string_view channel, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat("channel '", internal::Av(channel), "': ",
+                                                  status.message()));
+}
+
 std::string NoObjectsMessage(std::string_view channel, std::string_view uri) {
   return absl::StrCat("No S3 objects found under S3 URL \"", internal::Av(uri),
                       "\" given in input data source (channel '", internal::Av(channel),
@@ -255,6 +263,12 @@ class LocalDataChannel final : public DataChannel {
   void SetListener(DataChannelListener* listener) override { listener_ = listener; }
 
  private:
+  // The store serving `uri`; an error names the channel.
+  absl::StatusOr<ObjectStore*> StoreFor(std::string_view channel, std::string_view uri) const {
+    absl::StatusOr<ObjectStore*> store = stores_.For(uri);
+    if (!store.ok()) return InChannel(channel, store.status());
+    return store;
+  }
   absl::StatusOr<std::vector<Source>> ListSources(const v1::Channel& channel);
   // The lines of an AugmentedManifestFile channel, in the manifest's order,
   // each with the attributes it streams. Errors name the channel, the line
@@ -404,15 +418,12 @@ absl::Status LocalDataChannel::CheckChannel(const v1::Channel& channel,
   // Any other store: one bounded listing (for S3, one ListObjectsV2 with
   // max-keys 1). A manifest exists when it is the first object under its own
   // URI.
-  absl::StatusOr<ObjectStore*> store = stores_.For(uri);
-  if (!store.ok()) {
-    return absl::Status(store.status().code(),
-                        absl::StrCat("channel '", name, "': ", store.status().message()));
-  }
+  absl::StatusOr<ObjectStore*> store = StoreFor(name, uri);
+  if (!store.ok()) return store.status();
   absl::StatusOr<std::vector<ObjectInfo>> first = (*store)->ListFirst(uri, 1);
   if (!first.ok()) {
-    return absl::Status(first.status().code(), absl::StrCat("channel '", name, "': listing ", uri,
-                                                            ": ", first.status().message()));
+    return InChannel(name, absl::Status(first.status().code(),
+                                        absl::StrCat("listing ", uri, ": ", first.status().message())));
   }
   if (prefix) {
     if (!first->empty()) return absl::OkStatus();
@@ -427,11 +438,8 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
   const std::string& name = channel.channel_name();
   const auto& s3 = channel.data_source().s3_data_source();
   const std::string& uri = s3.s3_uri();
-  absl::StatusOr<ObjectStore*> store = stores_.For(uri);
-  if (!store.ok()) {
-    return absl::Status(store.status().code(),
-                        absl::StrCat("channel '", name, "': ", store.status().message()));
-  }
+  absl::StatusOr<ObjectStore*> store = StoreFor(name, uri);
+  if (!store.ok()) return store.status();
   std::vector<Source> sources;
   if (s3.s3_data_type() == kAugmentedManifest) {
     return ListAugmentedManifest(channel, **store);
@@ -611,7 +619,7 @@ absl::Status LocalDataChannel::Copy(const v1::Channel& channel,
     }
     const std::string dir = absl::StrCat(data_roots[i], "/", name);
     absl::Status s = internal::ResetDir(dir);
-    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("channel '", name, "': ", s.message()));
+    if (!s.ok()) return InChannel(name, s);
     // The instance's share: the shuffled order (ShuffleConfig) sharded, as
     // Pipe mode's first epoch.
     for (size_t j : internal::EpochOrder(sources->size(), channel.has_shuffle_config(),
@@ -704,7 +712,7 @@ absl::Status LocalDataChannel::MakeViews(const v1::Channel& channel,
     if (s.ok() && symlink(real, view.c_str()) != 0) {
       s = internal::ErrnoStatus(errno, "symlink", view);
     }
-    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("channel '", name, "': ", s.message()));
+    if (!s.ok()) return InChannel(name, s);
   }
   return absl::OkStatus();
 }
@@ -726,7 +734,7 @@ absl::Status LocalDataChannel::MountView(const v1::Channel& channel,
   const std::string mount_point =
       absl::StrCat(options_.state_dir, "/fastfile/", getpid(), "-", ++next_view, "-", name);
   absl::Status s = internal::MakeDirs(mount_point);
-  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("channel '", name, "': ", s.message()));
+  if (!s.ok()) return InChannel(name, s);
   absl::StatusOr<std::unique_ptr<internal::FuseView>> view =
       internal::FuseView::Mount(**store, mount_point, std::move(files));
   if (!view.ok()) {
@@ -756,7 +764,7 @@ absl::Status LocalDataChannel::MountView(const v1::Channel& channel,
     if (s.ok() && symlink(mount_point.c_str(), link.c_str()) != 0) {
       s = internal::ErrnoStatus(errno, "symlink", link);
     }
-    if (!s.ok()) return absl::Status(s.code(), absl::StrCat("channel '", name, "': ", s.message()));
+    if (!s.ok()) return InChannel(name, s);
   }
   return absl::OkStatus();
 }
@@ -788,9 +796,7 @@ absl::Status LocalDataChannel::StartPipes(const v1::Channel& channel, std::share
                                              root, " is gone (released?)"));
     }
     absl::Status s = MakeFifo(FifoPath(root, spec->channel, 0));
-    if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("channel '", spec->channel, "': ", s.message()));
-    }
+    if (!s.ok()) return InChannel(spec->channel, s);
   }
   if (stop->stopped()) {
     return absl::CancelledError(absl::StrCat("channel '", spec->channel, "': job ended"));

@@ -46,8 +46,6 @@ class ByteDfa {
     return accepting_[s] != 0;
   }
 
-  int states() const { return static_cast<int>(accepting_.size()); }
-
  private:
   static constexpr uint32_t kDead = 0;
   static constexpr uint32_t kStart = 1;
