@@ -2,6 +2,10 @@
 // (kiln/clock.h). Virtual-loop tests never sleep; the few real-time tests use short timers.
 #include "kiln/event_loop.h"
 
+#if defined(__linux__)
+#include <sys/prctl.h>
+#endif
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -658,6 +662,27 @@ TEST(RealTimeEventLoopTest, TimerFiresNotBeforeItsDueTime) {
   EXPECT_GE(fired_at, due);
   EXPECT_LT(fired_after, std::chrono::seconds(5));  // generous: shared CI machines
 }
+
+#if defined(__linux__)
+// A real-time loop waits with a 1 ns timer slack (Linux's default of 50 us would add to every
+// timer's lateness) and gives the thread its own slack back when Run* returns; a virtual loop
+// leaves it alone.
+TEST(RealTimeEventLoopTest, TightensTimerSlackOnlyWhileRunning) {
+  const int before = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0);
+  ASSERT_GT(before, 1) << "the test needs a thread whose slack is not already 1 ns";
+  std::unique_ptr<EventLoop> loop = NewRealTimeEventLoop();
+  int during = -1;
+  loop->ScheduleAfter(absl::Milliseconds(1), [&] { during = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0); });
+  loop->RunUntilIdle();
+  EXPECT_EQ(during, 1);
+  EXPECT_EQ(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), before);
+
+  std::unique_ptr<EventLoop> virtual_loop = NewVirtualEventLoop();
+  virtual_loop->ScheduleAfter(absl::Seconds(1), [&] { during = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0); });
+  virtual_loop->RunUntilIdle();
+  EXPECT_EQ(during, before);
+}
+#endif
 
 TEST(RealTimeEventLoopTest, TimersRunInDueOrder) {
   std::unique_ptr<EventLoop> loop = NewRealTimeEventLoop();
