@@ -37,6 +37,17 @@ OPERATIONS = [
     "DeleteTrainingJob",
 ]
 
+# Requests the engine validates on every call: each gets a CheckShape overload
+# (declared in core/internal/shapes.h) that skips the descriptor look-up.
+TYPED_CHECKS = [
+    "CreateTrainingJobRequest",
+    "DescribeTrainingJobRequest",
+    "ListTrainingJobsRequest",
+    "StopTrainingJobRequest",
+    "UpdateTrainingJobRequest",
+    "DeleteTrainingJobRequest",
+]
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -506,10 +517,15 @@ def checks_text(shapes, names, source):
         "  return true;",
         "}",
         "",
-        "void CheckShape(ShapeChecker& checker, const v1::CreateTrainingJobRequest& message) {",
-        "  Check(checker, message);",
-        "}",
-        "",
+    ])
+    for n in TYPED_CHECKS:
+        out.extend([
+            f"void CheckShape(ShapeChecker& checker, const v1::{n}& message) {{",
+            "  Check(checker, message);",
+            "}",
+            "",
+        ])
+    out.extend([
         "}  // namespace kiln::internal",
         "",
     ])

@@ -929,7 +929,7 @@ absl::Status EngineImpl::Delete(const v1::DeleteTrainingJobRequest& request) {
   KILN_RETURN_IF_ERROR(ValidateRequest(request, options_.validation));
   auto it = jobs_.find(request.training_job_name());
   if (it == jobs_.end()) return NotFound(request.training_job_name());
-  const std::string status = it->second->status_;
+  const char* const status = it->second->status_;  // one of the status constants
   if (status == kInProgress || status == kStopping) {
     return absl::FailedPreconditionError(absl::StrCat(
         "Training job '", it->first, "' cannot be deleted while its status is ", status,

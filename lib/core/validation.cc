@@ -296,6 +296,45 @@ absl::Status ValidateCreateTrainingJobRequest(const v1::CreateTrainingJobRequest
   return absl::InvalidArgumentError(FormatValidationErrors(errors));
 }
 
+namespace {
+
+// A request without cross-field rules: the model's constraints only.
+template <class Request>
+absl::Status ValidateShape(const Request& request, const ValidationOptions& options) {
+  internal::ShapeChecker checker(options);
+  internal::CheckShape(checker, request);
+  std::vector<ValidationError> errors = checker.Take();
+  if (errors.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(FormatValidationErrors(errors));
+}
+
+}  // namespace
+
+absl::Status ValidateRequest(const v1::CreateTrainingJobRequest& request,
+                             const ValidationOptions& options) {
+  return ValidateCreateTrainingJobRequest(request, options);
+}
+absl::Status ValidateRequest(const v1::DescribeTrainingJobRequest& request,
+                             const ValidationOptions& options) {
+  return ValidateShape(request, options);
+}
+absl::Status ValidateRequest(const v1::ListTrainingJobsRequest& request,
+                             const ValidationOptions& options) {
+  return ValidateShape(request, options);
+}
+absl::Status ValidateRequest(const v1::StopTrainingJobRequest& request,
+                             const ValidationOptions& options) {
+  return ValidateShape(request, options);
+}
+absl::Status ValidateRequest(const v1::UpdateTrainingJobRequest& request,
+                             const ValidationOptions& options) {
+  return ValidateShape(request, options);
+}
+absl::Status ValidateRequest(const v1::DeleteTrainingJobRequest& request,
+                             const ValidationOptions& options) {
+  return ValidateShape(request, options);
+}
+
 absl::Status ValidateRequest(const google::protobuf::Message& request,
                              const ValidationOptions& options) {
   if (const auto* create = dynamic_cast<const v1::CreateTrainingJobRequest*>(&request)) {

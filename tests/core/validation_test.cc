@@ -446,5 +446,46 @@ TEST(ValidationTest, OtherRequestsAreCheckedAgainstTheModel) {
   EXPECT_TRUE(ValidateRequest(update).ok());
 }
 
+// The overloads per request type (what the engine calls) give what the
+// overload for any message gives, valid or not.
+TEST(ValidationTest, TypedOverloadsAgreeWithTheGenericOne) {
+  auto generic = [](const google::protobuf::Message& m) { return ValidateRequest(m); };
+  v1::DescribeTrainingJobRequest describe;
+  describe.set_training_job_name("job-1");
+  EXPECT_TRUE(ValidateRequest(describe).ok());
+  describe.set_training_job_name("-bad name");
+  EXPECT_FALSE(ValidateRequest(describe).ok());
+  EXPECT_EQ(ValidateRequest(describe), generic(describe));
+  v1::DescribeTrainingJobRequest unnamed;
+  EXPECT_EQ(ValidateRequest(unnamed).message(),
+            "1 validation error detected: Value null at 'trainingJobName' failed to satisfy "
+            "constraint: Member must not be null");
+  EXPECT_EQ(ValidateRequest(unnamed), generic(unnamed));
+
+  v1::StopTrainingJobRequest stop;
+  stop.set_training_job_name(std::string(64, 'a'));
+  EXPECT_FALSE(ValidateRequest(stop).ok());
+  EXPECT_EQ(ValidateRequest(stop), generic(stop));
+  v1::DeleteTrainingJobRequest del;
+  del.set_training_job_name("job_1");
+  EXPECT_FALSE(ValidateRequest(del).ok());
+  EXPECT_EQ(ValidateRequest(del), generic(del));
+  del.set_training_job_name("job-1");
+  EXPECT_TRUE(ValidateRequest(del).ok());
+
+  v1::ListTrainingJobsRequest list;
+  list.set_max_results(0);
+  EXPECT_FALSE(ValidateRequest(list).ok());
+  EXPECT_EQ(ValidateRequest(list), generic(list));
+  v1::UpdateTrainingJobRequest update;
+  update.set_training_job_name("job");
+  update.mutable_resource_config();
+  EXPECT_EQ(ValidateRequest(update), generic(update));
+
+  v1::CreateTrainingJobRequest create;
+  EXPECT_FALSE(ValidateRequest(create).ok());
+  EXPECT_EQ(ValidateRequest(create), generic(create));
+}
+
 }  // namespace
 }  // namespace kiln

@@ -166,9 +166,13 @@ class ShapeChecker {
 // returns false, reporting nothing, for any other message. (GENERATED)
 bool CheckShape(ShapeChecker& checker, const google::protobuf::Message& message);
 
-// The same for the request the engine checks most, without the look-up.
-// (GENERATED)
+// The same for each request of the API, without the look-up. (GENERATED)
 void CheckShape(ShapeChecker& checker, const v1::CreateTrainingJobRequest& message);
+void CheckShape(ShapeChecker& checker, const v1::DescribeTrainingJobRequest& message);
+void CheckShape(ShapeChecker& checker, const v1::ListTrainingJobsRequest& message);
+void CheckShape(ShapeChecker& checker, const v1::StopTrainingJobRequest& message);
+void CheckShape(ShapeChecker& checker, const v1::UpdateTrainingJobRequest& message);
+void CheckShape(ShapeChecker& checker, const v1::DeleteTrainingJobRequest& message);
 
 // The value as error messages show it: quoted, cut after 256 bytes (on a
 // UTF-8 boundary) with "...".

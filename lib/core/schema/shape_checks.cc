@@ -2765,4 +2765,24 @@ void CheckShape(ShapeChecker& checker, const v1::CreateTrainingJobRequest& messa
   Check(checker, message);
 }
 
+void CheckShape(ShapeChecker& checker, const v1::DescribeTrainingJobRequest& message) {
+  Check(checker, message);
+}
+
+void CheckShape(ShapeChecker& checker, const v1::ListTrainingJobsRequest& message) {
+  Check(checker, message);
+}
+
+void CheckShape(ShapeChecker& checker, const v1::StopTrainingJobRequest& message) {
+  Check(checker, message);
+}
+
+void CheckShape(ShapeChecker& checker, const v1::UpdateTrainingJobRequest& message) {
+  Check(checker, message);
+}
+
+void CheckShape(ShapeChecker& checker, const v1::DeleteTrainingJobRequest& message) {
+  Check(checker, message);
+}
+
 }  // namespace kiln::internal
