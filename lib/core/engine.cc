@@ -383,10 +383,28 @@ class ArnText {
 
 // Names one job at one generation. Completions carry a token instead of a
 // pointer: the job may have ended (and even been deleted) by the time they run.
-struct JobToken {
-  uint64_t seq;
-  uint64_t generation;
+// Packed in one word, so that a completion capturing the engine and a token
+// (16 bytes) fits in an AnyInvocable's inline storage instead of costing a heap
+// allocation per call: the job's seq in the high 40 bits (Create refuses the
+// 2^40th job), its generation modulo 2^24 in the low 24. A stale completion is
+// only mistaken for a current one if exactly a multiple of 2^24 abandonments of
+// that job happened while it was in flight.
+class JobToken {
+ public:
+  static constexpr int kGenerationBits = 24;
+  static constexpr uint64_t kGenerationMask = (uint64_t{1} << kGenerationBits) - 1;
+  static constexpr uint64_t kMaxSeq = (uint64_t{1} << (64 - kGenerationBits)) - 1;
+
+  JobToken(uint64_t seq, uint64_t generation)
+      : bits_(seq << kGenerationBits | (generation & kGenerationMask)) {}
+  uint64_t seq() const { return bits_ >> kGenerationBits; }
+  // The generation modulo 2^24.
+  uint64_t generation() const { return bits_ & kGenerationMask; }
+
+ private:
+  uint64_t bits_;
 };
+static_assert(sizeof(JobToken) == 8);
 
 class EngineImpl final : public Engine, public ClusterListener, public DataChannelListener {
  public:
@@ -530,13 +548,16 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
     return it == jobs_.end() ? nullptr : it->second.get();
   }
 
-  static JobToken TokenOf(const Job& job) { return JobToken{job.seq_, job.generation_}; }
+  static JobToken TokenOf(const Job& job) { return JobToken(job.seq_, job.generation_); }
 
   // The job a completion belongs to, or null when the completion is stale
   // (the job ended, was deleted, or abandoned that work).
   Job* Resume(const JobToken& token) {
-    auto it = by_seq_.find(token.seq);
-    if (it == by_seq_.end() || it->second->generation_ != token.generation) return nullptr;
+    auto it = by_seq_.find(token.seq());
+    if (it == by_seq_.end() ||
+        (it->second->generation_ & JobToken::kGenerationMask) != token.generation()) {
+      return nullptr;
+    }
     return it->second;
   }
 
@@ -660,6 +681,10 @@ absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
         "Training job names must be unique within an AWS account and region, and a training "
         "job with this name already exists (",
         arn_prefix_, name, ")"));
+  }
+  if (next_seq_ > JobToken::kMaxSeq) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "This engine has created ", JobToken::kMaxSeq, " training jobs, as many as it can name"));
   }
   // Accepted: the job keeps a copy of the request.
   auto job = std::make_unique<Job>(*this, next_seq_++, request_in, Now());
