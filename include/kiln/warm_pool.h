@@ -187,7 +187,9 @@ struct WarmPoolOptions {
 };
 
 // The default manager. `loop` and `provider` must outlive it; it releases
-// expired clusters through `provider`.
+// expired clusters through `provider`. It indexes Available pools by shape:
+// Acquire looks only at pools of the job's shape (usually just the newest),
+// never at every retained pool.
 std::unique_ptr<WarmPoolManager> NewWarmPoolManager(EventLoop& loop, ClusterProvider& provider,
                                                     WarmPoolOptions options = {});
 

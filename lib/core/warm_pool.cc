@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -124,10 +125,12 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     const absl::Duration requested = absl::Seconds(rc.keep_alive_period_in_seconds());
     if (!options_.policy->Participates({job.name, shape, requested, loop_.Now()})) return false;
     options_.policy->OnJobArrived(shape, loop_.Now());
-    JobState& s = jobs_[std::string(job.name)];
+    auto [it, inserted] = jobs_.try_emplace(std::string(job.name));
+    JobState& s = it->second;
+    if (!inserted) ReleaseShape(s.shape_key);
     s = JobState();
     s.shape = std::move(shape);
-    s.shape_key = s.shape.Key();
+    s.shape_key = InternShape(s.shape);
     s.requested = requested;
     s.status = kInUse;
     return true;
@@ -137,10 +140,19 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     JobState* s = Find(job);
     if (s == nullptr) return std::nullopt;
     const absl::Time now = loop_.Now();
+    auto available = available_.find(s->shape_key);
+    if (available == available_.end()) return std::nullopt;
+    // The pool available most recently (ties: the older pool) and not expired
+    // yet. Ids ascend, and so do the times they became available: from the
+    // back, the first unexpired pool has the latest time, and the ones just
+    // before it with the same time are older.
     Pool* best = nullptr;
-    for (auto& [id, pool] : pools_) {  // ordered by id: ties go to the older pool
-      if (pool.shape_key != s->shape_key || now >= pool.expires_at) continue;
-      if (best == nullptr || pool.available_since > best->available_since) best = &pool;
+    const std::vector<uint64_t>& ids = available->second;
+    for (auto id = ids.rbegin(); id != ids.rend(); ++id) {
+      Pool& pool = pools_.at(*id);
+      if (now >= pool.expires_at) continue;  // its expiry is due now and has not run yet
+      if (best != nullptr && pool.available_since < best->available_since) break;
+      best = &pool;
     }
     if (best == nullptr) return std::nullopt;
     JobState& owner = jobs_.at(best->owner_job);
@@ -150,7 +162,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     loop_.Cancel(best->expiry);
     s->chain_start = best->chain_start;
     Cluster cluster = std::move(best->cluster);
-    pools_.erase(best->id);
+    ErasePool(best->id);
     return cluster;
   }
 
@@ -198,6 +210,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     pool.owner_job = std::string(job);
     pool.available_since = now;
     pool.chain_start = s->chain_start;
+    available_[s->shape_key].push_back(id);  // ids ascend: the list stays sorted
     s->status = kAvailable;
     s->pool_id = id;
     Schedule(pool, std::min(now + keep, chain_end));
@@ -251,6 +264,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
           "' cannot be deleted while its warm pool is Available; release it first "
           "(UpdateTrainingJob with KeepAlivePeriodInSeconds 0)"));
     }
+    ReleaseShape(it->second.shape_key);
     jobs_.erase(it);
     return absl::OkStatus();
   }
@@ -262,9 +276,11 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
   }
 
  private:
+  using ShapeKey = const std::string*;  // an interned key in shapes_
+
   struct JobState {
     PoolShape shape;
-    std::string shape_key;
+    ShapeKey shape_key = nullptr;  // shape.Key(), interned
     absl::Duration requested;
     const char* status = kInUse;
     std::optional<int32_t> retained_seconds;
@@ -276,7 +292,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
   struct Pool {
     uint64_t id = 0;
     Cluster cluster;
-    std::string shape_key;
+    ShapeKey shape_key = nullptr;
     std::string instance_type;
     int32_t instance_count = 0;
     std::string owner_job;
@@ -288,6 +304,31 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
 
   // (Debian's Abseil hashes absl::string_view, not std::string_view.)
   static absl::string_view Key(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+  // The interned Key() of `shape`, counted as one more job's.
+  ShapeKey InternShape(const PoolShape& shape) {
+    auto it = shapes_.try_emplace(shape.Key(), 0).first;
+    ++it->second;
+    return &it->first;
+  }
+
+  // Drops one job's count of `key`; forgets the key with the last. A pool's
+  // key is its owner's, whose state outlives the pool.
+  void ReleaseShape(ShapeKey key) {
+    if (key == nullptr) return;
+    auto it = shapes_.find(*key);
+    if (--it->second == 0) shapes_.erase(it);
+  }
+
+  // Removes pool `id` from pools_ and from its shape's available list.
+  void ErasePool(uint64_t id) {
+    auto it = pools_.find(id);
+    auto list = available_.find(it->second.shape_key);
+    std::vector<uint64_t>& ids = list->second;
+    ids.erase(std::lower_bound(ids.begin(), ids.end(), id));
+    if (ids.empty()) available_.erase(list);
+    pools_.erase(it);
+  }
 
   JobState* Find(std::string_view job) {
     auto it = jobs_.find(Key(job));
@@ -311,7 +352,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
       owner->retained_seconds = RetainedSeconds(end - pool.available_since);
     }
     provider_.Release(pool.cluster);
-    pools_.erase(it);
+    ErasePool(id);
   }
 
   EventLoop& loop_;
@@ -319,6 +360,12 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
   WarmPoolOptions options_;
   absl::flat_hash_map<std::string, JobState> jobs_;
   std::map<uint64_t, Pool> pools_;  // by id: iteration order is creation order
+  // Interned PoolShape::Key()s -> the number of jobs in jobs_ with each. The
+  // map's nodes do not move, so a key's address names it: jobs and pools
+  // compare shapes by pointer.
+  absl::node_hash_map<std::string, int64_t> shapes_;
+  // Per shape, the ids of its pools in pools_, ascending.
+  absl::flat_hash_map<ShapeKey, std::vector<uint64_t>> available_;
   uint64_t next_pool_ = 0;
 };
 

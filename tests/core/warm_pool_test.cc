@@ -209,6 +209,39 @@ TEST_F(WarmPoolTest, NewestPoolIsTakenWhenSeveralMatch) {
   EXPECT_EQ(Pool("a"), "Available");
 }
 
+TEST_F(WarmPoolTest, OfPoolsAvailableSinceTheSameTimeTheOlderIsTaken) {
+  CreateAt(0, Request("a"));
+  CreateAt(0, Request("b"));    // both Available at 695, a's pool first
+  CreateAt(800, Request("c"));
+  EXPECT_EQ(Pool("a"), "Reused by c after 105 s");
+  EXPECT_EQ(Pool("b"), "Available");
+}
+
+TEST_F(WarmPoolTest, AShapeForgottenWithItsLastJobMatchesAgainLater) {
+  CreateAt(0, Request("a", /*keep_alive=*/60));
+  RunUntil(800);  // a's pool expired at 755
+  EXPECT_EQ(Pool("a"), "Terminated after 60 s");
+  v1::DeleteTrainingJobRequest del;
+  del.set_training_job_name("a");
+  ASSERT_TRUE(engine_->DeleteTrainingJob(del).ok());  // no job has the shape now
+  CreateAt(900, Request("b"));   // cold: nothing to reuse
+  CreateAt(1700, Request("c"));  // b Available since 1595
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Startup("b"), 90);
+  EXPECT_EQ(Startup("c"), 0);
+  EXPECT_EQ(Pool("b"), "Reused by c after 105 s");
+}
+
+TEST_F(WarmPoolTest, AnExpiredPoolLeavesTheNewerOnesOfItsShapeFindable) {
+  CreateAt(0, Request("a", /*keep_alive=*/60));  // Available 695, expires 755
+  CreateAt(100, Request("b"));                   // Available 795
+  CreateAt(200, Request("c", /*keep_alive=*/60));  // Available 895, expires 955
+  CreateAt(1000, Request("d"));
+  EXPECT_EQ(Pool("a"), "Terminated after 60 s");
+  EXPECT_EQ(Pool("c"), "Terminated after 60 s");
+  EXPECT_EQ(Pool("b"), "Reused by d after 205 s");
+}
+
 TEST_F(WarmPoolTest, AnotherRoleNeverGetsThePool) {
   CreateAt(0, Request("a"));
   auto other = Request("b");
