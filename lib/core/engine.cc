@@ -224,9 +224,6 @@ class Job final : public ContainerEvents {
         creation_time_(now),
         last_modified_(now) {
     request_->CopyFrom(request);
-    // Starting, Downloading, Training, Uploading and the end, with room for
-    // a Pending: no growth on the usual path.
-    transitions_.reserve(6);
   }
 
   void OnLogLine(const Instance& instance, std::string_view line) override;
@@ -313,7 +310,9 @@ class Job final : public ContainerEvents {
   absl::Time last_modified_;
 
   const char* status_ = kInProgress;
-  std::vector<Transition> transitions_;
+  // Starting, Downloading, Training, Uploading and the end, with room for a
+  // Pending, in the job itself: no allocation on the usual path.
+  absl::InlinedVector<Transition, 6> transitions_;
   // Text appended to some transitions' messages: (transition index, text).
   std::vector<std::pair<size_t, std::string>> details_;
   std::optional<absl::Time> training_start_;
