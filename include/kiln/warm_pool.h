@@ -67,7 +67,15 @@ struct PoolShape {
   static PoolShape Of(const v1::CreateTrainingJobRequest& request);
   // A stable text form, usable as a map key.
   std::string Key() const;
-  friend bool operator==(const PoolShape& a, const PoolShape& b) { return a.Key() == b.Key(); }
+  // Member by member: true exactly when the Key()s are equal.
+  friend bool operator==(const PoolShape& a, const PoolShape& b) {
+    return a.role_arn == b.role_arn && a.instance_type == b.instance_type &&
+           a.instance_count == b.instance_count && a.volume_size_in_gb == b.volume_size_in_gb &&
+           a.volume_kms_key_id == b.volume_kms_key_id && a.subnets == b.subnets &&
+           a.security_groups == b.security_groups &&
+           a.inter_container_traffic_encryption == b.inter_container_traffic_encryption &&
+           a.network_isolation == b.network_isolation;
+  }
 };
 
 // What a policy is asked about.

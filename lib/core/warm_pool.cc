@@ -5,11 +5,13 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/node_hash_map.h"
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -108,6 +110,17 @@ class AdaptiveHistogramKeepAlive final : public KeepAlivePolicy {
   absl::flat_hash_map<std::string, Histogram> shapes_;
 };
 
+// Hashes every member, as operator== compares them.
+struct PoolShapeHash {
+  size_t operator()(const PoolShape& s) const {
+    const auto members = std::tie(s.role_arn, s.instance_type, s.instance_count,
+                                  s.volume_size_in_gb, s.volume_kms_key_id, s.subnets,
+                                  s.security_groups, s.inter_container_traffic_encryption,
+                                  s.network_isolation);
+    return absl::Hash<decltype(members)>()(members);
+  }
+};
+
 class DefaultWarmPoolManager final : public WarmPoolManager {
  public:
   DefaultWarmPoolManager(EventLoop& loop, ClusterProvider& provider, WarmPoolOptions options)
@@ -127,10 +140,9 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     options_.policy->OnJobArrived(shape, loop_.Now());
     auto [it, inserted] = jobs_.try_emplace(std::string(job.name));
     JobState& s = it->second;
-    if (!inserted) ReleaseShape(s.shape_key);
+    if (!inserted) ReleaseShape(s.shape);
     s = JobState();
-    s.shape = std::move(shape);
-    s.shape_key = InternShape(s.shape);
+    s.shape = InternShape(std::move(shape));
     s.requested = requested;
     s.status = kInUse;
     return true;
@@ -140,7 +152,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     JobState* s = Find(job);
     if (s == nullptr) return std::nullopt;
     const absl::Time now = loop_.Now();
-    auto available = available_.find(s->shape_key);
+    auto available = available_.find(s->shape);
     if (available == available_.end()) return std::nullopt;
     // The pool available most recently (ties: the older pool) and not expired
     // yet. Ids ascend, and so do the times they became available: from the
@@ -182,21 +194,21 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     };
     if (cluster == nullptr || !healthy) return terminate("");
     const absl::Duration keep = std::min(
-        options_.policy->KeepAlive({job, s->shape, s->requested, now}), options_.max_keep_alive);
+        options_.policy->KeepAlive({job, *s->shape, s->requested, now}), options_.max_keep_alive);
     if (keep <= absl::ZeroDuration()) return terminate("");
     const absl::Time chain_end = s->chain_start + options_.max_chain_life;
     if (chain_end <= now) {
       return terminate(absl::StrCat("the cluster reached the maximum warm-pool life of ",
                                     SecondsText(options_.max_chain_life)));
     }
-    auto quota = options_.quota_instances.find(s->shape.instance_type);
+    auto quota = options_.quota_instances.find(s->shape->instance_type);
     if (quota != options_.quota_instances.end()) {
       int64_t held = 0;
       for (const auto& [id, pool] : pools_) {
-        if (pool.instance_type == s->shape.instance_type) held += pool.instance_count;
+        if (pool.shape->instance_type == s->shape->instance_type) held += pool.shape->instance_count;
       }
-      if (held + s->shape.instance_count > quota->second) {
-        return terminate(absl::StrCat("the warm-pool quota for ", s->shape.instance_type, " (",
+      if (held + s->shape->instance_count > quota->second) {
+        return terminate(absl::StrCat("the warm-pool quota for ", s->shape->instance_type, " (",
                                       quota->second, " instances) is in use"));
       }
     }
@@ -204,17 +216,15 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     Pool& pool = pools_[id];
     pool.id = id;
     pool.cluster = *cluster;
-    pool.shape_key = s->shape_key;
-    pool.instance_type = s->shape.instance_type;
-    pool.instance_count = s->shape.instance_count;
+    pool.shape = s->shape;
     pool.owner_job = std::string(job);
     pool.available_since = now;
     pool.chain_start = s->chain_start;
-    available_[s->shape_key].push_back(id);  // ids ascend: the list stays sorted
+    available_[s->shape].push_back(id);  // ids ascend: the list stays sorted
     s->status = kAvailable;
     s->pool_id = id;
     Schedule(pool, std::min(now + keep, chain_end));
-    options_.policy->OnPoolAvailable(s->shape, now);
+    options_.policy->OnPoolAvailable(*s->shape, now);
     return true;
   }
 
@@ -264,7 +274,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
           "' cannot be deleted while its warm pool is Available; release it first "
           "(UpdateTrainingJob with KeepAlivePeriodInSeconds 0)"));
     }
-    ReleaseShape(it->second.shape_key);
+    ReleaseShape(it->second.shape);
     jobs_.erase(it);
     return absl::OkStatus();
   }
@@ -276,11 +286,10 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
   }
 
  private:
-  using ShapeKey = const std::string*;  // an interned key in shapes_
+  using Shape = const PoolShape*;  // an interned shape in shapes_
 
   struct JobState {
-    PoolShape shape;
-    ShapeKey shape_key = nullptr;  // shape.Key(), interned
+    Shape shape = nullptr;
     absl::Duration requested;
     const char* status = kInUse;
     std::optional<int32_t> retained_seconds;
@@ -292,9 +301,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
   struct Pool {
     uint64_t id = 0;
     Cluster cluster;
-    ShapeKey shape_key = nullptr;
-    std::string instance_type;
-    int32_t instance_count = 0;
+    Shape shape = nullptr;  // its owner's
     std::string owner_job;
     absl::Time available_since;
     absl::Time expires_at;
@@ -305,25 +312,25 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
   // (Debian's Abseil hashes absl::string_view, not std::string_view.)
   static absl::string_view Key(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-  // The interned Key() of `shape`, counted as one more job's.
-  ShapeKey InternShape(const PoolShape& shape) {
-    auto it = shapes_.try_emplace(shape.Key(), 0).first;
+  // The interned copy of `shape`, counted as one more job's.
+  Shape InternShape(PoolShape shape) {
+    auto it = shapes_.try_emplace(std::move(shape), 0).first;
     ++it->second;
     return &it->first;
   }
 
-  // Drops one job's count of `key`; forgets the key with the last. A pool's
-  // key is its owner's, whose state outlives the pool.
-  void ReleaseShape(ShapeKey key) {
-    if (key == nullptr) return;
-    auto it = shapes_.find(*key);
+  // Drops one job's count of `shape`; forgets the shape with the last. A
+  // pool's shape is its owner's, whose state outlives the pool.
+  void ReleaseShape(Shape shape) {
+    if (shape == nullptr) return;
+    auto it = shapes_.find(*shape);
     if (--it->second == 0) shapes_.erase(it);
   }
 
   // Removes pool `id` from pools_ and from its shape's available list.
   void ErasePool(uint64_t id) {
     auto it = pools_.find(id);
-    auto list = available_.find(it->second.shape_key);
+    auto list = available_.find(it->second.shape);
     std::vector<uint64_t>& ids = list->second;
     ids.erase(std::lower_bound(ids.begin(), ids.end(), id));
     if (ids.empty()) available_.erase(list);
@@ -360,12 +367,12 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
   WarmPoolOptions options_;
   absl::flat_hash_map<std::string, JobState> jobs_;
   std::map<uint64_t, Pool> pools_;  // by id: iteration order is creation order
-  // Interned PoolShape::Key()s -> the number of jobs in jobs_ with each. The
-  // map's nodes do not move, so a key's address names it: jobs and pools
-  // compare shapes by pointer.
-  absl::node_hash_map<std::string, int64_t> shapes_;
+  // Interned shapes -> the number of jobs in jobs_ with each. The map's nodes
+  // do not move, so a shape's address names it: jobs and pools compare shapes
+  // by pointer.
+  absl::node_hash_map<PoolShape, int64_t, PoolShapeHash> shapes_;
   // Per shape, the ids of its pools in pools_, ascending.
-  absl::flat_hash_map<ShapeKey, std::vector<uint64_t>> available_;
+  absl::flat_hash_map<Shape, std::vector<uint64_t>> available_;
   uint64_t next_pool_ = 0;
 };
 
