@@ -29,18 +29,18 @@
 //   of copying the workload's), defers compaction (a job deleted when it
 //   ends is never serialized) and remembers regex acceptances; 45.2k since
 //   the model's simple patterns run as byte automata (4.56 G for 100,000
-//   jobs, 43 M of it compiling them once); 42.9k (4.331 G) since Delete's
+//   jobs, 43 M of it compiling them once); 42.3k (4.269 G) since Delete's
 //   validation is typed, completions carry a one-word job token (no heap
-//   allocation each) and a job's transitions are inline. Memory: peak
+//   allocation each), a job's transitions are inline and warm-pool shapes
+//   are interned as values. Memory: peak
 //   RSS 29 MiB for 1M jobs (ended jobs are deleted from the engine).
 // Inclusive per job now: CreateTrainingJob 17.3k (validation 4.0k; the arena
 // copy 4.3k, each long string a heap block and an arena cleanup entry on
 // protobuf 3.21; provisioning 4.7k), Finish 3.7k, DeleteTrainingJob 3.3k,
-// SetStatus 2.5k, the warm-pool manager 4.5k; malloc/free 16% of all. The
+// SetStatus 2.5k, the warm-pool manager 3.9k; malloc/free 16% of all. The
 // 10 s target needs about half the work per job: a job record that does not
 // keep the request as a protobuf message, fewer allocations in the sim
-// provider and the warm-pool manager (a pool shape is still built as a string
-// key per job).
+// provider and the warm-pool manager.
 //
 // Run one size per process, so that peak RSS is that run's:
 //   simulate_bench --benchmark_filter='BM_SimulateMix/1000000/30'
