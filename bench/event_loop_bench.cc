@@ -263,9 +263,9 @@ BENCHMARK_CAPTURE(BM_SleepersDistinctPeriodsOn, ladder, &NewLadderEventQueue)
 //
 // The peer is the operating system itself: each iteration also takes the same 1,000 due times,
 // in order, on a thread that does nothing but clock_nanosleep(TIMER_ABSTIME) until each one and
-// read the clock (Linux only, as is this bench). No event loop can wake earlier than the kernel wakes a sleeping thread, so the
-// os_* figures are the floor on this machine at this moment, measured alternately with the
-// loop's so that both see the same host.
+// read the clock (Linux only, as is this bench). No event loop can wake earlier than the kernel
+// wakes a sleeping thread, so the os_* figures are the floor on this machine at this moment,
+// measured alternately with the loop's so that both see the same host.
 std::vector<int64_t> DueTimesNs(std::mt19937_64& rng, int64_t start_ns, int timers) {
   std::vector<int64_t> due(timers);
   // Spread uniformly over [start, start + 1 s).
@@ -306,7 +306,9 @@ void SleepLateness(std::vector<int64_t> due_ns, std::vector<int64_t>& lateness_n
     clock_gettime(CLOCK_MONOTONIC, &mono);
     lateness_ns.push_back(int64_t{mono.tv_sec} * 1'000'000'000 + mono.tv_nsec - target);
   }
-  if (previous_slack > 0) prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(previous_slack), 0, 0, 0);
+  if (previous_slack > 0) {
+    prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(previous_slack), 0, 0, 0);
+  }
 }
 
 void SetLatenessCounters(benchmark::State& state, const char* prefix,

@@ -205,7 +205,9 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     if (quota != options_.quota_instances.end()) {
       int64_t held = 0;
       for (const auto& [id, pool] : pools_) {
-        if (pool.shape->instance_type == s->shape->instance_type) held += pool.shape->instance_count;
+        if (pool.shape->instance_type == s->shape->instance_type) {
+          held += pool.shape->instance_count;
+        }
       }
       if (held + s->shape->instance_count > quota->second) {
         return terminate(absl::StrCat("the warm-pool quota for ", s->shape->instance_type, " (",

@@ -672,13 +672,14 @@ TEST(RealTimeEventLoopTest, TightensTimerSlackOnlyWhileRunning) {
   ASSERT_GT(before, 1) << "the test needs a thread whose slack is not already 1 ns";
   std::unique_ptr<EventLoop> loop = NewRealTimeEventLoop();
   int during = -1;
-  loop->ScheduleAfter(absl::Milliseconds(1), [&] { during = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0); });
+  auto read_slack = [&] { during = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0); };
+  loop->ScheduleAfter(absl::Milliseconds(1), read_slack);
   loop->RunUntilIdle();
   EXPECT_EQ(during, 1);
   EXPECT_EQ(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), before);
 
   std::unique_ptr<EventLoop> virtual_loop = NewVirtualEventLoop();
-  virtual_loop->ScheduleAfter(absl::Seconds(1), [&] { during = prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0); });
+  virtual_loop->ScheduleAfter(absl::Seconds(1), read_slack);
   virtual_loop->RunUntilIdle();
   EXPECT_EQ(during, before);
 }
