@@ -37,6 +37,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <new>
 #include <type_traits>
@@ -50,6 +51,57 @@
 namespace kiln {
 
 class EventLoop;
+
+namespace event_loop_internal {
+
+// Implementation detail of EventLoop: the slot of one scheduled event, one cache line. Its
+// callable is constructed in place and never moved. A callable of at most kInlineBytes bytes
+// (aligned to at most 16) is stored as it is, so that scheduling it allocates nothing (a lambda
+// capturing a Callback and a pointer fits), and its destructor is not called at all when it is
+// trivial (a lambda capturing pointers and integers); a larger one is stored in a Callback,
+// which holds it on the heap. The slot holds no callable until Construct(), and its owner
+// calls Destroy(); `generation` and `link` are the loop's bookkeeping (event_loop.cc).
+struct alignas(64) EventSlot {
+  static constexpr size_t kInlineBytes = 40;
+  using Callback = absl::AnyInvocable<void()>;  // EventLoop::Callback
+
+  // Constructs the callable from `f`. If that throws, the slot holds no callable.
+  // REQUIRES: the slot holds no callable.
+  template <class F>
+  void Construct(F&& f) {
+    using D = std::decay_t<F>;
+    if constexpr (sizeof(D) <= kInlineBytes && alignof(D) <= 16) {
+      ::new (static_cast<void*>(storage)) D(std::forward<F>(f));
+      invoke = [](void* p) { std::invoke(*static_cast<D*>(p)); };
+      if constexpr (std::is_trivially_destructible_v<D>) {
+        destroy = nullptr;
+      } else {
+        destroy = [](void* p) { static_cast<D*>(p)->~D(); };
+      }
+    } else {
+      static_assert(sizeof(Callback) <= kInlineBytes && alignof(Callback) <= 16);
+      ::new (static_cast<void*>(storage)) Callback(std::forward<F>(f));
+      invoke = [](void* p) { (*static_cast<Callback*>(p))(); };
+      destroy = [](void* p) { static_cast<Callback*>(p)->~Callback(); };
+    }
+  }
+
+  // Runs the callable. REQUIRES: constructed.
+  void Invoke() { invoke(storage); }
+  // Destroys the callable. REQUIRES: constructed; afterwards the slot holds no callable.
+  void Destroy() {
+    if (destroy != nullptr) destroy(storage);
+  }
+
+  alignas(16) unsigned char storage[kInlineBytes];
+  void (*invoke)(void*);
+  void (*destroy)(void*);  // null: nothing to destroy
+  uint32_t generation = 1;
+  uint32_t link = 0;
+};
+static_assert(sizeof(EventSlot) == 64);
+
+}  // namespace event_loop_internal
 
 // Opaque handle to one scheduled callback, returned by EventLoop::ScheduleAt and used only to
 // cancel it. Default-constructed = invalid. Copyable; holding a handle keeps nothing alive.
@@ -127,11 +179,13 @@ class EventLoop {
   // events already due). Never runs `cb` inline. Times outside the nanosecond range of int64
   // (years 1677..2262, e.g. absl::InfiniteFuture()) are clamped into it. Returns a handle for
   // Cancel(). The loop owns `cb` until it runs it or destroys it (on Cancel or on destruction).
-  // `cb` is any callable a Callback can be made from (a lambda, a Callback, ...): the Callback
-  // is constructed from it in the loop's own storage, so a lambda is moved once, not through a
-  // temporary Callback. If that construction throws (it allocates for a large callable), the
-  // event is dropped and the exception propagates.
-  // Loop thread only (or before the loop first runs). REQUIRES: constructing the Callback from
+  // `cb` is any callable a Callback can be made from (a lambda, a Callback, ...). It is moved
+  // (or copied) once, into the loop's own slot for the event, where it stays until it runs: a
+  // callable of at most 40 bytes is kept there as it is, with no
+  // allocation (a lambda capturing a Callback and a pointer fits), and a larger one is wrapped
+  // in a Callback, which allocates. If that construction throws, the event is dropped and the
+  // exception propagates.
+  // Loop thread only (or before the loop first runs). REQUIRES: constructing the callable from
   // `cb` does not use the loop.
   template <class F, class = std::enable_if_t<std::is_constructible_v<Callback, F&&>>>
   TimerHandle ScheduleAt(absl::Time when, F&& cb) {
@@ -211,7 +265,7 @@ class EventLoop {
 
   // Storage for one scheduled callback, not yet constructed, and the handle of its event.
   struct Reservation {
-    Callback* callback;
+    event_loop_internal::EventSlot* callback;
     TimerHandle handle;
   };
 
@@ -225,19 +279,19 @@ class EventLoop {
   // without destroying a callback.
   virtual void AbandonReservation(TimerHandle h) = 0;
 
-  // Constructs the Callback of reservation `r` from `cb` and returns the event's handle; if the
+  // Constructs the callback of reservation `r` from `cb` and returns the event's handle; if the
   // construction throws, abandons the reservation and rethrows. Loop thread only.
   template <class F>
   TimerHandle Emplace(Reservation r, F&& cb) {
 #if defined(__cpp_exceptions)
     try {
-      ::new (static_cast<void*>(r.callback)) Callback(std::forward<F>(cb));
+      r.callback->Construct(std::forward<F>(cb));
     } catch (...) {
       AbandonReservation(r.handle);
       throw;
     }
 #else
-    ::new (static_cast<void*>(r.callback)) Callback(std::forward<F>(cb));
+    r.callback->Construct(std::forward<F>(cb));
 #endif
     return r.handle;
   }

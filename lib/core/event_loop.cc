@@ -8,7 +8,9 @@
 // Data structures (all loop thread only, except the inbox block):
 //   * slot table: callbacks live in fixed-size chunks of slots that never move (a running
 //     callback is invoked in place while it may schedule more, which may add chunks), with a
-//     LIFO free list. Each slot has a generation; an event's queue entry and its TimerHandle
+//     LIFO free list. A slot is one cache line (EventSlot in kiln/event_loop.h) that holds a
+//     callable of up to 40 bytes itself: most events cost no allocation, and a trivially
+//     destructible callable no destructor call. Each slot has a generation; an event's queue entry and its TimerHandle
 //     carry the generation the slot had when the event was scheduled. The generation is bumped
 //     when the event starts running or is cancelled, so stale handles and dead entries are told
 //     apart in O(1). A cancelled slot is only freed when its dead entry leaves the queue, so a
@@ -26,6 +28,8 @@
 // the event after next, when its bottom holds it), that event's slot is prefetched while the
 // current callback runs. A callback scheduled with a lambda (or any callable) is constructed in
 // its slot (EventLoop::Reserve*, then Emplace), not moved there from a temporary Callback.
+// Cancel() marks the event dead before it destroys the callable in place, and no compaction
+// frees a slot while its callable is being destroyed.
 //
 // Destruction: members go in reverse order, so posts in the inbox, then pending callbacks in
 // the slot table, are destroyed unrun before the queue.
@@ -40,6 +44,8 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -96,18 +102,21 @@ class SlotTable {
  public:
   static constexpr uint32_t kNone = std::numeric_limits<uint32_t>::max();
 
-  enum class State : uint8_t { kFree, kPending, kRunning, kDead };
-
-  struct Slot {
-    Slot() {}
-    ~Slot() {}  // the owner destroys `cb` explicitly (it is alive only while kPending/kRunning)
-    union {
-      Callback cb;
-    };
-    uint32_t generation = 1;
-    uint32_t next_free = kNone;
-    State state = State::kFree;
+  // A slot is free, or holds a pending event, the running one, or a cancelled event whose
+  // entry is still in the queue. `link` tells which: a free slot's link is the next free slot
+  // (or kNone); the others hold one of these codes, which no slot index reaches (AllocateNew).
+  enum class State : uint32_t {
+    kPending = kNone - 1,
+    kRunning = kNone - 2,
+    kDead = kNone - 3,
   };
+  static constexpr uint32_t kMaxSlots = kNone - 3;
+
+  // One cache line (kiln/event_loop.h): the callable, its generation, and `link`.
+  using Slot = event_loop_internal::EventSlot;
+
+  static void SetState(Slot& s, State state) { s.link = static_cast<uint32_t>(state); }
+  static bool Holds(const Slot& s, State state) { return s.link == static_cast<uint32_t>(state); }
 
   SlotTable() = default;
   SlotTable(const SlotTable&) = delete;
@@ -116,7 +125,7 @@ class SlotTable {
   ~SlotTable() {
     for (uint32_t i = 0; i < used_; ++i) {
       Slot& s = at(i);
-      if (s.state == State::kPending || s.state == State::kRunning) s.cb.~Callback();
+      if (Holds(s, State::kPending) || Holds(s, State::kRunning)) s.Destroy();
     }
   }
 
@@ -131,7 +140,7 @@ class SlotTable {
     if (free_head_ != kNone) [[likely]] {
       const uint32_t i = free_head_;
       Slot* const s = &at(i);
-      free_head_ = s->next_free;
+      free_head_ = s->link;
       return {i, s};
     }
     const uint32_t i = AllocateNew();
@@ -140,14 +149,17 @@ class SlotTable {
 
   // REQUIRES: the slot's callback is destroyed.
   void Free(uint32_t i, Slot& s) {
-    s.state = State::kFree;
-    s.next_free = free_head_;
+    s.link = free_head_;
     free_head_ = i;
   }
 
  private:
   // Allocate()'s rare path, kept out of line so that the common one inlines into its callers.
   [[gnu::noinline]] uint32_t AllocateNew() {
+    if (used_ == kMaxSlots) {
+      std::fprintf(stderr, "kiln::EventLoop: more than %u events pending\n", kMaxSlots);
+      std::abort();
+    }
     if (used_ == (static_cast<uint64_t>(chunks_.size()) << kChunkBits)) {
       chunks_.push_back(std::make_unique<Slot[]>(kChunkSize));
     }
@@ -253,6 +265,7 @@ class EventLoopImpl final : public EventLoop {
   void AbandonReservation(TimerHandle h) override {
     Slot& s = slots_.at(HandleSlot(h));
     Kill(s);
+    MaybeCompact();
   }
 
   bool Cancel(TimerHandle h) override {
@@ -262,11 +275,15 @@ class EventLoopImpl final : public EventLoop {
     Slot& s = slots_.at(i);
     // The generation changes when the event starts running or is cancelled, so a match means
     // the event is pending.
-    if (s.generation != generation || s.state != State::kPending) return false;
-    Callback doomed = std::move(s.cb);
-    s.cb.~Callback();
+    if (s.generation != generation || !SlotTable::Holds(s, State::kPending)) return false;
+    // The event is dead before its callback is destroyed, so that the destructor (which may
+    // use the loop) finds the loop consistent; the slot stays out of reach meanwhile.
     Kill(s);
-    return true;  // `doomed` is destroyed here, after the loop's state is consistent
+    ++destroying_;
+    s.Destroy();
+    --destroying_;
+    MaybeCompact();
+    return true;
   }
 
   void Post(Callback cb) override {
@@ -330,10 +347,16 @@ class EventLoopImpl final : public EventLoop {
   // cancelled: its entry stays in the queue, dead, until it reaches the top.
   void Kill(Slot& s) {
     s.generation = NextGeneration(s.generation);
-    s.state = State::kDead;  // freed when its entry leaves the queue
+    SlotTable::SetState(s, State::kDead);  // freed when its entry leaves the queue
     --live_;
     ++dead_;
-    if (dead_ > live_ + kCompactSlack && !top_running_) Compact();
+  }
+
+  // Rebuilds the queue once dead entries outnumber live ones by kCompactSlack, unless the top
+  // entry is the running event's or a cancelled callback is being destroyed (its dead slot
+  // must not be freed, and reused, under it).
+  void MaybeCompact() {
+    if (dead_ > live_ + kCompactSlack && !top_running_ && destroying_ == 0) Compact();
   }
 
   // Queues an event at `t` in a new slot, whose callback the caller constructs at once; returns
@@ -342,7 +365,7 @@ class EventLoopImpl final : public EventLoop {
   [[gnu::always_inline]] Reservation Reserve(int64_t t) {
     const auto [i, slot] = slots_.Allocate();
     Slot& s = *slot;
-    s.state = State::kPending;
+    SlotTable::SetState(s, State::kPending);
     const uint32_t generation = s.generation;
     const QueuedEvent e{t, next_seq_++, i, generation};
     if (top_running_) {
@@ -352,7 +375,7 @@ class EventLoopImpl final : public EventLoop {
       queue_->Push(e);
     }
     ++live_;
-    return {&s.cb, MakeHandle(i, generation)};
+    return {&s, MakeHandle(i, generation)};
   }
 
   // Moves the inbox into the queue at the loop's time, in posting order.
@@ -363,9 +386,7 @@ class EventLoopImpl final : public EventLoop {
       attention_.fetch_and(~kInboxBit, std::memory_order_relaxed);
     }
     const int64_t now = NowNs();
-    for (Callback& cb : draining_) {
-      ::new (static_cast<void*>(Reserve(now).callback)) Callback(std::move(cb));
-    }
+    for (Callback& cb : draining_) Reserve(now).callback->Construct(std::move(cb));
     draining_.clear();
   }
 
@@ -493,30 +514,20 @@ class EventLoopImpl final : public EventLoop {
   void RunTop(uint32_t i, Slot& s, int64_t t) {
     if constexpr (kVirtual) now_ns_.store(t, std::memory_order_relaxed);
     s.generation = NextGeneration(s.generation);  // its handle is stale from now on
-    s.state = State::kRunning;
+    SlotTable::SetState(s, State::kRunning);
     --live_;
     ++executed_;
     top_running_ = true;  // the entry stays on top while the callback runs
     if constexpr (std::is_same_v<Queue, LadderEventQueue>) {
       // The slot of the event after next: one event ahead is too close to hide a miss to
       // memory (measured: 2 beats 1, 3 and 4 at 10^5 and 10^6 pending).
-      if (const QueuedEvent* next = queue_->Upcoming(2)) {
-        // A slot may straddle two cache lines.
-        const char* p = reinterpret_cast<const char*>(&slots_.at(next->slot));
-        __builtin_prefetch(p);
-        __builtin_prefetch(p + sizeof(Slot) - 1);
-      }
+      if (const QueuedEvent* next = queue_->Upcoming(2)) __builtin_prefetch(&slots_.at(next->slot));
     } else if constexpr (std::is_same_v<Queue, HeapEventQueue>) {
       // Fetch the next event's slot (a likely cache miss) while this callback runs.
-      if (const QueuedEvent* next = queue_->RunnerUp()) {
-        // A slot may straddle two cache lines.
-        const char* p = reinterpret_cast<const char*>(&slots_.at(next->slot));
-        __builtin_prefetch(p);
-        __builtin_prefetch(p + sizeof(Slot) - 1);
-      }
+      if (const QueuedEvent* next = queue_->RunnerUp()) __builtin_prefetch(&slots_.at(next->slot));
     }
-    s.cb();
-    s.cb.~Callback();
+    s.Invoke();
+    s.Destroy();
     slots_.Free(i, s);
     if (top_running_) {
       top_running_ = false;
@@ -533,6 +544,7 @@ class EventLoopImpl final : public EventLoop {
   size_t dead_ = 0;  // cancelled entries still in the queue
   uint64_t executed_ = 0;
   bool top_running_ = false;      // the queue's top entry is the running event's
+  int destroying_ = 0;            // cancelled callbacks being destroyed (Cancel may nest)
   std::vector<Callback> draining_;
 
   // Thread-safe.
