@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "kiln/sim/sim.h"
 
@@ -30,24 +31,21 @@ constexpr char kClusterPrefix[] = "sim-c";
 // (Debian's Abseil hashes absl::string_view, not std::string_view.)
 absl::string_view Key(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
-// Wraps a callback that uses the provider so that it does nothing once the
-// provider is destroyed.
-template <typename F>
-auto Guarded(const std::shared_ptr<bool>& alive, F f) {
-  return [alive, f = std::move(f)]() mutable {
-    if (*alive) f();
-  };
-}
-
 class SimClusterProviderImpl final : public SimClusterProvider {
  public:
   SimClusterProviderImpl(EventLoop& loop, SimClusterOptions options)
       : loop_(loop), options_(std::move(options)), models_(options_.models.get()), origin_(loop.Now()) {}
 
-  // Events still pending on the loop check `alive_` and do nothing once the
-  // provider is gone. (The loop may already be gone too, so nothing here
-  // touches it.)
-  ~SimClusterProviderImpl() override { *alive_ = false; }
+  // Every pending event that refers to the provider is cancelled: each is
+  // tracked by its cluster (Track) or its instance type (TypeState::tick).
+  // Events tracked by nothing hold no pointer to the provider. The loop
+  // outlives the provider (sim.h).
+  ~SimClusterProviderImpl() override {
+    for (auto& [seq, sim] : clusters_) CancelAll(*sim);
+    for (auto& [type, ts] : types_) {
+      if (ts.armed) loop_.Cancel(ts.tick);
+    }
+  }
 
   // --- ClusterProvider
 
@@ -96,10 +94,11 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       }
     }
     sim.provision_attempt = attempt;
+    // The callback waits in the cluster, so that the event's callable (two
+    // words) needs no allocation.
+    sim.granted_callback = std::move(done);
     clusters_.emplace(seq, std::move(owned));
-    Track(&sim, loop_.ScheduleAfter(latency, Guarded(alive_, [this, seq, done = std::move(done)]() mutable {
-      Grant(seq, std::move(done));
-    })));
+    Track(&sim, loop_.ScheduleAfter(latency, [this, seq] { Grant(seq); }));
   }
 
   void PrepareImage(const Cluster& cluster, std::string_view image, DoneCallback done) override {
@@ -174,6 +173,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     sim->events = &events;
     sim->running.assign(n, true);
     sim->exit_timers.assign(n, TimerHandle());
+    sim->exits.resize(n);
     // The work model: resume from saved progress, if any.
     sim->job_name = std::string(job.job_name);
     sim->owner_job = sim->job_name;
@@ -201,22 +201,22 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     if (static_cast<size_t>(attempt) <= sim->behavior.spot_notices.size()) {
       const absl::Duration at = sim->behavior.spot_notices[attempt - 1];
       if (at != absl::InfiniteDuration()) {
-        Track(sim, loop_.ScheduleAfter(at, Guarded(alive_, [this, seq, run] {
+        Track(sim, loop_.ScheduleAfter(at, [this, seq, run] {
           SimCluster* s = Find(seq);
           if (s != nullptr && s->run == run) Notice(*s, 0, s->behavior.spot_notice);
-        })));
+        }));
       }
     }
     if (static_cast<size_t>(attempt) <= sim->behavior.instance_losses.size()) {
       const absl::Duration at = sim->behavior.instance_losses[attempt - 1];
       if (at != absl::InfiniteDuration()) {
-        Track(sim, loop_.ScheduleAfter(at, Guarded(alive_, [this, seq, run] {
+        Track(sim, loop_.ScheduleAfter(at, [this, seq, run] {
           SimCluster* s = Find(seq);
           if (s != nullptr && s->run == run) {
             Lose(*s, static_cast<size_t>(s->behavior.lost_instance) % s->cluster.instances.size(),
                  /*failure=*/true);
           }
-        })));
+        }));
       }
     }
     if (models_ != nullptr && models_->failures.enabled) ScheduleFailure(*sim, js, remaining);
@@ -225,12 +225,12 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     }));
     for (size_t i = 0; i < n; ++i) {
       for (const auto& [offset, line] : sim->behavior.log_lines) {
-        Track(sim, loop_.ScheduleAfter(offset, Guarded(alive_, [this, seq, i, run, line = line] {
+        Track(sim, loop_.ScheduleAfter(offset, [this, seq, i, run, line = line] {
           SimCluster* s = Find(seq);
           if (s != nullptr && s->run == run && s->running[i] && s->events != nullptr) {
             s->events->OnLogLine(s->cluster.instances[i], line);
           }
-        })));
+        }));
       }
       const bool fails = static_cast<int>(i) == sim->behavior.failing_instance;
       ScheduleExit(*sim, i, remaining,
@@ -258,10 +258,15 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     if (sim != nullptr) SetIdle(*sim, false);
     std::string uri = absl::StrCat(job.request.output_data_config().s3_output_path(), "/",
                                    std::string(job.job_name), "/output/model.tar.gz");
-    const uint64_t seq = sim != nullptr ? sim->seq : 0;
-    Track(sim, loop_.ScheduleAfter(d, [alive = alive_, this, seq, done = std::move(done),
+    if (sim == nullptr) {
+      // Tracked by nothing: the callable must not refer to the provider.
+      loop_.ScheduleAfter(d, [done = std::move(done), uri = std::move(uri)]() mutable {
+        done(ArtifactsResult{std::move(uri)});
+      });
+      return;
+    }
+    Track(sim, loop_.ScheduleAfter(d, [this, seq = sim->seq, done = std::move(done),
                                        uri = std::move(uri)]() mutable {
-      if (!*alive) return;
       if (SimCluster* s = Find(seq)) SetIdle(*s, true);
       done(ArtifactsResult{std::move(uri)});
     }));
@@ -328,9 +333,15 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     std::vector<GroupUse> groups;
     int provision_attempt = 0;
     ContainerEvents* events = nullptr;
-    std::vector<bool> running;
-    std::vector<TimerHandle> exit_timers;
-    std::vector<TimerHandle> timers;  // everything else pending on this cluster
+    // Per instance, inline for the usual small clusters: whether its
+    // container runs, its exit's event, and the exit that event reports.
+    absl::InlinedVector<bool, 8> running;
+    absl::InlinedVector<TimerHandle, 4> exit_timers;
+    absl::InlinedVector<ContainerExit, 1> exits;
+    // Everything else pending on this cluster (a usual cluster's life
+    // schedules about six).
+    absl::InlinedVector<TimerHandle, 8> timers;
+    ClusterCallback granted_callback;  // Provision's, until Grant
     std::vector<uint64_t> images;  // prepared on this cluster (its image cache), by HashName
     uint64_t run = 0;                 // StartContainers calls so far
     int prepares = 0;                 // PrepareImage calls so far (> 1: reused)
@@ -458,9 +469,10 @@ class SimClusterProviderImpl final : public SimClusterProvider {
 
   // The provisioning latency has passed: hand the cluster over, unless a
   // spot trace took the capacity back meanwhile.
-  void Grant(uint64_t seq, ClusterCallback done) {
+  void Grant(uint64_t seq) {
     SimCluster* sim = Find(seq);
     if (sim == nullptr) return;
+    ClusterCallback done = std::move(sim->granted_callback);
     if (models_ != nullptr && sim->cluster.spot && !TraceStillHolds(*sim)) {
       auto owned = std::move(clusters_[seq]);
       clusters_.erase(seq);
@@ -513,9 +525,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     }
     if (first == absl::InfiniteDuration()) return;
     const uint64_t seq = sim.seq;
-    Track(&sim, loop_.ScheduleAfter(first, Guarded(alive_, [this, seq] {
+    Track(&sim, loop_.ScheduleAfter(first, [this, seq] {
       if (SimCluster* s = Find(seq); s != nullptr && !s->doomed) Doom(*s);
-    })));
+    }));
   }
 
   // The market takes the cluster back: a notice now, the instance lost at its end.
@@ -538,7 +550,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     const int32_t step = ts.next_change[static_cast<size_t>(tick % static_cast<int64_t>(trace.available.size()))];
     if (step == 0) return;
     ts.armed = true;
-    ts.tick = loop_.ScheduleAt(origin_ + trace.gap * (tick + step), Guarded(alive_, [this, type] { OnTick(type); }));
+    ts.tick = loop_.ScheduleAt(origin_ + trace.gap * (tick + step), [this, type] { OnTick(type); });
   }
 
   void OnTick(const std::string& type) {
@@ -584,7 +596,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     if (left_hours * 3600.0 >= absl::ToDoubleSeconds(remaining)) return;
     const uint64_t seq = sim.seq;
     const uint64_t run = sim.run;
-    Track(&sim, loop_.ScheduleAfter(absl::Seconds(left_hours * 3600.0), Guarded(alive_, [this, seq, run] {
+    Track(&sim, loop_.ScheduleAfter(absl::Seconds(left_hours * 3600.0), [this, seq, run] {
       SimCluster* s = Find(seq);
       if (s == nullptr || s->run != run || !s->run_open) return;
       auto it = jobs_.find(Key(s->job_name));
@@ -597,7 +609,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       KeyedRng pick(MixKey(models_->seed, j.key, kFailedInstance, j.failures_drawn));
       Lose(*s, static_cast<size_t>(pick.UniformInt(static_cast<int64_t>(s->cluster.instances.size()))),
            /*failure=*/true);
-    })));
+    }));
   }
 
   // --- Runs
@@ -672,10 +684,10 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     if (listener_ != nullptr) {
       listener_->OnInterruptionNotice(sim.cluster, sim.cluster.instances[i], loop_.Now() + notice);
     }
-    Track(&sim, loop_.ScheduleAfter(notice, Guarded(alive_, [this, seq = sim.seq, i, run = sim.run] {
+    Track(&sim, loop_.ScheduleAfter(notice, [this, seq = sim.seq, i, run = sim.run] {
       SimCluster* s = Find(seq);
       if (s != nullptr && s->run == run) Lose(*s, i, /*failure=*/false);
-    })));
+    }));
   }
 
   // Instance `i` is gone: its container ends without an exit report.
@@ -701,16 +713,17 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   // end of the run.
   void ScheduleExit(SimCluster& sim, size_t i, absl::Duration after, ContainerExit exit) {
     loop_.Cancel(sim.exit_timers[i]);
-    sim.exit_timers[i] = loop_.ScheduleAfter(after, [alive = alive_, this, seq = sim.seq, i, run = sim.run,
-                                                     exit = std::move(exit)] {
-      if (!*alive) return;
+    // The exit waits in the cluster, so that the event's callable (four
+    // words) needs no allocation.
+    sim.exits[i] = std::move(exit);
+    sim.exit_timers[i] = loop_.ScheduleAfter(after, [this, seq = sim.seq, i, run = sim.run] {
       SimCluster* s = Find(seq);
       if (s == nullptr || s->run != run || !s->running[i]) return;
       EndRun(*s);
       s->running[i] = false;
       s->exit_timers[i] = TimerHandle();
       if (std::none_of(s->running.begin(), s->running.end(), [](bool r) { return r; })) SetIdle(*s, true);
-      if (s->events != nullptr) s->events->OnExit(s->cluster.instances[i], exit);
+      if (s->events != nullptr) s->events->OnExit(s->cluster.instances[i], s->exits[i]);
     });
   }
 
@@ -790,7 +803,6 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   }
 
   EventLoop& loop_;
-  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   SimClusterOptions options_;
   const SimModels* models_;
   const absl::Time origin_;  // spot traces start here

@@ -43,6 +43,8 @@ class EngineTest : public testing::Test {
 
   void Build(absl::Duration grace = absl::Seconds(120)) {
     engine_.reset();
+    channel_.reset();  // before their loop
+    provider_.reset();
     loop_ = NewVirtualEventLoop();
     start_ = loop_->Now();
     sim::SimClusterOptions cluster_options;

@@ -30,6 +30,7 @@ class SpotTest : public testing::Test {
 
   void Build() {
     engine_.reset();
+    provider_.reset();  // before its loop
     stats_.clear();
     loop_ = NewVirtualEventLoop();
     start_ = loop_->Now();

@@ -26,6 +26,7 @@ class WarmPoolTest : public testing::Test {
 
   void Build(WarmPoolOptions options) {
     engine_.reset();
+    provider_.reset();  // before its loop
     loop_ = NewVirtualEventLoop();
     start_ = loop_->Now();
     sim::SimClusterOptions sim_options;

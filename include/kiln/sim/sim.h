@@ -176,7 +176,9 @@ class SimClusterProvider : public ClusterProvider {
   virtual SimAccounting Accounting() const = 0;
 };
 
-// Returns a simulated ClusterProvider on `loop`, which must outlive it. Spot
+// Returns a simulated ClusterProvider on `loop`, which must outlive it (destroy
+// the provider first: its destructor cancels the events it still has pending
+// on the loop, and a completion it owed is then never called). Spot
 // availability traces start at the loop's time when the provider is created.
 std::unique_ptr<SimClusterProvider> NewSimClusterProvider(EventLoop& loop,
                                                           SimClusterOptions options = {});
