@@ -205,6 +205,15 @@ struct MetricState {
   absl::Time time;
 };
 
+// The protobuf arena that holds a job's request while the job runs, with its
+// first block inside: one allocation holds a usual request whole. The engine
+// keeps a few spare ones (EngineImpl::TakeStore), reset, for the next jobs.
+struct RequestStore {
+  RequestStore() : arena(block, sizeof block) {}
+  google::protobuf::Arena arena;
+  alignas(16) char block[2048];
+};
+
 // A job: its record (what Describe reports), plus, while it runs, the parsed
 // request and the state of the work in flight.
 //
@@ -215,16 +224,21 @@ struct MetricState {
 // serialized and the arena goes, which keeps a finished job's footprint small.
 class Job final : public ContainerEvents {
  public:
-  Job(EngineImpl& engine, uint64_t seq, const v1::CreateTrainingJobRequest& request, absl::Time now)
+  // `store` is empty (fresh or reset).
+  Job(EngineImpl& engine, uint64_t seq, const v1::CreateTrainingJobRequest& request, absl::Time now,
+      std::unique_ptr<RequestStore> store)
       : engine_(engine),
         seq_(seq),
         name_(request.training_job_name()),
-        store_(std::make_unique<RequestStore>()),
+        store_(std::move(store)),
         request_(google::protobuf::Arena::CreateMessage<v1::CreateTrainingJobRequest>(&store_->arena)),
         creation_time_(now),
         last_modified_(now) {
     request_->CopyFrom(request);
   }
+  ~Job() override;  // gives the store back to the engine
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
 
   void OnLogLine(const Instance& instance, std::string_view line) override;
   void OnExit(const Instance& instance, const ContainerExit& exit) override;
@@ -254,12 +268,7 @@ class Job final : public ContainerEvents {
   }
 
   // Drops what only a running job needs. REQUIRES: ended(), !compacted().
-  void Compact() {
-    request_->SerializeToString(&request_bytes_);
-    request_ = nullptr;
-    store_.reset();
-    for (MetricState& m : metrics_) m.regex.reset();
-  }
+  void Compact();
 
   // The StatusMessage of transition `i`: its message, and its detail if any.
   std::string TransitionMessage(size_t i) const {
@@ -296,13 +305,6 @@ class Job final : public ContainerEvents {
   EngineImpl& engine_;
   const uint64_t seq_;  // creation order; unique
   const std::string name_;
-  // An arena whose first block comes with it: one allocation holds a usual
-  // request whole.
-  struct RequestStore {
-    RequestStore() : arena(block, sizeof block) {}
-    google::protobuf::Arena arena;
-    alignas(16) char block[2048];
-  };
   std::unique_ptr<RequestStore> store_;    // null once compacted
   v1::CreateTrainingJobRequest* request_;  // on store_->arena; null once compacted
   std::string request_bytes_;              // set once compacted
@@ -607,6 +609,25 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
 
   v1::TrainingJobSummary Summary(const Job& job) const;
 
+ public:
+  // A request store for a new job: a spare one, or a new one.
+  std::unique_ptr<RequestStore> TakeStore() {
+    if (spare_stores_.empty()) return std::make_unique<RequestStore>();
+    std::unique_ptr<RequestStore> store = std::move(spare_stores_.back());
+    spare_stores_.pop_back();
+    return store;
+  }
+  // Takes back the store of a job that no longer needs it: reset and kept
+  // while there are fewer than kSpareStores, freed otherwise.
+  void GiveBackStore(std::unique_ptr<RequestStore> store) {
+    if (store == nullptr || spare_stores_.size() >= kSpareStores) return;
+    store->arena.Reset();
+    spare_stores_.push_back(std::move(store));
+  }
+
+ private:
+  static constexpr size_t kSpareStores = 32;
+
   Job* OwnerOf(const Cluster& cluster) {
     auto it = cluster_owners_.find(cluster.id);
     if (it == cluster_owners_.end()) return nullptr;
@@ -632,6 +653,8 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   std::unique_ptr<SpotInterruptionHandler> owned_spot_handler_;
   absl::flat_hash_map<std::string, uint64_t> cluster_owners_;  // cluster id -> job seq
   std::vector<JobObserver*> observers_;
+  // Declared before jobs_, so that destroyed jobs can still give theirs back.
+  std::vector<std::unique_ptr<RequestStore>> spare_stores_;
   // No behaviour depends on the iteration order of these (List sorts).
   absl::flat_hash_map<std::string, std::unique_ptr<Job>> jobs_;
   absl::flat_hash_map<uint64_t, Job*> by_seq_;
@@ -645,6 +668,15 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   std::deque<uint64_t> to_compact_;
   std::atomic<int> active_jobs_{0};
 };
+
+Job::~Job() { engine_.GiveBackStore(std::move(store_)); }
+
+void Job::Compact() {
+  request_->SerializeToString(&request_bytes_);
+  request_ = nullptr;
+  engine_.GiveBackStore(std::move(store_));
+  for (MetricState& m : metrics_) m.regex.reset();
+}
 
 void Job::OnLogLine(const Instance& instance, std::string_view line) {
   engine_.HandleLogLine(*this, instance, line);
@@ -686,7 +718,7 @@ absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
         "This engine has created ", JobToken::kMaxSeq, " training jobs, as many as it can name"));
   }
   // Accepted: the job keeps a copy of the request.
-  auto job = std::make_unique<Job>(*this, next_seq_++, request_in, Now());
+  auto job = std::make_unique<Job>(*this, next_seq_++, request_in, Now(), TakeStore());
   Job& ref = *job;
   const v1::CreateTrainingJobRequest& request = ref.request();
   for (const auto& def : request.algorithm_specification().metric_definitions()) {
