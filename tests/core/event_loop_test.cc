@@ -232,6 +232,96 @@ TEST_F(EventLoopTest, DestroyingTheLoopDestroysPendingCallbacksAndPosts) {
   EXPECT_EQ(token.use_count(), 1);
 }
 
+// A callable of exactly `kBytes` bytes that counts its runs and holds `token` while it lives.
+template <size_t kBytes>
+struct SizedCallable {
+  static_assert(kBytes > sizeof(std::shared_ptr<int>) + sizeof(int*));
+  std::shared_ptr<int> token;
+  int* runs;
+  char padding[kBytes - sizeof(std::shared_ptr<int>) - sizeof(int*)] = {};
+  void operator()() const { ++*runs; }
+};
+
+TEST_F(EventLoopTest, CallablesOfEverySizeRunOnceAndAreDestroyedOnce) {
+  // Up to 40 bytes a callable is kept in the event's slot; past that, in a Callback on the
+  // heap. Either way it runs once and is destroyed once: after running, when cancelled, or
+  // with the loop.
+  auto token = std::make_shared<int>(0);
+  int runs = 0;
+  auto schedule_all = [&](EventLoop& loop, absl::Duration at) {
+    std::vector<TimerHandle> handles;
+    handles.push_back(loop.ScheduleAfter(at, SizedCallable<32>{token, &runs}));
+    handles.push_back(loop.ScheduleAfter(at, SizedCallable<40>{token, &runs}));
+    handles.push_back(loop.ScheduleAfter(at, SizedCallable<48>{token, &runs}));
+    handles.push_back(loop.ScheduleAfter(at, SizedCallable<200>{token, &runs}));
+    handles.push_back(
+        loop.ScheduleAfter(at, EventLoop::Callback(SizedCallable<32>{token, &runs})));
+    handles.push_back(loop.ScheduleAfter(at, [&runs] { ++runs; }));  // trivially destructible
+    return handles;
+  };
+  schedule_all(*loop_, absl::Seconds(1));
+  EXPECT_EQ(token.use_count(), 6);
+  loop_->RunUntilIdle();
+  EXPECT_EQ(runs, 6);
+  EXPECT_EQ(token.use_count(), 1);
+
+  for (TimerHandle h : schedule_all(*loop_, absl::Seconds(1))) EXPECT_TRUE(loop_->Cancel(h));
+  EXPECT_EQ(token.use_count(), 1);
+  loop_->RunUntilIdle();
+  EXPECT_EQ(runs, 6);
+
+  {
+    std::unique_ptr<EventLoop> loop = NewVirtualEventLoop();
+    schedule_all(*loop, absl::Seconds(1));
+    EXPECT_EQ(token.use_count(), 6);
+  }
+  EXPECT_EQ(token.use_count(), 1);
+  EXPECT_EQ(runs, 6);
+}
+
+// Holds a callback's capture whose destructor uses the loop: it cancels `victims` (enough for
+// the loop to want to compact its queue) and schedules as many new events, then reads its own
+// members, which must still be its own: the cancelled event's slot may not be reused while
+// its callable is being destroyed.
+struct ReentrantOnDestruction {
+  EventLoop* loop = nullptr;
+  std::vector<TimerHandle>* victims = nullptr;
+  int* seen = nullptr;
+  int value = 0;
+  ReentrantOnDestruction(EventLoop* l, std::vector<TimerHandle>* v, int* s)
+      : loop(l), victims(v), seen(s), value(42) {}
+  ReentrantOnDestruction(ReentrantOnDestruction&& o) noexcept
+      : loop(o.loop), victims(std::exchange(o.victims, nullptr)), seen(o.seen), value(o.value) {}
+  ~ReentrantOnDestruction() {
+    if (victims == nullptr) return;  // moved from
+    for (TimerHandle h : *victims) loop->Cancel(h);
+    for (size_t i = 0; i < victims->size(); ++i) {
+      // Callables as large as the slot allows, each filled with a pattern.
+      loop->ScheduleAfter(absl::Seconds(3), [a = int64_t{-1}, b = int64_t{-1}, c = int64_t{-1},
+                                             d = int64_t{-1}, e = int64_t{-1}] {
+        (void)(a + b + c + d + e);
+      });
+    }
+    *seen = value;
+  }
+};
+
+TEST_F(EventLoopTest, ACancelledCallbacksDestructorMayCancelAndScheduleMore) {
+  std::vector<TimerHandle> victims;
+  for (int i = 0; i < 3000; ++i) {
+    victims.push_back(loop_->ScheduleAfter(absl::Seconds(2), [] {}));
+  }
+  int seen = 0;
+  TimerHandle h = loop_->ScheduleAfter(
+      absl::Seconds(1), [r = ReentrantOnDestruction(loop_.get(), &victims, &seen)] {});
+  EXPECT_TRUE(loop_->Cancel(h));
+  EXPECT_EQ(seen, 42);
+  EXPECT_EQ(loop_->pending_events(), 3000u);  // the new ones
+  loop_->RunUntilIdle();
+  EXPECT_EQ(loop_->executed_events(), 3000u);
+  EXPECT_EQ(loop_->Now(), start_ + absl::Seconds(3));
+}
+
 // A callable that counts how often it is copied and moved.
 struct CountingCallable {
   int* copies;
