@@ -209,8 +209,10 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     if (status == "Completed" || status == "Failed" || status == "Stopped") {
       j.phase = Phase::kEnded;
       const End end = status == "Completed" ? End::kCompleted : status == "Failed" ? End::kFailed : End::kStopped;
-      // Not inline: the engine is in the middle of ending the job.
-      loop_->ScheduleAfter(absl::ZeroDuration(), [this, name = j.current, end] { Finalize(name, end); });
+      // Not inline: the engine is in the middle of ending the job. (A job
+      // leaves active_ only in Finalize, and ends once per submission, so
+      // `j` is still there then; Finalize checks it is.)
+      loop_->ScheduleAfter(absl::ZeroDuration(), [this, job = &j, end] { Finalize(*job, end); });
       return;
     }
     if (policy_.spot.kind == SpotChoice::Kind::kUniformProgress && j.on_spot && j.deadline &&
@@ -345,12 +347,13 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     if (!engine_->StopTrainingJob(stop).ok()) j.migrating = false;
   }
 
-  void Finalize(const std::string& name, End end) {
-    auto it = active_.find(name);
-    if (it == active_.end()) return;
+  void Finalize(const Job& ended, End end) {
+    auto it = active_.find(ended.current);
+    if (it == active_.end() || it->second.get() != &ended) return;
     std::unique_ptr<Job> job = std::move(it->second);
     active_.erase(it);
     Job& j = *job;
+    const std::string& name = j.current;  // not changed before Resubmit
     loop_->Cancel(j.safety);
     const SimJobStats st = provider_->ForgetJob(name);
     j.spot_interruptions += st.spot_interruptions;
@@ -393,8 +396,8 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
   void OnClusterFreed(std::string_view job) {
     auto it = awaiting_delete_.find(Key(job));
     if (it == awaiting_delete_.end()) return;
-    std::string name = *it;
-    awaiting_delete_.erase(it);
+    // Moved out of the set, and into the event (which holds it inline).
+    std::string name = std::move(awaiting_delete_.extract(it).value());
     loop_->ScheduleAfter(absl::ZeroDuration(), [this, name = std::move(name)] { Delete(name); });
   }
 
