@@ -407,6 +407,37 @@ class JobToken {
 };
 static_assert(sizeof(JobToken) == 8);
 
+// Jobs by seq. Seqs are handed out in increasing order, so the index is a
+// window of pointers from the oldest job still indexed: a look-up is an index
+// into it, with no hashing, and the jobs with work in flight, the recent ones,
+// sit next to each other. An old job that stays (ended jobs stay until
+// deleted) keeps the window open behind it: 8 bytes per job created since.
+class JobsBySeq {
+ public:
+  // REQUIRES: `seq` is above every seq added before.
+  void Add(uint64_t seq, Job* job) {
+    if (window_.empty()) base_ = seq;
+    while (base_ + window_.size() < seq) window_.push_back(nullptr);
+    window_.push_back(job);
+  }
+  // The job of `seq`, or null.
+  Job* Find(uint64_t seq) const {
+    return seq >= base_ && seq - base_ < window_.size() ? window_[seq - base_] : nullptr;
+  }
+  void Remove(uint64_t seq) {
+    if (seq < base_ || seq - base_ >= window_.size()) return;
+    window_[seq - base_] = nullptr;
+    while (!window_.empty() && window_.front() == nullptr) {
+      window_.pop_front();
+      ++base_;
+    }
+  }
+
+ private:
+  std::deque<Job*> window_;  // window_[i]: the job of seq base_ + i, or null
+  uint64_t base_ = 0;
+};
+
 class EngineImpl final : public Engine, public ClusterListener, public DataChannelListener {
  public:
   explicit EngineImpl(EngineOptions options)
@@ -554,12 +585,11 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   // The job a completion belongs to, or null when the completion is stale
   // (the job ended, was deleted, or abandoned that work).
   Job* Resume(const JobToken& token) {
-    auto it = by_seq_.find(token.seq());
-    if (it == by_seq_.end() ||
-        (it->second->generation_ & JobToken::kGenerationMask) != token.generation()) {
+    Job* job = by_seq_.Find(token.seq());
+    if (job == nullptr || (job->generation_ & JobToken::kGenerationMask) != token.generation()) {
       return nullptr;
     }
-    return it->second;
+    return job;
   }
 
   // CreateTrainingJob's checks of the request alone, on the caller's thread:
@@ -601,9 +631,9 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   void CompactLater(const Job& job) {
     to_compact_.push_back(job.seq_);
     while (to_compact_.size() > kCompactBacklog) {
-      auto it = by_seq_.find(to_compact_.front());
+      Job* job = by_seq_.Find(to_compact_.front());
       to_compact_.pop_front();
-      if (it != by_seq_.end()) it->second->Compact();
+      if (job != nullptr) job->Compact();
     }
   }
 
@@ -631,8 +661,7 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   Job* OwnerOf(const Cluster& cluster) {
     auto it = cluster_owners_.find(cluster.id);
     if (it == cluster_owners_.end()) return nullptr;
-    auto job = by_seq_.find(it->second);
-    return job == by_seq_.end() ? nullptr : job->second;
+    return by_seq_.Find(it->second);
   }
   void AttachCluster(Job& job, Cluster cluster) {
     cluster_owners_[cluster.id] = job.seq_;
@@ -657,7 +686,7 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   std::vector<std::unique_ptr<RequestStore>> spare_stores_;
   // No behaviour depends on the iteration order of these (List sorts).
   absl::flat_hash_map<std::string, std::unique_ptr<Job>> jobs_;
-  absl::flat_hash_map<uint64_t, Job*> by_seq_;
+  JobsBySeq by_seq_;
   std::string arn_prefix_;  // arn:aws:sagemaker:<region>:<account>:training-job/
   uint64_t next_seq_ = 1;
   // Ended jobs not compacted yet, oldest first. A job is compacted once
@@ -729,7 +758,7 @@ absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
     ref.metrics_.push_back(std::move(m));
   }
   ref.next_retry_delay_ = options_.capacity_retry_initial;
-  by_seq_.emplace(ref.seq_, &ref);
+  by_seq_.Add(ref.seq_, &ref);
   jobs_.emplace(ref.name(), std::move(job));
   ref.warm_pool_ = pools().OnJobCreated(WarmPoolJob{ref.name(), request});
   ref.on_spot_ = request.enable_managed_spot_training();
@@ -992,7 +1021,7 @@ absl::Status EngineImpl::Delete(const v1::DeleteTrainingJobRequest& request) {
         "; stop it and wait for it to end"));
   }
   if (it->second->warm_pool_) KILN_RETURN_IF_ERROR(pools().OnJobDeleted(it->first));
-  by_seq_.erase(it->second->seq_);
+  by_seq_.Remove(it->second->seq_);
   jobs_.erase(it);
   return absl::OkStatus();
 }
