@@ -181,7 +181,7 @@ class EventLoop {
   // Cancel(). The loop owns `cb` until it runs it or destroys it (on Cancel or on destruction).
   // `cb` is any callable a Callback can be made from (a lambda, a Callback, ...). It is moved
   // (or copied) once, into the loop's own slot for the event, where it stays until it runs: a
-  // callable of at most 40 bytes is kept there as it is, with no
+  // callable of at most 40 bytes (aligned to at most 16) is kept there as it is, with no
   // allocation (a lambda capturing a Callback and a pointer fits), and a larger one is wrapped
   // in a Callback, which allocates. If that construction throws, the event is dropped and the
   // exception propagates.
