@@ -303,6 +303,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       std::fill(sim->running.begin(), sim->running.end(), false);
     }
     SimJobStats stats = it->second.stats;
+    if (const SimCluster* sim = Find(it->second.cluster_seq)) {
+      stats.holds_cluster = sim->owner_job == job;
+    }
     jobs_.erase(it);
     return stats;
   }

@@ -362,7 +362,13 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     if (st.work_executed > advanced) j.lost_instance_time += (st.work_executed - advanced) * st.instance_count;
     j.progress = std::max(j.progress, st.progress);
     if (j.submissions == 1 && st.warm_start) j.warm = true;
-    Delete(name);
+    if (st.holds_cluster) {
+      // In a warm pool: the engine would refuse the delete until the pool
+      // lets the cluster go, which the provider reports (OnClusterFreed).
+      awaiting_delete_.insert(name);
+    } else {
+      Delete(name);
+    }
     if (end == End::kStopped && j.migrating && !draining_) {
       Resubmit(std::move(job));
       return;

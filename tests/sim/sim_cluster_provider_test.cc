@@ -181,6 +181,36 @@ TEST_F(SimClusterProviderTest, ForgetJobReturnsItsStatsAndDropsThem) {
   EXPECT_EQ(provider_->JobStats("job").attempts, 0);
 }
 
+// What kiln simulate relies on to delete a job only once its warm pool has let the
+// cluster go, instead of asking the engine and being refused.
+TEST_F(SimClusterProviderTest, ForgetJobSaysWhetherAWarmPoolStillHoldsTheJobsCluster) {
+  Build();
+  SimClusterOptions options;
+  options.models = std::make_shared<const SimModels>(models_);
+  options.defaults.run_duration = absl::Minutes(5);
+  std::vector<std::string> freed;
+  options.on_cluster_freed = [&](std::string_view job) { freed.emplace_back(job); };
+  provider_.reset();
+  provider_ = NewSimClusterProvider(*loop_, options);
+  EngineOptions eo;
+  eo.loop = loop_.get();
+  eo.cluster_provider = provider_.get();
+  auto engine = NewEngine(std::move(eo)).value();  // keeps what a job asks for
+  using NameAndKeepAlive = std::pair<std::string, int>;
+  for (const auto& [name, keep_alive] : {NameAndKeepAlive{"kept", 900}, {"released", 0}}) {
+    v1::CreateTrainingJobRequest r = DefaultRequest("ml.c5.xlarge", 2, "File", keep_alive);
+    r.clear_input_data_config();
+    r.set_training_job_name(name);
+    ASSERT_TRUE(engine->CreateTrainingJob(r).ok());
+  }
+  RunFor(absl::Minutes(10));  // both ended; the first one's cluster waits in its pool
+  EXPECT_TRUE(provider_->ForgetJob("kept").holds_cluster);
+  EXPECT_FALSE(provider_->ForgetJob("released").holds_cluster);
+  EXPECT_EQ(freed, std::vector<std::string>{"released"});
+  loop_->RunUntilIdle();  // the pool expires
+  EXPECT_EQ(freed, (std::vector<std::string>{"released", "kept"}));
+}
+
 // Busy time is what jobs hold (the engine's BillableTimeInSeconds), at the
 // capacity's price; time in a warm pool is idle, at the on-demand price.
 TEST_F(SimClusterProviderTest, AccountingBillsBusyAndWarmIdleTime) {

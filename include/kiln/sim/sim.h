@@ -114,6 +114,9 @@ struct SimJobStats {
   int instance_failures = 0;        // instances lost to node failures
   bool warm_start = false;          // the first attempt ran on a cluster reused from a warm pool
   int32_t instance_count = 0;       // instances of the job's last cluster
+  // The job still holds its last cluster: the engine kept it in a warm pool
+  // (set by ForgetJob; on_cluster_freed names the job when it lets go).
+  bool holds_cluster = false;
 
   // Work run that did not end up in the final progress (redone after an
   // interruption, or lost with a job that did not complete).
