@@ -13,8 +13,9 @@
 //     destructible callable no destructor call. Each slot has a generation; an event's queue
 //     entry and its TimerHandle carry the generation the slot had when the event was
 //     scheduled. The generation is bumped when the event starts running or is cancelled, so
-//     stale handles and dead entries are told apart in O(1). A cancelled slot is only freed when its dead entry leaves the queue, so a
-//     dead entry can never be mistaken for a later event in the same slot.
+//     stale handles and dead entries are told apart in O(1). A cancelled slot is only freed
+//     when its dead entry leaves the queue, so a dead entry can never be mistaken for a later
+//     event in the same slot.
 //   * queue: one QueuedEvent per scheduled event, live or dead.
 //   * inbox: posts from any thread, under `mu_`; the loop thread moves them into the queue
 //     (time = now, next seq) before taking each event, which is what orders posts with timers.
