@@ -537,6 +537,14 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   // --- called by Job (loop thread)
   void HandleLogLine(Job& job, const Instance& instance, std::string_view line);
   void HandleExit(Job& job, const Instance& instance, const ContainerExit& exit);
+  // Takes back the request store of a job that no longer needs it (null: a
+  // no-op): reset and kept while there are fewer than kSpareStores, freed
+  // otherwise.
+  void GiveBackStore(std::unique_ptr<RequestStore> store) {
+    if (store == nullptr || spare_stores_.size() >= kSpareStores) return;
+    store->arena.Reset();
+    spare_stores_.push_back(std::move(store));
+  }
 
  private:
   // Runs `fn` on the loop thread and returns its result (see the threading
@@ -581,6 +589,15 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   }
 
   static JobToken TokenOf(const Job& job) { return JobToken(job.seq_, job.generation_); }
+
+  // A request store for a new job: a spare one (GiveBackStore), or a new one.
+  std::unique_ptr<RequestStore> TakeStore() {
+    if (spare_stores_.empty()) return std::make_unique<RequestStore>();
+    std::unique_ptr<RequestStore> store = std::move(spare_stores_.back());
+    spare_stores_.pop_back();
+    return store;
+  }
+  static constexpr size_t kSpareStores = 32;
 
   // The job a completion belongs to, or null when the completion is stale
   // (the job ended, was deleted, or abandoned that work).
@@ -638,25 +655,6 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   }
 
   v1::TrainingJobSummary Summary(const Job& job) const;
-
- public:
-  // A request store for a new job: a spare one, or a new one.
-  std::unique_ptr<RequestStore> TakeStore() {
-    if (spare_stores_.empty()) return std::make_unique<RequestStore>();
-    std::unique_ptr<RequestStore> store = std::move(spare_stores_.back());
-    spare_stores_.pop_back();
-    return store;
-  }
-  // Takes back the store of a job that no longer needs it: reset and kept
-  // while there are fewer than kSpareStores, freed otherwise.
-  void GiveBackStore(std::unique_ptr<RequestStore> store) {
-    if (store == nullptr || spare_stores_.size() >= kSpareStores) return;
-    store->arena.Reset();
-    spare_stores_.push_back(std::move(store));
-  }
-
- private:
-  static constexpr size_t kSpareStores = 32;
 
   Job* OwnerOf(const Cluster& cluster) {
     auto it = cluster_owners_.find(cluster.id);
