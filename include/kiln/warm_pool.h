@@ -154,11 +154,15 @@ class WarmPoolManager {
   // The job's cluster was provisioned cold.
   virtual void OnClusterLaunched(std::string_view job, const Cluster& cluster) = 0;
 
-  // The job ended. `cluster` is its cluster (null if it never had one);
+  // The job ended. `cluster` is its cluster (empty if it never had one);
   // `healthy` is false when the cluster may be unhealthy. Returns true when the
-  // manager keeps the cluster (it is then Available; the engine must not
-  // release it); false when the engine should release it.
-  virtual bool OnJobEnded(std::string_view job, const Cluster* cluster, bool healthy) = 0;
+  // manager keeps the cluster: it is then Available, the manager has taken it
+  // (moved it out of `cluster`, leaving it empty) and told the provider
+  // (ClusterProvider::Recycle), and it releases it with the provider when the
+  // pool ends. Returns false, with `cluster` untouched, when the engine should
+  // release it.
+  virtual bool OnJobEnded(std::string_view job, std::optional<Cluster>& cluster,
+                          bool healthy) = 0;
 
   // UpdateTrainingJob: sets the keep-alive of the job's Available pool,
   // counted from when it became Available; zero (or a time already past)

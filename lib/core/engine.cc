@@ -1380,15 +1380,9 @@ void EngineImpl::ReturnCluster(Job& job, bool healthy) {
     job.held_since_.reset();
   }
   if (job.cluster_) cluster_owners_.erase(job.cluster_->id);
-  const Cluster* cluster = job.cluster_ ? &*job.cluster_ : nullptr;
-  const bool kept = job.warm_pool_ && pools().OnJobEnded(job.name(), cluster, healthy);
-  if (cluster != nullptr) {
-    if (kept) {
-      provider_.Recycle(*cluster);
-    } else {
-      provider_.Release(*cluster);
-    }
-  }
+  // A kept cluster is the manager's now (it recycles it with the provider).
+  const bool kept = job.warm_pool_ && pools().OnJobEnded(job.name(), job.cluster_, healthy);
+  if (!kept && job.cluster_) provider_.Release(*job.cluster_);
   job.cluster_.reset();
 }
 

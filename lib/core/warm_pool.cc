@@ -4,8 +4,8 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -26,8 +26,11 @@ constexpr char kTerminated[] = "Terminated";
 // Seconds a pool was retained, as the service bills them: rounded up.
 int32_t RetainedSeconds(absl::Duration d) {
   if (d <= absl::ZeroDuration()) return 0;
-  return static_cast<int32_t>(
-      std::min<int64_t>(absl::ToInt64Seconds(absl::Ceil(d, absl::Seconds(1))), INT32_MAX));
+  // In nanoseconds (saturating, beyond 292 years), not absl::Ceil, which
+  // costs ~200 instructions on Debian's Abseil.
+  const int64_t ns = absl::ToInt64Nanoseconds(d);
+  const int64_t seconds = ns / 1000000000 + (ns % 1000000000 != 0 ? 1 : 0);
+  return static_cast<int32_t>(std::min<int64_t>(seconds, INT32_MAX));
 }
 
 std::string SecondsText(absl::Duration d) { return absl::StrCat(absl::ToInt64Seconds(d), " s"); }
@@ -110,15 +113,80 @@ class AdaptiveHistogramKeepAlive final : public KeepAlivePolicy {
   absl::flat_hash_map<std::string, Histogram> shapes_;
 };
 
-// Hashes every member, as operator== compares them.
-struct PoolShapeHash {
-  size_t operator()(const PoolShape& s) const {
-    const auto members = std::tie(s.role_arn, s.instance_type, s.instance_count,
-                                  s.volume_size_in_gb, s.volume_kms_key_id, s.subnets,
-                                  s.security_groups, s.inter_container_traffic_encryption,
-                                  s.network_isolation);
-    return absl::Hash<decltype(members)>()(members);
+// A request's shape before any PoolShape is built from it: the members as the
+// request holds them. Only a request whose VPC lists are already sorted has a
+// view (a PoolShape keeps them sorted); the others build their PoolShape.
+struct ShapeView {
+  const v1::CreateTrainingJobRequest* request;
+};
+
+std::optional<ShapeView> ViewOf(const v1::CreateTrainingJobRequest& request) {
+  const auto& subnets = request.vpc_config().subnets();
+  const auto& groups = request.vpc_config().security_group_ids();
+  if (!std::is_sorted(subnets.begin(), subnets.end()) ||
+      !std::is_sorted(groups.begin(), groups.end())) {
+    return std::nullopt;
   }
+  return ShapeView{&request};
+}
+
+// One hash for a PoolShape and for the view of a request of that shape.
+template <typename Strings>
+size_t HashShape(std::string_view role_arn, std::string_view instance_type,
+                 int32_t instance_count, int32_t volume_size_in_gb,
+                 std::string_view volume_kms_key_id, const Strings& subnets,
+                 const Strings& security_groups, bool encryption, bool isolation) {
+  auto key = [](std::string_view s) { return absl::string_view(s.data(), s.size()); };
+  size_t h = absl::HashOf(key(role_arn), key(instance_type), instance_count, volume_size_in_gb,
+                          key(volume_kms_key_id), encryption, isolation,
+                          static_cast<size_t>(subnets.size()),
+                          static_cast<size_t>(security_groups.size()));
+  for (const std::string& s : subnets) h = absl::HashOf(h, key(s));
+  for (const std::string& s : security_groups) h = absl::HashOf(h, key(s));
+  return h;
+}
+
+template <typename A, typename B>
+bool SameStrings(const A& a, const B& b) {
+  return static_cast<size_t>(a.size()) == static_cast<size_t>(b.size()) &&
+         std::equal(a.begin(), a.end(), b.begin());
+}
+
+// Hashes and compares PoolShapes and ShapeViews alike, so that a job whose
+// shape is interned already finds it without building one.
+struct PoolShapeHash {
+  using is_transparent = void;
+  size_t operator()(const PoolShape& s) const {
+    return HashShape(s.role_arn, s.instance_type, s.instance_count, s.volume_size_in_gb,
+                     s.volume_kms_key_id, s.subnets, s.security_groups,
+                     s.inter_container_traffic_encryption, s.network_isolation);
+  }
+  size_t operator()(const ShapeView& v) const {
+    const v1::CreateTrainingJobRequest& r = *v.request;
+    const auto& rc = r.resource_config();
+    return HashShape(r.role_arn(), rc.instance_type(), rc.instance_count(),
+                     rc.volume_size_in_gb(), rc.volume_kms_key_id(), r.vpc_config().subnets(),
+                     r.vpc_config().security_group_ids(),
+                     r.enable_inter_container_traffic_encryption(), r.enable_network_isolation());
+  }
+};
+
+struct PoolShapeEq {
+  using is_transparent = void;
+  bool operator()(const PoolShape& a, const PoolShape& b) const { return a == b; }
+  bool operator()(const PoolShape& s, const ShapeView& v) const {
+    const v1::CreateTrainingJobRequest& r = *v.request;
+    const auto& rc = r.resource_config();
+    return s.role_arn == r.role_arn() && s.instance_type == rc.instance_type() &&
+           s.instance_count == rc.instance_count() &&
+           s.volume_size_in_gb == rc.volume_size_in_gb() &&
+           s.volume_kms_key_id == rc.volume_kms_key_id() &&
+           SameStrings(s.subnets, r.vpc_config().subnets()) &&
+           SameStrings(s.security_groups, r.vpc_config().security_group_ids()) &&
+           s.inter_container_traffic_encryption == r.enable_inter_container_traffic_encryption() &&
+           s.network_isolation == r.enable_network_isolation();
+  }
+  bool operator()(const ShapeView& v, const PoolShape& s) const { return (*this)(s, v); }
 };
 
 class DefaultWarmPoolManager final : public WarmPoolManager {
@@ -134,15 +202,27 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     const auto& rc = job.request.resource_config();
     // Heterogeneous clusters and spot jobs never use warm pools.
     if (rc.instance_groups_size() > 0 || job.request.enable_managed_spot_training()) return false;
-    PoolShape shape = PoolShape::Of(job.request);
+    // The interned shape when there is one (usually: jobs come in sweeps and
+    // series); built only for a new shape.
+    Shape interned = nullptr;
+    if (std::optional<ShapeView> view = ViewOf(job.request)) {
+      auto found = shapes_.find(*view);
+      if (found != shapes_.end()) interned = &*found;
+    }
+    std::optional<PoolShape> built;
+    if (interned == nullptr) built = PoolShape::Of(job.request);
+    const PoolShape& shape = interned != nullptr ? interned->first : *built;
     const absl::Duration requested = absl::Seconds(rc.keep_alive_period_in_seconds());
     if (!options_.policy->Participates({job.name, shape, requested, loop_.Now()})) return false;
     options_.policy->OnJobArrived(shape, loop_.Now());
+    // Counted before a previous job of the same name lets go of its shape,
+    // which may be this one.
+    const Shape counted = interned != nullptr ? Retain(interned) : InternShape(std::move(*built));
     auto [it, inserted] = jobs_.try_emplace(std::string(job.name));
     JobState& s = it->second;
     if (!inserted) ReleaseShape(s.shape);
     s = JobState();
-    s.shape = InternShape(std::move(shape));
+    s.shape = counted;
     s.requested = requested;
     s.status = kInUse;
     return true;
@@ -182,7 +262,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     if (JobState* s = Find(job)) s->chain_start = loop_.Now();
   }
 
-  bool OnJobEnded(std::string_view job, const Cluster* cluster, bool healthy) override {
+  bool OnJobEnded(std::string_view job, std::optional<Cluster>& cluster, bool healthy) override {
     JobState* s = Find(job);
     if (s == nullptr) return false;
     const absl::Time now = loop_.Now();
@@ -192,32 +272,34 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
       s->not_kept_reason = std::move(reason);
       return false;
     };
-    if (cluster == nullptr || !healthy) return terminate("");
+    if (!cluster || !healthy) return terminate("");
     const absl::Duration keep = std::min(
-        options_.policy->KeepAlive({job, *s->shape, s->requested, now}), options_.max_keep_alive);
+        options_.policy->KeepAlive({job, s->shape->first, s->requested, now}), options_.max_keep_alive);
     if (keep <= absl::ZeroDuration()) return terminate("");
     const absl::Time chain_end = s->chain_start + options_.max_chain_life;
     if (chain_end <= now) {
       return terminate(absl::StrCat("the cluster reached the maximum warm-pool life of ",
                                     SecondsText(options_.max_chain_life)));
     }
-    auto quota = options_.quota_instances.find(s->shape->instance_type);
+    const PoolShape& shape = s->shape->first;
+    auto quota = options_.quota_instances.find(shape.instance_type);
     if (quota != options_.quota_instances.end()) {
       int64_t held = 0;
       for (const auto& [id, pool] : pools_) {
-        if (pool.shape->instance_type == s->shape->instance_type) {
-          held += pool.shape->instance_count;
+        if (pool.shape->first.instance_type == shape.instance_type) {
+          held += pool.shape->first.instance_count;
         }
       }
-      if (held + s->shape->instance_count > quota->second) {
-        return terminate(absl::StrCat("the warm-pool quota for ", s->shape->instance_type, " (",
+      if (held + shape.instance_count > quota->second) {
+        return terminate(absl::StrCat("the warm-pool quota for ", shape.instance_type, " (",
                                       quota->second, " instances) is in use"));
       }
     }
     const uint64_t id = ++next_pool_;
     Pool& pool = pools_[id];
     pool.id = id;
-    pool.cluster = *cluster;
+    pool.cluster = std::move(*cluster);
+    cluster.reset();
     pool.shape = s->shape;
     pool.owner_job = std::string(job);
     pool.available_since = now;
@@ -226,7 +308,8 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     s->status = kAvailable;
     s->pool_id = id;
     Schedule(pool, std::min(now + keep, chain_end));
-    options_.policy->OnPoolAvailable(*s->shape, now);
+    provider_.Recycle(pool.cluster);
+    options_.policy->OnPoolAvailable(shape, now);
     return true;
   }
 
@@ -288,7 +371,9 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
   }
 
  private:
-  using Shape = const PoolShape*;  // an interned shape in shapes_
+  // An interned shape: its entry in shapes_ (the shape, and how many jobs in
+  // jobs_ have it).
+  using Shape = std::pair<const PoolShape, int64_t>*;
 
   struct JobState {
     Shape shape = nullptr;
@@ -318,15 +403,19 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
   Shape InternShape(PoolShape shape) {
     auto it = shapes_.try_emplace(std::move(shape), 0).first;
     ++it->second;
-    return &it->first;
+    return &*it;
+  }
+  // `shape`, interned already, counted as one more job's.
+  Shape Retain(Shape shape) {
+    ++shape->second;
+    return shape;
   }
 
   // Drops one job's count of `shape`; forgets the shape with the last. A
   // pool's shape is its owner's, whose state outlives the pool.
   void ReleaseShape(Shape shape) {
-    if (shape == nullptr) return;
-    auto it = shapes_.find(*shape);
-    if (--it->second == 0) shapes_.erase(it);
+    if (shape == nullptr || --shape->second > 0) return;
+    shapes_.erase(shape->first);
   }
 
   // Removes pool `id` from pools_ and from its shape's available list.
@@ -370,9 +459,9 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
   absl::flat_hash_map<std::string, JobState> jobs_;
   std::map<uint64_t, Pool> pools_;  // by id: iteration order is creation order
   // Interned shapes -> the number of jobs in jobs_ with each. The map's nodes
-  // do not move, so a shape's address names it: jobs and pools compare shapes
-  // by pointer.
-  absl::node_hash_map<PoolShape, int64_t, PoolShapeHash> shapes_;
+  // do not move, so an entry's address names its shape: jobs and pools
+  // compare shapes by pointer.
+  absl::node_hash_map<PoolShape, int64_t, PoolShapeHash, PoolShapeEq> shapes_;
   // Per shape, the ids of its pools in pools_, ascending.
   absl::flat_hash_map<Shape, std::vector<uint64_t>> available_;
   uint64_t next_pool_ = 0;

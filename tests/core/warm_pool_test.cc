@@ -306,6 +306,13 @@ TEST_F(WarmPoolTest, EachMatchingCriterionChangedAlonePreventsReuse) {
   EXPECT_EQ(Pool("a"), "Reused by b after 105 s");
   loop_->RunUntilIdle();
   EXPECT_EQ(Startup("b"), 30);  // no provisioning, but the new image is fetched
+  // The other way round: the first job's lists out of order, the second's
+  // sorted (the manager then compares the request itself with the shape).
+  Build({});
+  CreateAt(0, same);
+  base.set_training_job_name("c");
+  CreateAt(800, base);
+  EXPECT_EQ(Pool("b"), "Reused by c after 105 s");
 }
 
 TEST_F(WarmPoolTest, ReusingJobWithoutKeepAliveDoesNotTakeThePool) {
