@@ -34,7 +34,8 @@ absl::string_view Key(std::string_view s) { return absl::string_view(s.data(), s
 class SimClusterProviderImpl final : public SimClusterProvider {
  public:
   SimClusterProviderImpl(EventLoop& loop, SimClusterOptions options)
-      : loop_(loop), options_(std::move(options)), models_(options_.models.get()), origin_(loop.Now()) {}
+      : loop_(loop), options_(std::move(options)), models_(options_.models.get()), origin_(loop.Now()),
+        virtual_(loop.is_virtual()) {}
 
   // Every pending event that refers to the provider is cancelled: each is
   // tracked by its cluster (Track) or its instance type (TypeState::tick).
@@ -98,7 +99,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     // words) needs no allocation.
     sim.granted_callback = std::move(done);
     clusters_.emplace(seq, std::move(owned));
-    Track(&sim, loop_.ScheduleAfter(latency, [this, seq] { Grant(seq); }));
+    ScheduleTracked(&sim, latency, [this, seq] { Grant(seq); });
   }
 
   void PrepareImage(const Cluster& cluster, std::string_view image, DoneCallback done) override {
@@ -110,8 +111,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       if (sim->prepares++ > 0) {
         // Everything the previous job left pending is stale (and guarded):
         // drop it, so a long chain of reuses does not pile up handles.
-        for (TimerHandle h : sim->timers) loop_.Cancel(h);
-        sim->timers.clear();
+        CancelTracked(*sim);
         if (!sim->owner_job.empty()) Freed(sim->owner_job);
       }
       SetIdle(*sim, false);
@@ -133,7 +133,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
         d = sim->behavior.image_preparation;
       }
     }
-    Track(sim, loop_.ScheduleAfter(d, [done = std::move(done)]() mutable { done(absl::OkStatus()); }));
+    ScheduleTracked(sim, d, [done = std::move(done)]() mutable { done(absl::OkStatus()); });
   }
 
   void SetListener(ClusterListener* listener) override { listener_ = listener; }
@@ -201,36 +201,36 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     if (static_cast<size_t>(attempt) <= sim->behavior.spot_notices.size()) {
       const absl::Duration at = sim->behavior.spot_notices[attempt - 1];
       if (at != absl::InfiniteDuration()) {
-        Track(sim, loop_.ScheduleAfter(at, [this, seq, run] {
+        ScheduleTracked(sim, at, [this, seq, run] {
           SimCluster* s = Find(seq);
           if (s != nullptr && s->run == run) Notice(*s, 0, s->behavior.spot_notice);
-        }));
+        });
       }
     }
     if (static_cast<size_t>(attempt) <= sim->behavior.instance_losses.size()) {
       const absl::Duration at = sim->behavior.instance_losses[attempt - 1];
       if (at != absl::InfiniteDuration()) {
-        Track(sim, loop_.ScheduleAfter(at, [this, seq, run] {
+        ScheduleTracked(sim, at, [this, seq, run] {
           SimCluster* s = Find(seq);
           if (s != nullptr && s->run == run) {
             Lose(*s, static_cast<size_t>(s->behavior.lost_instance) % s->cluster.instances.size(),
                  /*failure=*/true);
           }
-        }));
+        });
       }
     }
     if (models_ != nullptr && models_->failures.enabled) ScheduleFailure(*sim, js, remaining);
-    Track(sim, loop_.ScheduleAfter(absl::ZeroDuration(), [started = std::move(started)]() mutable {
+    ScheduleTracked(sim, absl::ZeroDuration(), [started = std::move(started)]() mutable {
       started(absl::OkStatus());
-    }));
+    });
     for (size_t i = 0; i < n; ++i) {
       for (const auto& [offset, line] : sim->behavior.log_lines) {
-        Track(sim, loop_.ScheduleAfter(offset, [this, seq, i, run, line = line] {
+        ScheduleTracked(sim, offset, [this, seq, i, run, line = line] {
           SimCluster* s = Find(seq);
           if (s != nullptr && s->run == run && s->running[i] && s->events != nullptr) {
             s->events->OnLogLine(s->cluster.instances[i], line);
           }
-        }));
+        });
       }
       const bool fails = static_cast<int>(i) == sim->behavior.failing_instance;
       ScheduleExit(*sim, i, remaining,
@@ -265,11 +265,11 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       });
       return;
     }
-    Track(sim, loop_.ScheduleAfter(d, [this, seq = sim->seq, done = std::move(done),
+    ScheduleTracked(sim, d, [this, seq = sim->seq, done = std::move(done),
                                        uri = std::move(uri)]() mutable {
       if (SimCluster* s = Find(seq)) SetIdle(*s, true);
       done(ArtifactsResult{std::move(uri)});
-    }));
+    });
   }
 
   void Release(const Cluster& cluster) override {
@@ -329,6 +329,12 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     TypeState* state = nullptr;                // with models only (std::map nodes stay put)
   };
 
+  // An event scheduled for a cluster, and when it is due.
+  struct Tracked {
+    TimerHandle handle;
+    absl::Time due;
+  };
+
   struct SimCluster {
     uint64_t seq = 0;
     SimJobBehavior behavior;
@@ -342,8 +348,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     absl::InlinedVector<TimerHandle, 4> exit_timers;
     absl::InlinedVector<ContainerExit, 1> exits;
     // Everything else pending on this cluster (a usual cluster's life
-    // schedules about six).
-    absl::InlinedVector<TimerHandle, 8> timers;
+    // schedules about six; on a virtual loop those that have run are
+    // dropped as more come).
+    absl::InlinedVector<Tracked, 6> timers;
     ClusterCallback granted_callback;  // Provision's, until Grant
     std::vector<uint64_t> images;  // prepared on this cluster (its image cache), by HashName
     uint64_t run = 0;                 // StartContainers calls so far
@@ -528,9 +535,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     }
     if (first == absl::InfiniteDuration()) return;
     const uint64_t seq = sim.seq;
-    Track(&sim, loop_.ScheduleAfter(first, [this, seq] {
+    ScheduleTracked(&sim, first, [this, seq] {
       if (SimCluster* s = Find(seq); s != nullptr && !s->doomed) Doom(*s);
-    }));
+    });
   }
 
   // The market takes the cluster back: a notice now, the instance lost at its end.
@@ -599,7 +606,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     if (left_hours * 3600.0 >= absl::ToDoubleSeconds(remaining)) return;
     const uint64_t seq = sim.seq;
     const uint64_t run = sim.run;
-    Track(&sim, loop_.ScheduleAfter(absl::Seconds(left_hours * 3600.0), [this, seq, run] {
+    ScheduleTracked(&sim, absl::Seconds(left_hours * 3600.0), [this, seq, run] {
       SimCluster* s = Find(seq);
       if (s == nullptr || s->run != run || !s->run_open) return;
       auto it = jobs_.find(Key(s->job_name));
@@ -612,7 +619,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       KeyedRng pick(MixKey(models_->seed, j.key, kFailedInstance, j.failures_drawn));
       Lose(*s, static_cast<size_t>(pick.UniformInt(static_cast<int64_t>(s->cluster.instances.size()))),
            /*failure=*/true);
-    }));
+    });
   }
 
   // --- Runs
@@ -687,10 +694,10 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     if (listener_ != nullptr) {
       listener_->OnInterruptionNotice(sim.cluster, sim.cluster.instances[i], loop_.Now() + notice);
     }
-    Track(&sim, loop_.ScheduleAfter(notice, [this, seq = sim.seq, i, run = sim.run] {
+    ScheduleTracked(&sim, notice, [this, seq = sim.seq, i, run = sim.run] {
       SimCluster* s = Find(seq);
       if (s != nullptr && s->run == run) Lose(*s, i, /*failure=*/false);
-    }));
+    });
   }
 
   // Instance `i` is gone: its container ends without an exit report.
@@ -795,20 +802,43 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     return it == clusters_.end() ? nullptr : it->second.get();
   }
 
-  void Track(SimCluster* sim, TimerHandle h) {
-    if (sim != nullptr) sim->timers.push_back(h);
+  // Schedules `fn` after `delay`; with a cluster, as one of its events
+  // (CancelTracked cancels those still pending).
+  template <typename F>
+  void ScheduleTracked(SimCluster* sim, absl::Duration delay, F&& fn) {
+    const TimerHandle h = loop_.ScheduleAfter(delay, std::forward<F>(fn));
+    if (sim == nullptr) return;
+    const absl::Time now = loop_.Now();
+    // On a virtual loop every event due before now has run: forget those.
+    if (virtual_) {
+      sim->timers.erase(std::remove_if(sim->timers.begin(), sim->timers.end(),
+                                       [now](const Tracked& t) { return t.due < now; }),
+                        sim->timers.end());
+    }
+    sim->timers.push_back(Tracked{h, delay > absl::ZeroDuration() ? now + delay : now});
+  }
+
+  // Cancels the cluster's events still pending. (On a virtual loop, one due
+  // before now has run: cancelling it would only read its slot, likely a
+  // cache miss.)
+  void CancelTracked(SimCluster& sim) {
+    const absl::Time now = loop_.Now();
+    for (const Tracked& t : sim.timers) {
+      if (!virtual_ || t.due >= now) loop_.Cancel(t.handle);
+    }
+    sim.timers.clear();
   }
 
   void CancelAll(SimCluster& sim) {
-    for (TimerHandle h : sim.timers) loop_.Cancel(h);
+    CancelTracked(sim);
     for (TimerHandle h : sim.exit_timers) loop_.Cancel(h);
-    sim.timers.clear();
   }
 
   EventLoop& loop_;
   SimClusterOptions options_;
   const SimModels* models_;
   const absl::Time origin_;  // spot traces start here
+  const bool virtual_;       // loop_.is_virtual()
   absl::flat_hash_map<uint64_t, std::unique_ptr<SimCluster>> clusters_;
   absl::flat_hash_map<std::string, JobState> jobs_;
   absl::flat_hash_map<std::string, absl::Duration> progress_;  // saved work per checkpoint S3Uri
