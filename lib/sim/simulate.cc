@@ -284,43 +284,57 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
   }
 
   // The request to submit for `j`: its workload's request, named, with the
-  // policy's capacity and checkpoints. Built in one scratch request that is
-  // copied from the workload's only when the workload changes; otherwise
-  // only the fields set per job are reset from it.
+  // policy's capacity and checkpoints. Built in a scratch request kept per
+  // workload request (the few most recent): copied from the workload's only
+  // the first time; otherwise only the fields set per job are reset from it.
   const v1::CreateTrainingJobRequest& RequestFor(const Job& j) {
     const v1::CreateTrainingJobRequest& t = *j.request;
-    if (scratch_source_ != j.request) {
-      scratch_ = t;
-      scratch_source_ = j.request;  // held, so the address cannot be reused
+    auto found = std::find_if(scratches_.begin(), scratches_.end(),
+                              [&](const auto& s) { return s->source == j.request; });
+    if (found == scratches_.end()) {
+      if (scratches_.size() < kScratches) {
+        scratches_.push_back(std::make_unique<Scratch>());
+      }
+      found = scratches_.end() - 1;  // a new one, or the least recently used
+    }
+    // Most recently used first.
+    std::rotate(scratches_.begin(), found, found + 1);
+    Scratch& scratch = *scratches_.front();
+    v1::CreateTrainingJobRequest& r = scratch.request;
+    if (scratch.source != j.request) {
+      r = t;
+      scratch.source = j.request;  // held, so the address cannot be reused
     } else {
       if (t.has_enable_managed_spot_training()) {
-        scratch_.set_enable_managed_spot_training(t.enable_managed_spot_training());
+        r.set_enable_managed_spot_training(t.enable_managed_spot_training());
       } else {
-        scratch_.clear_enable_managed_spot_training();
+        r.clear_enable_managed_spot_training();
       }
       if (t.has_stopping_condition()) {
-        *scratch_.mutable_stopping_condition() = t.stopping_condition();
+        *r.mutable_stopping_condition() = t.stopping_condition();
       } else {
-        scratch_.clear_stopping_condition();
+        r.clear_stopping_condition();
       }
       if (!t.has_resource_config()) {
-        scratch_.clear_resource_config();
+        r.clear_resource_config();
       } else if (t.resource_config().has_keep_alive_period_in_seconds()) {
-        scratch_.mutable_resource_config()->set_keep_alive_period_in_seconds(
+        r.mutable_resource_config()->set_keep_alive_period_in_seconds(
             t.resource_config().keep_alive_period_in_seconds());
       } else {
-        scratch_.mutable_resource_config()->clear_keep_alive_period_in_seconds();
+        r.mutable_resource_config()->clear_keep_alive_period_in_seconds();
       }
       if (t.has_checkpoint_config()) {
-        *scratch_.mutable_checkpoint_config() = t.checkpoint_config();
+        *r.mutable_checkpoint_config() = t.checkpoint_config();
+      } else if (!j.checkpoint_uri.empty()) {
+        r.mutable_checkpoint_config()->Clear();  // keeps its strings' buffers
       } else {
-        scratch_.clear_checkpoint_config();
+        r.clear_checkpoint_config();
       }
     }
-    scratch_.set_training_job_name(j.current);
-    if (!j.checkpoint_uri.empty()) scratch_.mutable_checkpoint_config()->set_s3_uri(j.checkpoint_uri);
-    SetCapacity(scratch_, j.on_spot);
-    return scratch_;
+    r.set_training_job_name(j.current);
+    if (!j.checkpoint_uri.empty()) r.mutable_checkpoint_config()->set_s3_uri(j.checkpoint_uri);
+    SetCapacity(r, j.on_spot);
+    return r;
   }
 
   // Uniform Progress's safety net while a spot job has no instances: when
@@ -392,11 +406,13 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
   }
 
   void Delete(const std::string& name) {
-    v1::DeleteTrainingJobRequest r;
-    r.set_training_job_name(name);
+    // (Never re-entered: OnClusterFreed defers its delete to an event.)
+    delete_request_.set_training_job_name(name);  // reuses the name's buffer
     // FailedPrecondition: its warm pool is Available; deleted once the
     // provider says the cluster moved on.
-    if (absl::IsFailedPrecondition(engine_->DeleteTrainingJob(r))) awaiting_delete_.insert(name);
+    if (absl::IsFailedPrecondition(engine_->DeleteTrainingJob(delete_request_))) {
+      awaiting_delete_.insert(name);
+    }
   }
 
   void OnClusterFreed(std::string_view job) {
@@ -500,9 +516,15 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
 
   absl::flat_hash_map<std::string, std::unique_ptr<Job>> active_;  // by the engine's name
   absl::flat_hash_set<std::string> awaiting_delete_;
-  // RequestFor's scratch request and the workload request it was copied from.
-  v1::CreateTrainingJobRequest scratch_;
-  std::shared_ptr<const v1::CreateTrainingJobRequest> scratch_source_;
+  // RequestFor's scratch requests, each with the workload request it was
+  // copied from; most recently used first.
+  struct Scratch {
+    std::shared_ptr<const v1::CreateTrainingJobRequest> source;
+    v1::CreateTrainingJobRequest request;
+  };
+  static constexpr size_t kScratches = 8;
+  std::vector<std::unique_ptr<Scratch>> scratches_;
+  v1::DeleteTrainingJobRequest delete_request_;  // Delete's
 
   int64_t jobs_ = 0, completed_ = 0, failed_ = 0, stopped_ = 0, rejected_ = 0;
   std::string first_error_;
