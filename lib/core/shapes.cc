@@ -1,6 +1,7 @@
 #include "core/internal/shapes.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -185,7 +186,9 @@ std::string JoinStrings(const std::string_view* values, int count, std::string_v
   return out;
 }
 
-// Pattern::Matches remembers accepted values up to this length.
+// Pattern::Matches remembers this many accepted values per pattern, each up
+// to kMaxRemembered bytes.
+constexpr size_t kRemembered = 4;
 constexpr size_t kMaxRemembered = 256;
 
 }  // namespace
@@ -195,21 +198,26 @@ bool Pattern::Matches(std::string_view value) const {
   if (p.rule != Rule::kRegex && p.rule != Rule::kDfa) return Decide(p, value);
   // Requests are mostly built from templates, so the same values come back
   // job after job (a role, an image, a bucket). Each thread remembers the
-  // last value each pattern accepted: a repeat costs a comparison instead of
-  // a match (a regex's call, or a UTF-8 check and an automaton's pass). Only
-  // acceptances are remembered, and only short values.
+  // last few values each pattern accepted (several fields share a pattern:
+  // the S3 URIs of channels, output and checkpoints): a repeat costs a
+  // comparison instead of a match (a regex's call, or a UTF-8 check and an
+  // automaton's pass). Only acceptances are remembered, and only short values.
   struct Accepted {
-    bool set = false;
-    std::string value;
+    std::array<std::string, kRemembered> values;
+    std::array<bool, kRemembered> set{};
+    size_t next = 0;  // the entry to replace
   };
   thread_local std::vector<Accepted> last;
   if (last.empty()) last.resize(Compiled().by_id.size());
   Accepted& a = last[id_];
-  if (a.set && a.value == value) return true;
+  for (size_t k = 0; k < kRemembered; ++k) {
+    if (a.set[k] && a.values[k] == value) return true;
+  }
   if (!Decide(p, value)) return false;
   if (value.size() <= kMaxRemembered) {
-    a.value.assign(value.data(), value.size());
-    a.set = true;
+    a.values[a.next].assign(value.data(), value.size());
+    a.set[a.next] = true;
+    a.next = (a.next + 1) % kRemembered;
   }
   return true;
 }

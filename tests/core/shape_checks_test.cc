@@ -563,7 +563,7 @@ TEST(ShapeChecksTest, PatternsDecideLikePcre2) {
     int mismatches = 0;
     for (const std::string& s : subjects) {
       // Twice in a row: the second answer may come from the memo of the
-      // value last accepted, and the next subject's first answer must not.
+      // values last accepted, and the next subject's first answer must not.
       const bool want = pcre2->Matches(s);
       for (int k = 0; k < 2; ++k) {
         if (patterns[p]->Matches(s) != want && ++mismatches <= 3) {
