@@ -205,7 +205,8 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     // The interned shape when there is one (usually: jobs come in sweeps and
     // series); built only for a new shape.
     Shape interned = nullptr;
-    if (std::optional<ShapeView> view = ViewOf(job.request)) {
+    std::optional<ShapeView> view;
+    if (!shapes_.empty() && (view = ViewOf(job.request))) {
       auto found = shapes_.find(*view);
       if (found != shapes_.end()) interned = &*found;
     }

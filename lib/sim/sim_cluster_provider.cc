@@ -330,6 +330,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   };
 
   // An event scheduled for a cluster, and when it is due.
+  static constexpr size_t kTrackedInline = 6;
   struct Tracked {
     TimerHandle handle;
     absl::Time due;
@@ -349,8 +350,8 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     absl::InlinedVector<ContainerExit, 1> exits;
     // Everything else pending on this cluster (a usual cluster's life
     // schedules about six; on a virtual loop those that have run are
-    // dropped as more come).
-    absl::InlinedVector<Tracked, 6> timers;
+    // dropped when the inline room is full).
+    absl::InlinedVector<Tracked, kTrackedInline> timers;
     ClusterCallback granted_callback;  // Provision's, until Grant
     std::vector<uint64_t> images;  // prepared on this cluster (its image cache), by HashName
     uint64_t run = 0;                 // StartContainers calls so far
@@ -809,8 +810,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     const TimerHandle h = loop_.ScheduleAfter(delay, std::forward<F>(fn));
     if (sim == nullptr) return;
     const absl::Time now = loop_.Now();
-    // On a virtual loop every event due before now has run: forget those.
-    if (virtual_) {
+    // On a virtual loop every event due before now has run: when the inline
+    // room is full, forget those.
+    if (virtual_ && sim->timers.size() == kTrackedInline) {
       sim->timers.erase(std::remove_if(sim->timers.begin(), sim->timers.end(),
                                        [now](const Tracked& t) { return t.due < now; }),
                         sim->timers.end());
