@@ -583,6 +583,16 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   // The ARN for a JobContext, which only lends it for the call: on the stack.
   ArnText ContextArn(const Job& job) const { return ArnText(arn_prefix_, job.name()); }
 
+  // The error for a request that has only a name, when the name names no
+  // job: the request's validation error, or NotFound. (A name that names a
+  // job needs no validation: it was validated, under the same options, when
+  // the job was created.)
+  template <typename Request>
+  absl::Status NoSuchJob(const Request& request) const {
+    KILN_RETURN_IF_ERROR(ValidateRequest(request, options_.validation));
+    return NotFound(request.training_job_name());
+  }
+
   Job* FindJob(const std::string& name) {
     auto it = jobs_.find(name);
     return it == jobs_.end() ? nullptr : it->second.get();
@@ -778,9 +788,8 @@ absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
 
 absl::StatusOr<v1::DescribeTrainingJobResponse> EngineImpl::Describe(
     const v1::DescribeTrainingJobRequest& request) {
-  KILN_RETURN_IF_ERROR(ValidateRequest(request, options_.validation));
   const Job* job = FindJob(request.training_job_name());
-  if (job == nullptr) return NotFound(request.training_job_name());
+  if (job == nullptr) return NoSuchJob(request);
 
   v1::DescribeTrainingJobResponse d;
   const v1::CreateTrainingJobRequest request_echo = job->LoadRequest();
@@ -955,9 +964,8 @@ absl::StatusOr<v1::ListTrainingJobsResponse> EngineImpl::List(
 }
 
 absl::Status EngineImpl::StopRequest(const v1::StopTrainingJobRequest& request) {
-  KILN_RETURN_IF_ERROR(ValidateRequest(request, options_.validation));
   Job* job = FindJob(request.training_job_name());
-  if (job == nullptr) return NotFound(request.training_job_name());
+  if (job == nullptr) return NoSuchJob(request);
   if (job->status_ == kStopping) return absl::OkStatus();
   if (job->status_ != kInProgress) {
     return absl::FailedPreconditionError(
@@ -1009,9 +1017,8 @@ absl::StatusOr<v1::UpdateTrainingJobResponse> EngineImpl::Update(
 }
 
 absl::Status EngineImpl::Delete(const v1::DeleteTrainingJobRequest& request) {
-  KILN_RETURN_IF_ERROR(ValidateRequest(request, options_.validation));
   auto it = jobs_.find(request.training_job_name());
-  if (it == jobs_.end()) return NotFound(request.training_job_name());
+  if (it == jobs_.end()) return NoSuchJob(request);
   const char* const status = it->second->status_;  // one of the status constants
   if (status == kInProgress || status == kStopping) {
     return absl::FailedPreconditionError(absl::StrCat(

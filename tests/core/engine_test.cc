@@ -453,6 +453,30 @@ TEST_F(EngineTest, UnknownJobIsNotFound) {
   EXPECT_EQ(Stop("nope").code(), absl::StatusCode::kNotFound);
 }
 
+// A name that names no job is validated first: a malformed or missing one is
+// the request's error, not NotFound.
+TEST_F(EngineTest, NameOnlyRequestsWithABadNameFailValidation) {
+  ASSERT_TRUE(engine_->CreateTrainingJob(Request("job-1")).ok());
+  for (const std::string& name :
+       std::vector<std::string>{"not a name", "-job-1", std::string(64, 'a'), ""}) {
+    SCOPED_TRACE(name);
+    v1::DescribeTrainingJobRequest d;
+    v1::StopTrainingJobRequest s;
+    v1::DeleteTrainingJobRequest del;
+    if (!name.empty()) {
+      d.set_training_job_name(name);
+      s.set_training_job_name(name);
+      del.set_training_job_name(name);
+    }
+    EXPECT_TRUE(absl::IsInvalidArgument(engine_->DescribeTrainingJob(d).status()));
+    EXPECT_TRUE(absl::IsInvalidArgument(engine_->StopTrainingJob(s)));
+    EXPECT_TRUE(absl::IsInvalidArgument(engine_->DeleteTrainingJob(del)));
+  }
+  v1::DescribeTrainingJobRequest d;
+  d.set_training_job_name("job-1");
+  EXPECT_TRUE(engine_->DescribeTrainingJob(d).ok());
+}
+
 // The engine copies the request: the caller may change and submit it again.
 // Ended jobs are compacted (the request kept serialized) once enough later
 // jobs have ended; a compacted job describes and updates exactly as before.
