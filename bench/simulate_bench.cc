@@ -18,11 +18,11 @@
 // research simulators the issue cites take tens of seconds for 20,000 jobs
 // (~1,000 jobs/s); BM_EngineLifecycle (engine_bench) is the engine alone.
 //
-// Measured (Release, one core of this 2-core VM, shared with other work).
-// Wall and CPU times on the shared VM vary by 30% from run to run: compare
-// instructions, or run the old and new binaries alternately (1M jobs, idle
-// VM: 19.0-21.9 s CPU now, 24.7-26.6 s for the previous engine; one run of
-// the new one took 14.6 s). callgrind, 100,000 jobs in 3 days (the 1M run's density):
+// Measured (Release, one core of this 2-core VM, shared with other tenants).
+// Wall time on this VM swings by up to 2x between runs (1M jobs on
+// 2026-11-22: 10.4 to 19.6 s for the same binary), far more than the changes
+// measured: compare instructions, or run the old and new binaries
+// alternately. callgrind, 100,000 jobs in 3 days (the 1M run's density):
 //   66k instructions per job at first; 57.2k after the simulation's own
 //   trims; 46.9k after the engine copies requests onto per-job arenas
 //   (no per-field allocations; the runner fills one scratch request instead
@@ -37,15 +37,30 @@
 //   flag and request arenas are recycled; 39.9k (3.994 G) since the runner
 //   schedules a job's end without copying its name; 38.5k (3.849 G) since it
 //   deletes a job whose cluster a warm pool keeps only once the pool lets
-//   go (not asking first and being refused). Memory: peak
+//   go (not asking first and being refused). Session 7: 38.0k (3.805 G)
+//   since the warm-pool manager finds an interned shape from the request and
+//   keeps clusters by move, and the sim provider skips cancelling events
+//   that have run; 37.0k (3.696 G) with a scratch request per workload
+//   template (a mix alternates templates: 15% of jobs re-copied one whole);
+//   36.5k (3.647 G) with four remembered acceptances per pattern (the S3
+//   URIs of channels, output and checkpoints share one); 35.7k (3.566 G)
+//   since a name-only request naming a job skips validation. Memory: peak
 //   RSS 29 MiB for 1M jobs (ended jobs are deleted from the engine).
-// Inclusive per job now: CreateTrainingJob 17.3k (validation 4.0k; the arena
-// copy 4.3k, each long string a heap block and an arena cleanup entry on
-// protobuf 3.21; provisioning 4.7k), Finish 3.7k, DeleteTrainingJob 3.3k,
-// SetStatus 2.5k, the warm-pool manager 3.9k; malloc/free 16% of all. The
-// 10 s target needs about half the work per job: a job record that does not
-// keep the request as a protobuf message, fewer allocations in the sim
-// provider and the warm-pool manager.
+// Inclusive per job now: CreateTrainingJob 14.8k (validation 3.5k; the arena
+// copy 3.5k, each long string a heap block and an arena cleanup entry on
+// protobuf 3.21; provisioning 4.5k), Finish 3.1k, DeleteTrainingJob 1.6k,
+// SetStatus 2.4k, the random models' duration samples 1.7k; malloc and free
+// ~9%.
+// Where the wall time goes: callgrind's cache simulation (32 KiB L1s, and a
+// 512 KiB last level standing for this CPU's L2) counts, per job, ~1,700
+// L1 instruction misses (the code a job runs through exceeds the L1i) and
+// ~184 L2 data misses spread over every component (each touches its own
+// state of the job, minutes of virtual time after the last touch). Session
+// 7 cut instructions by 7% and left the data misses as they were (186), so
+// instruction cuts move wall time less than in proportion. The 10 s target
+// needs a leaner path, not trims: a job record that does not keep the
+// request as a protobuf message, one per-job state shared by the engine,
+// the provider and the runner instead of three keyed by name.
 //
 // Run one size per process, so that peak RSS is that run's:
 //   simulate_bench --benchmark_filter='BM_SimulateMix/1000000/30'
