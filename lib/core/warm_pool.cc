@@ -274,8 +274,9 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
       return false;
     };
     if (!cluster || !healthy) return terminate("");
-    const absl::Duration keep = std::min(
-        options_.policy->KeepAlive({job, s->shape->first, s->requested, now}), options_.max_keep_alive);
+    const absl::Duration keep =
+        std::min(options_.policy->KeepAlive({job, s->shape->first, s->requested, now}),
+                 options_.max_keep_alive);
     if (keep <= absl::ZeroDuration()) return terminate("");
     const absl::Time chain_end = s->chain_start + options_.max_chain_life;
     if (chain_end <= now) {

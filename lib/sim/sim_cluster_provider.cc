@@ -34,13 +34,16 @@ absl::string_view Key(std::string_view s) { return absl::string_view(s.data(), s
 class SimClusterProviderImpl final : public SimClusterProvider {
  public:
   SimClusterProviderImpl(EventLoop& loop, SimClusterOptions options)
-      : loop_(loop), options_(std::move(options)), models_(options_.models.get()), origin_(loop.Now()),
+      : loop_(loop),
+        options_(std::move(options)),
+        models_(options_.models.get()),
+        origin_(loop.Now()),
         virtual_(loop.is_virtual()) {}
 
   // Every pending event that refers to the provider is cancelled: each is
-  // tracked by its cluster (Track) or its instance type (TypeState::tick).
-  // Events tracked by nothing hold no pointer to the provider. The loop
-  // outlives the provider (sim.h).
+  // tracked by its cluster (ScheduleTracked) or its instance type
+  // (TypeState::tick). Events tracked by nothing hold no pointer to the
+  // provider. The loop outlives the provider (sim.h).
   ~SimClusterProviderImpl() override {
     for (auto& [seq, sim] : clusters_) CancelAll(*sim);
     for (auto& [type, ts] : types_) {
@@ -266,7 +269,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       return;
     }
     ScheduleTracked(sim, d, [this, seq = sim->seq, done = std::move(done),
-                                       uri = std::move(uri)]() mutable {
+                             uri = std::move(uri)]() mutable {
       if (SimCluster* s = Find(seq)) SetIdle(*s, true);
       done(ArtifactsResult{std::move(uri)});
     });
