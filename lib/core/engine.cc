@@ -26,6 +26,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "core/internal/regex.h"
+#include "core/internal/seq_window.h"
 #include "core/internal/status_macros.h"
 #include "google/protobuf/arena.h"
 #include "google/protobuf/descriptor.h"
@@ -407,36 +408,9 @@ class JobToken {
 };
 static_assert(sizeof(JobToken) == 8);
 
-// Jobs by seq. Seqs are handed out in increasing order, so the index is a
-// window of pointers from the oldest job still indexed: a look-up is an index
-// into it, with no hashing, and the jobs with work in flight, the recent ones,
-// sit next to each other. An old job that stays (ended jobs stay until
-// deleted) keeps the window open behind it: 8 bytes per job created since.
-class JobsBySeq {
- public:
-  // REQUIRES: `seq` is above every seq added before.
-  void Add(uint64_t seq, Job* job) {
-    if (window_.empty()) base_ = seq;
-    while (base_ + window_.size() < seq) window_.push_back(nullptr);
-    window_.push_back(job);
-  }
-  // The job of `seq`, or null.
-  Job* Find(uint64_t seq) const {
-    return seq >= base_ && seq - base_ < window_.size() ? window_[seq - base_] : nullptr;
-  }
-  void Remove(uint64_t seq) {
-    if (seq < base_ || seq - base_ >= window_.size()) return;
-    window_[seq - base_] = nullptr;
-    while (!window_.empty() && window_.front() == nullptr) {
-      window_.pop_front();
-      ++base_;
-    }
-  }
-
- private:
-  std::deque<Job*> window_;  // window_[i]: the job of seq base_ + i, or null
-  uint64_t base_ = 0;
-};
+// Jobs by seq (creation order): an ended job that stays (until deleted)
+// keeps the window open behind it, 8 bytes per job created since.
+using JobsBySeq = internal::SeqWindow<Job*>;
 
 class EngineImpl final : public Engine, public ClusterListener, public DataChannelListener {
  public:
@@ -1026,7 +1000,7 @@ absl::Status EngineImpl::Delete(const v1::DeleteTrainingJobRequest& request) {
         "; stop it and wait for it to end"));
   }
   if (it->second->warm_pool_) KILN_RETURN_IF_ERROR(pools().OnJobDeleted(it->first));
-  by_seq_.Remove(it->second->seq_);
+  by_seq_.Take(it->second->seq_);
   jobs_.erase(it);
   return absl::OkStatus();
 }

@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "core/internal/seq_window.h"
 #include "kiln/sim/sim.h"
 
 namespace kiln::sim {
@@ -45,7 +46,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   // (TypeState::tick). Events tracked by nothing hold no pointer to the
   // provider. The loop outlives the provider (sim.h).
   ~SimClusterProviderImpl() override {
-    for (auto& [seq, sim] : clusters_) CancelAll(*sim);
+    clusters_.ForEach([this](SimCluster& sim) { CancelAll(sim); });
     for (auto& [type, ts] : types_) {
       if (ts.armed) loop_.Cancel(ts.tick);
     }
@@ -101,7 +102,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     // The callback waits in the cluster, so that the event's callable (two
     // words) needs no allocation.
     sim.granted_callback = std::move(done);
-    clusters_.emplace(seq, std::move(owned));
+    clusters_.Add(seq, std::move(owned));
     ScheduleTracked(&sim, latency, [this, seq] { Grant(seq); });
   }
 
@@ -143,18 +144,23 @@ class SimClusterProviderImpl final : public SimClusterProvider {
 
   absl::Status InjectInterruption(std::string_view instance_id, InterruptionKind kind,
                                   absl::Duration notice) override {
-    for (auto& [seq, sim] : clusters_) {
-      for (size_t i = 0; i < sim->cluster.instances.size(); ++i) {
-        if (sim->cluster.instances[i].id != instance_id) continue;
-        if (kind == InterruptionKind::kSpotNotice) {
-          Notice(*sim, i, notice);
-        } else {
-          Lose(*sim, i, /*failure=*/true);
-        }
-        return absl::OkStatus();
+    size_t i = 0;
+    SimCluster* sim = clusters_.FindFirst([&](const SimCluster& c) {
+      const std::vector<Instance>& instances = c.cluster.instances;
+      for (i = 0; i < instances.size(); ++i) {
+        if (instances[i].id == instance_id) return true;
       }
+      return false;
+    });
+    if (sim == nullptr) {
+      return absl::NotFoundError(absl::StrCat("no instance '", std::string(instance_id), "'"));
     }
-    return absl::NotFoundError(absl::StrCat("no instance '", std::string(instance_id), "'"));
+    if (kind == InterruptionKind::kSpotNotice) {
+      Notice(*sim, i, notice);
+    } else {
+      Lose(*sim, i, /*failure=*/true);
+    }
+    return absl::OkStatus();
   }
 
   void StartContainers(const JobContext& job, ContainerEvents& events,
@@ -277,10 +283,8 @@ class SimClusterProviderImpl final : public SimClusterProvider {
 
   void Release(const Cluster& cluster) override {
     const uint64_t seq = SeqOf(cluster);
-    auto it = clusters_.find(seq);
-    if (it == clusters_.end()) return;
-    std::unique_ptr<SimCluster> sim = std::move(it->second);
-    clusters_.erase(it);
+    std::unique_ptr<SimCluster> sim = clusters_.Take(seq);
+    if (sim == nullptr) return;
     EndRun(*sim);
     CancelAll(*sim);
     CloseAccounting(*sim);
@@ -317,9 +321,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
 
   SimAccounting Accounting() const override {
     SimAccounting a = accounting_;
-    for (const auto& [seq, sim] : clusters_) {
-      if (sim->granted) AddInterval(*sim, loop_.Now() - sim->since, a);
-    }
+    clusters_.ForEach([&](const SimCluster& sim) {
+      if (sim.granted) AddInterval(sim, loop_.Now() - sim.since, a);
+    });
     return a;
   }
 
@@ -488,8 +492,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     if (sim == nullptr) return;
     ClusterCallback done = std::move(sim->granted_callback);
     if (models_ != nullptr && sim->cluster.spot && !TraceStillHolds(*sim)) {
-      auto owned = std::move(clusters_[seq]);
-      clusters_.erase(seq);
+      std::unique_ptr<SimCluster> owned = clusters_.Take(seq);
       CancelAll(*owned);
       Unreserve(*owned);
       ++accounting_.capacity_refusals;
@@ -802,8 +805,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   }
   SimCluster* Find(const Cluster& cluster) { return Find(SeqOf(cluster)); }
   SimCluster* Find(uint64_t seq) {
-    auto it = clusters_.find(seq);
-    return it == clusters_.end() ? nullptr : it->second.get();
+    return clusters_.Find(seq);
   }
 
   // Schedules `fn` after `delay`; with a cluster, as one of its events
@@ -844,7 +846,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   const SimModels* models_;
   const absl::Time origin_;  // spot traces start here
   const bool virtual_;       // loop_.is_virtual()
-  absl::flat_hash_map<uint64_t, std::unique_ptr<SimCluster>> clusters_;
+  internal::SeqWindow<std::unique_ptr<SimCluster>> clusters_;  // by seq
   absl::flat_hash_map<std::string, JobState> jobs_;
   absl::flat_hash_map<std::string, absl::Duration> progress_;  // saved work per checkpoint S3Uri
   std::map<std::string, TypeState> types_;
