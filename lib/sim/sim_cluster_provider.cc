@@ -336,8 +336,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     TypeState* state = nullptr;                // with models only (std::map nodes stay put)
   };
 
-  // An event scheduled for a cluster, and when it is due.
+  // Room for a cluster's tracked events inside the cluster.
   static constexpr size_t kTrackedInline = 6;
+  // An event scheduled for a cluster, and when it is due.
   struct Tracked {
     TimerHandle handle;
     absl::Time due;
