@@ -16,8 +16,11 @@
 //     run the same on each queue.
 //   * BM_RealTimeLateness: 1,000 timers armed over ~1 s on a real-time loop; reports how late
 //     they run on the real clock (late_p50_us, late_p99_us, late_max_us), against the 1 ms
-//     target, and the same for a thread that only sleeps until each due time (os_late_*): the
-//     floor the kernel and the host give any loop, measured alternately with it.
+//     target; the same on a loop that busy-waits instead of sleeping (poll_late_*: the option
+//     EventLoopOptions::spin_before_due = infinite); for a thread that only sleeps until each
+//     due time (os_late_*): the floor the kernel and the host give any sleeping loop; and for a
+//     thread that never sleeps but reads the clock until each due time (spin_late_*): what the
+//     host alone adds, by not running this VM's CPU. All four alternate in each iteration.
 //
 // Rates are counters ("events/s") per second of CPU time. Build with
 // -DCMAKE_BUILD_TYPE=Release for figures:
@@ -265,7 +268,8 @@ BENCHMARK_CAPTURE(BM_SleepersDistinctPeriodsOn, ladder, &NewLadderEventQueue)
 // in order, on a thread that does nothing but clock_nanosleep(TIMER_ABSTIME) until each one and
 // read the clock (Linux only, as is this bench). No event loop can wake earlier than the kernel
 // wakes a sleeping thread, so the os_* figures are the floor on this machine at this moment,
-// measured alternately with the loop's so that both see the same host.
+// measured alternately with the loop's so that both see the same host. A third run, spin_*,
+// never sleeps (SpinLateness): what is left there is the host's doing.
 std::vector<int64_t> DueTimesNs(std::mt19937_64& rng, int64_t start_ns, int timers) {
   std::vector<int64_t> due(timers);
   // Spread uniformly over [start, start + 1 s).
@@ -273,9 +277,13 @@ std::vector<int64_t> DueTimesNs(std::mt19937_64& rng, int64_t start_ns, int time
   return due;
 }
 
-// Lateness of each due time (Unix nanoseconds) on the event loop.
-void LoopLateness(const std::vector<int64_t>& due_ns, std::vector<int64_t>& lateness_ns) {
-  std::unique_ptr<EventLoop> loop = NewRealTimeEventLoop();
+// Lateness of each due time (Unix nanoseconds) on a real-time loop with the given
+// EventLoopOptions::spin_before_due.
+void LoopLateness(const std::vector<int64_t>& due_ns, absl::Duration spin,
+                  std::vector<int64_t>& lateness_ns) {
+  EventLoopOptions options;
+  options.spin_before_due = spin;
+  std::unique_ptr<EventLoop> loop = NewRealTimeEventLoop(std::move(options));
   for (const int64_t d : due_ns) {
     const absl::Time due = absl::FromUnixNanos(d);
     loop->ScheduleAt(due, [&loop, &lateness_ns, due] {
@@ -311,6 +319,19 @@ void SleepLateness(std::vector<int64_t> due_ns, std::vector<int64_t>& lateness_n
   }
 }
 
+// Lateness of each due time (Unix nanoseconds) for a thread that never sleeps: it reads the
+// clock in a loop until each due time in turn. Only the host can make it late (by running
+// something else on its CPU, or not running the VM's CPU), so spin_* shows what a loop that
+// burned a core to avoid wake-ups could reach at best.
+void SpinLateness(std::vector<int64_t> due_ns, std::vector<int64_t>& lateness_ns) {
+  std::sort(due_ns.begin(), due_ns.end());
+  for (const int64_t d : due_ns) {
+    int64_t now = absl::GetCurrentTimeNanos();
+    while (now < d) now = absl::GetCurrentTimeNanos();
+    lateness_ns.push_back(now - d);
+  }
+}
+
 void SetLatenessCounters(benchmark::State& state, const char* prefix,
                          std::vector<int64_t>& lateness_ns) {
   if (lateness_ns.empty()) return;
@@ -332,20 +353,33 @@ void BM_RealTimeLateness(benchmark::State& state) {
   constexpr int kTimers = 1000;
   std::vector<int64_t> loop_ns;
   std::vector<int64_t> os_ns;
+  std::vector<int64_t> spin_ns;
+  std::vector<int64_t> poll_ns;
   std::mt19937_64 rng(/*seed=*/3);
   for (auto _ : state) {
     const int64_t start = absl::ToUnixNanos(absl::Now() + absl::Milliseconds(5));
     const std::vector<int64_t> due = DueTimesNs(rng, start, kTimers);
-    LoopLateness(due, loop_ns);
+    LoopLateness(due, absl::ZeroDuration(), loop_ns);
     state.PauseTiming();
+    // The same loop, never sleeping while a timer is pending (the option's extreme).
+    const int64_t poll_start = absl::ToUnixNanos(absl::Now() + absl::Milliseconds(5));
+    std::vector<int64_t> poll_due = due;
+    for (int64_t& d : poll_due) d += poll_start - start;
+    LoopLateness(poll_due, absl::InfiniteDuration(), poll_ns);
     const int64_t os_start = absl::ToUnixNanos(absl::Now() + absl::Milliseconds(5));
     std::vector<int64_t> os_due = due;
     for (int64_t& d : os_due) d += os_start - start;
     SleepLateness(std::move(os_due), os_ns);
+    const int64_t spin_start = absl::ToUnixNanos(absl::Now() + absl::Milliseconds(5));
+    std::vector<int64_t> spin_due = due;
+    for (int64_t& d : spin_due) d += spin_start - start;
+    SpinLateness(std::move(spin_due), spin_ns);
     state.ResumeTiming();
   }
   SetLatenessCounters(state, "late_", loop_ns);
+  SetLatenessCounters(state, "poll_late_", poll_ns);
   SetLatenessCounters(state, "os_late_", os_ns);
+  SetLatenessCounters(state, "spin_late_", spin_ns);
 }
 BENCHMARK(BM_RealTimeLateness)->Iterations(3)->Unit(benchmark::kMillisecond)->UseRealTime();
 

@@ -9,7 +9,8 @@
 //     callback runs and jumps to the time of the next event: a simulated year runs in seconds,
 //     and a run is reproducible bit for bit (nothing depends on the host's speed);
 //   * a real-time loop (NewRealTimeEventLoop) reads a real clock (clock.h) and sleeps until its
-//     next timer or until another thread posts; real backends use it.
+//     next timer or until another thread posts (or busy-waits for a timer due soon, if asked:
+//     EventLoopOptions::spin_before_due); real backends use it.
 //
 // Order. Events run in (time, seq) order, where seq is a per-loop counter taken when the event
 // enters the queue: events due at the same time run first-in, first-out. A post gets its time
@@ -138,6 +139,14 @@ struct EventLoopOptions {
   // The pending-event structure; null means NewLadderEventQueue(). Must be empty. The loop takes
   // ownership.
   std::unique_ptr<EventQueue> queue;
+  // Real-time loops: once the next timer (or RunUntil's deadline) is due within this long, the
+  // loop thread busy-waits for it (reading the clock, and still taking posts and Stop() at
+  // once) instead of sleeping in the kernel. On hosts that are slow to wake a sleeping thread,
+  // virtual machines above all, this trades a CPU kept busy for up to this long before each
+  // timer for timers that run closer to their due times (bench/event_loop_bench.cc,
+  // BM_RealTimeLateness, measures both). absl::InfiniteDuration(): never sleep while a timer is
+  // pending. Zero or less (the default): always sleep. Ignored by virtual loops.
+  absl::Duration spin_before_due = absl::ZeroDuration();
 };
 
 // A discrete-event loop, virtual or real-time (see the file comment).

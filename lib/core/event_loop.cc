@@ -226,9 +226,12 @@ constexpr size_t kCompactSlack = 1024;
 template <class Queue, bool kVirtual>
 class EventLoopImpl final : public EventLoop {
  public:
-  EventLoopImpl(std::unique_ptr<EventQueue> owned_queue, Queue* queue, absl::Time start_time)
+  // `spin_ns`: EventLoopOptions::spin_before_due in nanoseconds, 0 for none (kMaxNs: always).
+  EventLoopImpl(std::unique_ptr<EventQueue> owned_queue, Queue* queue, absl::Time start_time,
+                int64_t spin_ns)
       : owned_queue_(std::move(owned_queue)),
         queue_(queue),
+        spin_ns_(spin_ns),
         now_ns_(ToUnixNs(start_time)),
         loop_clock_(now_ns_) {}
 
@@ -420,8 +423,19 @@ class EventLoopImpl final : public EventLoop {
   }
 
   // Waits (real time) until `until_ns` on the loop's clock, a post, or Stop(). A virtual loop
-  // only ever waits with until_ns == kMaxNs.
+  // only ever waits with until_ns == kMaxNs. A real-time loop with spin_ns_ busy-waits the last
+  // spin_ns_ (and may return early, as after a spurious wake-up: the caller loops).
   void Wait(int64_t until_ns) {
+    if constexpr (!kVirtual) {
+      if (spin_ns_ > 0 && until_ns != kMaxNs) {
+        // (until_ns is ahead of the clock, and both are Unix times: no overflow.)
+        if (until_ns - real_clock_.NowNs() <= spin_ns_) {
+          SpinUntil(until_ns);
+          return;
+        }
+        until_ns -= spin_ns_;  // sleep until the spin begins
+      }
+    }
     std::unique_lock<std::mutex> lock(mu_);
     if (!inbox_.empty() || StopRequested()) return;
     if constexpr (kVirtual) {
@@ -432,6 +446,15 @@ class EventLoopImpl final : public EventLoop {
       } else {
         cv_.wait_until(lock, real_clock_.ToSteady(until_ns));
       }
+    }
+  }
+
+  // Reads the clock until `until_ns`, a post or Stop(), whichever comes first.
+  void SpinUntil(int64_t until_ns) {
+    while (attention_.load(std::memory_order_relaxed) == 0 && real_clock_.NowNs() < until_ns) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();  // spin-wait hint: yields the core's pipeline to a sibling thread
+#endif
     }
   }
 
@@ -544,6 +567,7 @@ class EventLoopImpl final : public EventLoop {
   size_t live_ = 0;  // pending scheduled events and moved posts, i.e. live queue entries
   size_t dead_ = 0;  // cancelled entries still in the queue
   uint64_t executed_ = 0;
+  const int64_t spin_ns_;         // real-time loops: busy-wait this long before a timer
   bool top_running_ = false;      // the queue's top entry is the running event's
   int destroying_ = 0;            // cancelled callbacks being destroyed (Cancel may nest)
   std::vector<Callback> draining_;
@@ -566,19 +590,23 @@ class EventLoopImpl final : public EventLoop {
 
 template <bool kVirtual>
 std::unique_ptr<EventLoop> NewLoop(EventLoopOptions options) {
+  const absl::Duration spin = options.spin_before_due;
+  const int64_t spin_ns = kVirtual || spin <= absl::ZeroDuration() ? 0
+                          : spin == absl::InfiniteDuration()         ? kMaxNs
+                                                                      : ToInt64Ns(spin);
   std::unique_ptr<EventQueue> queue = std::move(options.queue);
   if (queue == nullptr) queue = std::make_unique<LadderEventQueue>();
   if (auto* ladder = dynamic_cast<LadderEventQueue*>(queue.get())) {
     return std::make_unique<EventLoopImpl<LadderEventQueue, kVirtual>>(std::move(queue), ladder,
-                                                                      options.start_time);
+                                                                      options.start_time, spin_ns);
   }
   if (auto* heap = dynamic_cast<HeapEventQueue*>(queue.get())) {
     return std::make_unique<EventLoopImpl<HeapEventQueue, kVirtual>>(std::move(queue), heap,
-                                                                    options.start_time);
+                                                                    options.start_time, spin_ns);
   }
   EventQueue* q = queue.get();
   return std::make_unique<EventLoopImpl<EventQueue, kVirtual>>(std::move(queue), q,
-                                                              options.start_time);
+                                                              options.start_time, spin_ns);
 }
 
 }  // namespace

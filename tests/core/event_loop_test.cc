@@ -4,6 +4,7 @@
 
 #if defined(__linux__)
 #include <sys/prctl.h>
+#include <time.h>
 #endif
 
 #include <algorithm>
@@ -829,6 +830,75 @@ TEST(RealTimeEventLoopTest, RunUntilReturnsAtTheDeadline) {
   EXPECT_GE(loop->Now(), deadline);
   EXPECT_TRUE(early);
   EXPECT_FALSE(late);
+}
+
+std::unique_ptr<EventLoop> SpinningLoop(absl::Duration spin) {
+  EventLoopOptions options;
+  options.spin_before_due = spin;
+  return NewRealTimeEventLoop(std::move(options));
+}
+
+// CPU time the calling thread has used.
+absl::Duration ThreadCpuTime() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return absl::DurationFromTimespec(ts);
+}
+
+TEST(RealTimeEventLoopTest, SpinningLoopRunsTimersInOrderAndNeverEarly) {
+  std::unique_ptr<EventLoop> loop = SpinningLoop(absl::InfiniteDuration());
+  std::vector<int> order;
+  std::vector<absl::Duration> lateness;
+  const absl::Time now = loop->Now();
+  auto at = [&](absl::Duration offset, int id) {
+    const absl::Time due = now + offset;
+    loop->ScheduleAt(due, [&, due, id] {
+      order.push_back(id);
+      lateness.push_back(loop->Now() - due);
+    });
+  };
+  at(absl::Milliseconds(6), 2);
+  at(absl::Milliseconds(3), 1);
+  at(absl::Milliseconds(6), 3);
+  at(absl::Milliseconds(12), 4);
+  loop->RunUntilIdle();
+  EXPECT_THAT(order, ElementsAre(1, 2, 3, 4));
+  for (const absl::Duration late : lateness) EXPECT_GE(late, absl::ZeroDuration());
+}
+
+// Busy-waiting for a timer an hour away, the loop still takes a post from another thread at
+// once, and Stop() from it.
+TEST(RealTimeEventLoopTest, SpinningLoopTakesAPostAndStopAtOnce) {
+  std::unique_ptr<EventLoop> loop = SpinningLoop(absl::InfiniteDuration());
+  loop->ScheduleAfter(absl::Hours(1), [] {});
+  bool posted_ran = false;
+  std::thread poster([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    loop->Post([&] { posted_ran = true; });
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    loop->Stop();
+  });
+  const auto started = std::chrono::steady_clock::now();
+  loop->Run();
+  poster.join();
+  EXPECT_TRUE(posted_ran);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5));
+  EXPECT_EQ(loop->pending_events(), 1u);
+}
+
+// With a short spin, the loop sleeps until the spin begins: a timer 300 ms away costs the
+// thread about the spin in CPU time, not 300 ms. (Load on the machine can only lower the CPU
+// time a spinning thread gets, so the bound cannot fail for that reason.)
+TEST(RealTimeEventLoopTest, ShortSpinSleepsUntilTheSpinBegins) {
+  std::unique_ptr<EventLoop> loop = SpinningLoop(absl::Milliseconds(5));
+  const absl::Time due = loop->Now() + absl::Milliseconds(300);
+  absl::Time ran_at;
+  loop->ScheduleAt(due, [&] { ran_at = loop->Now(); });
+  const absl::Duration cpu_before = ThreadCpuTime();
+  loop->RunUntilIdle();
+  const absl::Duration cpu = ThreadCpuTime() - cpu_before;
+  EXPECT_GE(ran_at, due);
+  EXPECT_LT(cpu, absl::Milliseconds(100));
 }
 
 }  // namespace
