@@ -359,21 +359,19 @@ void BM_RealTimeLateness(benchmark::State& state) {
   for (auto _ : state) {
     const int64_t start = absl::ToUnixNanos(absl::Now() + absl::Milliseconds(5));
     const std::vector<int64_t> due = DueTimesNs(rng, start, kTimers);
+    // The same due times, moved to start 5 ms from now: for each run after the first.
+    auto due_again = [&] {
+      const int64_t shift = absl::ToUnixNanos(absl::Now() + absl::Milliseconds(5)) - start;
+      std::vector<int64_t> moved = due;
+      for (int64_t& d : moved) d += shift;
+      return moved;
+    };
     LoopLateness(due, absl::ZeroDuration(), loop_ns);
     state.PauseTiming();
     // The same loop, never sleeping while a timer is pending (the option's extreme).
-    const int64_t poll_start = absl::ToUnixNanos(absl::Now() + absl::Milliseconds(5));
-    std::vector<int64_t> poll_due = due;
-    for (int64_t& d : poll_due) d += poll_start - start;
-    LoopLateness(poll_due, absl::InfiniteDuration(), poll_ns);
-    const int64_t os_start = absl::ToUnixNanos(absl::Now() + absl::Milliseconds(5));
-    std::vector<int64_t> os_due = due;
-    for (int64_t& d : os_due) d += os_start - start;
-    SleepLateness(std::move(os_due), os_ns);
-    const int64_t spin_start = absl::ToUnixNanos(absl::Now() + absl::Milliseconds(5));
-    std::vector<int64_t> spin_due = due;
-    for (int64_t& d : spin_due) d += spin_start - start;
-    SpinLateness(std::move(spin_due), spin_ns);
+    LoopLateness(due_again(), absl::InfiniteDuration(), poll_ns);
+    SleepLateness(due_again(), os_ns);
+    SpinLateness(due_again(), spin_ns);
     state.ResumeTiming();
   }
   SetLatenessCounters(state, "late_", loop_ns);
