@@ -77,6 +77,9 @@ struct ContainerExit {
 struct JobContext {
   std::string_view job_name;
   std::string_view job_arn;
+  // The job's request. Its TrainingJobName is empty for a job made from a
+  // PreparedTrainingJob (kiln/engine.h), whose jobs share one request: the
+  // job's name is job_name.
   const v1::CreateTrainingJobRequest& request;
   const Cluster& cluster;
   int32_t attempt = 1;  // 1 for the first run, +1 per restart

@@ -34,9 +34,11 @@
 #ifndef KILN_ENGINE_H_
 #define KILN_ENGINE_H_
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -74,6 +76,47 @@ class JobObserver {
   // A MetricDefinitions regex matched a log line; `value` is its first group.
   virtual void OnMetric(std::string_view job_name, std::string_view metric_name, double value,
                         absl::Time time) {}
+};
+
+namespace engine_internal {
+struct PreparedAccess;
+}  // namespace engine_internal
+
+// A CreateTrainingJob request validated once for many jobs that differ only in
+// their names: a sweep's trials, a nightly batch, a simulated workload. Made
+// by Engine::PrepareTrainingJob, used by Engine::CreateTrainingJob(prepared,
+// name). The jobs made from it share its request instead of each keeping a
+// copy, and only their names are validated.
+//
+//   auto prepared = engine->PrepareTrainingJob(request).value();
+//   for (int i = 0; i < 100; ++i) {
+//     auto created = engine->CreateTrainingJob(prepared, absl::StrCat("trial-", i));
+//   }
+//
+// Immutable once made; copies share one request (copying costs a reference
+// count). The request lives as long as the last copy or job that uses it, so
+// a PreparedTrainingJob may be dropped while its jobs run.
+// Thread-safe: copies may be used from several threads at once.
+class PreparedTrainingJob {
+ public:
+  // An empty one, which CreateTrainingJob refuses.
+  PreparedTrainingJob() = default;
+
+  // Whether it holds a prepared request.
+  explicit operator bool() const { return request_ != nullptr; }
+
+  // The request as prepared: validated, with TrainingJobName cleared (each
+  // job gets its own). REQUIRES: non-empty.
+  const v1::CreateTrainingJobRequest& request() const { return *request_; }
+
+ private:
+  friend struct engine_internal::PreparedAccess;
+  PreparedTrainingJob(std::shared_ptr<const v1::CreateTrainingJobRequest> request,
+                      uint64_t engine_id)
+      : request_(std::move(request)), engine_id_(engine_id) {}
+
+  std::shared_ptr<const v1::CreateTrainingJobRequest> request_;
+  uint64_t engine_id_ = 0;  // the engine that validated it, under its ValidationOptions
 };
 
 struct EngineOptions {
@@ -138,6 +181,33 @@ class Engine {
   // TrainingJobName.
   virtual absl::StatusOr<v1::CreateTrainingJobResponse> CreateTrainingJob(
       const v1::CreateTrainingJobRequest& request) = 0;
+
+  // Validates `request` once, for CreateTrainingJob(prepared, name) to create
+  // jobs from: every check CreateTrainingJob makes except those that belong
+  // to each job, which are the name and the data channel's CheckChannel (a
+  // source may change between jobs). TrainingJobName is ignored and may be
+  // empty. Copies the request once; the caller keeps `request`.
+  // Errors: InvalidArgument (the ValidationException text, all violations)
+  // and FailedPrecondition (a component the request needs is missing), as
+  // CreateTrainingJob words them. Nothing is kept on error.
+  // Threading: any thread, at any time; it reads no job state and does not
+  // wait for the loop.
+  virtual absl::StatusOr<PreparedTrainingJob> PrepareTrainingJob(
+      const v1::CreateTrainingJobRequest& request) = 0;
+
+  // Creates the job `name` from `prepared`: what CreateTrainingJob does with
+  // prepared.request() under TrainingJobName `name` (the same statuses,
+  // events and Describe output), without validating or copying the request
+  // again. The job shares the prepared request: the JobContext that
+  // components get carries it, with an empty TrainingJobName (JobContext's
+  // job_name is the name).
+  // Errors: InvalidArgument for a name the service refuses (worded as
+  // CreateTrainingJob words it), an empty `prepared`, or one another engine
+  // prepared (whose validation options may differ); otherwise as
+  // CreateTrainingJob: AlreadyExists, and CheckChannel's errors.
+  // Threading: as CreateTrainingJob.
+  virtual absl::StatusOr<v1::CreateTrainingJobResponse> CreateTrainingJob(
+      const PreparedTrainingJob& prepared, std::string_view name) = 0;
 
   // Returns the job as the service describes it (statuses, transitions,
   // times, billing, metrics, the request echoed back).

@@ -34,7 +34,27 @@
 #include "google/protobuf/timestamp.pb.h"
 
 namespace kiln {
+
+// Lets the engine make PreparedTrainingJobs and read them back.
+struct engine_internal::PreparedAccess {
+  static PreparedTrainingJob Make(std::shared_ptr<const v1::CreateTrainingJobRequest> request,
+                                  uint64_t engine_id) {
+    return PreparedTrainingJob(std::move(request), engine_id);
+  }
+  static const std::shared_ptr<const v1::CreateTrainingJobRequest>& Request(
+      const PreparedTrainingJob& p) {
+    return p.request_;
+  }
+  static uint64_t EngineId(const PreparedTrainingJob& p) { return p.engine_id_; }
+};
+
 namespace {
+
+using engine_internal::PreparedAccess;
+
+// Engine ids, which tell a PreparedTrainingJob's engine from others: unique in
+// the process (an address could be reused by a later engine), never 0.
+std::atomic<uint64_t> next_engine_id{1};
 
 // Statuses, as the service spells them.
 constexpr char kInProgress[] = "InProgress";
@@ -218,25 +238,41 @@ struct RequestStore {
 // A job: its record (what Describe reports), plus, while it runs, the parsed
 // request and the state of the work in flight.
 //
-// The request lives on the job's own protobuf arena while the job may need
-// it: copying it there costs a few bump allocations rather than one heap
-// allocation per field, and dropping it frees a block or two. Once the job has
-// ended the engine compacts it (EngineImpl::CompactLater): the request is kept
-// serialized and the arena goes, which keeps a finished job's footprint small.
+// A job's request is its own copy or a shared one. Its own copy lives on the
+// job's protobuf arena while the job may need it: copying it there costs a few
+// bump allocations rather than one heap allocation per field, and dropping it
+// frees a block or two. Once the job has ended the engine compacts it
+// (EngineImpl::CompactLater): the request is kept serialized and the arena
+// goes, which keeps a finished job's footprint small. A shared request is a
+// PreparedTrainingJob's (no TrainingJobName; name_ is the name): the job only
+// holds a reference to it, for its whole life, until an UpdateTrainingJob
+// gives the job a request of its own.
 class Job final : public ContainerEvents {
  public:
-  // `store` is empty (fresh or reset).
+  // A job with its own copy of `request`. `store` is empty (fresh or reset).
   Job(EngineImpl& engine, uint64_t seq, const v1::CreateTrainingJobRequest& request, absl::Time now,
       std::unique_ptr<RequestStore> store)
       : engine_(engine),
         seq_(seq),
         name_(request.training_job_name()),
         store_(std::move(store)),
-        request_(google::protobuf::Arena::CreateMessage<v1::CreateTrainingJobRequest>(&store_->arena)),
+        own_request_(
+            google::protobuf::Arena::CreateMessage<v1::CreateTrainingJobRequest>(&store_->arena)),
+        request_(own_request_),
         creation_time_(now),
         last_modified_(now) {
-    request_->CopyFrom(request);
+    own_request_->CopyFrom(request);
   }
+  // A job `name` that shares the prepared request `shared`.
+  Job(EngineImpl& engine, uint64_t seq, std::string name,
+      std::shared_ptr<const v1::CreateTrainingJobRequest> shared, absl::Time now)
+      : engine_(engine),
+        seq_(seq),
+        name_(std::move(name)),
+        shared_request_(std::move(shared)),
+        request_(shared_request_.get()),
+        creation_time_(now),
+        last_modified_(now) {}
   ~Job() override;  // gives the store back to the engine
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
@@ -247,28 +283,40 @@ class Job final : public ContainerEvents {
   const std::string& name() const { return name_; }
   // Whether the job has ended (Completed, Failed or Stopped).
   bool ended() const { return status_ == kCompleted || status_ == kFailed || status_ == kStopped; }
+  // Whether the request is kept serialized (Compact).
   bool compacted() const { return request_ == nullptr; }
 
-  // The request while the job runs. REQUIRES: !compacted() (true until the
-  // job has ended).
+  // The request while the job runs; a shared one has no TrainingJobName.
+  // REQUIRES: !compacted() (true until the job has ended).
   const v1::CreateTrainingJobRequest& request() const { return *request_; }
 
-  // The request at any time (parsed again once the job is compacted).
+  // The request at any time, named (parsed again once the job is compacted).
   v1::CreateTrainingJobRequest LoadRequest() const {
-    if (request_ != nullptr) return *request_;
     v1::CreateTrainingJobRequest r;
-    r.ParseFromString(request_bytes_);
+    if (request_ != nullptr) {
+      r = *request_;
+    } else {
+      r.ParseFromString(request_bytes_);
+    }
+    r.set_training_job_name(name_);  // a shared request has none
     return r;
   }
+  // Replaces the request with `r` (named). A job that shares a request gets
+  // one of its own.
   void StoreRequest(const v1::CreateTrainingJobRequest& r) {
-    if (request_ != nullptr) {
-      request_->CopyFrom(r);
+    if (own_request_ != nullptr) {
+      own_request_->CopyFrom(r);
+    } else if (shared_request_ != nullptr) {
+      shared_request_ = std::make_shared<const v1::CreateTrainingJobRequest>(r);
+      request_ = shared_request_.get();
     } else {
       r.SerializeToString(&request_bytes_);
     }
   }
 
-  // Drops what only a running job needs. REQUIRES: ended(), !compacted().
+  // Drops what only a running job needs; an own request is serialized, a
+  // shared one stays as it is (the job holds only a reference). Called once.
+  // REQUIRES: ended().
   void Compact();
 
   // The StatusMessage of transition `i`: its message, and its detail if any.
@@ -306,9 +354,14 @@ class Job final : public ContainerEvents {
   EngineImpl& engine_;
   const uint64_t seq_;  // creation order; unique
   const std::string name_;
-  std::unique_ptr<RequestStore> store_;    // null once compacted
-  v1::CreateTrainingJobRequest* request_;  // on store_->arena; null once compacted
-  std::string request_bytes_;              // set once compacted
+  std::unique_ptr<RequestStore> store_;  // own_request_'s; null otherwise
+  // The job's own copy, on store_->arena; null when shared or compacted.
+  v1::CreateTrainingJobRequest* own_request_ = nullptr;
+  // The shared request; null when the job has its own.
+  std::shared_ptr<const v1::CreateTrainingJobRequest> shared_request_;
+  // own_request_ or shared_request_; null once compacted.
+  const v1::CreateTrainingJobRequest* request_;
+  std::string request_bytes_;  // set once compacted
   const absl::Time creation_time_;
   absl::Time last_modified_;
 
@@ -450,6 +503,10 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
     KILN_RETURN_IF_ERROR(Admit(request));
     return OnLoop([&] { return Create(request); });
   }
+  absl::StatusOr<PreparedTrainingJob> PrepareTrainingJob(
+      const v1::CreateTrainingJobRequest& request) override;
+  absl::StatusOr<v1::CreateTrainingJobResponse> CreateTrainingJob(
+      const PreparedTrainingJob& prepared, std::string_view name) override;
   absl::StatusOr<v1::DescribeTrainingJobResponse> DescribeTrainingJob(
       const v1::DescribeTrainingJobRequest& request) override {
     return OnLoop([&] { return Describe(request); });
@@ -594,11 +651,24 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   }
 
   // CreateTrainingJob's checks of the request alone, on the caller's thread:
-  // validation, then each channel's CheckChannel.
+  // validation, the components the request needs (CheckComponents), then
+  // each channel's CheckChannel (CheckChannels).
   absl::Status Admit(const v1::CreateTrainingJobRequest& request) const;
+  // FailedPrecondition when the request needs a component the engine lacks.
+  absl::Status CheckComponents(const v1::CreateTrainingJobRequest& request) const;
+  // Each channel's DataChannel::CheckChannel, in order; the first error.
+  absl::Status CheckChannels(const v1::CreateTrainingJobRequest& request) const;
   // CreateTrainingJob on the loop, for an admitted request: the name must be
-  // free; then the job is accepted.
+  // free (CheckNewJob); then the job is accepted with a copy of the request.
   absl::StatusOr<v1::CreateTrainingJobResponse> Create(const v1::CreateTrainingJobRequest& request);
+  // The same for a job `name` that shares the prepared request `shared`.
+  absl::StatusOr<v1::CreateTrainingJobResponse> Create(
+      std::string name, std::shared_ptr<const v1::CreateTrainingJobRequest> shared);
+  // AlreadyExists when `name` is taken; ResourceExhausted when the engine
+  // can number no more jobs.
+  absl::Status CheckNewJob(const std::string& name);
+  // Starts an accepted job: records it and asks for its cluster.
+  v1::CreateTrainingJobResponse Accept(std::unique_ptr<Job> job);
   absl::StatusOr<v1::DescribeTrainingJobResponse> Describe(
       const v1::DescribeTrainingJobRequest& request);
   absl::StatusOr<v1::ListTrainingJobsResponse> List(const v1::ListTrainingJobsRequest& request);
@@ -678,14 +748,18 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   static constexpr size_t kCompactBacklog = 256;
   std::deque<uint64_t> to_compact_;
   std::atomic<int> active_jobs_{0};
+  const uint64_t id_ = next_engine_id.fetch_add(1, std::memory_order_relaxed);
 };
 
 Job::~Job() { engine_.GiveBackStore(std::move(store_)); }
 
 void Job::Compact() {
-  request_->SerializeToString(&request_bytes_);
-  request_ = nullptr;
-  engine_.GiveBackStore(std::move(store_));
+  if (own_request_ != nullptr) {
+    own_request_->SerializeToString(&request_bytes_);
+    own_request_ = nullptr;
+    request_ = nullptr;
+    engine_.GiveBackStore(std::move(store_));
+  }
   for (MetricState& m : metrics_) m.regex.reset();
 }
 
@@ -701,11 +775,21 @@ void Job::OnExit(const Instance& instance, const ContainerExit& exit) {
 
 absl::Status EngineImpl::Admit(const v1::CreateTrainingJobRequest& request) const {
   KILN_RETURN_IF_ERROR(ValidateCreateTrainingJobRequest(request, options_.validation));
+  KILN_RETURN_IF_ERROR(CheckComponents(request));
+  return CheckChannels(request);
+}
+
+absl::Status EngineImpl::CheckComponents(const v1::CreateTrainingJobRequest& request) const {
   if (request.input_data_config_size() > 0 && options_.data_channel == nullptr) {
+    const std::string& name = request.training_job_name();
     return absl::FailedPreconditionError(
-        absl::StrCat("job '", request.training_job_name(),
-                     "': InputDataConfig needs a DataChannel, and this engine has none"));
+        absl::StrCat(name.empty() ? "" : absl::StrCat("job '", name, "': "),
+                     "InputDataConfig needs a DataChannel, and this engine has none"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status EngineImpl::CheckChannels(const v1::CreateTrainingJobRequest& request) const {
   const std::string& default_mode = request.algorithm_specification().training_input_mode();
   for (const v1::Channel& channel : request.input_data_config()) {
     // What the service checks synchronously (an S3Prefix without objects).
@@ -715,9 +799,41 @@ absl::Status EngineImpl::Admit(const v1::CreateTrainingJobRequest& request) cons
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
-    const v1::CreateTrainingJobRequest& request_in) {
-  const std::string& name = request_in.training_job_name();
+absl::StatusOr<PreparedTrainingJob> EngineImpl::PrepareTrainingJob(
+    const v1::CreateTrainingJobRequest& request) {
+  auto prepared = std::make_shared<v1::CreateTrainingJobRequest>(request);
+  // Validated under a name the service accepts, so that only the rest of the
+  // request can fail; each job's name is validated when it is created.
+  prepared->set_training_job_name("prepared");
+  KILN_RETURN_IF_ERROR(ValidateCreateTrainingJobRequest(*prepared, options_.validation));
+  prepared->clear_training_job_name();
+  KILN_RETURN_IF_ERROR(CheckComponents(*prepared));
+  return PreparedAccess::Make(std::move(prepared), id_);
+}
+
+absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::CreateTrainingJob(
+    const PreparedTrainingJob& prepared, std::string_view name) {
+  const std::shared_ptr<const v1::CreateTrainingJobRequest>& shared =
+      PreparedAccess::Request(prepared);
+  if (shared == nullptr) {
+    return absl::InvalidArgumentError(
+        "CreateTrainingJob: the PreparedTrainingJob is empty (make one with PrepareTrainingJob)");
+  }
+  if (PreparedAccess::EngineId(prepared) != id_) {
+    return absl::InvalidArgumentError(
+        "CreateTrainingJob: the PreparedTrainingJob was prepared by another engine");
+  }
+  // The name is all that is left to validate; the error is the one a whole
+  // request with that name would get, as its other fields are valid.
+  std::string job_name(name);
+  v1::DescribeTrainingJobRequest name_only;
+  name_only.set_training_job_name(job_name);
+  KILN_RETURN_IF_ERROR(ValidateRequest(name_only, options_.validation));
+  KILN_RETURN_IF_ERROR(CheckChannels(*shared));
+  return OnLoop([&] { return Create(std::move(job_name), shared); });
+}
+
+absl::Status EngineImpl::CheckNewJob(const std::string& name) {
   if (FindJob(name) != nullptr) {
     return absl::AlreadyExistsError(absl::StrCat(
         "Training job names must be unique within an AWS account and region, and a training "
@@ -728,8 +844,23 @@ absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
     return absl::ResourceExhaustedError(absl::StrCat(
         "This engine has created ", JobToken::kMaxSeq, " training jobs, as many as it can name"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
+    const v1::CreateTrainingJobRequest& request) {
+  KILN_RETURN_IF_ERROR(CheckNewJob(request.training_job_name()));
   // Accepted: the job keeps a copy of the request.
-  auto job = std::make_unique<Job>(*this, next_seq_++, request_in, Now(), TakeStore());
+  return Accept(std::make_unique<Job>(*this, next_seq_++, request, Now(), TakeStore()));
+}
+
+absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
+    std::string name, std::shared_ptr<const v1::CreateTrainingJobRequest> shared) {
+  KILN_RETURN_IF_ERROR(CheckNewJob(name));
+  return Accept(std::make_unique<Job>(*this, next_seq_++, std::move(name), std::move(shared), Now()));
+}
+
+v1::CreateTrainingJobResponse EngineImpl::Accept(std::unique_ptr<Job> job) {
   Job& ref = *job;
   const v1::CreateTrainingJobRequest& request = ref.request();
   for (const auto& def : request.algorithm_specification().metric_definitions()) {

@@ -526,6 +526,132 @@ TEST_F(EngineTest, EndedJobsDescribeTheSameBeforeAndAfterCompaction) {
   EXPECT_EQ(engine_->active_jobs(), 0);
 }
 
+// --- Prepared requests
+
+// A job made from a PreparedTrainingJob runs, reports and describes exactly
+// as one made from the whole request.
+TEST_F(EngineTest, PreparedJobsRunAndDescribeAsWholeRequestsDo) {
+  SimJobBehavior b;
+  b.log_lines = {{absl::Seconds(100), "epoch 1 loss=0.5;"}};
+  b.capacity_failures = 1;
+  behaviors_["job"] = b;
+  auto r = Request("job");
+  (*r.mutable_hyper_parameters())["lr"] = "0.1";
+  auto* loss = r.mutable_algorithm_specification()->add_metric_definitions();
+  loss->set_name("train:loss");
+  loss->set_regex("loss=(.*?);");
+  r.set_enable_managed_spot_training(true);
+  r.mutable_stopping_condition()->set_max_runtime_in_seconds(3600);
+  r.mutable_stopping_condition()->set_max_wait_time_in_seconds(7200);
+
+  Create(r);
+  loop_->RunUntilIdle();
+  const std::string whole = ToJson(Describe("job"));
+  const std::vector<std::string> whole_statuses = observer_.statuses;
+  const std::vector<std::string> whole_metrics = observer_.metrics;
+
+  Build();
+  observer_ = RecordingObserver();
+  r.set_training_job_name("not a valid name, and ignored");
+  auto prepared = engine_->PrepareTrainingJob(r);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  EXPECT_FALSE(prepared->request().has_training_job_name());
+  ASSERT_TRUE(engine_->CreateTrainingJob(*prepared, "job").ok());
+  loop_->RunUntilIdle();
+  EXPECT_EQ(ToJson(Describe("job")), whole);
+  EXPECT_EQ(observer_.statuses, whole_statuses);
+  EXPECT_EQ(observer_.metrics, whole_metrics);
+  EXPECT_FALSE(whole_metrics.empty());
+}
+
+// Only the name is left to check per job, and it fails as it would in a
+// whole request; nothing is kept.
+TEST_F(EngineTest, PreparedJobNamesFailAsInAWholeRequest) {
+  auto prepared = engine_->PrepareTrainingJob(Request("")).value();
+  for (const std::string& name :
+       std::vector<std::string>{"not a name", "-job-1", std::string(64, 'a'), ""}) {
+    SCOPED_TRACE(name);
+    const absl::Status whole = engine_->CreateTrainingJob(Request(name)).status();
+    ASSERT_TRUE(absl::IsInvalidArgument(whole)) << whole;
+    EXPECT_EQ(engine_->CreateTrainingJob(prepared, name).status(), whole);
+  }
+  EXPECT_EQ(engine_->ListTrainingJobs({}).value().training_job_summaries_size(), 0);
+  EXPECT_EQ(loop_->pending_events(), 0u);
+
+  ASSERT_TRUE(engine_->CreateTrainingJob(prepared, "job").ok());
+  const absl::Status again = engine_->CreateTrainingJob(prepared, "job").status();
+  EXPECT_EQ(again, engine_->CreateTrainingJob(Request("job")).status());
+  EXPECT_TRUE(absl::IsAlreadyExists(again)) << again;
+}
+
+TEST_F(EngineTest, PrepareValidatesAllButTheName) {
+  auto r = Request("job");
+  r.mutable_resource_config()->set_instance_count(0);
+  r.mutable_resource_config()->set_volume_size_in_gb(0);
+  const absl::Status whole = engine_->CreateTrainingJob(r).status();
+  ASSERT_TRUE(absl::IsInvalidArgument(whole)) << whole;
+  EXPECT_EQ(engine_->PrepareTrainingJob(r).status(), whole);
+  r.set_training_job_name("bad name");  // ignored: the same two errors, no third
+  EXPECT_EQ(engine_->PrepareTrainingJob(r).status(), whole);
+}
+
+TEST_F(EngineTest, EmptyOrForeignPreparedJobsAreRefused) {
+  auto empty = engine_->CreateTrainingJob(PreparedTrainingJob(), "job");
+  EXPECT_TRUE(absl::IsInvalidArgument(empty.status())) << empty.status();
+
+  EngineOptions options;
+  options.loop = loop_.get();
+  options.cluster_provider = provider_.get();
+  auto other = NewEngine(std::move(options)).value();
+  const PreparedTrainingJob foreign = other->PrepareTrainingJob(Request("job")).value();
+  auto refused = engine_->CreateTrainingJob(foreign, "job");
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
+  EXPECT_NE(refused.status().message().find("another engine"), std::string::npos);
+  EXPECT_EQ(engine_->ListTrainingJobs({}).value().training_job_summaries_size(), 0);
+}
+
+// Jobs share the prepared request, which may go before they end. An update
+// gives the updated job a request of its own; the other jobs and the
+// prepared request keep theirs, before and after the engine compacts ended
+// jobs.
+TEST_F(EngineTest, PreparedJobsShareTheRequestUntilOneIsUpdated) {
+  auto r = Request("template");
+  (*r.mutable_hyper_parameters())["lr"] = "0.1";
+  PreparedTrainingJob kept;
+  {
+    auto prepared = engine_->PrepareTrainingJob(r).value();
+    ASSERT_TRUE(engine_->CreateTrainingJob(prepared, "a").ok());
+    ASSERT_TRUE(engine_->CreateTrainingJob(prepared, "b").ok());
+    kept = prepared;
+  }
+  r.mutable_hyper_parameters()->clear();  // the engine kept its own copy
+  loop_->RunUntilIdle();
+  const v1::DescribeTrainingJobResponse b_before = Describe("b");
+  EXPECT_EQ(b_before.hyper_parameters().at("lr"), "0.1");
+  EXPECT_EQ(b_before.training_job_name(), "b");
+
+  v1::UpdateTrainingJobRequest update;
+  update.set_training_job_name("a");
+  update.mutable_profiler_config()->set_s3_output_path("s3://bucket/profiles");
+  ASSERT_TRUE(engine_->UpdateTrainingJob(update).ok());
+  EXPECT_EQ(Describe("a").profiler_config().s3_output_path(), "s3://bucket/profiles");
+  EXPECT_EQ(Describe("a").hyper_parameters().at("lr"), "0.1");
+  EXPECT_FALSE(Describe("b").has_profiler_config());
+  EXPECT_FALSE(kept.request().has_profiler_config());
+
+  // Past the compaction backlog: "a" (own request now) and "b" (shared) are
+  // compacted, and describe as before.
+  for (int i = 0; i < 300; ++i) {
+    ASSERT_TRUE(engine_->CreateTrainingJob(kept, absl::StrCat("later-", i)).ok());
+  }
+  kept = PreparedTrainingJob();
+  loop_->RunUntilIdle();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(Describe("b"), b_before));
+  EXPECT_EQ(Describe("a").profiler_config().s3_output_path(), "s3://bucket/profiles");
+  EXPECT_EQ(Describe("later-299").hyper_parameters().at("lr"), "0.1");
+  EXPECT_EQ(Describe("later-299").training_job_status(), "Completed");
+}
+
 TEST_F(EngineTest, DeleteOnlyEndedJobsAndTheNameBecomesFree) {
   Create(Request("job"));
   v1::DeleteTrainingJobRequest del;
@@ -554,6 +680,7 @@ TEST_F(EngineTest, JobWithChannelsNeedsADataChannel) {
   c->mutable_data_source()->mutable_s3_data_source()->set_s3_data_type("S3Prefix");
   c->mutable_data_source()->mutable_s3_data_source()->set_s3_uri("s3://bucket/train/");
   EXPECT_EQ(engine->CreateTrainingJob(r).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(engine->PrepareTrainingJob(r).status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(EngineTest, UpdateKeepAliveWithoutWarmPoolIsRefused) {
@@ -804,6 +931,20 @@ TEST_F(EngineDataChannelTest, CheckChannelRefusalFailsCreateTrainingJob) {
   *r.add_input_data_config() = Prefix("refused");
   auto created = engine_->CreateTrainingJob(r);
   EXPECT_TRUE(absl::IsInvalidArgument(created.status())) << created.status();
+  v1::DescribeTrainingJobRequest d;
+  d.set_training_job_name("refused-job");
+  EXPECT_TRUE(absl::IsNotFound(engine_->DescribeTrainingJob(d).status()));
+}
+
+// CheckChannel looks at the sources as each job is created, not when the
+// request is prepared.
+TEST_F(EngineDataChannelTest, PreparedJobsCheckTheirChannelsAtEachCreate) {
+  v1::CreateTrainingJobRequest r = Request("");
+  *r.add_input_data_config() = Prefix("refused");
+  auto prepared = engine_->PrepareTrainingJob(r);
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  auto created = engine_->CreateTrainingJob(*prepared, "refused-job");
+  EXPECT_EQ(created.status(), absl::InvalidArgumentError("No S3 objects found"));
   v1::DescribeTrainingJobRequest d;
   d.set_training_job_name("refused-job");
   EXPECT_TRUE(absl::IsNotFound(engine_->DescribeTrainingJob(d).status()));
