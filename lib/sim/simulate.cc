@@ -265,11 +265,8 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
   void Create(std::unique_ptr<Job> job) {
     Job& j = *job;
     const std::string name = j.current;
-    // The workload's request, named, with the policy's capacity and
-    // checkpoints; the engine copies what it keeps.
-    const v1::CreateTrainingJobRequest& request = RequestFor(j);
     active_[name] = std::move(job);
-    auto created = engine_->CreateTrainingJob(request);
+    auto created = CreateInEngine(j);
     if (!created.ok()) {
       ++rejected_;
       if (first_error_.empty()) first_error_ = absl::StrCat(name, ": ", created.status().message());
@@ -283,12 +280,33 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     }
   }
 
-  // The request to submit for `j`: its workload's request, named, with the
-  // policy's capacity and checkpoints. Built in a scratch request kept per
-  // workload request (the few most recent): copied from the workload's only
-  // the first time; otherwise only the fields set per job are reset from it.
-  const v1::CreateTrainingJobRequest& RequestFor(const Job& j) {
-    const v1::CreateTrainingJobRequest& t = *j.request;
+  struct Scratch;  // below, with the other members
+
+  // Creates `j`'s job in the engine: its workload's request, named, with the
+  // policy's capacity and checkpoints. Where the request differs from the
+  // workload's by the name and the capacity only (no checkpoint location of
+  // the job's own), the job is made from a PreparedTrainingJob, prepared once
+  // per workload request and capacity: the engine validates and keeps one
+  // request for all of them. Otherwise the whole request goes (RequestFor).
+  absl::StatusOr<v1::CreateTrainingJobResponse> CreateInEngine(const Job& j) {
+    if (j.checkpoint_uri.empty()) {
+      Scratch::Prepared& p = ScratchFor(j).prepared[j.on_spot ? 1 : 0];
+      if (!p.tried) {
+        p.tried = true;
+        v1::CreateTrainingJobRequest r = *j.request;
+        SetCapacity(r, j.on_spot);
+        // A request the engine refuses goes whole, and fails as such.
+        if (auto prepared = engine_->PrepareTrainingJob(r); prepared.ok()) p.job = *prepared;
+      }
+      if (p.job) return engine_->CreateTrainingJob(p.job, j.current);
+    }
+    // The engine copies what it keeps.
+    return engine_->CreateTrainingJob(RequestFor(j));
+  }
+
+  // The scratch of `j`'s workload request, most recently used first: a new
+  // one (or the least recently used one, reset) when the request has none.
+  Scratch& ScratchFor(const Job& j) {
     auto found = std::find_if(scratches_.begin(), scratches_.end(),
                               [&](const auto& s) { return s->source == j.request; });
     if (found == scratches_.end()) {
@@ -296,15 +314,22 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
         scratches_.push_back(std::make_unique<Scratch>());
       }
       found = scratches_.end() - 1;  // a new one, or the least recently used
+      Scratch& s = **found;
+      s.request = *j.request;
+      s.source = j.request;  // held, so the address cannot be reused
+      s.prepared[0] = s.prepared[1] = Scratch::Prepared();
     }
-    // Most recently used first.
     std::rotate(scratches_.begin(), found, found + 1);
-    Scratch& scratch = *scratches_.front();
-    v1::CreateTrainingJobRequest& r = scratch.request;
-    if (scratch.source != j.request) {
-      r = t;
-      scratch.source = j.request;  // held, so the address cannot be reused
-    } else {
+    return *scratches_.front();
+  }
+
+  // The request to submit for `j`: its workload's request, named, with the
+  // policy's capacity and checkpoints. Built in the scratch request of the
+  // workload request: only the fields set per job are reset from it.
+  const v1::CreateTrainingJobRequest& RequestFor(const Job& j) {
+    const v1::CreateTrainingJobRequest& t = *j.request;
+    v1::CreateTrainingJobRequest& r = ScratchFor(j).request;
+    {
       if (t.has_enable_managed_spot_training()) {
         r.set_enable_managed_spot_training(t.enable_managed_spot_training());
       } else {
@@ -516,11 +541,17 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
 
   absl::flat_hash_map<std::string, std::unique_ptr<Job>> active_;  // by the engine's name
   absl::flat_hash_set<std::string> awaiting_delete_;
-  // RequestFor's scratch requests, each with the workload request it was
-  // copied from; most recently used first.
+  // What is kept per workload request (the few most recent, ScratchFor):
+  // RequestFor's scratch request, copied from `source`, and the prepared
+  // requests for on-demand [0] and spot [1] jobs without checkpoints.
   struct Scratch {
+    struct Prepared {
+      bool tried = false;       // PrepareTrainingJob was called
+      PreparedTrainingJob job;  // empty when the engine refused the request
+    };
     std::shared_ptr<const v1::CreateTrainingJobRequest> source;
     v1::CreateTrainingJobRequest request;
+    Prepared prepared[2];
   };
   static constexpr size_t kScratches = 8;
   std::vector<std::unique_ptr<Scratch>> scratches_;
