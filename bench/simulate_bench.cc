@@ -46,13 +46,18 @@
 //   URIs of channels, output and checkpoints share one); 35.7k (3.566 G)
 //   since a name-only request naming a job skips validation (and the same
 //   with the provider's clusters in a seq window, 2.6 fewer L2 misses per
-//   job: see below). Memory: peak
+//   job: see below). Session 9: 31.0k (3.098 G) since jobs without a
+//   checkpoint location of their own (the HPO trials, 70% of the mix) are
+//   made from a PreparedTrainingJob, one per workload request and capacity:
+//   no validation or copy of the request per job. Memory: peak
 //   RSS 29 MiB for 1M jobs (ended jobs are deleted from the engine).
-// Inclusive per job now: CreateTrainingJob 14.8k (validation 3.5k; the arena
-// copy 3.5k, each long string a heap block and an arena cleanup entry on
-// protobuf 3.21; provisioning 4.5k), Finish 3.1k, DeleteTrainingJob 1.6k,
-// SetStatus 2.4k, the random models' duration samples 1.7k; malloc and free
-// ~9%.
+// Inclusive per job before session 9: CreateTrainingJob 14.8k (validation
+// 3.5k; the arena copy 3.5k, each long string a heap block and an arena
+// cleanup entry on protobuf 3.21; provisioning 4.5k), Finish 3.1k,
+// DeleteTrainingJob 1.6k, SetStatus 2.4k, the random models' duration samples
+// 1.7k; malloc and free ~9%. Since: a prepared job's CreateTrainingJob is
+// 8.3k (the name's validation 0.9k), a nightly job's whole request still
+// 15.2k.
 // Where the wall time goes: callgrind's cache simulation (32 KiB L1s, and a
 // 512 KiB last level standing for this CPU's L2) counts, per job, ~1,670
 // L1 instruction misses (the code a job runs through exceeds the L1i) and

@@ -4,6 +4,7 @@
 #include "kiln/sim/scenario.h"
 
 #include <algorithm>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "kiln/sim/workload.h"
 
 namespace kiln::sim {
 namespace {
@@ -166,6 +168,36 @@ TEST(ScenarioRunTest, JobsThatCanNeverStartAreStoppedLongAfterTheHorizon) {
   EXPECT_EQ(r.results[0].jobs, 3);
   EXPECT_EQ(r.results[0].stopped, 3);
   EXPECT_EQ(r.results[0].started, 0);
+}
+
+// A workload request the engine refuses is counted, with the first refusal's
+// message (which names the job), and the run goes on: the sweep submits its
+// next trial. Valid trials of another sweep in the same run are unaffected.
+TEST(ScenarioRunTest, RefusedRequestsAreCountedWithTheFirstMessage) {
+  Scenario s;
+  s.horizon = absl::Hours(6);
+  s.models = std::make_shared<SimModels>(DefaultModels());
+  auto sweep = [&](const std::string& name, const std::string& role) {
+    HpoSweepOptions hpo;
+    hpo.name = name;
+    hpo.trials = 5;
+    hpo.parallelism = 2;
+    hpo.sweeps = 1;
+    hpo.job.request = DefaultRequest("ml.m5.xlarge", 1, "File", 0);
+    hpo.job.request.set_role_arn(role);
+    hpo.job.work = {absl::Minutes(10), 0, 1};
+    s.workloads.push_back({name, "hpo", false, [hpo](uint64_t seed) { return NewHpoSweep(hpo, seed); }});
+  };
+  sweep("bad", "not-a-role");  // RoleArn has a pattern
+  sweep("good", "arn:aws:iam::123456789012:role/SageMakerRole");
+  s.policies.push_back(PolicySpec());
+  const PolicyResult r = RunPolicy(s, s.policies[0]);
+  EXPECT_EQ(r.jobs, 10);
+  EXPECT_EQ(r.rejected, 5);
+  EXPECT_EQ(r.completed, 5);
+  EXPECT_TRUE(absl::StartsWith(r.first_error, "bad-")) << r.first_error;
+  EXPECT_TRUE(absl::StrContains(r.first_error, "2 validation errors detected")) << r.first_error;
+  EXPECT_TRUE(absl::StrContains(r.first_error, "'roleArn'")) << r.first_error;
 }
 
 // A scenario's epochs and pipe_rate reach the run: Pipe jobs streaming 9
