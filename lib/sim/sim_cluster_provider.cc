@@ -188,7 +188,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     sim->owner_job = sim->job_name;
     sim->progress_key.clear();
     if (job.request.has_checkpoint_config() && sim->behavior.checkpoint_interval > absl::ZeroDuration()) {
-      sim->progress_key = job.request.checkpoint_config().s3_uri();
+      sim->progress_key = sim->behavior.checkpoint_key.empty()
+                              ? job.request.checkpoint_config().s3_uri()
+                              : sim->behavior.checkpoint_key;
     }
     sim->run_base = sim->progress_key.empty() ? absl::ZeroDuration() : progress_[sim->progress_key];
     sim->run_start = loop_.Now();
@@ -317,7 +319,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     return stats;
   }
 
-  void ForgetCheckpoint(std::string_view s3_uri) override { progress_.erase(Key(s3_uri)); }
+  void ForgetCheckpoint(std::string_view key) override { progress_.erase(Key(key)); }
 
   SimAccounting Accounting() const override {
     SimAccounting a = accounting_;
@@ -370,7 +372,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     uint64_t owner_key = 0;  // HashName(owner_job)
     // The run in progress, for the work model.
     std::string job_name;
-    std::string progress_key;  // CheckpointConfig.S3Uri, or empty
+    std::string progress_key;  // the checkpoint key (or CheckpointConfig.S3Uri), or empty
     absl::Duration run_base;   // progress when the run started
     absl::Duration run_work;   // work left when the run started
     absl::Duration run_wall;   // wall time to do it (run_work * pace)

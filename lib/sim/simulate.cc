@@ -42,7 +42,9 @@ struct Job {
   std::optional<absl::Time> deadline;
   absl::Duration margin;
   double pace = 1;  // WorstCasePace
-  std::string checkpoint_uri;
+  // Where the sim provider keeps the progress of the work over all
+  // submissions (SimJobBehavior::checkpoint_key); empty: no checkpoints.
+  std::string checkpoint_key;
   bool on_spot = false;
   bool migrating = false;
   int submissions = 1;
@@ -166,7 +168,7 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     if (a.deadline) j.deadline = j.arrival + *a.deadline;
     const bool spot_policy = a.spot_eligible && policy_.spot.kind != SpotChoice::Kind::kOnDemand;
     if (spot_policy) a.checkpoint_interval = policy_.spot.checkpoint_interval;
-    if (a.checkpoint_interval > absl::ZeroDuration()) j.checkpoint_uri = absl::StrCat(kCheckpointPrefix, j.logical);
+    if (a.checkpoint_interval > absl::ZeroDuration()) j.checkpoint_key = absl::StrCat(kCheckpointPrefix, j.logical);
     const bool uniform_progress = policy_.spot.kind == SpotChoice::Kind::kUniformProgress;
     if (uniform_progress && j.deadline) {
       j.margin = RestartMargin(*scenario_.models, *j.request, a, a.checkpoint_interval, kRetryDelay);
@@ -229,6 +231,7 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     const SimJobAttributes& a = it->second->attributes;
     b.run_duration = a.work;
     b.checkpoint_interval = a.checkpoint_interval;
+    b.checkpoint_key = it->second->checkpoint_key;
     b.epochs = a.epochs;
     b.image_bytes = a.image_bytes;
     b.exit_code = a.exit_code;
@@ -282,30 +285,29 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
 
   struct Scratch;  // below, with the other members
 
-  // Creates `j`'s job in the engine: its workload's request, named, with the
-  // policy's capacity and checkpoints. Where the request differs from the
-  // workload's by the name and the capacity only (no checkpoint location of
-  // the job's own), the job is made from a PreparedTrainingJob, prepared once
-  // per workload request and capacity: the engine validates and keeps one
-  // request for all of them. Otherwise the whole request goes (RequestFor).
+  // Creates `j`'s job in the engine from a PreparedTrainingJob, prepared
+  // once per workload request and variant (RequestFor): the engine validates
+  // and keeps one request for all the jobs of a variant, and checks each
+  // job's name.
   absl::StatusOr<v1::CreateTrainingJobResponse> CreateInEngine(const Job& j) {
-    if (j.checkpoint_uri.empty()) {
-      Scratch::Prepared& p = ScratchFor(j).prepared[j.on_spot ? 1 : 0];
-      if (!p.tried) {
-        p.tried = true;
-        v1::CreateTrainingJobRequest r = *j.request;
-        SetCapacity(r, j.on_spot);
-        // A request the engine refuses goes whole, and fails as such.
-        if (auto prepared = engine_->PrepareTrainingJob(r); prepared.ok()) p.job = *prepared;
+    Scratch::Prepared& p =
+        ScratchFor(j).prepared[(j.on_spot ? 1 : 0) + (j.checkpoint_key.empty() ? 0 : 2)];
+    if (!p.tried) {
+      p.tried = true;
+      if (auto prepared = engine_->PrepareTrainingJob(RequestFor(j)); prepared.ok()) {
+        p.job = *std::move(prepared);
       }
-      if (p.job) return engine_->CreateTrainingJob(p.job, j.current);
     }
-    // The engine copies what it keeps.
-    return engine_->CreateTrainingJob(RequestFor(j));
+    if (p.job) return engine_->CreateTrainingJob(p.job, j.current);
+    // The engine refused the request: sent whole under the job's name, it
+    // fails as such.
+    v1::CreateTrainingJobRequest r = RequestFor(j);
+    r.set_training_job_name(j.current);
+    return engine_->CreateTrainingJob(r);
   }
 
-  // The scratch of `j`'s workload request, most recently used first: a new
-  // one (or the least recently used one, reset) when the request has none.
+  // The prepared requests of `j`'s workload request, most recently used
+  // first: new ones (or the least recently used, reset) when it has none.
   Scratch& ScratchFor(const Job& j) {
     auto found = std::find_if(scratches_.begin(), scratches_.end(),
                               [&](const auto& s) { return s->source == j.request; });
@@ -314,50 +316,22 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
         scratches_.push_back(std::make_unique<Scratch>());
       }
       found = scratches_.end() - 1;  // a new one, or the least recently used
-      Scratch& s = **found;
-      s.request = *j.request;
-      s.source = j.request;  // held, so the address cannot be reused
-      s.prepared[0] = s.prepared[1] = Scratch::Prepared();
+      **found = Scratch();
+      (*found)->source = j.request;  // held, so the address cannot be reused
     }
     std::rotate(scratches_.begin(), found, found + 1);
     return *scratches_.front();
   }
 
-  // The request to submit for `j`: its workload's request, named, with the
-  // policy's capacity and checkpoints. Built in the scratch request of the
-  // workload request: only the fields set per job are reset from it.
-  const v1::CreateTrainingJobRequest& RequestFor(const Job& j) {
-    const v1::CreateTrainingJobRequest& t = *j.request;
-    v1::CreateTrainingJobRequest& r = ScratchFor(j).request;
-    {
-      if (t.has_enable_managed_spot_training()) {
-        r.set_enable_managed_spot_training(t.enable_managed_spot_training());
-      } else {
-        r.clear_enable_managed_spot_training();
-      }
-      if (t.has_stopping_condition()) {
-        *r.mutable_stopping_condition() = t.stopping_condition();
-      } else {
-        r.clear_stopping_condition();
-      }
-      if (!t.has_resource_config()) {
-        r.clear_resource_config();
-      } else if (t.resource_config().has_keep_alive_period_in_seconds()) {
-        r.mutable_resource_config()->set_keep_alive_period_in_seconds(
-            t.resource_config().keep_alive_period_in_seconds());
-      } else {
-        r.mutable_resource_config()->clear_keep_alive_period_in_seconds();
-      }
-      if (t.has_checkpoint_config()) {
-        *r.mutable_checkpoint_config() = t.checkpoint_config();
-      } else if (!j.checkpoint_uri.empty()) {
-        r.mutable_checkpoint_config()->Clear();  // keeps its strings' buffers
-      } else {
-        r.clear_checkpoint_config();
-      }
+  // The request of `j`'s variant, unnamed: its workload's request with the
+  // policy's capacity and, when the job keeps checkpoints, a CheckpointConfig
+  // (the workload's, or one under kCheckpointPrefix). The job's progress is
+  // kept apart from other jobs' by its checkpoint key, not by the request.
+  v1::CreateTrainingJobRequest RequestFor(const Job& j) const {
+    v1::CreateTrainingJobRequest r = *j.request;
+    if (!j.checkpoint_key.empty() && !r.has_checkpoint_config()) {
+      r.mutable_checkpoint_config()->set_s3_uri(kCheckpointPrefix);
     }
-    r.set_training_job_name(j.current);
-    if (!j.checkpoint_uri.empty()) r.mutable_checkpoint_config()->set_s3_uri(j.checkpoint_uri);
     SetCapacity(r, j.on_spot);
     return r;
   }
@@ -413,7 +387,7 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
       return;
     }
     Record(j, end);
-    if (!j.checkpoint_uri.empty()) provider_->ForgetCheckpoint(j.checkpoint_uri);
+    if (!j.checkpoint_key.empty()) provider_->ForgetCheckpoint(j.checkpoint_key);
     if (j.from != nullptr) j.from->OnJobEnded(j.tag);
   }
 
@@ -541,17 +515,16 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
 
   absl::flat_hash_map<std::string, std::unique_ptr<Job>> active_;  // by the engine's name
   absl::flat_hash_set<std::string> awaiting_delete_;
-  // What is kept per workload request (the few most recent, ScratchFor):
-  // RequestFor's scratch request, copied from `source`, and the prepared
-  // requests for on-demand [0] and spot [1] jobs without checkpoints.
+  // What is kept per workload request `source` (the few most recent,
+  // ScratchFor): its prepared variants, for on-demand [0] and spot [1] jobs,
+  // without and with [+2] checkpoints.
   struct Scratch {
     struct Prepared {
       bool tried = false;       // PrepareTrainingJob was called
       PreparedTrainingJob job;  // empty when the engine refused the request
     };
     std::shared_ptr<const v1::CreateTrainingJobRequest> source;
-    v1::CreateTrainingJobRequest request;
-    Prepared prepared[2];
+    Prepared prepared[4];
   };
   static constexpr size_t kScratches = 8;
   std::vector<std::unique_ptr<Scratch>> scratches_;

@@ -321,6 +321,46 @@ TEST_F(SpotTest, CheckpointsLimitLostWorkAndANewJobResumesFromTheSameUri) {
   EXPECT_EQ(Final("d"), "Completed/Completed");
 }
 
+// With a checkpoint key, progress is kept under the key, whatever the S3Uri:
+// jobs that share one S3Uri keep theirs apart, and a job with the key of an
+// earlier one resumes from it under another S3Uri.
+TEST_F(SpotTest, CheckpointKeysKeepProgressApartUnderOneUri) {
+  sim::SimJobBehavior b;
+  b.checkpoint_interval = absl::Seconds(100);
+  b.spot_notices = {absl::Seconds(250)};
+  b.checkpoint_key = "first";
+  behaviors_["c"] = b;
+  auto c = Spot("c");
+  c.mutable_checkpoint_config()->set_s3_uri("s3://bucket/ckpt/shared/");
+  Create(c);
+  loop_->RunUntil(loop_->Now() + absl::Seconds(345));  // interrupted at 340, saved 200 s
+  v1::StopTrainingJobRequest stop;
+  stop.set_training_job_name("c");
+  ASSERT_TRUE(engine_->StopTrainingJob(stop).ok());
+  loop_->RunUntilIdle();
+  EXPECT_EQ(stats_["c"].progress, absl::Seconds(200));
+
+  sim::SimJobBehavior fresh = b;
+  fresh.spot_notices.clear();
+  fresh.checkpoint_key = "second";
+  behaviors_["d"] = fresh;
+  auto d = Spot("d");
+  d.mutable_checkpoint_config()->set_s3_uri("s3://bucket/ckpt/shared/");
+  Create(d);
+  loop_->RunUntilIdle();
+  EXPECT_EQ(stats_["d"].work_executed, absl::Seconds(600));  // from nothing
+
+  sim::SimJobBehavior resumed = fresh;
+  resumed.checkpoint_key = "first";
+  behaviors_["e"] = resumed;
+  auto e = Spot("e");
+  e.mutable_checkpoint_config()->set_s3_uri("s3://bucket/ckpt/elsewhere/");
+  Create(e);
+  loop_->RunUntilIdle();
+  EXPECT_EQ(stats_["e"].work_executed, absl::Seconds(400));  // from 200 s
+  EXPECT_EQ(Final("e"), "Completed/Completed");
+}
+
 // Property: a training run that checkpoints every k seconds of work,
 // interrupted at random times, always ends Completed with the same final
 // state as an uninterrupted run, and never redoes more than k of work per

@@ -85,10 +85,13 @@ struct SimJobBehavior {
 
   // Work model: run_duration is the job's total work. With a CheckpointConfig
   // in the request and a positive interval, progress is saved every
-  // `checkpoint_interval` of work, under the CheckpointConfig's S3Uri: a
-  // restarted attempt, or a new job pointed at the same S3Uri, resumes from
-  // the last saved progress. Otherwise a restart starts from nothing.
+  // `checkpoint_interval` of work, under `checkpoint_key`, or the
+  // CheckpointConfig's S3Uri when that is empty: a restarted attempt, or a
+  // new job with the same key, resumes from the last saved progress.
+  // Otherwise a restart starts from nothing. (A key lets jobs that share one
+  // request, e.g. from a PreparedTrainingJob, keep their progress apart.)
   absl::Duration checkpoint_interval = absl::ZeroDuration();
+  std::string checkpoint_key;
 
   // Streamed input: a run whose request reads channels in Pipe mode (the
   // channel's InputMode, else AlgorithmSpecification.TrainingInputMode; not
@@ -169,11 +172,12 @@ class SimClusterProvider : public ClusterProvider {
   // Ends what the provider keeps about `job` (attempt counts, failure
   // process, statistics) and returns its final statistics. Call it once the
   // job has ended, before a job of the same name is created again. Saved
-  // progress under the job's checkpoint URI is kept (see ForgetCheckpoint).
+  // progress under the job's checkpoint key is kept (see ForgetCheckpoint).
   virtual SimJobStats ForgetJob(std::string_view job) = 0;
 
-  // Drops the progress saved under a CheckpointConfig S3Uri.
-  virtual void ForgetCheckpoint(std::string_view s3_uri) = 0;
+  // Drops the progress saved under a checkpoint key
+  // (SimJobBehavior::checkpoint_key, or a CheckpointConfig S3Uri).
+  virtual void ForgetCheckpoint(std::string_view key) = 0;
 
   // The bill so far: released clusters, plus clusters still held up to now.
   virtual SimAccounting Accounting() const = 0;
