@@ -49,15 +49,19 @@
 //   job: see below). Session 9: 31.0k (3.098 G) since jobs without a
 //   checkpoint location of their own (the HPO trials, 70% of the mix) are
 //   made from a PreparedTrainingJob, one per workload request and capacity:
-//   no validation or copy of the request per job. Memory: peak
-//   RSS 29 MiB for 1M jobs (ended jobs are deleted from the engine).
+//   no validation or copy of the request per job; 28.5k (2.854 G) since
+//   the nightly jobs too (their saved progress is told apart by a checkpoint
+//   key, SimJobBehavior::checkpoint_key, instead of a checkpoint URI of each
+//   job's own). 1M jobs, this and session 8's head alternately: 8.1-10.6 s
+//   against 14.1-16.3 s (3 pairs): the copies no longer pass through the
+//   caches. Memory: peak RSS 25 MiB for 1M jobs (ended jobs are deleted from
+//   the engine).
 // Inclusive per job before session 9: CreateTrainingJob 14.8k (validation
 // 3.5k; the arena copy 3.5k, each long string a heap block and an arena
 // cleanup entry on protobuf 3.21; provisioning 4.5k), Finish 3.1k,
 // DeleteTrainingJob 1.6k, SetStatus 2.4k, the random models' duration samples
-// 1.7k; malloc and free ~9%. Since: a prepared job's CreateTrainingJob is
-// 8.3k (the name's validation 0.9k), a nightly job's whole request still
-// 15.2k.
+// 1.7k; malloc and free ~9%. Since: a job's CreateTrainingJob is 8.2k (the
+// name's validation 1.0k, provisioning 4.5k).
 // Where the wall time goes: callgrind's cache simulation (32 KiB L1s, and a
 // 512 KiB last level standing for this CPU's L2) counts, per job, ~1,670
 // L1 instruction misses (the code a job runs through exceeds the L1i) and
