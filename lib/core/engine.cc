@@ -857,7 +857,8 @@ absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
 absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
     std::string name, std::shared_ptr<const v1::CreateTrainingJobRequest> shared) {
   KILN_RETURN_IF_ERROR(CheckNewJob(name));
-  return Accept(std::make_unique<Job>(*this, next_seq_++, std::move(name), std::move(shared), Now()));
+  return Accept(
+      std::make_unique<Job>(*this, next_seq_++, std::move(name), std::move(shared), Now()));
 }
 
 v1::CreateTrainingJobResponse EngineImpl::Accept(std::unique_ptr<Job> job) {

@@ -168,7 +168,9 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     if (a.deadline) j.deadline = j.arrival + *a.deadline;
     const bool spot_policy = a.spot_eligible && policy_.spot.kind != SpotChoice::Kind::kOnDemand;
     if (spot_policy) a.checkpoint_interval = policy_.spot.checkpoint_interval;
-    if (a.checkpoint_interval > absl::ZeroDuration()) j.checkpoint_key = absl::StrCat(kCheckpointPrefix, j.logical);
+    if (a.checkpoint_interval > absl::ZeroDuration()) {
+      j.checkpoint_key = absl::StrCat(kCheckpointPrefix, j.logical);
+    }
     const bool uniform_progress = policy_.spot.kind == SpotChoice::Kind::kUniformProgress;
     if (uniform_progress && j.deadline) {
       j.margin = RestartMargin(*scenario_.models, *j.request, a, a.checkpoint_interval, kRetryDelay);

@@ -186,7 +186,8 @@ TEST(ScenarioRunTest, RefusedRequestsAreCountedWithTheFirstMessage) {
     hpo.job.request = DefaultRequest("ml.m5.xlarge", 1, "File", 0);
     hpo.job.request.set_role_arn(role);
     hpo.job.work = {absl::Minutes(10), 0, 1};
-    s.workloads.push_back({name, "hpo", false, [hpo](uint64_t seed) { return NewHpoSweep(hpo, seed); }});
+    s.workloads.push_back(
+        {name, "hpo", false, [hpo](uint64_t seed) { return NewHpoSweep(hpo, seed); }});
   };
   sweep("bad", "not-a-role");  // RoleArn has a pattern
   sweep("good", "arn:aws:iam::123456789012:role/SageMakerRole");
