@@ -553,6 +553,27 @@ TEST_F(EventLoopTest, MassCancellationKeepsTheSurvivorsInOrder) {
   for (int i = 0; i < 20'000; i += 1000) EXPECT_FALSE(loop_->Cancel(handles[i]));
 }
 
+// More events pending than the first slot chunks hold (the table then grows in 2 MiB
+// blocks): every callback runs once and in order, or is destroyed once, unrun, with the loop.
+TEST(EventLoopLargeTableTest, EveryCallbackRunsOrIsDestroyedOnce) {
+  constexpr int kEvents = 150'000;
+  auto alive = std::make_shared<int>(0);
+  std::vector<int> ran;
+  {
+    auto loop = NewVirtualEventLoop();
+    for (int i = 0; i < kEvents; ++i) {
+      // Due in the reverse of scheduling order; a non-trivial capture, destroyed with the slot.
+      loop->ScheduleAfter(absl::Seconds(kEvents - i), [&ran, i, alive] { ran.push_back(i); });
+    }
+    EXPECT_EQ(alive.use_count(), kEvents + 1);
+    loop->RunUntil(loop->Now() + absl::Seconds(kEvents / 2));
+    EXPECT_EQ(alive.use_count(), kEvents - kEvents / 2 + 1);
+  }
+  EXPECT_EQ(alive.use_count(), 1);  // the rest destroyed unrun with the loop
+  ASSERT_EQ(ran.size(), static_cast<size_t>(kEvents / 2));
+  for (size_t k = 0; k < ran.size(); ++k) ASSERT_EQ(ran[k], kEvents - 1 - static_cast<int>(k));
+}
+
 TEST_F(EventLoopTest, PostsFromManyThreadsAllRunInPerThreadOrder) {
   constexpr int kThreads = 8;
   constexpr int kPostsPerThread = 2000;
