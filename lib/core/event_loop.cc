@@ -10,9 +10,10 @@
 //     callback is invoked in place while it may schedule more, which may add chunks), with a
 //     LIFO free list. Past 2 MiB the chunks come in 2 MiB blocks on transparent huge pages
 //     (where the OS gives them on request): events run in time order, which is a random
-//     order of slots, and on 4 KiB pages a large table misses the TLB on most of them. A slot is one cache line (EventSlot in kiln/event_loop.h) that holds a
-//     callable of up to 40 bytes itself: most events cost no allocation, and a trivially
-//     destructible callable no destructor call. Each slot has a generation; an event's queue
+//     order of slots, and on 4 KiB pages a large table misses the TLB on most of them. A
+//     slot is one cache line (EventSlot in kiln/event_loop.h) that holds a callable of up to
+//     40 bytes itself: most events cost no allocation, and a trivially destructible
+//     callable no destructor call. Each slot has a generation; an event's queue
 //     entry and its TimerHandle carry the generation the slot had when the event was
 //     scheduled. The generation is bumped when the event starts running or is cancelled, so
 //     stale handles and dead entries are told apart in O(1). A cancelled slot is only freed
@@ -39,7 +40,6 @@
 #include "kiln/event_loop.h"
 
 #if defined(__linux__)
-#include <sys/mman.h>
 #include <sys/prctl.h>
 #endif
 
@@ -61,6 +61,7 @@
 
 #include "absl/time/time.h"
 #include "core/internal/heap_event_queue.h"
+#include "core/internal/huge_pages.h"
 #include "core/internal/ladder_event_queue.h"
 #include "core/internal/real_clock.h"
 #include "kiln/clock.h"
@@ -132,7 +133,13 @@ class SlotTable {
       if (Holds(s, State::kPending) || Holds(s, State::kRunning)) s.Destroy();
     }
     static_assert(std::is_trivially_destructible_v<Slot>);
-    for (const Block& b : blocks_) ::operator delete(b.memory, std::align_val_t(b.alignment));
+    for (const Block& b : blocks_) {
+      if (b.huge) {
+        internal::FreeHugePages(b.memory);
+      } else {
+        ::operator delete(b.memory, std::align_val_t(alignof(Slot)));
+      }
+    }
   }
 
   Slot& at(uint32_t i) { return chunks_[i >> kChunkBits][i & kChunkMask]; }
@@ -172,20 +179,15 @@ class SlotTable {
 
   // Adds a chunk; past the first kSmallChunks, a huge page's worth of chunks at once.
   void AddChunks() {
+    // A large table is read at random slots (in due-time order, not in slot order).
     const bool huge = chunks_.size() >= kSmallChunks;
     const size_t count = huge ? kChunksPerHugePage : 1;
-    const size_t alignment = huge ? kHugePageBytes : alignof(Slot);
     const size_t bytes = count * kChunkSize * sizeof(Slot);
     blocks_.reserve(blocks_.size() + 1);  // nothing below throws once the memory is taken
     chunks_.reserve(chunks_.size() + count);
-    void* memory = ::operator new(bytes, std::align_val_t(alignment));
-#if defined(__linux__)
-    // A table this large is read at random slots (in due-time order, not in slot order): on
-    // 4 KiB pages most reads would also miss the TLB. Where transparent huge pages are only
-    // given on request (Debian's default), ask for them; an error leaves normal pages.
-    if (huge) madvise(memory, bytes, MADV_HUGEPAGE);
-#endif
-    blocks_.push_back(Block{memory, alignment});
+    void* memory = huge ? internal::AllocateHugePages(bytes)
+                        : ::operator new(bytes, std::align_val_t(alignof(Slot)));
+    blocks_.push_back(Block{memory, huge});
     Slot* const slots = static_cast<Slot*>(memory);
     for (size_t i = 0; i < count * kChunkSize; ++i) ::new (static_cast<void*>(slots + i)) Slot();
     for (size_t c = 0; c < count; ++c) chunks_.push_back(slots + c * kChunkSize);
@@ -196,14 +198,14 @@ class SlotTable {
   static constexpr uint32_t kChunkMask = kChunkSize - 1;
   // The first chunks one by one (256 KiB each), then 2 MiB blocks of 8, huge-page aligned.
   static constexpr size_t kSmallChunks = 8;
-  static constexpr size_t kHugePageBytes = size_t{2} << 20;
-  static constexpr size_t kChunksPerHugePage = kHugePageBytes / (kChunkSize * sizeof(Slot));
-  static_assert(kChunksPerHugePage * kChunkSize * sizeof(Slot) == kHugePageBytes);
+  static constexpr size_t kChunksPerHugePage =
+      internal::kHugePageBytes / (kChunkSize * sizeof(Slot));
+  static_assert(kChunksPerHugePage * kChunkSize * sizeof(Slot) == internal::kHugePageBytes);
 
   // Memory the chunks live in, as allocated.
   struct Block {
     void* memory;
-    size_t alignment;
+    bool huge;  // from AllocateHugePages
   };
   std::vector<Block> blocks_;
   std::vector<Slot*> chunks_;  // into blocks_
