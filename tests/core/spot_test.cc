@@ -78,6 +78,16 @@ class SpotTest : public testing::Test {
     ASSERT_TRUE(created.ok()) << created.status();
   }
 
+  // Creates `r`, lets it run for `run_for`, stops it and runs until it has ended.
+  void RunThenStop(const v1::CreateTrainingJobRequest& r, absl::Duration run_for) {
+    Create(r);
+    loop_->RunUntil(loop_->Now() + run_for);
+    v1::StopTrainingJobRequest stop;
+    stop.set_training_job_name(r.training_job_name());
+    ASSERT_TRUE(engine_->StopTrainingJob(stop).ok());
+    loop_->RunUntilIdle();
+  }
+
   v1::DescribeTrainingJobResponse Describe(const std::string& name) {
     v1::DescribeTrainingJobRequest r;
     r.set_training_job_name(name);
@@ -304,12 +314,7 @@ TEST_F(SpotTest, CheckpointsLimitLostWorkAndANewJobResumesFromTheSameUri) {
   behaviors_["c"] = partial;
   auto c = Spot("c");
   c.mutable_checkpoint_config()->set_s3_uri("s3://bucket/ckpt/other/");
-  Create(c);
-  loop_->RunUntil(loop_->Now() + absl::Seconds(345));  // interrupted at 340, saved 200 s
-  v1::StopTrainingJobRequest stop;
-  stop.set_training_job_name("c");
-  ASSERT_TRUE(engine_->StopTrainingJob(stop).ok());
-  loop_->RunUntilIdle();
+  RunThenStop(c, absl::Seconds(345));  // interrupted at 340, saved 200 s
   EXPECT_EQ(stats_["c"].progress, absl::Seconds(200));
   behaviors_["d"] = b;
   behaviors_["d"].spot_notices.clear();
@@ -332,33 +337,24 @@ TEST_F(SpotTest, CheckpointKeysKeepProgressApartUnderOneUri) {
   behaviors_["c"] = b;
   auto c = Spot("c");
   c.mutable_checkpoint_config()->set_s3_uri("s3://bucket/ckpt/shared/");
-  Create(c);
-  loop_->RunUntil(loop_->Now() + absl::Seconds(345));  // interrupted at 340, saved 200 s
-  v1::StopTrainingJobRequest stop;
-  stop.set_training_job_name("c");
-  ASSERT_TRUE(engine_->StopTrainingJob(stop).ok());
-  loop_->RunUntilIdle();
+  RunThenStop(c, absl::Seconds(345));  // interrupted at 340, saved 200 s
   EXPECT_EQ(stats_["c"].progress, absl::Seconds(200));
 
-  sim::SimJobBehavior fresh = b;
-  fresh.spot_notices.clear();
-  fresh.checkpoint_key = "second";
-  behaviors_["d"] = fresh;
-  auto d = Spot("d");
-  d.mutable_checkpoint_config()->set_s3_uri("s3://bucket/ckpt/shared/");
-  Create(d);
-  loop_->RunUntilIdle();
-  EXPECT_EQ(stats_["d"].work_executed, absl::Seconds(600));  // from nothing
-
-  sim::SimJobBehavior resumed = fresh;
-  resumed.checkpoint_key = "first";
-  behaviors_["e"] = resumed;
-  auto e = Spot("e");
-  e.mutable_checkpoint_config()->set_s3_uri("s3://bucket/ckpt/elsewhere/");
-  Create(e);
-  loop_->RunUntilIdle();
-  EXPECT_EQ(stats_["e"].work_executed, absl::Seconds(400));  // from 200 s
-  EXPECT_EQ(Final("e"), "Completed/Completed");
+  // A job run to its end without interruptions, under `key` and `uri`: the work it did.
+  auto work_done = [&](const std::string& name, const std::string& key, const std::string& uri) {
+    sim::SimJobBehavior whole = b;
+    whole.spot_notices.clear();
+    whole.checkpoint_key = key;
+    behaviors_[name] = whole;
+    auto r = Spot(name);
+    r.mutable_checkpoint_config()->set_s3_uri(uri);
+    Create(r);
+    loop_->RunUntilIdle();
+    EXPECT_EQ(Final(name), "Completed/Completed");
+    return stats_[name].work_executed;
+  };
+  EXPECT_EQ(work_done("d", "second", "s3://bucket/ckpt/shared/"), absl::Seconds(600));  // from 0
+  EXPECT_EQ(work_done("e", "first", "s3://bucket/ckpt/elsewhere/"), absl::Seconds(400));  // 200 s
 }
 
 // Property: a training run that checkpoints every k seconds of work,
