@@ -283,11 +283,9 @@ class Job final : public ContainerEvents {
   const std::string& name() const { return name_; }
   // Whether the job has ended (Completed, Failed or Stopped).
   bool ended() const { return status_ == kCompleted || status_ == kFailed || status_ == kStopped; }
-  // Whether the request is kept serialized (Compact).
-  bool compacted() const { return request_ == nullptr; }
-
   // The request while the job runs; a shared one has no TrainingJobName.
-  // REQUIRES: !compacted() (true until the job has ended).
+  // REQUIRES: the request is not kept serialized yet (Compact; true until the
+  // job has ended).
   const v1::CreateTrainingJobRequest& request() const { return *request_; }
 
   // The request at any time, named (parsed again once the job is compacted).
