@@ -25,6 +25,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
+#include "core/internal/deadline_queue.h"
 #include "core/internal/regex.h"
 #include "core/internal/seq_window.h"
 #include "core/internal/status_macros.h"
@@ -383,7 +384,7 @@ class Job final : public ContainerEvents {
   std::optional<absl::Time> pending_since_;
   absl::Duration next_retry_delay_;
   TimerHandle retry_timer_;
-  TimerHandle runtime_timer_;
+  uint64_t runtime_deadline_ = 0;  // token in EngineImpl::runtime_deadlines_, or 0
   TimerHandle kill_timer_;
   int channels_left_ = 0;
   int containers_running_ = 0;
@@ -398,7 +399,7 @@ class Job final : public ContainerEvents {
   bool on_spot_ = false;                  // capacity type of the current attempt
   absl::Duration held_;                   // instance time of ended attempts (billable)
   std::optional<absl::Time> held_since_;  // the current attempt's cluster is held since
-  TimerHandle max_wait_timer_;
+  uint64_t max_wait_deadline_ = 0;  // token in EngineImpl::max_wait_deadlines_, or 0
   // running_[i]: the container of cluster_->instances[i] has not exited.
   // containers_running_ counts the true ones.
   absl::InlinedVector<bool, 8> running_;
@@ -722,6 +723,22 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   void EndInterruption(Job& job);
   void ContainerGone(Job& job, const std::string& host);
 
+  // Deadlines that stop a job with `cause`; a job's `token` member holds the
+  // token of its deadline, or 0.
+  internal::DeadlineQueue JobDeadlines(uint64_t Job::*token, StopCause cause) {
+    return internal::DeadlineQueue(
+        loop_,
+        [this, token](uint64_t seq, uint64_t t) {
+          const Job* job = by_seq_.Find(seq);
+          return job != nullptr && job->*token == t;
+        },
+        [this, token, cause](uint64_t seq, uint64_t) {
+          Job& job = *by_seq_.Find(seq);
+          job.*token = 0;
+          if (job.status_ == kInProgress) Stop(job, cause);
+        });
+  }
+
   WarmPoolManager& pools() { return *options_.warm_pool_manager; }
   const WarmPoolManager& pools() const { return *options_.warm_pool_manager; }
 
@@ -737,6 +754,12 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   // No behaviour depends on the iteration order of these (List sorts).
   absl::flat_hash_map<std::string, std::unique_ptr<Job>> jobs_;
   JobsBySeq by_seq_;
+  // MaxRuntimeInSeconds and MaxWaitTimeInSeconds of every job: nearly always
+  // cancelled (by the job's end), a day or more after they were set.
+  internal::DeadlineQueue runtime_deadlines_ =
+      JobDeadlines(&Job::runtime_deadline_, StopCause::kMaxRuntime);
+  internal::DeadlineQueue max_wait_deadlines_ =
+      JobDeadlines(&Job::max_wait_deadline_, StopCause::kMaxWait);
   std::string arn_prefix_;  // arn:aws:sagemaker:<region>:<account>:training-job/
   uint64_t next_seq_ = 1;
   // Ended jobs not compacted yet, oldest first. A job is compacted once
@@ -876,11 +899,8 @@ v1::CreateTrainingJobResponse EngineImpl::Accept(std::unique_ptr<Job> job) {
   ref.on_spot_ = request.enable_managed_spot_training();
   if (ref.on_spot_ && request.stopping_condition().has_max_wait_time_in_seconds()) {
     // MaxWaitTimeInSeconds: waiting and running together, from creation.
-    ref.max_wait_timer_ = loop_.ScheduleAfter(
-        absl::Seconds(request.stopping_condition().max_wait_time_in_seconds()), [this, &ref] {
-          ref.max_wait_timer_ = TimerHandle();
-          if (ref.status_ == kInProgress) Stop(ref, StopCause::kMaxWait);
-        });
+    ref.max_wait_deadline_ = max_wait_deadlines_.Add(
+        Now() + absl::Seconds(request.stopping_condition().max_wait_time_in_seconds()), ref.seq_);
   }
   active_jobs_.fetch_add(1, std::memory_order_relaxed);
   SetStatus(ref, kInProgress, kStarting, kMsgLaunching);
@@ -1253,10 +1273,8 @@ void EngineImpl::OnClusterReady(Job& job) {
   const auto& sc = job.request().stopping_condition();
   const int64_t max_runtime =
       sc.has_max_runtime_in_seconds() ? sc.max_runtime_in_seconds() : kDefaultMaxRuntimeSeconds;
-  job.runtime_timer_ = loop_.ScheduleAfter(absl::Seconds(max_runtime) - job.held_, [this, &job] {
-    job.runtime_timer_ = TimerHandle();
-    if (job.status_ == kInProgress) Stop(job, StopCause::kMaxRuntime);
-  });
+  job.runtime_deadline_ =
+      runtime_deadlines_.Add(Now() + absl::Seconds(max_runtime) - job.held_, job.seq_);
   job.phase_ = Phase::kPreparing;
   provider_.PrepareImage(*job.cluster_, job.request().algorithm_specification().training_image(),
                          [this, token = TokenOf(job)](absl::Status s) {
@@ -1459,7 +1477,7 @@ void EngineImpl::Finish(Job& job, const char* status, const char* secondary, con
                         bool healthy) {
   ++job.generation_;
   CancelTimers(job);
-  loop_.Cancel(job.max_wait_timer_);
+  job.max_wait_deadline_ = 0;
   if (job.training_start_) job.training_end_ = Now();
   const bool containers_running = job.phase_ == Phase::kTraining && job.containers_running_ > 0;
   job.phase_ = Phase::kEnded;
@@ -1499,7 +1517,7 @@ void EngineImpl::ReturnCluster(Job& job, bool healthy) {
 
 void EngineImpl::CancelTimers(Job& job) {
   loop_.Cancel(job.retry_timer_);
-  loop_.Cancel(job.runtime_timer_);
+  job.runtime_deadline_ = 0;
   loop_.Cancel(job.kill_timer_);
 }
 
@@ -1542,7 +1560,7 @@ void EngineImpl::Interrupt(Job& job, const std::string& host, bool preempted) {
   } else {
     ++job.infrastructure_failures_;
   }
-  loop_.Cancel(job.runtime_timer_);
+  job.runtime_deadline_ = 0;
   if (job.phase_ == Phase::kTraining && job.containers_running_ > 0) {
     // The containers get SIGTERM (and save what they can); once they have
     // exited, with their last checkpoint sync, the attempt ends.
