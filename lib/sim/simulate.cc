@@ -193,6 +193,14 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
   // --- JobObserver
 
   void OnStatusChange(const StatusEvent& e) override {
+    const std::string_view status = e.status;
+    const bool ended = status == "Completed" || status == "Failed" || status == "Stopped";
+    // Only Uniform Progress follows the phases; the rest is the first
+    // Training (startup latency) and the end. (Most events need no lookup.)
+    if (!ended && policy_.spot.kind != SpotChoice::Kind::kUniformProgress &&
+        e.secondary_status != "Training") {
+      return;
+    }
     auto it = active_.find(Key(e.job_name));
     if (it == active_.end()) return;
     Job& j = *it->second;
@@ -209,8 +217,7 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     } else if (s == "Pending" || s == "Interrupted") {
       j.phase = Phase::kWaiting;
     }
-    const std::string_view status = e.status;
-    if (status == "Completed" || status == "Failed" || status == "Stopped") {
+    if (ended) {
       j.phase = Phase::kEnded;
       const End end = status == "Completed" ? End::kCompleted : status == "Failed" ? End::kFailed : End::kStopped;
       // Not inline: the engine is in the middle of ending the job. (A job
