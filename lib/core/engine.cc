@@ -28,6 +28,7 @@
 #include "core/internal/deadline_queue.h"
 #include "core/internal/regex.h"
 #include "core/internal/seq_window.h"
+#include "core/internal/shapes.h"
 #include "core/internal/status_macros.h"
 #include "google/protobuf/arena.h"
 #include "google/protobuf/descriptor.h"
@@ -470,6 +471,8 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
       : options_(std::move(options)),
         loop_(*options_.loop),
         provider_(*options_.cluster_provider),
+        name_checker_(options_.validation),
+        name_shape_(*internal::FindShape("TrainingJobName")),
         arn_prefix_(absl::StrCat("arn:aws:sagemaker:", options_.region, ":", options_.account_id,
                                  ":training-job/")) {
     if (options_.warm_pool_manager == nullptr) {
@@ -745,6 +748,9 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   EngineOptions options_;
   EventLoop& loop_;
   ClusterProvider& provider_;
+  // A prepared job's name: its shape, and a checker (options_.validation).
+  const internal::ShapeChecker name_checker_;
+  const internal::Shape& name_shape_;
   std::unique_ptr<WarmPoolManager> owned_pools_;
   std::unique_ptr<SpotInterruptionHandler> owned_spot_handler_;
   absl::flat_hash_map<std::string, uint64_t> cluster_owners_;  // cluster id -> job seq
@@ -844,12 +850,16 @@ absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::CreateTrainingJob(
     return absl::InvalidArgumentError(
         "CreateTrainingJob: the PreparedTrainingJob was prepared by another engine");
   }
-  // The name is all that is left to validate; the error is the one a whole
-  // request with that name would get, as its other fields are valid.
+  // The name is all that is left to validate: checked against its shape,
+  // and a name that fails gets the error a whole request with that name
+  // would get (its other fields are valid): a request naming only the job
+  // has the same check, and words it the same way.
   std::string job_name(name);
-  v1::DescribeTrainingJobRequest name_only;
-  name_only.set_training_job_name(job_name);
-  KILN_RETURN_IF_ERROR(ValidateRequest(name_only, options_.validation));
+  if (!name_checker_.StringOk(job_name, name_shape_)) {
+    v1::DescribeTrainingJobRequest name_only;
+    name_only.set_training_job_name(job_name);
+    KILN_RETURN_IF_ERROR(ValidateRequest(name_only, options_.validation));
+  }
   KILN_RETURN_IF_ERROR(CheckChannels(*shared));
   return OnLoop([&] { return Create(std::move(job_name), shared); });
 }

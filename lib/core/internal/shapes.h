@@ -137,13 +137,16 @@ class ShapeChecker {
 
   std::vector<ValidationError> Take() { return std::move(errors_); }
 
+  // Whether `value` meets the length, pattern and enum constraints of
+  // `shape` (nothing is recorded).
+  bool StringOk(std::string_view value, const Shape& shape) const;
+
  private:
   struct PathPart {
     std::string_view name;  // a member name or a map key; unused for an element
     int number;             // > 0: a list element
   };
 
-  bool StringOk(std::string_view value, const Shape& shape) const;
   // Appends the failed constraints of a string to `out` (order: max, min,
   // pattern, enum).
   void StringViolations(std::string_view value, const Shape& shape,
