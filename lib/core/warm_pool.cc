@@ -203,22 +203,24 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     // Heterogeneous clusters and spot jobs never use warm pools.
     if (rc.instance_groups_size() > 0 || job.request.enable_managed_spot_training()) return false;
     // The interned shape when there is one (usually: jobs come in sweeps and
-    // series); built only for a new shape.
+    // series), else the one built last if the job has it (jobs that take
+    // no part have no interned shape); built only for a new shape.
     Shape interned = nullptr;
-    std::optional<ShapeView> view;
-    if (!shapes_.empty() && (view = ViewOf(job.request))) {
+    const std::optional<ShapeView> view = ViewOf(job.request);
+    if (view && !shapes_.empty()) {
       auto found = shapes_.find(*view);
       if (found != shapes_.end()) interned = &*found;
     }
-    std::optional<PoolShape> built;
-    if (interned == nullptr) built = PoolShape::Of(job.request);
-    const PoolShape& shape = interned != nullptr ? interned->first : *built;
+    if (interned == nullptr && !(view && last_built_ && PoolShapeEq()(*last_built_, *view))) {
+      last_built_ = PoolShape::Of(job.request);
+    }
+    const PoolShape& shape = interned != nullptr ? interned->first : *last_built_;
     const absl::Duration requested = absl::Seconds(rc.keep_alive_period_in_seconds());
     if (!options_.policy->Participates({job.name, shape, requested, loop_.Now()})) return false;
     options_.policy->OnJobArrived(shape, loop_.Now());
     // Counted before a previous job of the same name lets go of its shape,
     // which may be this one.
-    const Shape counted = interned != nullptr ? Retain(interned) : InternShape(std::move(*built));
+    const Shape counted = interned != nullptr ? Retain(interned) : InternShape(*last_built_);
     auto [it, inserted] = jobs_.try_emplace(std::string(job.name));
     JobState& s = it->second;
     if (!inserted) ReleaseShape(s.shape);
@@ -464,6 +466,8 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
   // do not move, so an entry's address names its shape: jobs and pools
   // compare shapes by pointer.
   absl::node_hash_map<PoolShape, int64_t, PoolShapeHash, PoolShapeEq> shapes_;
+  // The shape OnJobCreated built last (for a job that did not find it interned).
+  std::optional<PoolShape> last_built_;
   // Per shape, the ids of its pools in pools_, ascending.
   absl::flat_hash_map<Shape, std::vector<uint64_t>> available_;
   uint64_t next_pool_ = 0;

@@ -253,6 +253,25 @@ TEST_F(WarmPoolTest, AnotherRoleNeverGetsThePool) {
   EXPECT_EQ(Startup("b"), 90);
 }
 
+// The manager remembers the shape it built last, for jobs that take no part
+// (they intern none): each job must still get its own shape.
+TEST_F(WarmPoolTest, AShapeBuiltForAJobThatTakesNoPartIsNotAnotherJobs) {
+  auto other_role = [](const std::string& name, int keep_alive) {
+    auto r = Request(name, keep_alive);
+    r.set_role_arn("arn:aws:iam::123456789012:role/OtherTeam");
+    return r;
+  };
+  CreateAt(0, other_role("x", -1));  // no part: its shape is only remembered
+  CreateAt(0, Request("a"));
+  CreateAt(800, other_role("y", 600));
+  CreateAt(801, Request("b"));
+  EXPECT_EQ(Pool("x"), "none");
+  EXPECT_EQ(Pool("a"), "Reused by b after 106 s");
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Startup("y"), 90);  // cold: a's pool is of another role
+  EXPECT_EQ(Startup("b"), 0);
+}
+
 TEST_F(WarmPoolTest, EachMatchingCriterionChangedAlonePreventsReuse) {
   const std::vector<std::pair<std::string, std::function<void(v1::CreateTrainingJobRequest&)>>>
       changes = {
