@@ -751,6 +751,9 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   // A prepared job's name: its shape, and a checker (options_.validation).
   const internal::ShapeChecker name_checker_;
   const internal::Shape& name_shape_;
+  // Room kept between calls (see Provision, StartDownloads).
+  ClusterSpec spec_scratch_;
+  std::vector<const Instance*> receivers_scratch_;
   std::unique_ptr<WarmPoolManager> owned_pools_;
   std::unique_ptr<SpotInterruptionHandler> owned_spot_handler_;
   absl::flat_hash_map<std::string, uint64_t> cluster_owners_;  // cluster id -> job seq
@@ -1205,21 +1208,33 @@ void EngineImpl::Provision(Job& job) {
       return;
     }
   }
-  ClusterSpec spec;
-  spec.job_name = job.name();
+  // The last call's spec, refilled: its vector and strings keep their room.
+  // (A provider reads the spec during the call only.)
+  ClusterSpec spec = std::exchange(spec_scratch_, ClusterSpec());
+  spec.job_name.assign(job.name());
   const auto& rc = job.request().resource_config();
+  auto set_group = [&spec](size_t i, std::string_view name, std::string_view type, int32_t count) {
+    if (spec.groups.size() <= i) spec.groups.resize(i + 1);
+    InstanceGroupSpec& g = spec.groups[i];
+    g.name.assign(name);
+    g.instance_type.assign(type);
+    g.count = count;
+  };
+  size_t groups = 0;
   if (rc.instance_groups_size() > 0) {
     for (const auto& g : rc.instance_groups()) {
-      spec.groups.push_back({g.instance_group_name(), g.instance_type(), g.instance_count()});
+      set_group(groups++, g.instance_group_name(), g.instance_type(), g.instance_count());
     }
   } else {
-    spec.groups.push_back({kHomogeneousGroupName, rc.instance_type(), rc.instance_count()});
+    set_group(groups++, kHomogeneousGroupName, rc.instance_type(), rc.instance_count());
   }
+  spec.groups.resize(groups);
   spec.spot = job.on_spot_;
   spec.volume_size_in_gb = rc.volume_size_in_gb();
   provider_.Provision(spec, [this, token = TokenOf(job)](absl::StatusOr<Cluster> cluster) {
     OnProvisioned(token, std::move(cluster));
   });
+  spec_scratch_ = std::move(spec);
 }
 
 void EngineImpl::OnProvisioned(const JobToken& token, absl::StatusOr<Cluster> cluster) {
@@ -1316,7 +1331,10 @@ void EngineImpl::StartDownloads(Job& job) {
   JobContext context{job.name(), arn.view(), job.request(), *job.cluster_, job.attempt_};
   const std::string& default_mode = job.request().algorithm_specification().training_input_mode();
   for (const v1::Channel& channel : channels) {
-    std::vector<const Instance*> receivers;
+    // The last delivery's vector, refilled (a channel reads the delivery
+    // during the call only).
+    std::vector<const Instance*> receivers = std::exchange(receivers_scratch_, {});
+    receivers.clear();
     const auto& groups = channel.data_source().s3_data_source().instance_group_names();
     for (const Instance& instance : job.cluster_->instances) {
       if (groups.empty() ||
@@ -1330,6 +1348,7 @@ void EngineImpl::StartDownloads(Job& job) {
     options_.data_channel->Deliver(delivery, [this, token = TokenOf(job)](absl::Status s) {
       if (Job* job = Resume(token)) OnChannelDelivered(*job, std::move(s));
     });
+    receivers_scratch_ = std::move(delivery.instances);
   }
 }
 
