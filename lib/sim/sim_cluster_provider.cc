@@ -350,7 +350,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     uint64_t seq = 0;
     SimJobBehavior behavior;
     Cluster cluster;
-    std::vector<GroupUse> groups;
+    absl::InlinedVector<GroupUse, 1> groups;  // (usually one: no heap block)
     int provision_attempt = 0;
     ContainerEvents* events = nullptr;
     // Per instance, inline for the usual small clusters: whether its
@@ -363,7 +363,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     // dropped when the inline room is full).
     absl::InlinedVector<Tracked, kTrackedInline> timers;
     ClusterCallback granted_callback;  // Provision's, until Grant
-    std::vector<uint64_t> images;  // prepared on this cluster (its image cache), by HashName
+    absl::InlinedVector<uint64_t, 2> images;  // prepared on this cluster (its image cache), by HashName
     uint64_t run = 0;                 // StartContainers calls so far
     int prepares = 0;                 // PrepareImage calls so far (> 1: reused)
     // The job that holds the cluster: the one that asked for it, then the one
