@@ -386,7 +386,8 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     // dropped when the inline room is full).
     absl::InlinedVector<Tracked, kTrackedInline> timers;
     ClusterCallback granted_callback;  // Provision's, until Grant
-    absl::InlinedVector<uint64_t, 2> images;  // prepared on this cluster (its image cache), by HashName
+    // Prepared on this cluster (its image cache), by HashName.
+    absl::InlinedVector<uint64_t, 2> images;
     uint64_t run = 0;                 // StartContainers calls so far
     int prepares = 0;                 // PrepareImage calls so far (> 1: reused)
     // The job that holds the cluster: the one that asked for it, then the one

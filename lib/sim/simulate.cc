@@ -48,6 +48,8 @@ struct Job {
   bool on_spot = false;
   bool migrating = false;
   int submissions = 1;
+  // Followed through every status only under Uniform Progress (the only
+  // policy that reads it); otherwise Training and the end alone.
   Phase phase = Phase::kWaiting;
   std::optional<absl::Time> first_training;
   bool warm = false;
