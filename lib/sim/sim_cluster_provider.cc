@@ -795,9 +795,10 @@ class SimClusterProviderImpl final : public SimClusterProvider {
 
   void SetIdle(SimCluster& sim, bool idle) {
     if (!sim.granted || sim.idle == idle) return;
-    AddInterval(sim, loop_.Now() - sim.since, accounting_);
+    const absl::Time now = loop_.Now();
+    AddInterval(sim, now - sim.since, accounting_);
     sim.idle = idle;
-    sim.since = loop_.Now();
+    sim.since = now;
   }
 
   void CloseAccounting(SimCluster& sim) {
