@@ -926,6 +926,31 @@ TEST_F(EngineDataChannelTest, ChannelsReachOnlyTheirInstanceGroupsAndEndWithTheC
   EXPECT_EQ(recording_->ended[0], "hetero");
 }
 
+// The engine refills the cluster spec and the receivers of the call before:
+// a job after a larger one gets its own groups and instances, no more.
+TEST_F(EngineDataChannelTest, AJobAfterALargerOneGetsOnlyItsOwnGroupsAndReceivers) {
+  v1::CreateTrainingJobRequest hetero = Request("hetero");
+  auto* rc = hetero.mutable_resource_config();
+  rc->clear_instance_type();
+  rc->clear_instance_count();
+  for (const auto& [name, count] : {std::pair<const char*, int>{"gpu", 2}, {"cpu", 1}}) {
+    auto* g = rc->add_instance_groups();
+    g->set_instance_group_name(name);
+    g->set_instance_type("ml.c5.xlarge");
+    g->set_instance_count(count);
+  }
+  *hetero.add_input_data_config() = Prefix("all");
+  Create(hetero);
+  v1::CreateTrainingJobRequest single = Request("single");
+  *single.add_input_data_config() = Prefix("one");
+  Create(single);
+  RunUntilSecond(200);
+  EXPECT_EQ(recording_->receivers["all"], "algo-1,algo-2,algo-3");
+  EXPECT_EQ(recording_->receivers["one"], "algo-1");
+  RunUntilSecond(3600);
+  EXPECT_EQ(Describe("single").training_job_status(), "Completed");
+}
+
 TEST_F(EngineDataChannelTest, CheckChannelRefusalFailsCreateTrainingJob) {
   v1::CreateTrainingJobRequest r = Request("refused-job");
   *r.add_input_data_config() = Prefix("refused");
