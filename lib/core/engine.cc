@@ -16,6 +16,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -461,6 +462,25 @@ class JobToken {
 };
 static_assert(sizeof(JobToken) == 8);
 
+// EngineImpl::jobs_ hashes and compares a job by its name, and looks one up
+// by a name.
+struct JobNameHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view name) const {
+    return absl::Hash<absl::string_view>()(absl::string_view(name.data(), name.size()));
+  }
+  size_t operator()(const std::unique_ptr<Job>& job) const { return (*this)(job->name()); }
+};
+struct JobNameEq {
+  using is_transparent = void;
+  static std::string_view NameOf(std::string_view name) { return name; }
+  static std::string_view NameOf(const std::unique_ptr<Job>& job) { return job->name(); }
+  template <class A, class B>
+  bool operator()(const A& a, const B& b) const {
+    return NameOf(a) == NameOf(b);
+  }
+};
+
 // Jobs by seq (creation order): an ended job that stays (until deleted)
 // keeps the window open behind it, 8 bytes per job created since.
 using JobsBySeq = internal::SeqWindow<Job*>;
@@ -492,7 +512,7 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
     // own warm-pool manager releases its pools as it goes.
     provider_.SetListener(nullptr);
     if (options_.data_channel != nullptr) options_.data_channel->SetListener(nullptr);
-    for (auto& [name, job] : jobs_) {
+    for (const std::unique_ptr<Job>& job : jobs_) {
       if (job->phase_ != Phase::kEnded) EndChannels(*job);
       if (job->cluster_.has_value()) provider_.Release(*job->cluster_);
     }
@@ -545,7 +565,7 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   absl::Status InjectInterruption(std::string_view job, std::string_view host,
                                   InterruptionKind kind, absl::Duration notice) override {
     return OnLoop([&]() -> absl::Status {
-      Job* j = FindJob(std::string(job));
+      Job* j = FindJob(job);
       if (j == nullptr) return NotFound(std::string(job));
       if (!j->cluster_) {
         return absl::FailedPreconditionError(absl::StrCat(
@@ -599,7 +619,7 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
 
   // DataChannelListener: a Pipe writer of a running attempt failed.
   void OnChannelFailed(std::string_view job_name, int32_t attempt, absl::Status status) override {
-    Job* job = FindJob(std::string(job_name));
+    Job* job = FindJob(job_name);
     if (job == nullptr || job->attempt_ != attempt || job->status_ != kInProgress) return;
     if (job->phase_ != Phase::kDownloading && job->phase_ != Phase::kTraining) return;
     Fail(*job, absl::StrCat("ClientError: ", status.message()));
@@ -626,9 +646,9 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
     return NotFound(request.training_job_name());
   }
 
-  Job* FindJob(const std::string& name) {
+  Job* FindJob(std::string_view name) {
     auto it = jobs_.find(name);
-    return it == jobs_.end() ? nullptr : it->second.get();
+    return it == jobs_.end() ? nullptr : it->get();
   }
 
   static JobToken TokenOf(const Job& job) { return JobToken(job.seq_, job.generation_); }
@@ -761,7 +781,9 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   // Declared before jobs_, so that destroyed jobs can still give theirs back.
   std::vector<std::unique_ptr<RequestStore>> spare_stores_;
   // No behaviour depends on the iteration order of these (List sorts).
-  absl::flat_hash_map<std::string, std::unique_ptr<Job>> jobs_;
+  // Keyed by the job's own name: a slot is one pointer, and the name is not
+  // copied again.
+  absl::flat_hash_set<std::unique_ptr<Job>, JobNameHash, JobNameEq> jobs_;
   JobsBySeq by_seq_;
   // MaxRuntimeInSeconds and MaxWaitTimeInSeconds of every job: nearly always
   // cancelled (by the job's end), a day or more after they were set.
@@ -907,7 +929,7 @@ v1::CreateTrainingJobResponse EngineImpl::Accept(std::unique_ptr<Job> job) {
   }
   ref.next_retry_delay_ = options_.capacity_retry_initial;
   by_seq_.Add(ref.seq_, &ref);
-  jobs_.emplace(ref.name(), std::move(job));
+  jobs_.insert(std::move(job));
   ref.warm_pool_ = pools().OnJobCreated(WarmPoolJob{ref.name(), request});
   ref.on_spot_ = request.enable_managed_spot_training();
   if (ref.on_spot_ && request.stopping_condition().has_max_wait_time_in_seconds()) {
@@ -1053,7 +1075,7 @@ absl::StatusOr<v1::ListTrainingJobsResponse> EngineImpl::List(
   };
 
   std::vector<std::pair<std::pair<std::string, uint64_t>, const Job*>> rows;
-  for (const auto& [name, job_ptr] : jobs_) {
+  for (const std::unique_ptr<Job>& job_ptr : jobs_) {
     const Job& job = *job_ptr;
     if (request.has_name_contains() && !absl::StrContains(job.name(), request.name_contains())) {
       continue;
@@ -1156,14 +1178,15 @@ absl::StatusOr<v1::UpdateTrainingJobResponse> EngineImpl::Update(
 absl::Status EngineImpl::Delete(const v1::DeleteTrainingJobRequest& request) {
   auto it = jobs_.find(request.training_job_name());
   if (it == jobs_.end()) return NoSuchJob(request);
-  const char* const status = it->second->status_;  // one of the status constants
+  Job& job = **it;
+  const char* const status = job.status_;  // one of the status constants
   if (status == kInProgress || status == kStopping) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "Training job '", it->first, "' cannot be deleted while its status is ", status,
+        "Training job '", job.name(), "' cannot be deleted while its status is ", status,
         "; stop it and wait for it to end"));
   }
-  if (it->second->warm_pool_) KILN_RETURN_IF_ERROR(pools().OnJobDeleted(it->first));
-  by_seq_.Take(it->second->seq_);
+  if (job.warm_pool_) KILN_RETURN_IF_ERROR(pools().OnJobDeleted(job.name()));
+  by_seq_.Take(job.seq_);
   jobs_.erase(it);
   return absl::OkStatus();
 }
