@@ -27,6 +27,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "core/internal/deadline_queue.h"
+#include "core/internal/object_pool.h"
 #include "core/internal/regex.h"
 #include "core/internal/seq_window.h"
 #include "core/internal/shapes.h"
@@ -462,6 +463,18 @@ class JobToken {
 };
 static_assert(sizeof(JobToken) == 8);
 
+// Jobs live in the engine's pool (EngineImpl::job_pool_): a JobPtr destroys
+// its job and gives the storage back.
+using JobPool = internal::ObjectPool<Job>;
+struct JobDeleter {
+  JobPool* pool;
+  void operator()(Job* job) const {
+    job->~Job();
+    pool->Free(job);
+  }
+};
+using JobPtr = std::unique_ptr<Job, JobDeleter>;
+
 // EngineImpl::jobs_ hashes and compares a job by its name, and looks one up
 // by a name.
 struct JobNameHash {
@@ -469,12 +482,12 @@ struct JobNameHash {
   size_t operator()(std::string_view name) const {
     return absl::Hash<absl::string_view>()(absl::string_view(name.data(), name.size()));
   }
-  size_t operator()(const std::unique_ptr<Job>& job) const { return (*this)(job->name()); }
+  size_t operator()(const JobPtr& job) const { return (*this)(job->name()); }
 };
 struct JobNameEq {
   using is_transparent = void;
   static std::string_view NameOf(std::string_view name) { return name; }
-  static std::string_view NameOf(const std::unique_ptr<Job>& job) { return job->name(); }
+  static std::string_view NameOf(const JobPtr& job) { return job->name(); }
   template <class A, class B>
   bool operator()(const A& a, const B& b) const {
     return NameOf(a) == NameOf(b);
@@ -512,7 +525,7 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
     // own warm-pool manager releases its pools as it goes.
     provider_.SetListener(nullptr);
     if (options_.data_channel != nullptr) options_.data_channel->SetListener(nullptr);
-    for (const std::unique_ptr<Job>& job : jobs_) {
+    for (const JobPtr& job : jobs_) {
       if (job->phase_ != Phase::kEnded) EndChannels(*job);
       if (job->cluster_.has_value()) provider_.Release(*job->cluster_);
     }
@@ -646,6 +659,18 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
     return NotFound(request.training_job_name());
   }
 
+  // A new job in the pool.
+  template <class... Args>
+  JobPtr MakeJob(Args&&... args) {
+    void* storage = job_pool_.Allocate();
+    try {
+      return JobPtr(::new (storage) Job(std::forward<Args>(args)...), JobDeleter{&job_pool_});
+    } catch (...) {
+      job_pool_.Free(storage);
+      throw;
+    }
+  }
+
   Job* FindJob(std::string_view name) {
     auto it = jobs_.find(name);
     return it == jobs_.end() ? nullptr : it->get();
@@ -690,7 +715,7 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   // can number no more jobs.
   absl::Status CheckNewJob(const std::string& name);
   // Starts an accepted job: records it and asks for its cluster.
-  v1::CreateTrainingJobResponse Accept(std::unique_ptr<Job> job);
+  v1::CreateTrainingJobResponse Accept(JobPtr job);
   absl::StatusOr<v1::DescribeTrainingJobResponse> Describe(
       const v1::DescribeTrainingJobRequest& request);
   absl::StatusOr<v1::ListTrainingJobsResponse> List(const v1::ListTrainingJobsRequest& request);
@@ -780,10 +805,11 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   std::vector<JobObserver*> observers_;
   // Declared before jobs_, so that destroyed jobs can still give theirs back.
   std::vector<std::unique_ptr<RequestStore>> spare_stores_;
+  JobPool job_pool_;  // every Job's storage (declared before jobs_)
   // No behaviour depends on the iteration order of these (List sorts).
   // Keyed by the job's own name: a slot is one pointer, and the name is not
   // copied again.
-  absl::flat_hash_set<std::unique_ptr<Job>, JobNameHash, JobNameEq> jobs_;
+  absl::flat_hash_set<JobPtr, JobNameHash, JobNameEq> jobs_;
   JobsBySeq by_seq_;
   // MaxRuntimeInSeconds and MaxWaitTimeInSeconds of every job: nearly always
   // cancelled (by the job's end), a day or more after they were set.
@@ -907,17 +933,17 @@ absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
     const v1::CreateTrainingJobRequest& request) {
   KILN_RETURN_IF_ERROR(CheckNewJob(request.training_job_name()));
   // Accepted: the job keeps a copy of the request.
-  return Accept(std::make_unique<Job>(*this, next_seq_++, request, Now(), TakeStore()));
+  return Accept(MakeJob(*this, next_seq_++, request, Now(), TakeStore()));
 }
 
 absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
     std::string name, std::shared_ptr<const v1::CreateTrainingJobRequest> shared) {
   KILN_RETURN_IF_ERROR(CheckNewJob(name));
   return Accept(
-      std::make_unique<Job>(*this, next_seq_++, std::move(name), std::move(shared), Now()));
+      MakeJob(*this, next_seq_++, std::move(name), std::move(shared), Now()));
 }
 
-v1::CreateTrainingJobResponse EngineImpl::Accept(std::unique_ptr<Job> job) {
+v1::CreateTrainingJobResponse EngineImpl::Accept(JobPtr job) {
   Job& ref = *job;
   const v1::CreateTrainingJobRequest& request = ref.request();
   for (const auto& def : request.algorithm_specification().metric_definitions()) {
@@ -1075,7 +1101,7 @@ absl::StatusOr<v1::ListTrainingJobsResponse> EngineImpl::List(
   };
 
   std::vector<std::pair<std::pair<std::string, uint64_t>, const Job*>> rows;
-  for (const std::unique_ptr<Job>& job_ptr : jobs_) {
+  for (const JobPtr& job_ptr : jobs_) {
     const Job& job = *job_ptr;
     if (request.has_name_contains() && !absl::StrContains(job.name(), request.name_contains())) {
       continue;

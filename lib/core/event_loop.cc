@@ -135,7 +135,7 @@ class SlotTable {
     static_assert(std::is_trivially_destructible_v<Slot>);
     for (const Block& b : blocks_) {
       if (b.huge) {
-        internal::FreeHugePages(b.memory);
+        internal::FreeHugePages(b.memory, internal::kHugePageBytes);  // (AddChunks)
       } else {
         ::operator delete(b.memory, std::align_val_t(alignof(Slot)));
       }
