@@ -49,9 +49,9 @@ kiln::v1::CreateTrainingJobRequest Template() {
 }
 
 // Bytes of memory the process has resident (Linux: /proc/self/statm), after
-// giving malloc's free memory back to the system: the engine's jobs live partly
-// outside malloc's heap (on huge pages, lib/core/internal/object_pool.h), so
-// mallinfo() alone would not see them.
+// giving malloc's free memory back to the system: what a run keeps, whether in
+// malloc's heap or mapped apart (a large event loop's slot table is,
+// lib/core/internal/huge_pages.h; mallinfo() would not see it).
 size_t ResidentBytes() {
   malloc_trim(0);
   long pages = 0;

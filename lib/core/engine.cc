@@ -27,7 +27,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "core/internal/deadline_queue.h"
-#include "core/internal/object_pool.h"
+#include "core/internal/keyed_set.h"
 #include "core/internal/regex.h"
 #include "core/internal/seq_window.h"
 #include "core/internal/shapes.h"
@@ -463,35 +463,9 @@ class JobToken {
 };
 static_assert(sizeof(JobToken) == 8);
 
-// Jobs live in the engine's pool (EngineImpl::job_pool_): a JobPtr destroys
-// its job and gives the storage back.
-using JobPool = internal::ObjectPool<Job>;
-struct JobDeleter {
-  JobPool* pool;
-  void operator()(Job* job) const {
-    job->~Job();
-    pool->Free(job);
-  }
-};
-using JobPtr = std::unique_ptr<Job, JobDeleter>;
-
-// EngineImpl::jobs_ hashes and compares a job by its name, and looks one up
-// by a name.
-struct JobNameHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view name) const {
-    return absl::Hash<absl::string_view>()(absl::string_view(name.data(), name.size()));
-  }
-  size_t operator()(const JobPtr& job) const { return (*this)(job->name()); }
-};
-struct JobNameEq {
-  using is_transparent = void;
-  static std::string_view NameOf(std::string_view name) { return name; }
-  static std::string_view NameOf(const JobPtr& job) { return job->name(); }
-  template <class A, class B>
-  bool operator()(const A& a, const B& b) const {
-    return NameOf(a) == NameOf(b);
-  }
+// EngineImpl::jobs_ keys a job by its name.
+struct JobName {
+  std::string_view operator()(const Job& job) const { return job.name(); }
 };
 
 // Jobs by seq (creation order): an ended job that stays (until deleted)
@@ -525,9 +499,9 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
     // own warm-pool manager releases its pools as it goes.
     provider_.SetListener(nullptr);
     if (options_.data_channel != nullptr) options_.data_channel->SetListener(nullptr);
-    for (const JobPtr& job : jobs_) {
-      if (job->phase_ != Phase::kEnded) EndChannels(*job);
-      if (job->cluster_.has_value()) provider_.Release(*job->cluster_);
+    for (Job& job : jobs_) {
+      if (job.phase_ != Phase::kEnded) EndChannels(job);
+      if (job.cluster_.has_value()) provider_.Release(*job.cluster_);
     }
   }
 
@@ -659,22 +633,7 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
     return NotFound(request.training_job_name());
   }
 
-  // A new job in the pool.
-  template <class... Args>
-  JobPtr MakeJob(Args&&... args) {
-    void* storage = job_pool_.Allocate();
-    try {
-      return JobPtr(::new (storage) Job(std::forward<Args>(args)...), JobDeleter{&job_pool_});
-    } catch (...) {
-      job_pool_.Free(storage);
-      throw;
-    }
-  }
-
-  Job* FindJob(std::string_view name) {
-    auto it = jobs_.find(name);
-    return it == jobs_.end() ? nullptr : it->get();
-  }
+  Job* FindJob(std::string_view name) { return jobs_.Find(name); }
 
   static JobToken TokenOf(const Job& job) { return JobToken(job.seq_, job.generation_); }
 
@@ -714,8 +673,8 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   // AlreadyExists when `name` is taken; ResourceExhausted when the engine
   // can number no more jobs.
   absl::Status CheckNewJob(const std::string& name);
-  // Starts an accepted job: records it and asks for its cluster.
-  v1::CreateTrainingJobResponse Accept(JobPtr job);
+  // Starts an accepted job (in jobs_): records it and asks for its cluster.
+  v1::CreateTrainingJobResponse Accept(Job& job);
   absl::StatusOr<v1::DescribeTrainingJobResponse> Describe(
       const v1::DescribeTrainingJobRequest& request);
   absl::StatusOr<v1::ListTrainingJobsResponse> List(const v1::ListTrainingJobsRequest& request);
@@ -805,11 +764,9 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   std::vector<JobObserver*> observers_;
   // Declared before jobs_, so that destroyed jobs can still give theirs back.
   std::vector<std::unique_ptr<RequestStore>> spare_stores_;
-  JobPool job_pool_;  // every Job's storage (declared before jobs_)
-  // No behaviour depends on the iteration order of these (List sorts).
-  // Keyed by the job's own name: a slot is one pointer, and the name is not
-  // copied again.
-  absl::flat_hash_set<JobPtr, JobNameHash, JobNameEq> jobs_;
+  // Every job, by its own name. No behaviour depends on the iteration order
+  // of these (List sorts).
+  internal::KeyedSet<Job, JobName> jobs_;
   JobsBySeq by_seq_;
   // MaxRuntimeInSeconds and MaxWaitTimeInSeconds of every job: nearly always
   // cancelled (by the job's end), a day or more after they were set.
@@ -933,18 +890,17 @@ absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
     const v1::CreateTrainingJobRequest& request) {
   KILN_RETURN_IF_ERROR(CheckNewJob(request.training_job_name()));
   // Accepted: the job keeps a copy of the request.
-  return Accept(MakeJob(*this, next_seq_++, request, Now(), TakeStore()));
+  return Accept(jobs_.Add(*this, next_seq_++, request, Now(), TakeStore()));
 }
 
 absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
     std::string name, std::shared_ptr<const v1::CreateTrainingJobRequest> shared) {
   KILN_RETURN_IF_ERROR(CheckNewJob(name));
   return Accept(
-      MakeJob(*this, next_seq_++, std::move(name), std::move(shared), Now()));
+      jobs_.Add(*this, next_seq_++, std::move(name), std::move(shared), Now()));
 }
 
-v1::CreateTrainingJobResponse EngineImpl::Accept(JobPtr job) {
-  Job& ref = *job;
+v1::CreateTrainingJobResponse EngineImpl::Accept(Job& ref) {
   const v1::CreateTrainingJobRequest& request = ref.request();
   for (const auto& def : request.algorithm_specification().metric_definitions()) {
     MetricState m;
@@ -955,7 +911,6 @@ v1::CreateTrainingJobResponse EngineImpl::Accept(JobPtr job) {
   }
   ref.next_retry_delay_ = options_.capacity_retry_initial;
   by_seq_.Add(ref.seq_, &ref);
-  jobs_.insert(std::move(job));
   ref.warm_pool_ = pools().OnJobCreated(WarmPoolJob{ref.name(), request});
   ref.on_spot_ = request.enable_managed_spot_training();
   if (ref.on_spot_ && request.stopping_condition().has_max_wait_time_in_seconds()) {
@@ -1101,8 +1056,7 @@ absl::StatusOr<v1::ListTrainingJobsResponse> EngineImpl::List(
   };
 
   std::vector<std::pair<std::pair<std::string, uint64_t>, const Job*>> rows;
-  for (const JobPtr& job_ptr : jobs_) {
-    const Job& job = *job_ptr;
+  for (const Job& job : jobs_) {
     if (request.has_name_contains() && !absl::StrContains(job.name(), request.name_contains())) {
       continue;
     }
@@ -1202,9 +1156,9 @@ absl::StatusOr<v1::UpdateTrainingJobResponse> EngineImpl::Update(
 }
 
 absl::Status EngineImpl::Delete(const v1::DeleteTrainingJobRequest& request) {
-  auto it = jobs_.find(request.training_job_name());
-  if (it == jobs_.end()) return NoSuchJob(request);
-  Job& job = **it;
+  Job* found = FindJob(request.training_job_name());
+  if (found == nullptr) return NoSuchJob(request);
+  Job& job = *found;
   const char* const status = job.status_;  // one of the status constants
   if (status == kInProgress || status == kStopping) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -1213,7 +1167,7 @@ absl::Status EngineImpl::Delete(const v1::DeleteTrainingJobRequest& request) {
   }
   if (job.warm_pool_) KILN_RETURN_IF_ERROR(pools().OnJobDeleted(job.name()));
   by_seq_.Take(job.seq_);
-  jobs_.erase(it);
+  jobs_.Erase(job);
   return absl::OkStatus();
 }
 

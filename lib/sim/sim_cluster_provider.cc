@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "core/internal/keyed_set.h"
 #include "core/internal/seq_window.h"
 #include "kiln/sim/sim.h"
 
@@ -320,25 +321,25 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   // --- SimClusterProvider
 
   SimJobStats JobStats(std::string_view job) const override {
-    auto it = jobs_.find(Key(job));
-    return it == jobs_.end() ? SimJobStats() : it->second.stats;
+    const JobState* js = jobs_.Find(job);
+    return js == nullptr ? SimJobStats() : js->stats;
   }
 
   SimJobStats ForgetJob(std::string_view job) override {
-    auto it = jobs_.find(Key(job));
-    if (it == jobs_.end()) return SimJobStats();
+    const JobState* js = jobs_.Find(job);
+    if (js == nullptr) return SimJobStats();
     // Nothing of a forgotten job may reach its (possibly deleted) events.
-    if (SimCluster* sim = Find(it->second.cluster_seq); sim != nullptr && sim->job_name == job) {
+    if (SimCluster* sim = Find(js->cluster_seq); sim != nullptr && sim->job_name == job) {
       EndRun(*sim);
       sim->events = nullptr;
       for (TimerHandle h : sim->exit_timers) loop_.Cancel(h);
       std::fill(sim->running.begin(), sim->running.end(), false);
     }
-    SimJobStats stats = it->second.stats;
-    if (const SimCluster* sim = Find(it->second.cluster_seq)) {
+    SimJobStats stats = js->stats;
+    if (const SimCluster* sim = Find(js->cluster_seq)) {
       stats.holds_cluster = sim->owner_job == job;
     }
-    jobs_.erase(it);
+    jobs_.Erase(*js);
     return stats;
   }
 
@@ -413,7 +414,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   };
 
   struct JobState {
-    uint64_t key = 0;  // HashName(job)
+    explicit JobState(std::string_view job) : name(job), key(HashName(job)) {}
+    const std::string name;  // the job's
+    uint64_t key = 0;        // HashName(name)
     int provision_attempts = 0;
     int attempts = 0;
     SimJobStats stats;
@@ -422,6 +425,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     double next_failure_hazard = 0;  // cumulative hazard of the next failure; 0: not drawn
     double next_failure_hours = 0;   // MachineHoursAt(next_failure_hazard)
     int failures_drawn = 0;
+  };
+  struct JobStateName {
+    std::string_view operator()(const JobState& js) const { return js.name; }
   };
 
   // Capacity in use per instance type, and the spot clusters a trace may take back.
@@ -441,9 +447,8 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   }
 
   JobState& JobFor(std::string_view job) {
-    auto [it, inserted] = jobs_.try_emplace(Key(job));
-    if (inserted) it->second.key = HashName(job);
-    return it->second;
+    if (JobState* js = jobs_.Find(job)) return *js;
+    return jobs_.Add(job);
   }
 
   void Publish(const std::string& job, const JobState& js) {
@@ -643,9 +648,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     ScheduleTracked(&sim, absl::Seconds(left_hours * 3600.0), [this, seq, run] {
       SimCluster* s = Find(seq);
       if (s == nullptr || s->run != run || !s->run_open) return;
-      auto it = jobs_.find(Key(s->job_name));
-      if (it == jobs_.end()) return;
-      JobState& j = it->second;
+      JobState* found = jobs_.Find(s->job_name);
+      if (found == nullptr) return;
+      JobState& j = *found;
       ++j.failures_drawn;
       KeyedRng rng(MixKey(models_->seed, j.key, kFailure, j.failures_drawn));
       j.next_failure_hazard += rng.Exponential(1.0);
@@ -705,9 +710,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       saved = std::max(sim.run_base, k * absl::IDivDuration(sim.run_base + executed, k, &unsaved));
     }
     if (!sim.progress_key.empty()) progress_[sim.progress_key] = saved;
-    auto it = jobs_.find(Key(sim.job_name));
-    if (it == jobs_.end()) return;
-    JobState& js = it->second;
+    JobState* found = jobs_.Find(sim.job_name);
+    if (found == nullptr) return;
+    JobState& js = *found;
     js.exposure_hours += absl::ToDoubleHours(loop_.Now() - sim.run_start) *
                          static_cast<double>(sim.cluster.instances.size());
     SimJobStats& st = js.stats;
@@ -721,9 +726,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   // lost after `notice` unless the cluster is released first.
   void Notice(SimCluster& sim, size_t i, absl::Duration notice) {
     ++accounting_.spot_preemptions;
-    if (auto it = jobs_.find(Key(sim.owner_job)); it != jobs_.end()) {
-      ++it->second.stats.spot_interruptions;
-      Publish(sim.owner_job, it->second);
+    if (JobState* js = jobs_.Find(sim.owner_job)) {
+      ++js->stats.spot_interruptions;
+      Publish(sim.owner_job, *js);
     }
     if (listener_ != nullptr) {
       listener_->OnInterruptionNotice(sim.cluster, sim.cluster.instances[i], loop_.Now() + notice);
@@ -739,9 +744,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   void Lose(SimCluster& sim, size_t i, bool failure) {
     if (failure) {
       ++accounting_.node_failures;
-      if (auto it = jobs_.find(Key(sim.owner_job)); it != jobs_.end()) {
-        ++it->second.stats.instance_failures;
-        Publish(sim.owner_job, it->second);
+      if (JobState* js = jobs_.Find(sim.owner_job)) {
+        ++js->stats.instance_failures;
+        Publish(sim.owner_job, *js);
       }
     }
     if (i < sim.running.size() && sim.running[i]) {
@@ -875,7 +880,8 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   const absl::Time origin_;  // spot traces start here
   const bool virtual_;       // loop_.is_virtual()
   internal::SeqWindow<std::unique_ptr<SimCluster>> clusters_;  // by seq
-  absl::flat_hash_map<std::string, JobState> jobs_;
+  // By job name, kept until ForgetJob.
+  internal::KeyedSet<JobState, JobStateName> jobs_;
   absl::flat_hash_map<std::string, absl::Duration> progress_;  // saved work per checkpoint S3Uri
   std::map<std::string, TypeState> types_;
   SimAccounting accounting_;

@@ -1,6 +1,6 @@
-// Memory for large structures that are read in a random order (an event loop's slots, the
-// engine's jobs): on 4 KiB pages most such reads also miss the TLB once the structure outgrows
-// what the TLB maps (a few MiB), and every 4 KiB of growth costs a page fault on first touch.
+// Memory for large tables that are read in a random order (an event loop's slots): on 4 KiB
+// pages most such reads also miss the TLB once the table outgrows what the TLB maps (a few
+// MiB).
 // Blocks of whole 2 MiB pages, 2 MiB aligned, on which Linux is asked for transparent huge pages
 // (Debian gives them only on request); elsewhere, or if the OS declines, they are ordinary
 // memory.

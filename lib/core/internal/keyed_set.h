@@ -1,0 +1,103 @@
+// KeyedSet: objects a component owns and finds by a string each of them holds (its name): the
+// engine's jobs, a provider's per-job state.
+//
+// A map from name to object would hold every name twice (the key and the object's own copy,
+// a heap block each past std::string's 15 inline characters) in slots the size of the pair. The
+// set holds one pointer a slot, hashes and compares the objects by their own names, and looks
+// one up by a string_view: a table that grows by a job per job (an engine keeps its finished
+// jobs) grows by 8 bytes a slot and copies no name.
+//
+// KeyOf{}(const T&) returns the object's key as a std::string_view; it must not change while the
+// object is in the set. Thread-compatible.
+#ifndef KILN_LIB_CORE_INTERNAL_KEYED_SET_H_
+#define KILN_LIB_CORE_INTERNAL_KEYED_SET_H_
+
+#include <cstddef>
+#include <memory>
+#include <string_view>
+#include <utility>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
+
+namespace kiln::internal {
+
+template <class T, class KeyOf>
+class KeyedSet {
+ public:
+  KeyedSet() = default;
+  KeyedSet(const KeyedSet&) = delete;
+  KeyedSet& operator=(const KeyedSet&) = delete;
+
+  // Constructs a T from `args`, adds it and returns it. Throws what the construction or the
+  // table's growth throws, and then adds nothing.
+  // REQUIRES: no object with the same key is in the set (Find first).
+  template <class... Args>
+  T& Add(Args&&... args) {
+    auto object = std::make_unique<T>(std::forward<Args>(args)...);
+    T& ref = *object;
+    index_.insert(std::move(object));
+    return ref;
+  }
+
+  // The object whose key is `key`, or nullptr.
+  T* Find(std::string_view key) const {
+    auto it = index_.find(key);
+    return it == index_.end() ? nullptr : it->get();
+  }
+
+  // Destroys `object`. REQUIRES: it is in this set.
+  void Erase(const T& object) { index_.erase(KeyOf{}(object)); }
+
+  // Destroys every object.
+  void Clear() { index_.clear(); }
+
+  size_t size() const { return index_.size(); }
+
+ private:
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view key) const {
+      return absl::Hash<absl::string_view>()(absl::string_view(key.data(), key.size()));
+    }
+    size_t operator()(const std::unique_ptr<T>& o) const { return (*this)(KeyOf{}(*o)); }
+  };
+  struct Eq {
+    using is_transparent = void;
+    static std::string_view Key(std::string_view key) { return key; }
+    static std::string_view Key(const std::unique_ptr<T>& o) { return KeyOf{}(*o); }
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const {
+      return Key(a) == Key(b);
+    }
+  };
+  using Index = absl::flat_hash_set<std::unique_ptr<T>, Hash, Eq>;
+
+  Index index_;
+
+ public:
+  // Iteration over the objects (as T&), in no particular order. Add and Erase invalidate
+  // iterators.
+  class iterator {
+   public:
+    T& operator*() const { return **it_; }
+    T* operator->() const { return it_->get(); }
+    iterator& operator++() {
+      ++it_;
+      return *this;
+    }
+    friend bool operator==(const iterator& a, const iterator& b) { return a.it_ == b.it_; }
+    friend bool operator!=(const iterator& a, const iterator& b) { return a.it_ != b.it_; }
+
+   private:
+    friend class KeyedSet;
+    explicit iterator(typename Index::const_iterator it) : it_(it) {}
+    typename Index::const_iterator it_;
+  };
+  iterator begin() const { return iterator(index_.begin()); }
+  iterator end() const { return iterator(index_.end()); }
+};
+
+}  // namespace kiln::internal
+
+#endif  // KILN_LIB_CORE_INTERNAL_KEYED_SET_H_
