@@ -104,7 +104,11 @@ void BM_EngineLifecycle(benchmark::State& state, bool prepare) {
     if (engine->active_jobs() != 0) state.SkipWithError("jobs still active");
     state.PauseTiming();
     bytes_per_job = static_cast<double>(ResidentBytes() - resident_before) / jobs;
+    // Tearing down is no job's lifecycle: the engine, then what it used.
     engine.reset();
+    channel.reset();
+    provider.reset();
+    loop.reset();
     state.ResumeTiming();
   }
   state.SetItemsProcessed(state.iterations() * jobs);
