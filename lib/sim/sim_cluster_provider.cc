@@ -13,7 +13,6 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "core/internal/keyed_set.h"
 #include "core/internal/seq_window.h"
 #include "kiln/sim/sim.h"
 
@@ -300,10 +299,26 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       });
       return;
     }
-    ScheduleTracked(sim, d, [this, seq = sim->seq, done = std::move(done),
-                             uri = std::move(uri)]() mutable {
-      if (SimCluster* s = Find(seq)) SetIdle(*s, true);
-      done(ArtifactsResult{std::move(uri)});
+    if (sim->upload_done != nullptr) {  // (an upload of a job stopped meanwhile is pending)
+      ScheduleTracked(sim, d, [this, seq = sim->seq, done = std::move(done),
+                               uri = std::move(uri)]() mutable {
+        if (SimCluster* s = Find(seq)) SetIdle(*s, true);
+        done(ArtifactsResult{std::move(uri)});
+      });
+      return;
+    }
+    // The callback and the URI wait in the cluster, so that the event's
+    // callable (two words) needs no allocation; releasing the cluster drops
+    // them with the event.
+    sim->upload_done = std::move(done);
+    sim->upload_uri = std::move(uri);
+    ScheduleTracked(sim, d, [this, seq = sim->seq] {
+      SimCluster* s = Find(seq);
+      if (s == nullptr) return;  // (tracked: the event goes with the cluster)
+      SetIdle(*s, true);
+      ArtifactsCallback done = std::move(s->upload_done);
+      s->upload_done = nullptr;
+      done(ArtifactsResult{std::move(s->upload_uri)});
     });
   }
 
@@ -321,25 +336,25 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   // --- SimClusterProvider
 
   SimJobStats JobStats(std::string_view job) const override {
-    const JobState* js = jobs_.Find(job);
-    return js == nullptr ? SimJobStats() : js->stats;
+    auto it = jobs_.find(Key(job));
+    return it == jobs_.end() ? SimJobStats() : it->second.stats;
   }
 
   SimJobStats ForgetJob(std::string_view job) override {
-    const JobState* js = jobs_.Find(job);
-    if (js == nullptr) return SimJobStats();
+    auto it = jobs_.find(Key(job));
+    if (it == jobs_.end()) return SimJobStats();
     // Nothing of a forgotten job may reach its (possibly deleted) events.
-    if (SimCluster* sim = Find(js->cluster_seq); sim != nullptr && sim->job_name == job) {
+    if (SimCluster* sim = Find(it->second.cluster_seq); sim != nullptr && sim->job_name == job) {
       EndRun(*sim);
       sim->events = nullptr;
       for (TimerHandle h : sim->exit_timers) loop_.Cancel(h);
       std::fill(sim->running.begin(), sim->running.end(), false);
     }
-    SimJobStats stats = js->stats;
-    if (const SimCluster* sim = Find(js->cluster_seq)) {
+    SimJobStats stats = it->second.stats;
+    if (const SimCluster* sim = Find(it->second.cluster_seq)) {
       stats.holds_cluster = sim->owner_job == job;
     }
-    jobs_.Erase(*js);
+    jobs_.erase(it);
     return stats;
   }
 
@@ -387,6 +402,8 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     // dropped when the inline room is full).
     absl::InlinedVector<Tracked, kTrackedInline> timers;
     ClusterCallback granted_callback;  // Provision's, until Grant
+    ArtifactsCallback upload_done;     // UploadArtifacts', until the upload ends
+    std::string upload_uri;            // and the model's URI it reports
     // Prepared on this cluster (its image cache), by HashName.
     absl::InlinedVector<uint64_t, 2> images;
     uint64_t run = 0;                 // StartContainers calls so far
@@ -414,9 +431,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   };
 
   struct JobState {
-    explicit JobState(std::string_view job) : name(job), key(HashName(job)) {}
-    const std::string name;  // the job's
-    uint64_t key = 0;        // HashName(name)
+    uint64_t key = 0;  // HashName(job)
     int provision_attempts = 0;
     int attempts = 0;
     SimJobStats stats;
@@ -425,9 +440,6 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     double next_failure_hazard = 0;  // cumulative hazard of the next failure; 0: not drawn
     double next_failure_hours = 0;   // MachineHoursAt(next_failure_hazard)
     int failures_drawn = 0;
-  };
-  struct JobStateName {
-    std::string_view operator()(const JobState& js) const { return js.name; }
   };
 
   // Capacity in use per instance type, and the spot clusters a trace may take back.
@@ -447,8 +459,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   }
 
   JobState& JobFor(std::string_view job) {
-    if (JobState* js = jobs_.Find(job)) return *js;
-    return jobs_.Add(job);
+    auto [it, inserted] = jobs_.try_emplace(Key(job));
+    if (inserted) it->second.key = HashName(job);
+    return it->second;
   }
 
   void Publish(const std::string& job, const JobState& js) {
@@ -648,9 +661,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     ScheduleTracked(&sim, absl::Seconds(left_hours * 3600.0), [this, seq, run] {
       SimCluster* s = Find(seq);
       if (s == nullptr || s->run != run || !s->run_open) return;
-      JobState* found = jobs_.Find(s->job_name);
-      if (found == nullptr) return;
-      JobState& j = *found;
+      auto it = jobs_.find(Key(s->job_name));
+      if (it == jobs_.end()) return;
+      JobState& j = it->second;
       ++j.failures_drawn;
       KeyedRng rng(MixKey(models_->seed, j.key, kFailure, j.failures_drawn));
       j.next_failure_hazard += rng.Exponential(1.0);
@@ -710,9 +723,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       saved = std::max(sim.run_base, k * absl::IDivDuration(sim.run_base + executed, k, &unsaved));
     }
     if (!sim.progress_key.empty()) progress_[sim.progress_key] = saved;
-    JobState* found = jobs_.Find(sim.job_name);
-    if (found == nullptr) return;
-    JobState& js = *found;
+    auto it = jobs_.find(Key(sim.job_name));
+    if (it == jobs_.end()) return;
+    JobState& js = it->second;
     js.exposure_hours += absl::ToDoubleHours(loop_.Now() - sim.run_start) *
                          static_cast<double>(sim.cluster.instances.size());
     SimJobStats& st = js.stats;
@@ -726,9 +739,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   // lost after `notice` unless the cluster is released first.
   void Notice(SimCluster& sim, size_t i, absl::Duration notice) {
     ++accounting_.spot_preemptions;
-    if (JobState* js = jobs_.Find(sim.owner_job)) {
-      ++js->stats.spot_interruptions;
-      Publish(sim.owner_job, *js);
+    if (auto it = jobs_.find(Key(sim.owner_job)); it != jobs_.end()) {
+      ++it->second.stats.spot_interruptions;
+      Publish(sim.owner_job, it->second);
     }
     if (listener_ != nullptr) {
       listener_->OnInterruptionNotice(sim.cluster, sim.cluster.instances[i], loop_.Now() + notice);
@@ -744,9 +757,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   void Lose(SimCluster& sim, size_t i, bool failure) {
     if (failure) {
       ++accounting_.node_failures;
-      if (JobState* js = jobs_.Find(sim.owner_job)) {
-        ++js->stats.instance_failures;
-        Publish(sim.owner_job, *js);
+      if (auto it = jobs_.find(Key(sim.owner_job)); it != jobs_.end()) {
+        ++it->second.stats.instance_failures;
+        Publish(sim.owner_job, it->second);
       }
     }
     if (i < sim.running.size() && sim.running[i]) {
@@ -867,6 +880,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       if (!virtual_ || t.due >= now) loop_.Cancel(t.handle);
     }
     sim.timers.clear();
+    sim.upload_done = nullptr;  // its event was one of them
   }
 
   void CancelAll(SimCluster& sim) {
@@ -880,8 +894,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   const absl::Time origin_;  // spot traces start here
   const bool virtual_;       // loop_.is_virtual()
   internal::SeqWindow<std::unique_ptr<SimCluster>> clusters_;  // by seq
-  // By job name, kept until ForgetJob.
-  internal::KeyedSet<JobState, JobStateName> jobs_;
+  absl::flat_hash_map<std::string, JobState> jobs_;
   absl::flat_hash_map<std::string, absl::Duration> progress_;  // saved work per checkpoint S3Uri
   std::map<std::string, TypeState> types_;
   SimAccounting accounting_;

@@ -244,5 +244,47 @@ TEST_F(SimClusterProviderTest, AccountingBillsBusyAndWarmIdleTime) {
   EXPECT_EQ(a.spot_busy, absl::ZeroDuration());
 }
 
+// Each upload reports its own job's URI once, even when a second one starts
+// on the cluster while the first is pending (the first job was stopped); a
+// released cluster's upload never reports.
+TEST_F(SimClusterProviderTest, UploadsReportTheirOwnUrisOnceAndNotAfterRelease) {
+  Build();
+  SimClusterOptions options;  // no models: the behaviour's upload time
+  options.defaults.upload_duration = absl::Seconds(5);
+  provider_.reset();
+  provider_ = NewSimClusterProvider(*loop_, options);
+  auto granted = Provision("a", 1, false);
+  loop_->RunUntilIdle();
+  ASSERT_TRUE(granted->has_value() && (*granted)->ok());
+  const Cluster cluster = ***granted;
+  v1::CreateTrainingJobRequest request;
+  request.mutable_output_data_config()->set_s3_output_path("s3://b/out");
+  std::vector<std::pair<absl::Time, std::string>> reported;
+  auto upload = [&](std::string_view job) {
+    provider_->UploadArtifacts(JobContext{job, "arn", request, cluster, 1},
+                               [&](absl::StatusOr<ArtifactsResult> r) {
+                                 ASSERT_TRUE(r.ok());
+                                 reported.emplace_back(loop_->Now(), r->model_uri);
+                               });
+  };
+  const absl::Time t0 = loop_->Now();
+  upload("a");
+  RunFor(absl::Seconds(2));
+  upload("b");
+  loop_->RunUntilIdle();
+  EXPECT_EQ(reported, (std::vector<std::pair<absl::Time, std::string>>{
+                          {t0 + absl::Seconds(5), "s3://b/out/a/output/model.tar.gz"},
+                          {t0 + absl::Seconds(7), "s3://b/out/b/output/model.tar.gz"}}));
+  upload("c");  // and the same cluster again, once nothing is pending
+  loop_->RunUntilIdle();
+  ASSERT_EQ(reported.size(), 3u);
+  EXPECT_EQ(reported[2].second, "s3://b/out/c/output/model.tar.gz");
+  upload("d");
+  RunFor(absl::Seconds(1));
+  provider_->Release(cluster);
+  loop_->RunUntilIdle();
+  EXPECT_EQ(reported.size(), 3u);
+}
+
 }  // namespace
 }  // namespace kiln::sim
