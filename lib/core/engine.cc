@@ -32,6 +32,7 @@
 #include "core/internal/seq_window.h"
 #include "core/internal/shapes.h"
 #include "core/internal/status_macros.h"
+#include "core/internal/time_math.h"
 #include "google/protobuf/arena.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
@@ -1177,7 +1178,7 @@ absl::Status EngineImpl::Delete(const v1::DeleteTrainingJobRequest& request) {
 void EngineImpl::SetStatus(Job& job, const char* status, const char* secondary,
                            const char* message, std::string detail) {
   const absl::Time now = Now();
-  const int64_t now_ns = absl::ToUnixNanos(now);
+  const int64_t now_ns = internal::UnixNanos(now);
   if (!job.transitions_.empty()) job.transitions_.back().end_ns = now_ns;
   job.status_ = status;
   job.transitions_.push_back(Transition{secondary, message, now_ns});
@@ -1302,7 +1303,8 @@ void EngineImpl::OnClusterReady(Job& job) {
   const int64_t max_runtime =
       sc.has_max_runtime_in_seconds() ? sc.max_runtime_in_seconds() : kDefaultMaxRuntimeSeconds;
   job.runtime_deadline_ =
-      runtime_deadlines_.Add(Now() + absl::Seconds(max_runtime) - job.held_, job.seq_);
+      runtime_deadlines_.Add(
+          internal::Plus(Now(), internal::Minus(absl::Seconds(max_runtime), job.held_)), job.seq_);
   job.phase_ = Phase::kPreparing;
   provider_.PrepareImage(*job.cluster_, job.request().algorithm_specification().training_image(),
                          [this, token = TokenOf(job)](absl::Status s) {
@@ -1537,7 +1539,7 @@ void EngineImpl::Finish(Job& job, const char* status, const char* secondary, con
 void EngineImpl::ReturnCluster(Job& job, bool healthy) {
   EndChannels(job);
   if (job.held_since_) {
-    job.held_ += Now() - *job.held_since_;
+    job.held_ = internal::Plus(job.held_, internal::Minus(Now(), *job.held_since_));
     job.held_since_.reset();
   }
   if (job.cluster_) cluster_owners_.erase(job.cluster_->id);

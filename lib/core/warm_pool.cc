@@ -14,6 +14,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/internal/time_math.h"
 
 namespace kiln {
 namespace {
@@ -28,7 +29,7 @@ int32_t RetainedSeconds(absl::Duration d) {
   if (d <= absl::ZeroDuration()) return 0;
   // In nanoseconds (saturating, beyond 292 years), not absl::Ceil, which
   // costs ~200 instructions on Debian's Abseil.
-  const int64_t ns = absl::ToInt64Nanoseconds(d);
+  const int64_t ns = internal::DurationNanos(d);
   const int64_t seconds = ns / 1000000000 + (ns % 1000000000 != 0 ? 1 : 0);
   return static_cast<int32_t>(std::min<int64_t>(seconds, INT32_MAX));
 }
@@ -253,7 +254,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     JobState& owner = jobs_.at(best->owner_job);
     owner.status = kReused;
     owner.reused_by = std::string(job);
-    owner.retained_seconds = RetainedSeconds(now - best->available_since);
+    owner.retained_seconds = RetainedSeconds(internal::Minus(now, best->available_since));
     loop_.Cancel(best->expiry);
     s->chain_start = best->chain_start;
     Cluster cluster = std::move(best->cluster);
@@ -280,7 +281,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
         std::min(options_.policy->KeepAlive({job, s->shape->first, s->requested, now}),
                  options_.max_keep_alive);
     if (keep <= absl::ZeroDuration()) return terminate("");
-    const absl::Time chain_end = s->chain_start + options_.max_chain_life;
+    const absl::Time chain_end = internal::Plus(s->chain_start, options_.max_chain_life);
     if (chain_end <= now) {
       return terminate(absl::StrCat("the cluster reached the maximum warm-pool life of ",
                                     SecondsText(options_.max_chain_life)));
@@ -311,7 +312,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     available_[s->shape].push_back(id);  // ids ascend: the list stays sorted
     s->status = kAvailable;
     s->pool_id = id;
-    Schedule(pool, std::min(now + keep, chain_end));
+    Schedule(pool, std::min(internal::Plus(now, keep), chain_end));
     provider_.Recycle(pool.cluster);
     options_.policy->OnPoolAvailable(shape, now);
     return true;

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/internal/time_math.h"
 #include "core/internal/json_value.h"
 
 namespace kiln::sim {
@@ -81,7 +82,7 @@ absl::Duration DurationDist::Sample(RandomStream& rng) const {
   const double factor = Clamp(std::exp(sigma * rng.Normal()), max_factor);
   // In whole nanoseconds, inline: absl's Duration * double is a call to an
   // exact but slow scaling, a few percent of a simulation.
-  const int64_t ns = absl::ToInt64Nanoseconds(median);
+  const int64_t ns = internal::DurationNanos(median);
   const double scaled = static_cast<double>(ns) * factor;
   if (ns <= 0 || !(scaled < 0x1p62)) return median * factor;  // (also infinite)
   return absl::Nanoseconds(static_cast<int64_t>(scaled + 0.5));

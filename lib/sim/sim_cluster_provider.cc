@@ -14,6 +14,7 @@
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "core/internal/seq_window.h"
+#include "core/internal/time_math.h"
 #include "kiln/sim/sim.h"
 
 namespace kiln::sim {
@@ -153,8 +154,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
         const InstanceTypeModel& type = *sim->groups.front().model;
         d = type.container_start.Sample(rng);
         if (cold) {
-          d += sim->behavior.image_bytes > 0 ? type.image_pull.Time(sim->behavior.image_bytes, rng)
-                                             : sim->behavior.image_preparation;
+          d = internal::Plus(d, sim->behavior.image_bytes > 0
+                                    ? type.image_pull.Time(sim->behavior.image_bytes, rng)
+                                    : sim->behavior.image_preparation);
         }
       } else if (cold) {
         d = sim->behavior.image_preparation;
@@ -227,7 +229,8 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     if (attempt == 1 && sim->prepares > 1) js.stats.warm_start = true;
     Publish(sim->job_name, js);
     // The work left, and the wall time it takes at this attempt's pace.
-    sim->run_work = std::max(absl::ZeroDuration(), sim->behavior.run_duration - sim->run_base);
+    sim->run_work =
+        std::max(absl::ZeroDuration(), internal::Minus(sim->behavior.run_duration, sim->run_base));
     sim->pace = Pace(*sim, job, js.key, attempt);
     const absl::Duration remaining = sim->pace == 1.0 ? sim->run_work : sim->run_work * sim->pace;
     sim->run_wall = remaining;
@@ -707,13 +710,14 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     if (!sim.run_open) return;
     sim.run_open = false;
     const absl::Duration total = sim.behavior.run_duration;
-    const absl::Duration elapsed = loop_.Now() - sim.run_start;
+    const absl::Time now = loop_.Now();
+    const absl::Duration elapsed = internal::Minus(now, sim.run_start);
     // (Exactly the work left once the run's wall time is over, whatever the
     // rounding of the pace.)
     const absl::Duration executed = elapsed >= sim.run_wall ? sim.run_work
                                     : sim.pace == 1.0      ? elapsed
                                                            : std::min(sim.run_work, elapsed / sim.pace);
-    const bool completed = sim.run_base + executed >= total;
+    const bool completed = internal::Plus(sim.run_base, executed) >= total;
     absl::Duration saved = sim.run_base;
     if (completed) {
       saved = total;
@@ -726,10 +730,10 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     auto it = jobs_.find(Key(sim.job_name));
     if (it == jobs_.end()) return;
     JobState& js = it->second;
-    js.exposure_hours += absl::ToDoubleHours(loop_.Now() - sim.run_start) *
-                         static_cast<double>(sim.cluster.instances.size());
+    js.exposure_hours +=
+        internal::HoursDouble(elapsed) * static_cast<double>(sim.cluster.instances.size());
     SimJobStats& st = js.stats;
-    st.work_executed += executed;
+    st.work_executed = internal::Plus(st.work_executed, executed);
     st.progress = sim.progress_key.empty() && !completed ? absl::ZeroDuration() : saved;
     st.completed = completed;
     Publish(sim.job_name, js);
@@ -793,19 +797,19 @@ class SimClusterProviderImpl final : public SimClusterProvider {
 
   void AddInterval(const SimCluster& sim, absl::Duration d, SimAccounting& a) const {
     if (d <= absl::ZeroDuration()) return;
-    const double seconds = absl::ToDoubleSeconds(d);
+    const double seconds = internal::SecondsDouble(d);
     for (const GroupUse& g : sim.groups) {
-      const absl::Duration instance_time = d * g.count;
+      const absl::Duration instance_time = internal::Times(d, g.count);
       const double od_price = g.model != nullptr ? g.model->on_demand_per_hour : 0;
       const double spot_price = g.model != nullptr ? g.model->spot_per_hour : 0;
       if (sim.idle) {
-        a.warm_idle += instance_time;
+        a.warm_idle = internal::Plus(a.warm_idle, instance_time);
         a.cost += seconds * g.count * od_price / 3600.0;
       } else if (sim.cluster.spot) {
-        a.spot_busy += instance_time;
+        a.spot_busy = internal::Plus(a.spot_busy, instance_time);
         a.cost += seconds * g.count * spot_price / 3600.0;
       } else {
-        a.on_demand_busy += instance_time;
+        a.on_demand_busy = internal::Plus(a.on_demand_busy, instance_time);
         a.cost += seconds * g.count * od_price / 3600.0;
       }
     }
@@ -814,14 +818,14 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   void SetIdle(SimCluster& sim, bool idle) {
     if (!sim.granted || sim.idle == idle) return;
     const absl::Time now = loop_.Now();
-    AddInterval(sim, now - sim.since, accounting_);
+    AddInterval(sim, internal::Minus(now, sim.since), accounting_);
     sim.idle = idle;
     sim.since = now;
   }
 
   void CloseAccounting(SimCluster& sim) {
     if (!sim.granted) return;
-    AddInterval(sim, loop_.Now() - sim.since, accounting_);
+    AddInterval(sim, internal::Minus(loop_.Now(), sim.since), accounting_);
     sim.granted = false;
   }
 
@@ -868,7 +872,8 @@ class SimClusterProviderImpl final : public SimClusterProvider {
                                        [now](const Tracked& t) { return t.due < now; }),
                         sim->timers.end());
     }
-    sim->timers.push_back(Tracked{h, delay > absl::ZeroDuration() ? now + delay : now});
+    const absl::Time due = delay > absl::ZeroDuration() ? internal::Plus(now, delay) : now;
+    sim->timers.push_back(Tracked{h, due});
   }
 
   // Cancels the cluster's events still pending. (On a virtual loop, one due

@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "core/internal/time_math.h"
 #include "kiln/engine.h"
 #include "kiln/sim/scenario.h"
 #include "kiln/sim/sim.h"
@@ -382,8 +383,13 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     const SimJobStats st = provider_->ForgetJob(name);
     j.spot_interruptions += st.spot_interruptions;
     j.node_failures += st.instance_failures;
-    const absl::Duration advanced = std::max(absl::ZeroDuration(), st.progress - j.submission_base);
-    if (st.work_executed > advanced) j.lost_instance_time += (st.work_executed - advanced) * st.instance_count;
+    const absl::Duration advanced =
+        std::max(absl::ZeroDuration(), internal::Minus(st.progress, j.submission_base));
+    if (st.work_executed > advanced) {
+      const absl::Duration lost = internal::Minus(st.work_executed, advanced);
+      j.lost_instance_time =
+          internal::Plus(j.lost_instance_time, internal::Times(lost, st.instance_count));
+    }
     j.progress = std::max(j.progress, st.progress);
     if (j.submissions == 1 && st.warm_start) j.warm = true;
     if (st.holds_cluster) {
@@ -447,12 +453,13 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
         break;
     }
     if (j.first_training) {
-      startups_.push_back(static_cast<float>(absl::ToDoubleSeconds(*j.first_training - j.arrival)));
+      const absl::Duration startup = internal::Minus(*j.first_training, j.arrival);
+      startups_.push_back(static_cast<float>(internal::SecondsDouble(startup)));
       if (j.warm) ++warm_hits_;
     }
     spot_interruptions_ += j.spot_interruptions;
     node_failures_ += j.node_failures;
-    lost_instance_time_ += j.lost_instance_time;
+    lost_instance_time_ = internal::Plus(lost_instance_time_, j.lost_instance_time);
     bool met = true;
     if (j.deadline) {
       ++deadline_jobs_;

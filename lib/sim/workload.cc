@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "core/internal/time_math.h"
 #include "core/internal/json_value.h"
 #include "kiln/json.h"
 
@@ -36,12 +37,18 @@ SimJob MakeJob(const JobTemplate& t, const SharedRequest& request, std::string n
   job.request = request;
   KeyedRng rng(MixKey(key, kWork));
   SimJobAttributes& a = job.attributes;
-  a.work = std::max(absl::Seconds(1), absl::Floor(t.work.Sample(rng) + absl::Microseconds(500), absl::Milliseconds(1)));
+  // (Rounded to the millisecond.)
+  const absl::Duration work = internal::Plus(t.work.Sample(rng), absl::Microseconds(500));
+  a.work = std::max(absl::Seconds(1), internal::FloorTo(work, absl::Milliseconds(1)));
   a.checkpoint_interval = t.checkpoint_interval;
   a.image_bytes = t.image_bytes;
   a.data_bytes = t.data_bytes;
   a.epochs = t.epochs;
-  if (t.deadline_slack > 0) a.deadline = absl::Floor(a.work * t.deadline_slack + absl::Milliseconds(500), absl::Seconds(1));
+  if (t.deadline_slack > 0) {
+    const absl::Duration deadline =
+        internal::Plus(a.work * t.deadline_slack, absl::Milliseconds(500));
+    a.deadline = internal::FloorTo(deadline, absl::Seconds(1));
+  }
   a.spot_eligible = t.spot_eligible;
   if (t.algorithm_error_rate > 0) {
     KeyedRng err(MixKey(key, kAlgorithmError));
