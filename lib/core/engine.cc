@@ -209,7 +209,7 @@ enum class StopCause { kNone, kUser, kMaxRuntime, kMaxWait };
 
 // One SecondaryStatusTransition. Statuses and messages are the constants
 // above, so a transition holds pointers, not copies; the rare text appended to
-// a message (Job::details_) is kept apart, which keeps a transition at 32
+// a message (Job::Extras::details) is kept apart, which keeps a transition at 32
 // bytes.
 struct Transition {
   const char* status;
@@ -221,6 +221,24 @@ struct Transition {
   absl::Time start() const { return absl::FromUnixNanos(start_ns); }
   absl::Time end() const { return absl::FromUnixNanos(end_ns); }
   bool ended() const { return end_ns != kOpenNs; }
+};
+
+// A time that may be unset, in the size of an absl::Time (a std::optional's
+// flag would pad it by 8 bytes in every job): unset is absl::InfinitePast(),
+// which no event of the engine happens at. The subset of std::optional's
+// interface the engine uses.
+class MaybeTime {
+ public:
+  MaybeTime& operator=(absl::Time t) {
+    t_ = t;
+    return *this;
+  }
+  explicit operator bool() const { return t_ != absl::InfinitePast(); }
+  absl::Time operator*() const { return t_; }
+  void reset() { t_ = absl::InfinitePast(); }
+
+ private:
+  absl::Time t_ = absl::InfinitePast();
 };
 
 struct MetricState {
@@ -330,7 +348,8 @@ class Job final : public ContainerEvents {
   // text otherwise.
   std::string_view TransitionMessage(size_t i, std::string& scratch) const {
     const char* message = transitions_[i].message;
-    for (const auto& [index, detail] : details_) {
+    if (extras_ == nullptr) return message;
+    for (const auto& [index, detail] : extras_->details) {
       if (index == i) return scratch = absl::StrCat(message, ". ", detail);
     }
     return message;
@@ -371,12 +390,8 @@ class Job final : public ContainerEvents {
   // Starting, Downloading, Training, Uploading and the end, with room for a
   // Pending, in the job itself: no allocation on the usual path.
   absl::InlinedVector<Transition, 6> transitions_;
-  // Text appended to some transitions' messages: (transition index, text).
-  std::vector<std::pair<size_t, std::string>> details_;
-  std::optional<absl::Time> training_start_;
-  std::optional<absl::Time> training_end_;
-  std::string failure_reason_;
-  std::vector<MetricState> metrics_;
+  MaybeTime training_start_;
+  MaybeTime training_end_;
 
   Phase phase_ = Phase::kProvisioning;
   StopCause stop_cause_ = StopCause::kNone;
@@ -384,7 +399,7 @@ class Job final : public ContainerEvents {
   // completions that carry an older generation are ignored.
   uint64_t generation_ = 0;
   std::optional<Cluster> cluster_;
-  std::optional<absl::Time> pending_since_;
+  MaybeTime pending_since_;
   absl::Duration next_retry_delay_;
   TimerHandle retry_timer_;
   uint64_t runtime_deadline_ = 0;  // token in EngineImpl::runtime_deadlines_, or 0
@@ -401,7 +416,7 @@ class Job final : public ContainerEvents {
   int infrastructure_failures_ = 0;
   bool on_spot_ = false;                  // capacity type of the current attempt
   absl::Duration held_;                   // instance time of ended attempts (billable)
-  std::optional<absl::Time> held_since_;  // the current attempt's cluster is held since
+  MaybeTime held_since_;  // the current attempt's cluster is held since
   uint64_t max_wait_deadline_ = 0;  // token in EngineImpl::max_wait_deadlines_, or 0
   // running_[i]: the container of cluster_->instances[i] has not exited.
   // containers_running_ counts the true ones.
@@ -409,7 +424,22 @@ class Job final : public ContainerEvents {
   // An interruption being handled: containers are stopping.
   bool interrupting_ = false;
   bool interrupt_preempted_ = false;
-  std::string interrupted_host_;
+
+  // What few jobs have, apart from the record (allocated when first set):
+  // a usual job keeps none of it, and a finished job's record stays smaller
+  // by 104 bytes (the engine keeps every finished job until deleted).
+  struct Extras {
+    // Text appended to some transitions' messages: (transition index, text).
+    std::vector<std::pair<size_t, std::string>> details;
+    std::string failure_reason;
+    std::vector<MetricState> metrics;  // the request's MetricDefinitions
+    std::string interrupted_host;      // the host of the interruption being handled
+  };
+  Extras& extras() {
+    if (extras_ == nullptr) extras_ = std::make_unique<Extras>();
+    return *extras_;
+  }
+  std::unique_ptr<Extras> extras_;
 };
 
 // A job's ARN in a buffer on the stack (on the heap only for the longest
@@ -795,7 +825,9 @@ void Job::Compact() {
     request_ = nullptr;
     engine_.GiveBackStore(std::move(store_));
   }
-  for (MetricState& m : metrics_) m.regex.reset();
+  if (extras_ != nullptr) {
+    for (MetricState& m : extras_->metrics) m.regex.reset();
+  }
 }
 
 void Job::OnLogLine(const Instance& instance, std::string_view line) {
@@ -907,7 +939,7 @@ v1::CreateTrainingJobResponse EngineImpl::Accept(Job& ref) {
     m.name = def.name();
     // Validation compiled it already; it cannot fail here.
     m.regex = internal::Regex::Compile(def.regex(), internal::Regex::Mode::kSearch, nullptr);
-    ref.metrics_.push_back(std::move(m));
+    ref.extras().metrics.push_back(std::move(m));
   }
   ref.next_retry_delay_ = options_.capacity_retry_initial;
   by_seq_.Add(ref.seq_, &ref);
@@ -941,7 +973,9 @@ absl::StatusOr<v1::DescribeTrainingJobResponse> EngineImpl::Describe(
               absl::StrCat(job->name(), "/output/model.tar.gz")));
   d.set_training_job_status(job->status_);
   d.set_secondary_status(job->transitions_.back().status);
-  if (!job->failure_reason_.empty()) d.set_failure_reason(job->failure_reason_);
+  if (job->extras_ != nullptr && !job->extras_->failure_reason.empty()) {
+    d.set_failure_reason(job->extras_->failure_reason);
+  }
   if (!d.stopping_condition().has_max_runtime_in_seconds()) {
     d.mutable_stopping_condition()->set_max_runtime_in_seconds(kDefaultMaxRuntimeSeconds);
   }
@@ -971,7 +1005,8 @@ absl::StatusOr<v1::DescribeTrainingJobResponse> EngineImpl::Describe(
       last->set_status_message(absl::StrCat(last->status_message(), ". Warm pool not kept: ", reason));
     }
   }
-  for (const MetricState& m : job->metrics_) {
+  const std::vector<MetricState> no_metrics;
+  for (const MetricState& m : job->extras_ != nullptr ? job->extras_->metrics : no_metrics) {
     if (!m.value) continue;
     auto* out = d.add_final_metric_data_list();
     out->set_metric_name(m.name);
@@ -1181,7 +1216,9 @@ void EngineImpl::SetStatus(Job& job, const char* status, const char* secondary,
   if (!job.transitions_.empty()) job.transitions_.back().end_ns = now_ns;
   job.status_ = status;
   job.transitions_.push_back(Transition{secondary, message, now_ns});
-  if (!detail.empty()) job.details_.emplace_back(job.transitions_.size() - 1, std::move(detail));
+  if (!detail.empty()) {
+    job.extras().details.emplace_back(job.transitions_.size() - 1, std::move(detail));
+  }
   job.last_modified_ = now;
   if (observers_.empty()) return;
   std::string scratch;
@@ -1388,8 +1425,9 @@ void EngineImpl::OnContainersStarted(Job& job, absl::Status status) {
 void EngineImpl::HandleLogLine(Job& job, const Instance& instance, std::string_view line) {
   const absl::Time now = Now();
   for (JobObserver* o : observers_) o->OnLogLine(job.name(), instance.host_name, line, now);
+  if (job.extras_ == nullptr) return;  // (no metrics)
   std::string group;
-  for (MetricState& m : job.metrics_) {
+  for (MetricState& m : job.extras_->metrics) {
     double value = 0;
     if (m.regex->Search(line, &group) && absl::SimpleAtod(group, &value)) {
       m.value = value;
@@ -1502,7 +1540,7 @@ void EngineImpl::Stop(Job& job, StopCause cause) {
 }
 
 void EngineImpl::Fail(Job& job, std::string reason, bool healthy) {
-  job.failure_reason_ = std::move(reason);
+  job.extras().failure_reason = std::move(reason);
   Finish(job, kFailed, kFailed, kMsgFailed, healthy);
 }
 
@@ -1584,7 +1622,7 @@ void EngineImpl::OnInstanceLost(const Cluster& cluster, const Instance& instance
 void EngineImpl::Interrupt(Job& job, const std::string& host, bool preempted) {
   job.interrupting_ = true;
   job.interrupt_preempted_ = preempted;
-  job.interrupted_host_ = host;
+  job.extras().interrupted_host = host;
   if (preempted) {
     ++job.spot_interruptions_;
     SetStatus(job, kInProgress, kInterrupted, kMsgInterrupted,
@@ -1644,7 +1682,7 @@ void EngineImpl::EndInterruption(Job& job) {
   const auto& sc = job.request().stopping_condition();
   InterruptionContext context;
   context.job_name = job.name();
-  context.host_name = job.interrupted_host_;
+  context.host_name = job.extras().interrupted_host;
   context.preempted = job.interrupt_preempted_;
   context.on_spot = job.on_spot_;
   context.attempt = job.attempt_;
@@ -1673,7 +1711,7 @@ void EngineImpl::EndInterruption(Job& job) {
   if (!preempted) {
     // A retry after a lost instance goes back to Starting at once.
     SetStatus(job, kInProgress, kStarting, kMsgRestarting,
-              absl::StrCat("Instance ", job.interrupted_host_, " was lost; infrastructure retry ",
+              absl::StrCat("Instance ", job.extras().interrupted_host, " was lost; infrastructure retry ",
                            job.infrastructure_failures_, " of ", context.max_retry_attempts,
                            " (RetryStrategy)"));
   }
