@@ -1711,9 +1711,9 @@ void EngineImpl::EndInterruption(Job& job) {
   if (!preempted) {
     // A retry after a lost instance goes back to Starting at once.
     SetStatus(job, kInProgress, kStarting, kMsgRestarting,
-              absl::StrCat("Instance ", job.extras().interrupted_host, " was lost; infrastructure retry ",
-                           job.infrastructure_failures_, " of ", context.max_retry_attempts,
-                           " (RetryStrategy)"));
+              absl::StrCat("Instance ", job.extras().interrupted_host,
+                           " was lost; infrastructure retry ", job.infrastructure_failures_,
+                           " of ", context.max_retry_attempts, " (RetryStrategy)"));
   }
   job.retry_timer_ = loop_.ScheduleAfter(decision.delay, [this, token = TokenOf(job), preempted] {
     Job* j = Resume(token);
