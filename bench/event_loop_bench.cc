@@ -8,7 +8,8 @@
 //     BM_HoldQueue/<queue> on a queue alone through the EventQueue interface (Top, then
 //     ReplaceTop, as the loop does); BM_HoldStdPriorityQueue on std::priority_queue, the baseline
 //     any queue must beat. The exponential sample (a SplitMix64 draw and a log) is part of the
-//     model and of every figure.
+//     model and of every figure; BM_HoldSampler measures it alone (with the absl::Duration the
+//     model makes of it), so that a figure can be told net of it.
 //   * BM_Sleepers/N/K, BM_SleepersDistinctPeriods/N/K: N actors each sleeping K times (each
 //     actor a callback that reschedules itself) on the default queue: the pattern of
 //     bench/simgrid_sleepers.cc, the SimGrid 3.32 peer. bench/compare_simgrid.py runs both and
@@ -166,6 +167,21 @@ void BM_HoldQueue(benchmark::State& state, QueueFactory make_queue) {
 }
 BENCHMARK_CAPTURE(BM_HoldQueue, heap, &NewHeapEventQueue) KILN_HOLD_SIZES;
 BENCHMARK_CAPTURE(BM_HoldQueue, ladder, &NewLadderEventQueue) KILN_HOLD_SIZES;
+
+// The hold model's own work without any queue: the exponential sample and the absl::Duration
+// made of it, as HoldModel::ScheduleOne does per event.
+void BM_HoldSampler(benchmark::State& state) {
+  ExponentialNs exp(/*seed=*/42, kOneSecondNs);
+  int64_t events = 0;
+  for (auto _ : state) {
+    for (int64_t k = 0; k < kHoldEventsPerIteration; ++k) {
+      benchmark::DoNotOptimize(absl::Nanoseconds(exp.Next()));
+    }
+    events += kHoldEventsPerIteration;
+  }
+  SetEventRate(state, events);
+}
+BENCHMARK(BM_HoldSampler)->Unit(benchmark::kMillisecond);
 
 // The baseline: std::priority_queue of the same entries, ordered the same way.
 void BM_HoldStdPriorityQueue(benchmark::State& state) {

@@ -97,7 +97,7 @@ struct alignas(64) EventSlot {
   alignas(16) unsigned char storage[kInlineBytes];
   void (*invoke)(void*);
   void (*destroy)(void*);  // null: nothing to destroy
-  uint32_t generation = 1;
+  uint32_t generation = 1;  // odd: steps by 2 (event_loop.cc)
   uint32_t link = 0;
 };
 static_assert(sizeof(EventSlot) == 64);
@@ -108,7 +108,7 @@ static_assert(sizeof(EventSlot) == 64);
 // cancel it. Default-constructed = invalid. Copyable; holding a handle keeps nothing alive.
 // A handle stays safe to use after its event ran or was cancelled (Cancel then returns false):
 // the loop reuses the callback's slot but bumps the slot's generation, which the handle
-// records. (A handle kept across 2^32 reuses of one slot could alias a new event.)
+// records. (A handle kept across 2^31 reuses of one slot could alias a new event.)
 // Thread-compatible.
 class TimerHandle {
  public:

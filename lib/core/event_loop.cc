@@ -96,11 +96,9 @@ int64_t ToInt64Ns(absl::Duration d) {
   return absl::ToInt64Nanoseconds(d);
 }
 
-// Generations skip 0, which marks invalid handles.
-uint32_t NextGeneration(uint32_t g) {
-  ++g;
-  return g == 0 ? 1 : g;
-}
+// Generations are odd (a slot's starts at 1), so they never reach 0, which marks invalid
+// handles, and stepping one is a single add.
+uint32_t NextGeneration(uint32_t g) { return g + 2; }
 
 // The callback table. Slots live in chunks that never move.
 class SlotTable {
