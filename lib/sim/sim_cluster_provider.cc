@@ -110,8 +110,8 @@ class SimClusterProviderImpl final : public SimClusterProvider {
                                                  Join({"algo-", number}), g.name, g.instance_type});
       }
       sim.groups.push_back(GroupUse{g.instance_type, g.count,
-                                    models_ != nullptr ? &models_->Type(g.instance_type) : nullptr,
-                                    models_ != nullptr ? &types_[g.instance_type] : nullptr});
+                                    models_ != nullptr ? TypeOf(g.instance_type).model : nullptr,
+                                    models_ != nullptr ? TypeOf(g.instance_type).state : nullptr});
     }
     absl::Duration latency = sim.behavior.provision_latency;
     if (models_ != nullptr) {
@@ -484,6 +484,22 @@ class SimClusterProviderImpl final : public SimClusterProvider {
 
   // --- Capacity (with models)
 
+  // An instance type's model and capacity state. A provisioned cluster asks for
+  // the same type several times in a row (Admit, then each group), and a
+  // workload uses few types: the last answer is kept, saving two lookups by
+  // name in ordered maps. REQUIRES: models_.
+  struct TypeRef {
+    const InstanceTypeModel* model;
+    TypeState* state;  // a node of types_, which never erases one
+  };
+  TypeRef TypeOf(std::string_view type) {
+    if (last_type_.state == nullptr || type != last_type_name_) {
+      last_type_name_.assign(type);
+      last_type_ = TypeRef{&models_->Type(type), &types_[last_type_name_]};
+    }
+    return last_type_;
+  }
+
   // Instances the spec needs, per type, and whether they are there now.
   bool Admit(const ClusterSpec& spec) {
     const auto& groups = spec.groups;
@@ -497,12 +513,13 @@ class SimClusterProviderImpl final : public SimClusterProvider {
         count += groups[k].count;
       }
       if (seen) continue;  // counted with its first group
-      const InstanceTypeModel& model = models_->Type(type);
+      const auto [m, state] = TypeOf(type);
+      const InstanceTypeModel& model = *m;
       if (!spec.spot) {
-        if (model.capacity && types_[type].on_demand + count > *model.capacity) return false;
+        if (model.capacity && state->on_demand + count > *model.capacity) return false;
       } else if (model.spot.kind == SpotMarket::Kind::kTrace) {
-        if (types_[type].spot + count > model.spot.trace.AvailableAt(loop_.Now() - origin_)) return false;
-      } else if (model.spot.capacity && types_[type].spot + count > *model.spot.capacity) {
+        if (state->spot + count > model.spot.trace.AvailableAt(loop_.Now() - origin_)) return false;
+      } else if (model.spot.capacity && state->spot + count > *model.spot.capacity) {
         return false;
       }
     }
@@ -605,8 +622,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   // Trace markets: wake at the next tick whose count differs, while spot
   // instances of the type are held.
   void ArmTrace(const std::string& type) {
-    TypeState& ts = types_[type];
-    const InstanceTypeModel& model = models_->Type(type);
+    const auto [m, state] = TypeOf(type);
+    TypeState& ts = *state;
+    const InstanceTypeModel& model = *m;
     if (ts.armed || ts.spot == 0 || model.spot.kind != SpotMarket::Kind::kTrace) return;
     const SpotTrace& trace = model.spot.trace;
     if (trace.available.empty()) return;
@@ -619,9 +637,10 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   }
 
   void OnTick(const std::string& type) {
-    TypeState& ts = types_[type];
+    const auto [m, state] = TypeOf(type);
+    TypeState& ts = *state;
     ts.armed = false;
-    const InstanceTypeModel& model = models_->Type(type);
+    const InstanceTypeModel& model = *m;
     const int64_t available = model.spot.trace.AvailableAt(loop_.Now() - origin_);
     // Take back the newest clusters first until what is held fits.
     for (auto it = ts.spot_clusters.rbegin(); it != ts.spot_clusters.rend() && ts.spot - ts.spot_doomed > available;
@@ -902,6 +921,8 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   absl::flat_hash_map<std::string, JobState> jobs_;
   absl::flat_hash_map<std::string, absl::Duration> progress_;  // saved work per checkpoint S3Uri
   std::map<std::string, TypeState> types_;
+  std::string last_type_name_;  // TypeOf's last answer
+  TypeRef last_type_{nullptr, nullptr};
   SimAccounting accounting_;
   ClusterListener* listener_ = nullptr;
   uint64_t next_cluster_ = 0;
