@@ -649,7 +649,13 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
     }
   }
 
-  std::string Arn(const Job& job) const { return arn_prefix_ + job.name(); }
+  // One allocation of the exact size (`prefix + name` copies the prefix, then grows it).
+  std::string Arn(const Job& job) const {
+    std::string arn;
+    arn.reserve(arn_prefix_.size() + job.name().size());
+    arn.append(arn_prefix_).append(job.name());
+    return arn;
+  }
   // The ARN for a JobContext, which only lends it for the call: on the stack.
   ArnText ContextArn(const Job& job) const { return ArnText(arn_prefix_, job.name()); }
 
@@ -712,10 +718,12 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   absl::StatusOr<v1::UpdateTrainingJobResponse> Update(const v1::UpdateTrainingJobRequest& request);
   absl::Status Delete(const v1::DeleteTrainingJobRequest& request);
 
-  // Lifecycle steps.
-  void SetStatus(Job& job, const char* status, const char* secondary, const char* message,
-                 std::string detail = "");
-  void SetMessage(Job& job, const char* message);
+  // Lifecycle steps. Statuses and messages are the constants above (a
+  // transition keeps their data(), NUL-terminated); as views, their lengths
+  // are known where they are named instead of counted at each event.
+  void SetStatus(Job& job, std::string_view status, std::string_view secondary,
+                 std::string_view message, std::string detail = "");
+  void SetMessage(Job& job, std::string_view message);
   void Provision(Job& job);
   void OnProvisioned(const JobToken& token, absl::StatusOr<Cluster> cluster);
   void OnClusterReady(Job& job);
@@ -730,8 +738,8 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   // `healthy`: whether the cluster may be kept in a warm pool afterwards (an
   // algorithm error leaves it healthy; infrastructure failures may not).
   void Fail(Job& job, std::string reason, bool healthy = false);
-  void Finish(Job& job, const char* status, const char* secondary, const char* message,
-              bool healthy = true);
+  void Finish(Job& job, std::string_view status, std::string_view secondary,
+              std::string_view message, bool healthy = true);
   void ReturnCluster(Job& job, bool healthy);
   void CancelTimers(Job& job);
   // Queues an ended job for Job::Compact (see to_compact_).
@@ -1209,27 +1217,28 @@ absl::Status EngineImpl::Delete(const v1::DeleteTrainingJobRequest& request) {
 // ---------------------------------------------------------------------------
 // Lifecycle
 
-void EngineImpl::SetStatus(Job& job, const char* status, const char* secondary,
-                           const char* message, std::string detail) {
+void EngineImpl::SetStatus(Job& job, std::string_view status, std::string_view secondary,
+                           std::string_view message, std::string detail) {
   const absl::Time now = Now();
   const int64_t now_ns = internal::UnixNanos(now);
   if (!job.transitions_.empty()) job.transitions_.back().end_ns = now_ns;
-  job.status_ = status;
-  job.transitions_.push_back(Transition{secondary, message, now_ns});
+  job.status_ = status.data();
+  job.transitions_.push_back(Transition{secondary.data(), message.data(), now_ns});
+  // The event's message: TransitionMessage() of the new transition.
+  std::string text;
   if (!detail.empty()) {
+    if (!observers_.empty()) text.append(message).append(". ").append(detail);
     job.extras().details.emplace_back(job.transitions_.size() - 1, std::move(detail));
   }
   job.last_modified_ = now;
   if (observers_.empty()) return;
-  std::string scratch;
-  const std::string_view text = job.TransitionMessage(job.transitions_.size() - 1, scratch);
-  StatusEvent event{job.name(), job.status_, secondary, text, now};
+  StatusEvent event{job.name(), status, secondary, text.empty() ? message : text, now};
   for (JobObserver* o : observers_) o->OnStatusChange(event);
 }
 
-void EngineImpl::SetMessage(Job& job, const char* message) {
+void EngineImpl::SetMessage(Job& job, std::string_view message) {
   Transition& t = job.transitions_.back();
-  t.message = message;
+  t.message = message.data();
   job.last_modified_ = Now();
   if (observers_.empty()) return;
   std::string scratch;
@@ -1544,7 +1553,8 @@ void EngineImpl::Fail(Job& job, std::string reason, bool healthy) {
   Finish(job, kFailed, kFailed, kMsgFailed, healthy);
 }
 
-void EngineImpl::Finish(Job& job, const char* status, const char* secondary, const char* message,
+void EngineImpl::Finish(Job& job, std::string_view status, std::string_view secondary,
+                        std::string_view message,
                         bool healthy) {
   ++job.generation_;
   CancelTimers(job);

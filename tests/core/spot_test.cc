@@ -166,6 +166,40 @@ TEST_F(SpotTest, OneInterruptionThenCapacityFound) {
             "preemptions count against MaxWaitTimeInSeconds only");
 }
 
+// An observer sees each transition with the message Describe reports for it,
+// appended texts (the interruption's, the final savings line) included.
+TEST_F(SpotTest, ObserversSeeEachTransitionsWholeMessage) {
+  struct Messages : JobObserver {
+    void OnStatusChange(const StatusEvent& e) override {
+      seen.push_back(absl::StrCat(std::string(e.secondary_status), ": ", std::string(e.message)));
+    }
+    std::vector<std::string> seen;
+  } observer;
+  engine_->AddObserver(&observer);
+  sim::SimJobBehavior b;
+  b.spot_notices = {absl::Seconds(100)};
+  behaviors_["job"] = b;
+  Create(Spot("job"));
+  loop_->RunUntilIdle();
+  std::vector<std::string> described;
+  const v1::DescribeTrainingJobResponse d = Describe("job");
+  for (const auto& t : d.secondary_status_transitions()) {
+    described.push_back(absl::StrCat(t.status(), ": ", t.status_message()));
+  }
+  // Each described transition was reported as it is described, in order (a
+  // message changed later, as Pending's is, was reported again).
+  size_t next = 0;
+  for (const std::string& m : observer.seen) {
+    if (next < described.size() && m == described[next]) ++next;
+  }
+  EXPECT_EQ(next, described.size()) << "not reported: " << described[next] << "\nreported:\n"
+                                    << absl::StrJoin(observer.seen, "\n");
+  EXPECT_EQ(observer.seen.back(),
+            "Completed: Training job completed. Managed spot training savings: 10.5%. 1 spot "
+            "interruption(s), 0 lost instance(s) over 2 attempt(s)");
+  engine_->RemoveObserver(&observer);
+}
+
 TEST_F(SpotTest, InterruptedUntilMaxWaitRanOut) {
   sim::SimJobBehavior b;
   b.spot_notices = std::vector<absl::Duration>(10, absl::Seconds(100));
