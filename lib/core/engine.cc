@@ -1224,14 +1224,19 @@ void EngineImpl::SetStatus(Job& job, std::string_view status, std::string_view s
   if (!job.transitions_.empty()) job.transitions_.back().end_ns = now_ns;
   job.status_ = status.data();
   job.transitions_.push_back(Transition{secondary.data(), message.data(), now_ns});
+  job.last_modified_ = now;
+  if (observers_.empty()) {
+    if (!detail.empty()) {
+      job.extras().details.emplace_back(job.transitions_.size() - 1, std::move(detail));
+    }
+    return;
+  }
   // The event's message: TransitionMessage() of the new transition.
   std::string text;
   if (!detail.empty()) {
-    if (!observers_.empty()) text.append(message).append(". ").append(detail);
+    text.append(message).append(". ").append(detail);
     job.extras().details.emplace_back(job.transitions_.size() - 1, std::move(detail));
   }
-  job.last_modified_ = now;
-  if (observers_.empty()) return;
   StatusEvent event{job.name(), status, secondary, text.empty() ? message : text, now};
   for (JobObserver* o : observers_) o->OnStatusChange(event);
 }
