@@ -32,17 +32,6 @@ uint64_t HashName(std::string_view text) {
   return h;
 }
 
-uint64_t MixKey(uint64_t a, uint64_t b) {
-  uint64_t z = a + 0x9e3779b97f4a7c15ull * (b + 1);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-uint64_t MixKey(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e) {
-  return MixKey(MixKey(MixKey(MixKey(a, b), c), d), e);
-}
-
 uint64_t KeyedRng::Next() {
   uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

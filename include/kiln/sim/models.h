@@ -93,8 +93,16 @@ namespace kiln::sim {
 uint64_t HashName(std::string_view text);
 
 // Mixes values into one key (SplitMix64's finalizer over a running sum).
-uint64_t MixKey(uint64_t a, uint64_t b);
-uint64_t MixKey(uint64_t a, uint64_t b, uint64_t c, uint64_t d = 0, uint64_t e = 0);
+// Inline: a simulated job mixes a few keys at each of its random draws.
+inline uint64_t MixKey(uint64_t a, uint64_t b) {
+  uint64_t z = a + 0x9e3779b97f4a7c15ull * (b + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+inline uint64_t MixKey(uint64_t a, uint64_t b, uint64_t c, uint64_t d = 0, uint64_t e = 0) {
+  return MixKey(MixKey(MixKey(MixKey(a, b), c), d), e);
+}
 
 // A source of 64-bit random words with the distributions Kiln uses.
 class RandomStream {
