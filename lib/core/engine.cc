@@ -1559,8 +1559,7 @@ void EngineImpl::Fail(Job& job, std::string reason, bool healthy) {
 }
 
 void EngineImpl::Finish(Job& job, std::string_view status, std::string_view secondary,
-                        std::string_view message,
-                        bool healthy) {
+                        std::string_view message, bool healthy) {
   ++job.generation_;
   CancelTimers(job);
   job.max_wait_deadline_ = 0;

@@ -109,9 +109,8 @@ class SimClusterProviderImpl final : public SimClusterProvider {
         sim.cluster.instances.push_back(Instance{Join({sim.cluster.id, "-i", number}),
                                                  Join({"algo-", number}), g.name, g.instance_type});
       }
-      sim.groups.push_back(GroupUse{g.instance_type, g.count,
-                                    models_ != nullptr ? TypeOf(g.instance_type).model : nullptr,
-                                    models_ != nullptr ? TypeOf(g.instance_type).state : nullptr});
+      const TypeRef type = models_ != nullptr ? TypeOf(g.instance_type) : TypeRef{nullptr, nullptr};
+      sim.groups.push_back(GroupUse{g.instance_type, g.count, type.model, type.state});
     }
     absl::Duration latency = sim.behavior.provision_latency;
     if (models_ != nullptr) {
