@@ -216,7 +216,12 @@ class SimClusterProviderImpl final : public SimClusterProvider {
                               ? job.request.checkpoint_config().s3_uri()
                               : sim->behavior.checkpoint_key;
     }
-    sim->run_base = sim->progress_key.empty() ? absl::ZeroDuration() : progress_[sim->progress_key];
+    sim->run_base = absl::ZeroDuration();  // no checkpoint, or none saved yet
+    if (!sim->progress_key.empty()) {
+      // A lookup, not operator[]: a first run would otherwise add an entry (and
+      // a copy of its key) only to read zero from it.
+      if (auto it = progress_.find(sim->progress_key); it != progress_.end()) sim->run_base = it->second;
+    }
     sim->run_start = loop_.Now();
     sim->run_open = true;
     JobState& js = JobFor(sim->job_name);
