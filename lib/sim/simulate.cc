@@ -2,6 +2,7 @@
 // in virtual time, one policy at a time.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,6 +28,14 @@ constexpr absl::Duration kDrainLimit = absl::Hours(24 * 30);
 
 // (Debian's Abseil hashes absl::string_view, not std::string_view.)
 absl::string_view Key(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+// s == literal, with the bytes compared inline (string_view's == calls an
+// out-of-line compare when the sizes match): status events come at every
+// phase of every job.
+template <size_t N>
+bool Is(std::string_view s, const char (&literal)[N]) {
+  return s.size() == N - 1 && std::memcmp(s.data(), literal, N - 1) == 0;
+}
 
 enum class Phase { kWaiting, kPreparing, kTraining, kUploading, kEnded };
 enum class End { kCompleted, kFailed, kStopped };
@@ -197,32 +206,35 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
 
   void OnStatusChange(const StatusEvent& e) override {
     const std::string_view status = e.status;
-    const bool ended = status == "Completed" || status == "Failed" || status == "Stopped";
+    const bool ended = Is(status, "Completed") || Is(status, "Failed") || Is(status, "Stopped");
     // Only Uniform Progress follows the phases; the rest is the first
     // Training (startup latency) and the end. (Most events need no lookup.)
     if (!ended && policy_.spot.kind != SpotChoice::Kind::kUniformProgress &&
-        e.secondary_status != "Training") {
+        !Is(e.secondary_status, "Training")) {
       return;
     }
     auto it = active_.find(Key(e.job_name));
     if (it == active_.end()) return;
     Job& j = *it->second;
     const std::string_view s = e.secondary_status;
-    if (s == "Training") {
+    if (Is(s, "Training")) {
       j.phase = Phase::kTraining;
       if (!j.first_training) j.first_training = e.time;
-    } else if (s == "Uploading") {
+    } else if (Is(s, "Uploading")) {
       j.phase = Phase::kUploading;
-    } else if (s == "Downloading") {
+    } else if (Is(s, "Downloading")) {
       j.phase = Phase::kPreparing;
-    } else if (s == "Starting") {
-      j.phase = e.message == "Preparing the instances for training" ? Phase::kPreparing : Phase::kWaiting;
-    } else if (s == "Pending" || s == "Interrupted") {
+    } else if (Is(s, "Starting")) {
+      j.phase = Is(e.message, "Preparing the instances for training") ? Phase::kPreparing
+                                                                       : Phase::kWaiting;
+    } else if (Is(s, "Pending") || Is(s, "Interrupted")) {
       j.phase = Phase::kWaiting;
     }
     if (ended) {
       j.phase = Phase::kEnded;
-      const End end = status == "Completed" ? End::kCompleted : status == "Failed" ? End::kFailed : End::kStopped;
+      const End end = Is(status, "Completed") ? End::kCompleted
+                      : Is(status, "Failed")  ? End::kFailed
+                                              : End::kStopped;
       // Not inline: the engine is in the middle of ending the job. (A job
       // leaves active_ only in Finalize, and ends once per submission, so
       // `j` is still there then; Finalize checks it is.)
@@ -230,7 +242,7 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
       return;
     }
     if (policy_.spot.kind == SpotChoice::Kind::kUniformProgress && j.on_spot && j.deadline &&
-        j.phase == Phase::kWaiting && s == "Starting") {
+        j.phase == Phase::kWaiting && Is(s, "Starting")) {
       ArmSafety(j);
     }
   }
