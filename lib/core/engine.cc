@@ -1234,6 +1234,7 @@ void EngineImpl::SetStatus(Job& job, std::string_view status, std::string_view s
   // The event's message: TransitionMessage() of the new transition.
   std::string text;
   if (!detail.empty()) {
+    text.reserve(message.size() + 2 + detail.size());
     text.append(message).append(". ").append(detail);
     job.extras().details.emplace_back(job.transitions_.size() - 1, std::move(detail));
   }
