@@ -220,7 +220,8 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     if (!sim->progress_key.empty()) {
       // A lookup, not operator[]: a first run would otherwise add an entry (and
       // a copy of its key) only to read zero from it.
-      if (auto it = progress_.find(sim->progress_key); it != progress_.end()) sim->run_base = it->second;
+      auto saved = progress_.find(sim->progress_key);
+      if (saved != progress_.end()) sim->run_base = saved->second;
     }
     sim->run_start = loop_.Now();
     sim->run_open = true;
