@@ -2,6 +2,7 @@
 #include <charconv>
 #include <csignal>
 #include <cstdint>
+#include <deque>
 #include <initializer_list>
 #include <map>
 #include <memory>
@@ -96,8 +97,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     SimCluster& sim = *owned;
     sim.seq = seq;
     sim.behavior = std::move(behavior);
-    sim.owner_job = spec.job_name;
-    sim.owner_key = js.key;
+    SetOwner(sim, spec.job_name, js);
     char digits[20];
     sim.cluster.id = Join({kClusterPrefix, Decimal(seq, digits)});
     sim.cluster.spot = spec.spot;
@@ -207,9 +207,13 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     sim->running.assign(n, true);
     sim->exit_timers.assign(n, TimerHandle());
     sim->exits.resize(n);
+    // The job's state: through the cluster's reference when the job that asked
+    // for the cluster runs on it (no lookup by name), else by name.
+    JobState* const owner = sim->owner_job == job.job_name ? OwnerState(*sim) : nullptr;
+    JobState& js = owner != nullptr ? *owner : JobFor(job.job_name);
+    sim->job_name.assign(job.job_name);
+    SetOwner(*sim, job.job_name, js);
     // The work model: resume from saved progress, if any.
-    sim->job_name = std::string(job.job_name);
-    sim->owner_job = sim->job_name;
     sim->progress_key.clear();
     if (job.request.has_checkpoint_config() && sim->behavior.checkpoint_interval > absl::ZeroDuration()) {
       sim->progress_key = sim->behavior.checkpoint_key.empty()
@@ -225,8 +229,6 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     }
     sim->run_start = loop_.Now();
     sim->run_open = true;
-    JobState& js = JobFor(sim->job_name);
-    sim->owner_key = js.key;
     js.cluster_seq = sim->seq;
     const int attempt = ++js.attempts;
     js.stats.attempts = attempt;
@@ -345,23 +347,28 @@ class SimClusterProviderImpl final : public SimClusterProvider {
 
   SimJobStats JobStats(std::string_view job) const override {
     auto it = jobs_.find(Key(job));
-    return it == jobs_.end() ? SimJobStats() : it->second.stats;
+    return it == jobs_.end() ? SimJobStats() : job_states_[it->second].stats;
   }
 
   SimJobStats ForgetJob(std::string_view job) override {
     auto it = jobs_.find(Key(job));
     if (it == jobs_.end()) return SimJobStats();
+    JobState& js = job_states_[it->second];
     // Nothing of a forgotten job may reach its (possibly deleted) events.
-    if (SimCluster* sim = Find(it->second.cluster_seq); sim != nullptr && sim->job_name == job) {
+    if (SimCluster* sim = Find(js.cluster_seq); sim != nullptr && sim->job_name == job) {
       EndRun(*sim);
       sim->events = nullptr;
       for (TimerHandle h : sim->exit_timers) loop_.Cancel(h);
       std::fill(sim->running.begin(), sim->running.end(), false);
     }
-    SimJobStats stats = it->second.stats;
-    if (const SimCluster* sim = Find(it->second.cluster_seq)) {
+    SimJobStats stats = js.stats;
+    if (const SimCluster* sim = Find(js.cluster_seq)) {
       stats.holds_cluster = sim->owner_job == job;
     }
+    // The slot's next generation: a cluster's reference to the forgotten job
+    // no longer reaches the slot, whoever takes it next.
+    js.generation = js.generation == UINT32_MAX ? 1 : js.generation + 1;
+    free_job_slots_.push_back(it->second);
     jobs_.erase(it);
     return stats;
   }
@@ -420,6 +427,10 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     // whose containers ran on it last.
     std::string owner_job;
     uint64_t owner_key = 0;  // HashName(owner_job)
+    // Its state: job_states_[owner_slot] while that slot's generation is
+    // owner_generation (0: none; see OwnerState).
+    uint32_t owner_slot = 0;
+    uint32_t owner_generation = 0;
     // The run in progress, for the work model.
     std::string job_name;
     std::string progress_key;  // the checkpoint key (or CheckpointConfig.S3Uri), or empty
@@ -438,7 +449,12 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     uint64_t grant_no = 0;  // trace markets: its place in TypeState::spot_clusters (0: none)
   };
 
+  // A job's state, from its first Provision or StartContainers until
+  // ForgetJob. It stays in its slot of job_states_; the slot is reused after
+  // ForgetJob under the next generation.
   struct JobState {
+    uint32_t generation = 1;
+    uint32_t slot = 0;
     uint64_t key = 0;  // HashName(job)
     int provision_attempts = 0;
     int attempts = 0;
@@ -466,10 +482,41 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     return options_.behavior ? options_.behavior(job) : options_.defaults;
   }
 
+  // The state of `job`, added if new.
   JobState& JobFor(std::string_view job) {
-    auto [it, inserted] = jobs_.try_emplace(Key(job));
-    if (inserted) it->second.key = HashName(job);
-    return it->second;
+    auto [it, inserted] = jobs_.try_emplace(Key(job), 0);
+    if (!inserted) return job_states_[it->second];
+    uint32_t slot;
+    if (free_job_slots_.empty()) {
+      slot = static_cast<uint32_t>(job_states_.size());
+      job_states_.emplace_back();
+    } else {
+      slot = free_job_slots_.back();
+      free_job_slots_.pop_back();
+    }
+    it->second = slot;
+    JobState& js = job_states_[slot];
+    const uint32_t generation = js.generation;
+    js = JobState();
+    js.generation = generation;
+    js.slot = slot;
+    js.key = HashName(job);
+    return js;
+  }
+
+  // The state of the job that holds `sim`, or null once that job is forgotten.
+  JobState* OwnerState(const SimCluster& sim) {
+    if (sim.owner_generation == 0) return nullptr;
+    JobState& js = job_states_[sim.owner_slot];
+    return js.generation == sim.owner_generation ? &js : nullptr;
+  }
+
+  // `job`, whose state is `js`, holds `sim` from now on.
+  static void SetOwner(SimCluster& sim, std::string_view job, const JobState& js) {
+    sim.owner_job = job;
+    sim.owner_key = js.key;
+    sim.owner_slot = js.slot;
+    sim.owner_generation = js.generation;
   }
 
   void Publish(const std::string& job, const JobState& js) {
@@ -688,9 +735,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     ScheduleTracked(&sim, absl::Seconds(left_hours * 3600.0), [this, seq, run] {
       SimCluster* s = Find(seq);
       if (s == nullptr || s->run != run || !s->run_open) return;
-      auto it = jobs_.find(Key(s->job_name));
-      if (it == jobs_.end()) return;
-      JobState& j = it->second;
+      JobState* const owner = OwnerState(*s);  // (the running job's)
+      if (owner == nullptr) return;
+      JobState& j = *owner;
       ++j.failures_drawn;
       KeyedRng rng(MixKey(models_->seed, j.key, kFailure, j.failures_drawn));
       j.next_failure_hazard += rng.Exponential(1.0);
@@ -751,9 +798,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       saved = std::max(sim.run_base, k * absl::IDivDuration(sim.run_base + executed, k, &unsaved));
     }
     if (!sim.progress_key.empty()) progress_[sim.progress_key] = saved;
-    auto it = jobs_.find(Key(sim.job_name));
-    if (it == jobs_.end()) return;
-    JobState& js = it->second;
+    JobState* const owner = OwnerState(sim);  // (the running job's)
+    if (owner == nullptr) return;
+    JobState& js = *owner;
     js.exposure_hours +=
         internal::HoursDouble(elapsed) * static_cast<double>(sim.cluster.instances.size());
     SimJobStats& st = js.stats;
@@ -767,9 +814,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   // lost after `notice` unless the cluster is released first.
   void Notice(SimCluster& sim, size_t i, absl::Duration notice) {
     ++accounting_.spot_preemptions;
-    if (auto it = jobs_.find(Key(sim.owner_job)); it != jobs_.end()) {
-      ++it->second.stats.spot_interruptions;
-      Publish(sim.owner_job, it->second);
+    if (JobState* owner = OwnerState(sim); owner != nullptr) {
+      ++owner->stats.spot_interruptions;
+      Publish(sim.owner_job, *owner);
     }
     if (listener_ != nullptr) {
       listener_->OnInterruptionNotice(sim.cluster, sim.cluster.instances[i], loop_.Now() + notice);
@@ -785,9 +832,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   void Lose(SimCluster& sim, size_t i, bool failure) {
     if (failure) {
       ++accounting_.node_failures;
-      if (auto it = jobs_.find(Key(sim.owner_job)); it != jobs_.end()) {
-        ++it->second.stats.instance_failures;
-        Publish(sim.owner_job, it->second);
+      if (JobState* owner = OwnerState(sim); owner != nullptr) {
+        ++owner->stats.instance_failures;
+        Publish(sim.owner_job, *owner);
       }
     }
     if (i < sim.running.size() && sim.running[i]) {
@@ -923,7 +970,10 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   const absl::Time origin_;  // spot traces start here
   const bool virtual_;       // loop_.is_virtual()
   internal::SeqWindow<std::unique_ptr<SimCluster>> clusters_;  // by seq
-  absl::flat_hash_map<std::string, JobState> jobs_;
+  // Jobs' state (JobState): in slots that stay put (a deque's), by name.
+  std::deque<JobState> job_states_;
+  std::vector<uint32_t> free_job_slots_;
+  absl::flat_hash_map<std::string, uint32_t> jobs_;  // name -> slot in job_states_
   absl::flat_hash_map<std::string, absl::Duration> progress_;  // saved work per checkpoint S3Uri
   std::map<std::string, TypeState> types_;
   std::string last_type_name_;  // TypeOf's last answer

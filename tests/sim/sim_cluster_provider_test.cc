@@ -181,6 +181,29 @@ TEST_F(SimClusterProviderTest, ForgetJobReturnsItsStatsAndDropsThem) {
   EXPECT_EQ(provider_->JobStats("job").attempts, 0);
 }
 
+// A forgotten job's cluster still answers for that job, not for a later job of the same name.
+TEST_F(SimClusterProviderTest, ForgottenJobsClusterDoesNotCountAgainstANewJobOfItsName) {
+  Build();
+  auto first = Provision("a", 1, false);
+  RunFor(absl::Seconds(60));
+  ASSERT_TRUE(first->has_value() && first->value().ok());
+  provider_->ForgetJob("a");
+  auto second = Provision("a", 1, false);
+  RunFor(absl::Seconds(60));
+  ASSERT_TRUE(second->has_value() && second->value().ok());
+  ASSERT_TRUE(provider_
+                  ->InjectInterruption(first->value()->instances[0].id,
+                                       InterruptionKind::kInstanceLoss, absl::ZeroDuration())
+                  .ok());
+  EXPECT_EQ(provider_->JobStats("a").instance_failures, 0);
+  ASSERT_TRUE(provider_
+                  ->InjectInterruption(second->value()->instances[0].id,
+                                       InterruptionKind::kInstanceLoss, absl::ZeroDuration())
+                  .ok());
+  EXPECT_EQ(provider_->JobStats("a").instance_failures, 1);
+  EXPECT_EQ(provider_->Accounting().node_failures, 2);
+}
+
 // What kiln simulate relies on to delete a job only once its warm pool has let the
 // cluster go, instead of asking the engine and being refused.
 TEST_F(SimClusterProviderTest, ForgetJobSaysWhetherAWarmPoolStillHoldsTheJobsCluster) {
