@@ -1,6 +1,7 @@
 #include "core/internal/keyed_set.h"
 
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -61,6 +62,39 @@ TEST(KeyedSetTest, EraseDestroysOneAndIterationSeesTheRest) {
   EXPECT_EQ(set.size(), 0u);
   EXPECT_EQ(set.Find("job-1"), nullptr);
   EXPECT_EQ(set.begin(), set.end());
+}
+
+// Counts the objects alive; refuses to be made with a negative value.
+struct Counted {
+  Counted(std::string n, int v) : name(std::move(n)) {
+    if (v < 0) throw std::invalid_argument("negative");
+    ++alive;
+  }
+  ~Counted() { --alive; }
+  const std::string name;
+  static int alive;
+};
+int Counted::alive = 0;
+struct CountedName {
+  std::string_view operator()(const Counted& c) const { return c.name; }
+};
+
+TEST(KeyedSetTest, EachObjectIsDestroyedOnceAndAFailedAddLeavesNothing) {
+  {
+    KeyedSet<Counted, CountedName> set;
+    for (int i = 0; i < 3000; ++i) set.Add("job-" + std::to_string(i), i);
+    EXPECT_EQ(Counted::alive, 3000);
+    EXPECT_THROW(set.Add("bad", -1), std::invalid_argument);
+    EXPECT_EQ(set.Find("bad"), nullptr);
+    EXPECT_EQ(set.size(), 3000u);
+    set.Erase(*set.Find("job-7"));
+    EXPECT_EQ(Counted::alive, 2999);
+    set.Clear();
+    EXPECT_EQ(Counted::alive, 0);
+    for (int i = 0; i < 100; ++i) set.Add("again-" + std::to_string(i), i);  // reuses the room
+    EXPECT_EQ(Counted::alive, 100);
+  }
+  EXPECT_EQ(Counted::alive, 0);  // the set's destructor destroys what it holds
 }
 
 }  // namespace
