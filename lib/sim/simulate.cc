@@ -73,11 +73,22 @@ struct Job {
 
 double Hours(absl::Duration d) { return absl::ToDoubleHours(d); }
 
-double NearestRank(const std::vector<float>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  const double rank = std::ceil(p * static_cast<double>(sorted.size()));
-  const size_t i = static_cast<size_t>(std::clamp(rank, 1.0, static_cast<double>(sorted.size()))) - 1;
-  return sorted[i];
+// The index of the nearest-rank p-quantile in `n` sorted values. REQUIRES: n > 0.
+size_t NearestRankIndex(size_t n, double p) {
+  const double rank = std::ceil(p * static_cast<double>(n));
+  return static_cast<size_t>(std::clamp(rank, 1.0, static_cast<double>(n))) - 1;
+}
+
+// Puts at each of `indices` (ascending) the value a sort of `v` would put there, without
+// sorting the rest: one partial selection per index, each over what lies after the one before.
+void SelectRanks(std::vector<float>& v, const std::vector<size_t>& indices) {
+  auto first = v.begin();
+  for (size_t i : indices) {
+    const auto nth = v.begin() + static_cast<std::ptrdiff_t>(i);
+    if (nth < first) continue;  // (a repeated index)
+    std::nth_element(first, nth, v.end());
+    first = nth + 1;
+  }
 }
 
 class PolicyRun final : public WorkloadSink, public JobObserver {
@@ -511,12 +522,17 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     r.started = static_cast<int64_t>(startups_.size());
     r.warm_hits = warm_hits_;
     r.warm_hit_rate = r.started > 0 ? static_cast<double>(warm_hits_) / static_cast<double>(r.started) : 0;
-    std::sort(startups_.begin(), startups_.end());
-    r.startup_p50 = NearestRank(startups_, 0.50);
-    r.startup_p90 = NearestRank(startups_, 0.90);
-    r.startup_p99 = NearestRank(startups_, 0.99);
     if (!startups_.empty()) {
-      for (int q = 0; q <= 100; ++q) r.startup_quantiles.push_back(q == 0 ? startups_.front() : NearestRank(startups_, q / 100.0));
+      // Percentiles 0 (the least) to 100, by nearest rank: order statistics, selected rather
+      // than sorted (a million startups take a tenth of a second to sort).
+      const size_t n = startups_.size();
+      std::vector<size_t> indices;
+      for (int q = 0; q <= 100; ++q) indices.push_back(q == 0 ? 0 : NearestRankIndex(n, q / 100.0));
+      SelectRanks(startups_, indices);
+      for (size_t i : indices) r.startup_quantiles.push_back(startups_[i]);
+      r.startup_p50 = r.startup_quantiles[50];
+      r.startup_p90 = r.startup_quantiles[90];
+      r.startup_p99 = r.startup_quantiles[99];
     }
     r.spot_interruptions = spot_interruptions_;
     r.node_failures = node_failures_;
