@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "core/internal/select_ranks.h"
 #include "core/internal/time_math.h"
 #include "kiln/engine.h"
 #include "kiln/sim/scenario.h"
@@ -77,18 +78,6 @@ double Hours(absl::Duration d) { return absl::ToDoubleHours(d); }
 size_t NearestRankIndex(size_t n, double p) {
   const double rank = std::ceil(p * static_cast<double>(n));
   return static_cast<size_t>(std::clamp(rank, 1.0, static_cast<double>(n))) - 1;
-}
-
-// Puts at each of `indices` (ascending) the value a sort of `v` would put there, without
-// sorting the rest: one partial selection per index, each over what lies after the one before.
-void SelectRanks(std::vector<float>& v, const std::vector<size_t>& indices) {
-  auto first = v.begin();
-  for (size_t i : indices) {
-    const auto nth = v.begin() + static_cast<std::ptrdiff_t>(i);
-    if (nth < first) continue;  // (a repeated index)
-    std::nth_element(first, nth, v.end());
-    first = nth + 1;
-  }
 }
 
 class PolicyRun final : public WorkloadSink, public JobObserver {
@@ -528,7 +517,7 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
       const size_t n = startups_.size();
       std::vector<size_t> indices;
       for (int q = 0; q <= 100; ++q) indices.push_back(q == 0 ? 0 : NearestRankIndex(n, q / 100.0));
-      SelectRanks(startups_, indices);
+      internal::SelectRanks(startups_, indices);
       for (size_t i : indices) r.startup_quantiles.push_back(startups_[i]);
       r.startup_p50 = r.startup_quantiles[50];
       r.startup_p90 = r.startup_quantiles[90];
