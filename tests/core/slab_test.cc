@@ -50,6 +50,21 @@ TEST(SlabTest, AFreedSlotIsTheNextTakenAndNothingMoreIsReserved) {
   EXPECT_GE(slab.reserved_bytes(), reserved);
 }
 
+TEST(SlabTest, ObjectsLargerThanAHugePageGetABlockEach) {
+  struct Big {
+    unsigned char bytes[3 << 20];
+  };
+  Slab<Big> slab;
+  void* a = slab.Allocate();
+  void* b = slab.Allocate();
+  EXPECT_NE(a, b);
+  std::memset(a, 1, sizeof(Big));
+  std::memset(b, 2, sizeof(Big));
+  EXPECT_EQ(static_cast<unsigned char*>(a)[sizeof(Big) - 1], 1);
+  EXPECT_EQ(slab.reserved_bytes() % kHugePageBytes, 0u);
+  EXPECT_GE(slab.reserved_bytes(), 2 * sizeof(Big));
+}
+
 #if defined(__SANITIZE_ADDRESS__)
 TEST(SlabDeathTest, AddressSanitizerReportsAUseOfAFreedSlot) {
   Slab<Record> slab;

@@ -102,7 +102,9 @@ class Slab {
     Block block{nullptr, wanted, wanted >= kHugePageBytes};
     blocks_.reserve(blocks_.size() + 1);  // (so that push_back cannot throw below)
     if (block.whole_pages) {
-      block.bytes = kHugePageBytes;
+      // (A slot larger than a huge page gets whole pages enough for one.)
+      block.bytes = (std::max(kHugePageBytes, sizeof(Slot)) + kHugePageBytes - 1) /
+                    kHugePageBytes * kHugePageBytes;
       block.memory = AllocateHugePages(block.bytes, /*populate=*/true);
     } else {
       block.memory = ::operator new(block.bytes, std::align_val_t(alignof(Slot)));
