@@ -5,11 +5,12 @@
 #include <set>
 #include <vector>
 
-#include "core/internal/huge_pages.h"
 #include "gtest/gtest.h"
 
 namespace kiln::internal {
 namespace {
+
+constexpr size_t kBlock = slab_internal::kLargeBlockBytes;
 
 struct alignas(64) Record {
   unsigned char bytes[640];
@@ -33,7 +34,7 @@ TEST(SlabTest, SlotsAreDistinctAlignedAndWritableAcrossBlocks) {
   }
   // Geometric growth: what it reserved is within a block of what it holds.
   EXPECT_GE(slab.reserved_bytes(), 10000 * sizeof(Record));
-  EXPECT_LE(slab.reserved_bytes(), 10000 * sizeof(Record) + kHugePageBytes);
+  EXPECT_LE(slab.reserved_bytes(), 10000 * sizeof(Record) + kBlock);
 }
 
 TEST(SlabTest, AFreedSlotIsTheNextTakenAndNothingMoreIsReserved) {
@@ -50,7 +51,7 @@ TEST(SlabTest, AFreedSlotIsTheNextTakenAndNothingMoreIsReserved) {
   EXPECT_GE(slab.reserved_bytes(), reserved);
 }
 
-TEST(SlabTest, ObjectsLargerThanAHugePageGetABlockEach) {
+TEST(SlabTest, ObjectsLargerThanABlockGetABlockEach) {
   struct Big {
     unsigned char bytes[3 << 20];
   };
@@ -61,7 +62,7 @@ TEST(SlabTest, ObjectsLargerThanAHugePageGetABlockEach) {
   std::memset(a, 1, sizeof(Big));
   std::memset(b, 2, sizeof(Big));
   EXPECT_EQ(static_cast<unsigned char*>(a)[sizeof(Big) - 1], 1);
-  EXPECT_EQ(slab.reserved_bytes() % kHugePageBytes, 0u);
+  EXPECT_EQ(slab.reserved_bytes() % kBlock, 0u);
   EXPECT_GE(slab.reserved_bytes(), 2 * sizeof(Big));
 }
 

@@ -1,6 +1,6 @@
-// Memory for large tables that are read in a random order (an event loop's slots, an engine's
-// jobs in their slab): on 4 KiB pages most such reads also miss the TLB once the table outgrows
-// what the TLB maps (a few MiB), and each page costs a fault when first written.
+// Memory for large tables that are read in a random order (an event loop's slots): on 4 KiB
+// pages most such reads also miss the TLB once the table outgrows what the TLB maps (a few
+// MiB).
 // Blocks of whole 2 MiB pages, 2 MiB aligned, on which Linux is asked for transparent huge pages
 // (Debian gives them only on request); elsewhere, or if the OS declines, they are ordinary
 // memory.
@@ -24,19 +24,9 @@ namespace kiln::internal {
 
 inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 
-#if defined(__linux__)
-#if defined(MADV_POPULATE_WRITE)
-inline constexpr int kMadvPopulateWrite = MADV_POPULATE_WRITE;
-#else
-inline constexpr int kMadvPopulateWrite = 23;  // Linux 5.14's value; older C libraries lack it
-#endif
-#endif
-
-// Returns `bytes` of zero-filled memory, kHugePageBytes aligned. With `populate`, its pages
-// are made present now, in one system call (where Linux can: 5.14 and later), instead of by a
-// fault each as they are first written. REQUIRES: bytes is a multiple of kHugePageBytes.
-// Throws std::bad_alloc. Free with FreeHugePages(memory, bytes).
-inline void* AllocateHugePages(size_t bytes, bool populate = false) {
+// Returns `bytes` of zero-filled memory, kHugePageBytes aligned. REQUIRES: bytes is a
+// multiple of kHugePageBytes. Throws std::bad_alloc. Free with FreeHugePages(memory, bytes).
+inline void* AllocateHugePages(size_t bytes) {
 #if defined(__linux__)
   // Map one huge page more than asked, then unmap what lies outside the aligned range.
   const size_t span = bytes + kHugePageBytes;
@@ -49,10 +39,6 @@ inline void* AllocateHugePages(size_t bytes, bool populate = false) {
   if (end > aligned + bytes) munmap(reinterpret_cast<void*>(aligned + bytes), end - aligned - bytes);
   void* memory = reinterpret_cast<void*>(aligned);
   madvise(memory, bytes, MADV_HUGEPAGE);  // an error leaves ordinary pages
-  if (populate) {
-    // An error (a kernel before 5.14) leaves the pages to be faulted in as they are written.
-    madvise(memory, bytes, kMadvPopulateWrite);
-  }
   return memory;
 #else
   void* memory = ::operator new(bytes, std::align_val_t(kHugePageBytes));

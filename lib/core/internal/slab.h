@@ -1,11 +1,13 @@
 // Slab<T>: memory for many objects of one type that live long and die in any order: an
 // engine's jobs, which it keeps until they are deleted (a finished one too).
 //
-// Slots come from blocks that double in size up to kHugePageBytes, then stay at that size, each
-// taken whole from the OS (huge_pages.h) with its pages populated at once: one system call per
-// 2 MiB instead of one page fault per 4 KiB touched. A table that grows by a job per job, as an
-// engine's does, otherwise takes a fault every few jobs, a few microseconds each in a virtual
-// machine. A freed slot is the next one taken (the most recently used memory).
+// Slots come from blocks that double in size up to 2 MiB, then stay at that size, each mapped
+// from the OS with its pages populated at once: one system call per 2 MiB instead of one page
+// fault per 4 KiB touched (a table that grows by a job per job, as an engine's does, would take a
+// fault every few jobs, a few microseconds each in a virtual machine). Not on transparent huge
+// pages: on this project's VM a huge page's fault sometimes waits for the kernel to compact
+// memory, and a run then took longer than with ordinary pages (README, Performance). A freed slot
+// is the next one taken (the most recently used memory).
 //
 // The memory goes back to the OS only when the slab is destroyed: a slab holds what its most
 // objects at once needed. Under AddressSanitizer free slots are poisoned, so that a use after
@@ -20,7 +22,9 @@
 #include <new>
 #include <vector>
 
-#include "core/internal/huge_pages.h"
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -32,6 +36,40 @@
 #endif
 
 namespace kiln::internal {
+
+namespace slab_internal {
+
+inline constexpr size_t kLargeBlockBytes = size_t{2} << 20;
+
+// `bytes` (a multiple of the page size) of zero-filled memory, mapped and populated on Linux.
+// Throws std::bad_alloc.
+inline void* MapPopulated(size_t bytes) {
+#if defined(__linux__)
+  void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) throw std::bad_alloc();
+#if defined(MADV_POPULATE_WRITE)
+  constexpr int kPopulateWrite = MADV_POPULATE_WRITE;
+#else
+  constexpr int kPopulateWrite = 23;  // Linux 5.14's value; older C libraries lack the name
+#endif
+  // An error (a kernel before 5.14) leaves the pages to be faulted in as they are written.
+  madvise(memory, bytes, kPopulateWrite);
+  return memory;
+#else
+  return ::operator new(bytes, std::align_val_t(alignof(std::max_align_t)));
+#endif
+}
+
+inline void Unmap(void* memory, size_t bytes) {
+#if defined(__linux__)
+  munmap(memory, bytes);
+#else
+  (void)bytes;
+  ::operator delete(memory, std::align_val_t(alignof(std::max_align_t)));
+#endif
+}
+
+}  // namespace slab_internal
 
 template <class T>
 class Slab {
@@ -45,8 +83,8 @@ class Slab {
   ~Slab() {
     for (const Block& b : blocks_) {
       KILN_SLAB_UNPOISON(b.memory, b.bytes);
-      if (b.whole_pages) {
-        FreeHugePages(b.memory, b.bytes);
+      if (b.mapped) {
+        slab_internal::Unmap(b.memory, b.bytes);
       } else {
         ::operator delete(b.memory, std::align_val_t(alignof(Slot)));
       }
@@ -88,24 +126,26 @@ class Slab {
     Slot* next;  // while free
     alignas(T) unsigned char object[sizeof(T)];
   };
-  static_assert(alignof(Slot) <= kHugePageBytes);
+  // (A mapping is page-aligned.)
+  static_assert(alignof(Slot) <= 4096);
   struct Block {
     void* memory;
     size_t bytes;
-    bool whole_pages;  // from AllocateHugePages
+    bool mapped;  // from MapPopulated
   };
 
   void AddBlock() {
     // The first block holds a few objects (an engine that runs a handful of jobs keeps a few
-    // KiB); each next one twice as many, up to whole huge pages.
+    // KiB); each next one twice as many, up to 2 MiB mapped.
+    using slab_internal::kLargeBlockBytes;
     const size_t wanted = std::max<size_t>(sizeof(Slot) * 8, 2 * last_bytes_);
-    Block block{nullptr, wanted, wanted >= kHugePageBytes};
+    Block block{nullptr, wanted, wanted >= kLargeBlockBytes};
     blocks_.reserve(blocks_.size() + 1);  // (so that push_back cannot throw below)
-    if (block.whole_pages) {
-      // (A slot larger than a huge page gets whole pages enough for one.)
-      block.bytes = (std::max(kHugePageBytes, sizeof(Slot)) + kHugePageBytes - 1) /
-                    kHugePageBytes * kHugePageBytes;
-      block.memory = AllocateHugePages(block.bytes, /*populate=*/true);
+    if (block.mapped) {
+      // (A slot larger than that gets 2 MiB multiples enough for one.)
+      block.bytes = (std::max(kLargeBlockBytes, sizeof(Slot)) + kLargeBlockBytes - 1) /
+                    kLargeBlockBytes * kLargeBlockBytes;
+      block.memory = slab_internal::MapPopulated(block.bytes);
     } else {
       block.memory = ::operator new(block.bytes, std::align_val_t(alignof(Slot)));
     }
