@@ -40,9 +40,10 @@ namespace kiln::internal {
 namespace slab_internal {
 
 inline constexpr size_t kLargeBlockBytes = size_t{2} << 20;
+inline constexpr size_t kPageAlignment = 4096;  // what a mapping is aligned to, at least
 
-// `bytes` (a multiple of the page size) of zero-filled memory, mapped and populated on Linux.
-// Throws std::bad_alloc.
+// `bytes` (a multiple of the page size) of memory, page-aligned: on Linux a mapping, its pages
+// populated now. Throws std::bad_alloc. Free with Unmap(memory, bytes).
 inline void* MapPopulated(size_t bytes) {
 #if defined(__linux__)
   void* memory = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -56,7 +57,7 @@ inline void* MapPopulated(size_t bytes) {
   madvise(memory, bytes, kPopulateWrite);
   return memory;
 #else
-  return ::operator new(bytes, std::align_val_t(alignof(std::max_align_t)));
+  return ::operator new(bytes, std::align_val_t(kPageAlignment));
 #endif
 }
 
@@ -65,7 +66,7 @@ inline void Unmap(void* memory, size_t bytes) {
   munmap(memory, bytes);
 #else
   (void)bytes;
-  ::operator delete(memory, std::align_val_t(alignof(std::max_align_t)));
+  ::operator delete(memory, std::align_val_t(kPageAlignment));
 #endif
 }
 
@@ -126,8 +127,7 @@ class Slab {
     Slot* next;  // while free
     alignas(T) unsigned char object[sizeof(T)];
   };
-  // (A mapping is page-aligned.)
-  static_assert(alignof(Slot) <= 4096);
+  static_assert(alignof(Slot) <= slab_internal::kPageAlignment);
   struct Block {
     void* memory;
     size_t bytes;
