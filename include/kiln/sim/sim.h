@@ -173,6 +173,9 @@ class SimClusterProvider : public ClusterProvider {
   // process, statistics) and returns its final statistics. Call it once the
   // job has ended, before a job of the same name is created again. Saved
   // progress under the job's checkpoint key is kept (see ForgetCheckpoint).
+  // What happens afterwards on a cluster the job held (a warm pool's: a spot
+  // notice, a lost instance) counts for no job until another job runs on it;
+  // not for a later job of the same name.
   virtual SimJobStats ForgetJob(std::string_view job) = 0;
 
   // Drops the progress saved under a checkpoint key
