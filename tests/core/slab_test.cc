@@ -1,5 +1,6 @@
 #include "core/internal/slab.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <set>
@@ -47,8 +48,9 @@ TEST(SlabTest, AFreedSlotIsTheNextTakenAndNothingMoreIsReserved) {
   EXPECT_EQ(slab.Allocate(), slots[4996]);
   for (int i = 0; i < 2498; ++i) slab.Allocate();  // the rest of the freed slots
   EXPECT_EQ(slab.reserved_bytes(), reserved);
-  slab.Allocate();  // and then new room
+  void* fresh = slab.Allocate();  // and then new room, none of the slots in use
   EXPECT_GE(slab.reserved_bytes(), reserved);
+  EXPECT_EQ(std::count(slots.begin(), slots.end(), fresh), 0);
 }
 
 TEST(SlabTest, ObjectsLargerThanABlockGetABlockEach) {

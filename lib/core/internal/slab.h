@@ -140,7 +140,9 @@ class Slab {
     using slab_internal::kLargeBlockBytes;
     const size_t wanted = std::max<size_t>(sizeof(Slot) * 8, 2 * last_bytes_);
     Block block{nullptr, wanted, wanted >= kLargeBlockBytes};
-    blocks_.reserve(blocks_.size() + 1);  // (so that push_back cannot throw below)
+    // Room for the block's entry first, so that push_back cannot throw below (doubling: an
+    // exact reserve would reallocate the list at every block).
+    if (blocks_.size() == blocks_.capacity()) blocks_.reserve(2 * blocks_.size() + 4);
     if (block.mapped) {
       // (A slot larger than that gets 2 MiB multiples enough for one.)
       block.bytes = (std::max(kLargeBlockBytes, sizeof(Slot)) + kLargeBlockBytes - 1) /
