@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <new>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -93,21 +94,27 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       return;
     }
     const uint64_t seq = ++next_cluster_;
-    auto owned = std::make_unique<SimCluster>();
+    std::unique_ptr<SimCluster> owned = NewCluster();
     SimCluster& sim = *owned;
     sim.seq = seq;
     sim.behavior = std::move(behavior);
     SetOwner(sim, spec.job_name, js);
     char digits[20];
-    sim.cluster.id = Join({kClusterPrefix, Decimal(seq, digits)});
+    sim.cluster.id.assign(kClusterPrefix).append(Decimal(seq, digits));
     sim.cluster.spot = spec.spot;
-    int host = 0;
+    size_t instances = 0;
+    for (const InstanceGroupSpec& g : spec.groups) instances += static_cast<size_t>(std::max(0, g.count));
+    // (A recycled cluster's instances are refilled: their strings keep their room.)
+    sim.cluster.instances.resize(instances);
+    size_t host = 0;
     for (const InstanceGroupSpec& g : spec.groups) {
       for (int i = 0; i < g.count; ++i) {
-        ++host;
-        const std::string_view number = Decimal(static_cast<uint64_t>(host), digits);
-        sim.cluster.instances.push_back(Instance{Join({sim.cluster.id, "-i", number}),
-                                                 Join({"algo-", number}), g.name, g.instance_type});
+        Instance& instance = sim.cluster.instances[host++];
+        const std::string_view number = Decimal(host, digits);
+        instance.id.assign(sim.cluster.id).append("-i").append(number);
+        instance.host_name.assign("algo-").append(number);
+        instance.group_name.assign(g.name);
+        instance.instance_type.assign(g.instance_type);
       }
       const TypeRef type = models_ != nullptr ? TypeOf(g.instance_type) : TypeRef{nullptr, nullptr};
       sim.groups.push_back(GroupUse{g.instance_type, g.count, type.model, type.state});
@@ -341,6 +348,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     CloseAccounting(*sim);
     Unreserve(*sim);
     if (!sim->owner_job.empty()) Freed(sim->owner_job);
+    Recycle(std::move(sim));
   }
 
   // --- SimClusterProvider
@@ -613,8 +621,10 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       CancelAll(*owned);
       Unreserve(*owned);
       ++accounting_.capacity_refusals;
+      const std::string job = std::move(owned->owner_job);
+      Recycle(std::move(owned));
       done(absl::ResourceExhaustedError(
-          absl::StrCat("spot capacity for job '", owned->owner_job, "' was taken back while launching")));
+          absl::StrCat("spot capacity for job '", job, "' was taken back while launching")));
       return;
     }
     sim->granted = true;
@@ -900,6 +910,40 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     sim.granted = false;
   }
 
+  // --- Cluster records
+
+  // A cluster record as new: a released one if any is kept (its block and its
+  // instances' strings are reused), else a new one.
+  std::unique_ptr<SimCluster> NewCluster() {
+    if (spare_.empty()) return std::make_unique<SimCluster>();
+    std::unique_ptr<SimCluster> sim = std::move(spare_.back());
+    spare_.pop_back();
+    return sim;
+  }
+
+  // Keeps the record of a released cluster for a later Provision (a run
+  // releases about as many clusters as it provisions, so a few suffice; the
+  // rest are freed). It is emptied at once: what it held (callbacks, the
+  // job's names) goes now, as it would with the record; only its instances
+  // stay, to be refilled.
+  void Recycle(std::unique_ptr<SimCluster> sim) {
+    if (spare_.size() >= kMaxSpareClusters) return;
+    std::vector<Instance> instances = std::move(sim->cluster.instances);
+    // Destroyed and made anew in its block. (Its constructor allocates
+    // nothing; were it to throw, the block is freed, not destroyed twice.)
+    SimCluster* const block = sim.release();
+    block->~SimCluster();
+    try {
+      new (block) SimCluster();
+    } catch (...) {
+      ::operator delete(block);
+      throw;
+    }
+    sim.reset(block);
+    sim->cluster.instances = std::move(instances);
+    spare_.push_back(std::move(sim));
+  }
+
   // --- Lookup
 
   // The sequence number in a cluster id "sim-c<seq>" (0: not one of ours).
@@ -970,6 +1014,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   const absl::Time origin_;  // spot traces start here
   const bool virtual_;       // loop_.is_virtual()
   internal::SeqWindow<std::unique_ptr<SimCluster>> clusters_;  // by seq
+  // Released cluster records, emptied, for NewCluster (at most kMaxSpareClusters).
+  static constexpr size_t kMaxSpareClusters = 64;
+  std::vector<std::unique_ptr<SimCluster>> spare_;
   // Jobs' state (JobState): in slots that stay put (a deque's), by name.
   std::deque<JobState> job_states_;
   std::vector<uint32_t> free_job_slots_;

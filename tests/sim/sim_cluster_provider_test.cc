@@ -309,5 +309,52 @@ TEST_F(SimClusterProviderTest, UploadsReportTheirOwnUrisOnceAndNotAfterRelease) 
   EXPECT_EQ(reported.size(), 3u);
 }
 
+// A released cluster's record is reused for the next Provision: the new
+// cluster must come out exactly as a new one would, whatever the old one had.
+TEST_F(SimClusterProviderTest, AClusterAfterAReleaseIsMadeAsNew) {
+  Build();
+  auto provision = [&](const std::string& job, std::vector<InstanceGroupSpec> groups) {
+    ClusterSpec spec;
+    spec.job_name = job;
+    spec.groups = std::move(groups);
+    auto slot = std::make_shared<std::optional<absl::StatusOr<Cluster>>>();
+    provider_->Provision(spec, [slot](absl::StatusOr<Cluster> c) { *slot = std::move(c); });
+    RunFor(absl::Minutes(5));
+    EXPECT_TRUE(slot->has_value() && (*slot)->ok());
+    return slot->has_value() && (*slot)->ok() ? ***slot : Cluster();
+  };
+  auto ids = [](const Cluster& c) {
+    std::vector<std::string> out;
+    for (const Instance& i : c.instances) {
+      out.push_back(absl::StrCat(i.id, " ", i.host_name, " ", i.group_name, " ", i.instance_type));
+    }
+    return out;
+  };
+  const Cluster a = provision("a", {{"a-group-with-a-long-name", "ml.c5.xlarge", 3}});
+  EXPECT_EQ(ids(a), (std::vector<std::string>{
+                        "sim-c1-i1 algo-1 a-group-with-a-long-name ml.c5.xlarge",
+                        "sim-c1-i2 algo-2 a-group-with-a-long-name ml.c5.xlarge",
+                        "sim-c1-i3 algo-3 a-group-with-a-long-name ml.c5.xlarge"}));
+  provider_->Release(a);
+  const Cluster b = provision("b", {{"g", "ml.c5.xlarge", 1}});
+  EXPECT_EQ(ids(b), (std::vector<std::string>{"sim-c2-i1 algo-1 g ml.c5.xlarge"}));
+  EXPECT_FALSE(b.spot);
+  provider_->Release(b);
+  const Cluster c = provision("c", {{"x", "ml.c5.xlarge", 2}, {"y", "ml.c5.xlarge", 2}});
+  EXPECT_EQ(ids(c), (std::vector<std::string>{
+                        "sim-c3-i1 algo-1 x ml.c5.xlarge", "sim-c3-i2 algo-2 x ml.c5.xlarge",
+                        "sim-c3-i3 algo-3 y ml.c5.xlarge", "sim-c3-i4 algo-4 y ml.c5.xlarge"}));
+  // Nothing of the released clusters is billed after their release, nor
+  // counted against capacity: c is billed from its grant, for its 4 instances.
+  const SimAccounting before = provider_->Accounting();
+  RunFor(absl::Seconds(100));
+  const SimAccounting after = provider_->Accounting();
+  EXPECT_EQ(after.on_demand_busy - before.on_demand_busy, absl::Seconds(400));
+  EXPECT_EQ(after.clusters, 3);
+  // A job that ran on a released cluster does not see the new cluster's runs.
+  EXPECT_EQ(provider_->JobStats("a").attempts, 0);
+  EXPECT_EQ(provider_->JobStats("c").attempts, 0);
+}
+
 }  // namespace
 }  // namespace kiln::sim
