@@ -4,8 +4,10 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -13,6 +15,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "core/internal/select_ranks.h"
+#include "core/internal/slab.h"
 #include "core/internal/time_math.h"
 #include "kiln/engine.h"
 #include "kiln/sim/scenario.h"
@@ -71,6 +74,18 @@ struct Job {
   absl::Duration lost_instance_time;
   TimerHandle safety;
 };
+
+// Owns a Job made in a PolicyRun's slab (PolicyRun::NewJob): a run makes one
+// per submission, and a slab's slot is the most recently freed one, where a
+// heap block of this size would often go through the allocator's slow path.
+struct JobDeleter {
+  internal::Slab<Job>* slab = nullptr;
+  void operator()(Job* job) const {
+    job->~Job();
+    slab->Free(job);
+  }
+};
+using JobPtr = std::unique_ptr<Job, JobDeleter>;
 
 double Hours(absl::Duration d) { return absl::ToDoubleHours(d); }
 
@@ -143,7 +158,7 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
         drained = true;
         draining_ = true;
         std::vector<std::string> names;
-        for (const auto& [name, job] : active_) names.push_back(name);
+        for (const auto& [name, job] : active_) names.emplace_back(name);
         std::sort(names.begin(), names.end());
         for (const std::string& name : names) {
           v1::StopTrainingJobRequest stop;
@@ -164,7 +179,7 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
   absl::Time horizon_end() const override { return horizon_end_; }
 
   void Submit(SimJob sim_job, WorkloadGenerator* from, uint64_t tag) override {
-    auto job = std::make_unique<Job>();
+    JobPtr job = NewJob();
     Job& j = *job;
     j.logical = std::move(sim_job.name);
     j.current = j.logical;
@@ -289,21 +304,45 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     }
   }
 
-  void Create(std::unique_ptr<Job> job) {
+  JobPtr NewJob() {
+    void* memory = job_slab_.Allocate();
+    try {
+      return JobPtr(new (memory) Job(), JobDeleter{&job_slab_});
+    } catch (...) {
+      job_slab_.Free(memory);
+      throw;
+    }
+  }
+
+  void Create(JobPtr job) {
     Job& j = *job;
-    const std::string name = j.current;
-    active_[name] = std::move(job);
+    // Keyed by a view of the job's own name: `current` does not change while
+    // the job is in active_ (Resubmit renames it after Finalize took it out).
+    auto [entry, inserted] = active_.try_emplace(Key(j.current));
+    if (!inserted) {
+      // A job of this name is running (a trace may name two jobs alike): the
+      // service refuses the second, and the first runs on untouched.
+      Reject(std::move(job), "a training job with this name already exists");
+      return;
+    }
+    entry->second = std::move(job);
     auto created = CreateInEngine(j);
     if (!created.ok()) {
-      ++rejected_;
-      if (first_error_.empty()) first_error_ = absl::StrCat(name, ": ", created.status().message());
-      std::unique_ptr<Job> gone = std::move(active_[name]);
-      active_.erase(name);
-      if (gone->from != nullptr) {
-        WorkloadGenerator* from = gone->from;
-        const uint64_t tag = gone->tag;
-        loop_->ScheduleAfter(absl::ZeroDuration(), [from, tag] { from->OnJobEnded(tag); });
-      }
+      auto it = active_.find(Key(j.current));
+      JobPtr refused = std::move(it->second);
+      active_.erase(it);
+      Reject(std::move(refused), created.status().message());
+    }
+  }
+
+  // A submission the engine refused: counted, and its generator told.
+  void Reject(JobPtr job, absl::string_view why) {
+    ++rejected_;
+    if (first_error_.empty()) first_error_ = absl::StrCat(job->current, ": ", why);
+    if (job->from != nullptr) {
+      WorkloadGenerator* from = job->from;
+      const uint64_t tag = job->tag;
+      loop_->ScheduleAfter(absl::ZeroDuration(), [from, tag] { from->OnJobEnded(tag); });
     }
   }
 
@@ -370,7 +409,7 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
   }
 
   void CheckSafety(const std::string& name) {
-    auto it = active_.find(name);
+    auto it = active_.find(Key(name));
     if (it == active_.end()) return;
     Job& j = *it->second;
     j.safety = TimerHandle();
@@ -385,9 +424,9 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
   }
 
   void Finalize(const Job& ended, End end) {
-    auto it = active_.find(ended.current);
+    auto it = active_.find(Key(ended.current));
     if (it == active_.end() || it->second.get() != &ended) return;
-    std::unique_ptr<Job> job = std::move(it->second);
+    JobPtr job = std::move(it->second);
     active_.erase(it);
     Job& j = *job;
     const std::string& name = j.current;  // not changed before Resubmit
@@ -421,7 +460,7 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
   }
 
   // The rest of a migrating job's work, on on-demand, from its checkpoint.
-  void Resubmit(std::unique_ptr<Job> job) {
+  void Resubmit(JobPtr job) {
     Job& j = *job;
     ++migrations_;
     j.migrating = false;
@@ -548,7 +587,9 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
   absl::Time horizon_end_;
   bool draining_ = false;  // past the drain limit: remaining jobs are being stopped
 
-  absl::flat_hash_map<std::string, std::unique_ptr<Job>> active_;  // by the engine's name
+  internal::Slab<Job> job_slab_;  // before active_: outlives its jobs
+  // By the engine's name: a view of the job's own `current`.
+  absl::flat_hash_map<absl::string_view, JobPtr> active_;
   absl::flat_hash_set<std::string> awaiting_delete_;
   // What is kept per workload request `source` (the few most recent,
   // ScratchFor): its prepared variants, for on-demand [0] and spot [1] jobs,

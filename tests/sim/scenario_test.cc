@@ -201,6 +201,39 @@ TEST(ScenarioRunTest, RefusedRequestsAreCountedWithTheFirstMessage) {
   EXPECT_TRUE(absl::StrContains(r.first_error, "'roleArn'")) << r.first_error;
 }
 
+// A trace may name two jobs alike. While the first runs, the second is
+// refused as the service refuses it (the name is in use), and the first runs
+// to its end untouched; once the first is gone, the name is free again.
+TEST(ScenarioRunTest, ASecondJobOfARunningJobsNameIsRefusedAndTheFirstRunsOn) {
+  auto line = [](int arrival, const std::string& name) {
+    return absl::StrCat(
+        R"({"arrival": )", arrival, R"(, "request": {"TrainingJobName": ")", name,
+        R"(", "RoleArn": "arn:aws:iam::123456789012:role/R", )",
+        R"("AlgorithmSpecification": {"TrainingImage": "img", "TrainingInputMode": "File"}, )",
+        R"("OutputDataConfig": {"S3OutputPath": "s3://bucket/out"}, )",
+        R"("ResourceConfig": {"InstanceType": "ml.m5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 10}, )",
+        R"("StoppingCondition": {"MaxRuntimeInSeconds": 3600}}, "sim": {"work": 1200}})", "\n");
+  };
+  // "a" runs from 0 s for 20 minutes plus its start-up; the second "a" comes
+  // at 600 s, while it runs; the third a day later, long after it ended.
+  auto entries = ParseJobTrace(absl::StrCat(line(0, "a"), line(600, "a"), line(700, "b"),
+                                            line(86400, "a")));
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  Scenario s;
+  s.horizon = absl::Hours(48);
+  SimModels models = DefaultModels();
+  models.failures.enabled = false;
+  s.models = std::make_shared<SimModels>(models);
+  s.workloads.push_back({"trace", "trace", false, [e = *entries](uint64_t) { return NewTraceReplay(e); }});
+  s.policies.push_back(PolicySpec());
+  const PolicyResult r = RunPolicy(s, s.policies[0]);
+  EXPECT_EQ(r.jobs, 4);
+  EXPECT_EQ(r.rejected, 1);
+  EXPECT_EQ(r.completed, 3);
+  EXPECT_TRUE(absl::StartsWith(r.first_error, "a: ")) << r.first_error;
+  EXPECT_TRUE(absl::StrContains(r.first_error, "already exists")) << r.first_error;
+}
+
 // A scenario's epochs and pipe_rate reach the run: Pipe jobs streaming 9
 // epochs of 2 GB at 20 MB/s (900 s) for 600 s of work take 300 s longer
 // than the same jobs reading one epoch, and nothing else changes.
