@@ -903,7 +903,8 @@ absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::CreateTrainingJob(
   // would get (its other fields are valid): a request naming only the job
   // has the same check, and words it the same way.
   std::string job_name(name);
-  if (!name_checker_.StringOk(job_name, name_shape_)) {
+  // (A new job's name does not come again: not worth remembering.)
+  if (!name_checker_.StringOk(job_name, name_shape_, internal::Pattern::Memo::kSkip)) {
     v1::DescribeTrainingJobRequest name_only;
     name_only.set_training_job_name(job_name);
     KILN_RETURN_IF_ERROR(ValidateRequest(name_only, options_.validation));

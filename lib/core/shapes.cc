@@ -193,9 +193,11 @@ constexpr size_t kMaxRemembered = 256;
 
 }  // namespace
 
-bool Pattern::Matches(std::string_view value) const {
+bool Pattern::Matches(std::string_view value, Memo memo) const {
   const CompiledPattern& p = Compiled().by_id[id_];
-  if (p.rule != Rule::kRegex && p.rule != Rule::kDfa) return Decide(p, value);
+  if ((p.rule != Rule::kRegex && p.rule != Rule::kDfa) || memo == Memo::kSkip) {
+    return Decide(p, value);
+  }
   // Requests are mostly built from templates, so the same values come back
   // job after job (a role, an image, a bucket). Each thread remembers the
   // last few values each pattern accepted (several fields share a pattern:
@@ -277,14 +279,14 @@ std::string QuoteValue(std::string_view value) {
 // ---------------------------------------------------------------------------
 // ShapeChecker
 
-bool ShapeChecker::StringOk(std::string_view value, const Shape& shape) const {
+bool ShapeChecker::StringOk(std::string_view value, const Shape& shape, Pattern::Memo memo) const {
   if (shape.has_min || shape.has_max) {
     const int64_t length = Utf16Length(value);
     if ((shape.has_max && length > shape.max) || (shape.has_min && length < shape.min)) {
       return false;
     }
   }
-  if (shape.pattern != nullptr && !shape.pattern->Matches(value) &&
+  if (shape.pattern != nullptr && !shape.pattern->Matches(value, memo) &&
       !(allow_local_uris_ && shape.local_uri_alternative && LocalUriMatches(value))) {
     return false;
   }

@@ -36,9 +36,15 @@ class Pattern {
   // The pattern as the model writes it (what error messages quote).
   constexpr const std::string_view& text() const { return text_; }
 
+  // Whether Matches looks `value` up among the last few values the pattern
+  // accepted on this thread, and remembers it once accepted (see shapes.cc).
+  // kSkip is for values that do not come again, such as a new job's name:
+  // it saves the look-up and the copy, and keeps the remembered values.
+  enum class Memo { kUse, kSkip };
+
   // True when the whole of `value` matches. Invalid UTF-8 never matches.
   // The first call compiles every pattern of the model.
-  bool Matches(std::string_view value) const;
+  bool Matches(std::string_view value, Memo memo = Memo::kUse) const;
 
  private:
   std::string_view text_;
@@ -138,8 +144,9 @@ class ShapeChecker {
   std::vector<ValidationError> Take() { return std::move(errors_); }
 
   // Whether `value` meets the length, pattern and enum constraints of
-  // `shape` (nothing is recorded).
-  bool StringOk(std::string_view value, const Shape& shape) const;
+  // `shape` (nothing is recorded). `memo`: as Pattern::Matches.
+  bool StringOk(std::string_view value, const Shape& shape,
+                Pattern::Memo memo = Pattern::Memo::kUse) const;
 
  private:
   struct PathPart {
