@@ -61,5 +61,41 @@ TEST(SeqWindowTest, FindFirstGoesInSeqOrder) {
   EXPECT_EQ(w.FindFirst([](const int& v) { return v == 2; }), &c);
 }
 
+// The slots are a ring: a window that slides far (each thing taken soon after
+// it came) wraps around it many times, and one that grows while wrapped keeps
+// its order. Checked against the plain answer at every step.
+TEST(SeqWindowTest, ASlidingWindowWrapsAndGrowsInOrder) {
+  SeqWindow<std::unique_ptr<int>> w;
+  uint64_t oldest = 1;  // every seq from `oldest` to `next - 1` is held, but those in `gone`
+  uint64_t next = 1;
+  std::vector<bool> gone(7000, false);  // next stays below 6,002
+  for (int step = 0; step < 3000; ++step) {
+    // Add 1-3, then take the oldest or (every 7th step) one in the middle.
+    for (int k = 0; k < 1 + step % 3; ++k, ++next) {
+      w.Add(next, std::make_unique<int>(static_cast<int>(next)));
+    }
+    uint64_t victim = oldest;
+    if (step % 7 == 0 && next - oldest > 4) victim = oldest + 2;
+    if (!gone[victim]) {
+      std::unique_ptr<int> taken = w.Take(victim);
+      ASSERT_NE(taken, nullptr) << victim;
+      EXPECT_EQ(*taken, static_cast<int>(victim));
+      gone[victim] = true;
+    }
+    while (oldest < next && gone[oldest]) ++oldest;
+    std::vector<int> want;
+    for (uint64_t seq = oldest; seq < next; ++seq) {
+      if (!gone[seq]) want.push_back(static_cast<int>(seq));
+      int* found = w.Find(seq);
+      ASSERT_EQ(found == nullptr, gone[seq]) << "seq " << seq << " at step " << step;
+      if (found != nullptr) {
+        EXPECT_EQ(*found, static_cast<int>(seq));
+      }
+    }
+    ASSERT_EQ(Held(w), want) << "step " << step;
+    EXPECT_EQ(w.Find(next), nullptr);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::internal

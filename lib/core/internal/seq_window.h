@@ -3,11 +3,13 @@
 #ifndef KILN_CORE_INTERNAL_SEQ_WINDOW_H_
 #define KILN_CORE_INTERNAL_SEQ_WINDOW_H_
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 namespace kiln::internal {
 
@@ -16,8 +18,9 @@ namespace kiln::internal {
 // the oldest thing still held: a look-up is an index into it, with no
 // hashing, and things added at about the same time sit next to each other. A
 // removed thing leaves a hole until every older one is gone too, so one that
-// stays keeps the window open behind it: 8 bytes per seq added since. Not
-// thread-safe.
+// stays keeps the window open behind it: 8 bytes per seq added since. The
+// slots are a ring that doubles when full and never shrinks: it keeps room
+// for the widest window it has held. Not thread-safe.
 template <typename Ptr>
 class SeqWindow {
  public:
@@ -26,24 +29,29 @@ class SeqWindow {
   // REQUIRES: `seq` is above 0 and above every seq added before; `p` is not
   // null.
   void Add(uint64_t seq, Ptr p) {
-    if (slots_.empty()) base_ = seq;
-    while (base_ + slots_.size() < seq) slots_.emplace_back();
-    slots_.push_back(std::move(p));
+    if (size_ == 0) {
+      base_ = seq;
+      head_ = 0;
+    }
+    while (base_ + size_ < seq) PushBack(Ptr());
+    PushBack(std::move(p));
   }
 
   // The thing of `seq`, or null.
   Element* Find(uint64_t seq) const {
-    if (seq < base_ || seq - base_ >= slots_.size()) return nullptr;
-    return Raw(slots_[seq - base_]);
+    if (seq < base_ || seq - base_ >= size_) return nullptr;
+    return Raw(At(seq - base_));
   }
 
   // Removes the thing of `seq` and returns its pointer (null if none).
   Ptr Take(uint64_t seq) {
-    if (seq < base_ || seq - base_ >= slots_.size()) return Ptr();
-    Ptr p = std::move(slots_[seq - base_]);
-    slots_[seq - base_] = Ptr();
-    while (!slots_.empty() && Raw(slots_.front()) == nullptr) {
-      slots_.pop_front();
+    if (seq < base_ || seq - base_ >= size_) return Ptr();
+    Ptr& slot = At(seq - base_);
+    Ptr p = std::move(slot);
+    slot = Ptr();
+    while (size_ > 0 && Raw(At(0)) == nullptr) {
+      head_ = (head_ + 1) & (slots_.size() - 1);
+      --size_;
       ++base_;
     }
     return p;
@@ -53,8 +61,9 @@ class SeqWindow {
   // null if none.
   template <typename Pred>
   Element* FindFirst(Pred&& pred) const {
-    for (const Ptr& p : slots_) {
-      if (Raw(p) != nullptr && pred(*Raw(p))) return Raw(p);
+    for (size_t i = 0; i < size_; ++i) {
+      Element* e = Raw(At(i));
+      if (e != nullptr && pred(*e)) return e;
     }
     return nullptr;
   }
@@ -63,8 +72,8 @@ class SeqWindow {
   // or remove things.
   template <typename Fn>
   void ForEach(Fn&& fn) const {
-    for (const Ptr& p : slots_) {
-      if (Raw(p) != nullptr) fn(*Raw(p));
+    for (size_t i = 0; i < size_; ++i) {
+      if (Element* e = Raw(At(i))) fn(*e);
     }
   }
 
@@ -77,7 +86,28 @@ class SeqWindow {
     }
   }
 
-  std::deque<Ptr> slots_;  // slots_[i]: the thing of seq base_ + i, or null
+  // The slot of the i-th seq of the window (i < size_).
+  Ptr& At(size_t i) { return slots_[(head_ + i) & (slots_.size() - 1)]; }
+  const Ptr& At(size_t i) const { return slots_[(head_ + i) & (slots_.size() - 1)]; }
+
+  void PushBack(Ptr p) {
+    if (size_ == slots_.size()) Grow();
+    At(size_) = std::move(p);
+    ++size_;
+  }
+
+  // Twice the room (at least 16 slots), the window moved to its start. Throws
+  // std::bad_alloc, and then nothing has changed.
+  void Grow() {
+    std::vector<Ptr> bigger(std::max<size_t>(16, 2 * slots_.size()));
+    for (size_t i = 0; i < size_; ++i) bigger[i] = std::move(At(i));
+    slots_.swap(bigger);
+    head_ = 0;
+  }
+
+  std::vector<Ptr> slots_;  // a ring; its size is 0 or a power of two
+  size_t head_ = 0;         // slots_[head_]: the slot of seq base_
+  size_t size_ = 0;         // slots in the window, holes included
   uint64_t base_ = 0;
 };
 
