@@ -725,7 +725,7 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
                  std::string_view message, std::string detail = "");
   void SetMessage(Job& job, std::string_view message);
   void Provision(Job& job);
-  void OnProvisioned(const JobToken& token, absl::StatusOr<Cluster> cluster);
+  void OnProvisioned(const JobToken& token, absl::StatusOr<Cluster>&& cluster);
   void OnClusterReady(Job& job);
   void OnImageReady(Job& job, absl::Status status);
   void StartDownloads(Job& job);
@@ -759,7 +759,8 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
     if (it == cluster_owners_.end()) return nullptr;
     return by_seq_.Find(it->second);
   }
-  void AttachCluster(Job& job, Cluster cluster) {
+  // (By reference: a cluster is moved into its job once, not through copies.)
+  void AttachCluster(Job& job, Cluster&& cluster) {
     cluster_owners_[cluster.id] = job.seq_;
     job.cluster_ = std::move(cluster);
     job.held_since_ = Now();
@@ -1293,7 +1294,7 @@ void EngineImpl::Provision(Job& job) {
   spec_scratch_ = std::move(spec);
 }
 
-void EngineImpl::OnProvisioned(const JobToken& token, absl::StatusOr<Cluster> cluster) {
+void EngineImpl::OnProvisioned(const JobToken& token, absl::StatusOr<Cluster>&& cluster) {
   Job* resumed = Resume(token);
   if (resumed == nullptr || resumed->phase_ != Phase::kProvisioning) {
     // The job moved on (stopped) while the request was in flight.

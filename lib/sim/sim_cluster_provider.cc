@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <new>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -87,7 +88,11 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       Refuse(spec.job_name, models_->capacity_error_latency, std::move(done));
       return;
     }
-    SimJobBehavior behavior = BehaviorOf(spec.job_name);
+    // The job's behaviour: the callback's answer, or the defaults, read in
+    // place (the cluster takes its own copy below).
+    std::optional<SimJobBehavior> asked;
+    if (options_.behavior) asked.emplace(options_.behavior(spec.job_name));
+    const SimJobBehavior& behavior = asked ? *asked : options_.defaults;
     if (attempt <= behavior.capacity_failures) {
       Refuse(spec.job_name, models_ != nullptr ? models_->capacity_error_latency : behavior.capacity_error_latency,
              std::move(done));
@@ -97,7 +102,11 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     std::unique_ptr<SimCluster> owned = NewCluster();
     SimCluster& sim = *owned;
     sim.seq = seq;
-    sim.behavior = std::move(behavior);
+    if (asked) {
+      sim.behavior = std::move(*asked);
+    } else {
+      sim.behavior = options_.defaults;
+    }
     SetOwner(sim, spec.job_name, js);
     char digits[20];
     sim.cluster.id.assign(kClusterPrefix).append(Decimal(seq, digits));
@@ -486,9 +495,6 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     bool armed = false;
   };
 
-  SimJobBehavior BehaviorOf(std::string_view job) const {
-    return options_.behavior ? options_.behavior(job) : options_.defaults;
-  }
 
   // The state of `job`, added if new.
   JobState& JobFor(std::string_view job) {
