@@ -495,7 +495,6 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     bool armed = false;
   };
 
-
   // The state of `job`, added if new.
   JobState& JobFor(std::string_view job) {
     auto [it, inserted] = jobs_.try_emplace(Key(job), 0);
