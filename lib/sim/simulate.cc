@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -80,10 +79,7 @@ struct Job {
 // heap block of this size would often go through the allocator's slow path.
 struct JobDeleter {
   internal::Slab<Job>* slab = nullptr;
-  void operator()(Job* job) const {
-    job->~Job();
-    slab->Free(job);
-  }
+  void operator()(Job* job) const { slab->Delete(job); }
 };
 using JobPtr = std::unique_ptr<Job, JobDeleter>;
 
@@ -304,15 +300,7 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     }
   }
 
-  JobPtr NewJob() {
-    void* memory = job_slab_.Allocate();
-    try {
-      return JobPtr(new (memory) Job(), JobDeleter{&job_slab_});
-    } catch (...) {
-      job_slab_.Free(memory);
-      throw;
-    }
-  }
+  JobPtr NewJob() { return JobPtr(job_slab_.New(), JobDeleter{&job_slab_}); }
 
   void Create(JobPtr job) {
     Job& j = *job;

@@ -14,7 +14,6 @@
 #define KILN_LIB_CORE_INTERNAL_KEYED_SET_H_
 
 #include <cstddef>
-#include <new>
 #include <string_view>
 #include <utility>
 
@@ -37,18 +36,11 @@ class KeyedSet {
   // REQUIRES: no object with the same key is in the set (Find first).
   template <class... Args>
   T& Add(Args&&... args) {
-    void* memory = slab_.Allocate();
-    T* object;
-    try {
-      object = new (memory) T(std::forward<Args>(args)...);
-    } catch (...) {
-      slab_.Free(memory);
-      throw;
-    }
+    T* object = slab_.New(std::forward<Args>(args)...);
     try {
       index_.insert(object);
     } catch (...) {
-      Destroy(object);
+      slab_.Delete(object);
       throw;
     }
     return *object;
@@ -65,14 +57,14 @@ class KeyedSet {
     auto it = index_.find(KeyOf{}(object));
     T* found = *it;
     index_.erase(it);
-    Destroy(found);
+    slab_.Delete(found);
   }
 
   // Destroys every object.
   void Clear() {
     Index objects;
     objects.swap(index_);  // (a destructor that looks in the set finds it empty)
-    for (T* object : objects) Destroy(object);
+    for (T* object : objects) slab_.Delete(object);
   }
 
   size_t size() const { return index_.size(); }
@@ -95,11 +87,6 @@ class KeyedSet {
     }
   };
   using Index = absl::flat_hash_set<T*, Hash, Eq>;
-
-  void Destroy(T* object) {
-    object->~T();
-    slab_.Free(object);
-  }
 
   Slab<T> slab_;  // before index_: outlives every object
   Index index_;

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <new>
+#include <utility>
 #include <vector>
 
 #if defined(__linux__)
@@ -113,6 +114,25 @@ class Slab {
     slot->next = free_;
     free_ = slot;
     KILN_SLAB_POISON(slot, sizeof(Slot));
+  }
+
+  // A T constructed from `args` in a slot. Throws what Allocate or the construction throws,
+  // and then keeps no slot.
+  template <class... Args>
+  T* New(Args&&... args) {
+    void* memory = Allocate();
+    try {
+      return new (memory) T(std::forward<Args>(args)...);
+    } catch (...) {
+      Free(memory);
+      throw;
+    }
+  }
+
+  // Destroys `object`, made by New, and takes its slot back.
+  void Delete(T* object) {
+    object->~T();
+    Free(object);
   }
 
   // Bytes taken from the system so far.
