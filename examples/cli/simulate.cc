@@ -4,13 +4,18 @@
 //   kiln simulate SCENARIO.json [--format table|json|csv] [--report FILE.html] [--seed N]
 //
 // Exit status: 0 on success, 1 when the scenario cannot be read or run or the
-// report cannot be written, 2 on a usage error.
+// output or the report cannot be written, 2 on a usage error. The report's
+// directory is checked before the run, and the report replaces an existing
+// file only once it is written whole.
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -62,6 +67,55 @@ class ProgressBar {
   int last_percent_ = -1;
   bool shown_ = false;
 };
+
+// The directory a file named `path` goes in.
+std::string DirectoryOf(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// Whether a file can be made at `path`: its directory exists and may be
+// written, and `path` is not a directory. Checked before a run that may take
+// minutes. Returns what is wrong, or "".
+std::string CheckCanCreate(const std::string& path) {
+  const std::string dir = DirectoryOf(path);
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) return dir + ": " + std::strerror(errno);
+  if (!S_ISDIR(st.st_mode)) return dir + ": not a directory";
+  if (access(dir.c_str(), W_OK) != 0) return dir + ": " + std::strerror(errno);
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return path + ": is a directory";
+  return "";
+}
+
+// Writes `text` to `path` whole or not at all: into a new file next to it,
+// synced, then renamed over `path`. On any error (a full disk above all) the
+// new file is removed and a file already at `path` is left as it was.
+// Returns what went wrong, or "".
+std::string WriteWhole(const std::string& path, const std::string& text) {
+  std::string temp = path + ".tmp-XXXXXX";
+  const int fd = mkstemp(temp.data());
+  if (fd < 0) return temp + ": " + std::strerror(errno);
+  // mkstemp makes the file private; a report gets the usual mode.
+  const mode_t mask = umask(0);
+  umask(mask);
+  std::string error;
+  if (fchmod(fd, 0666 & ~mask) != 0) error = std::strerror(errno);
+  for (size_t done = 0; error.empty() && done < text.size();) {
+    const ssize_t n = write(fd, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) error = std::strerror(errno);
+    if (n > 0) done += static_cast<size_t>(n);
+  }
+  if (error.empty() && fsync(fd) != 0) error = std::strerror(errno);
+  if (close(fd) != 0 && error.empty()) error = std::strerror(errno);
+  if (error.empty() && std::rename(temp.c_str(), path.c_str()) != 0) error = std::strerror(errno);
+  if (!error.empty()) {
+    unlink(temp.c_str());
+    return path + ": " + error;
+  }
+  return "";
+}
 
 }  // namespace
 
@@ -126,6 +180,12 @@ int RunSimulateCommand(const std::vector<std::string>& args) {
     std::cerr << "kiln simulate: " << scenario.status().message() << "\n";
     return 1;
   }
+  if (!report_path.empty()) {
+    if (const std::string problem = CheckCanCreate(report_path); !problem.empty()) {
+      std::cerr << "kiln simulate: cannot write the report: " << problem << "\n";
+      return 1;
+    }
+  }
   if (seed_set) {
     scenario->seed = seed;
     auto models = std::make_shared<kiln::sim::SimModels>(*scenario->models);
@@ -148,15 +208,20 @@ int RunSimulateCommand(const std::vector<std::string>& args) {
   } else {
     std::cout << kiln::sim::FormatTable(*report);
   }
+  // (A full disk or a closed pipe: the report is still written.)
+  std::cout.flush();
+  int status = 0;
+  if (!std::cout) {
+    std::cerr << "kiln simulate: cannot write the output\n";
+    status = 1;
+  }
   if (!report_path.empty()) {
-    std::ofstream out(report_path, std::ios::binary | std::ios::trunc);
-    out << kiln::sim::FormatHtml(*report);
-    out.close();
-    if (!out) {
-      std::cerr << "kiln simulate: cannot write '" << report_path << "'\n";
+    if (const std::string problem = WriteWhole(report_path, kiln::sim::FormatHtml(*report));
+        !problem.empty()) {
+      std::cerr << "kiln simulate: cannot write the report: " << problem << "\n";
       return 1;
     }
     std::cerr << "kiln simulate: report written to " << report_path << "\n";
   }
-  return 0;
+  return status;
 }

@@ -35,4 +35,24 @@ grep -q "<svg " "$tmp/a.html" && ! grep -q "<script" "$tmp/a.html" && ok "report
 printf '{"workloads": [], "policies": []}' >"$tmp/empty.json"
 "$kiln" simulate "$tmp/empty.json" >/dev/null 2>"$tmp/err.txt"; [[ $? == 1 ]] && grep -q "scenario.workloads" "$tmp/err.txt" \
   && ok "invalid scenario exits 1 naming the member" || bad "invalid scenario: $(cat "$tmp/err.txt")"
+# The report: checked before the run, replaced only by a whole one.
+"$kiln" simulate "$scenario" --report "$tmp/no/such/dir/r.html" >"$tmp/out.txt" 2>"$tmp/err.txt"
+[[ $? == 1 && ! -s "$tmp/out.txt" ]] && grep -q "cannot write the report: $tmp/no/such/dir" "$tmp/err.txt" \
+  && ok "a report into a missing directory fails before the run" || bad "missing report dir: $(cat "$tmp/err.txt")"
+"$kiln" simulate "$scenario" --report "$tmp" >"$tmp/out.txt" 2>"$tmp/err.txt"
+[[ $? == 1 && ! -s "$tmp/out.txt" ]] && grep -q "is a directory" "$tmp/err.txt" \
+  && ok "a report onto a directory fails before the run" || bad "report onto a dir: $(cat "$tmp/err.txt")"
+echo "an old report" >"$tmp/old.html"
+# A write that fails midway (files limited to 8 KiB, and SIGXFSZ ignored so
+# that write() reports EFBIG, as a full disk reports ENOSPC).
+(ulimit -f 8; trap '' XFSZ; "$kiln" simulate "$scenario" --report "$tmp/old.html" >"$tmp/out.txt" 2>"$tmp/err.txt")
+[[ $? == 1 ]] && grep -q "cannot write the report: $tmp/old.html" "$tmp/err.txt" \
+  && [[ "$(cat "$tmp/old.html")" == "an old report" ]] && [[ -z "$(ls "$tmp" | grep '\.tmp-')" ]] \
+  && ok "a failed report write keeps the old report and leaves no temporary file" \
+  || bad "failed report write: $(cat "$tmp/err.txt"); $(head -c 100 "$tmp/old.html"); $(ls "$tmp")"
+"$kiln" simulate "$scenario" --report "$tmp/old.html" >/dev/null 2>&1 && cmp -s "$tmp/old.html" "$tmp/a.html" \
+  && [[ -z "$(ls "$tmp" | grep '\.tmp-')" ]] && ok "a report replaces an old one" || bad "report over an old one"
+"$kiln" simulate "$scenario" --report "$tmp/full.html" >/dev/full 2>"$tmp/err.txt"
+[[ $? == 1 ]] && grep -q "cannot write the output" "$tmp/err.txt" && cmp -s "$tmp/full.html" "$tmp/a.html" \
+  && ok "output to a full disk exits 1; the report is still written" || bad "stdout full: $(cat "$tmp/err.txt")"
 exit $fail
