@@ -47,6 +47,8 @@ struct ClusterSpec {
   std::vector<InstanceGroupSpec> groups;  // in the request's order
   bool spot = false;
   int32_t volume_size_in_gb = 0;
+  // The job's number in its engine (see JobContext::job_id), 0 if none.
+  uint64_t job_id = 0;
 };
 
 // One instance of a provisioned cluster. Host names are algo-1 .. algo-N,
@@ -83,6 +85,12 @@ struct JobContext {
   const v1::CreateTrainingJobRequest& request;
   const Cluster& cluster;
   int32_t attempt = 1;  // 1 for the first run, +1 per restart
+  // The job's number in its engine: given at CreateTrainingJob, never given
+  // to another job of that engine (a job deleted and created again under its
+  // name gets a new one), and larger for later jobs. A provider that keeps
+  // state per job can key it by this number instead of hashing names. 0 when
+  // the caller is not an engine and gives none.
+  uint64_t job_id = 0;
 };
 
 // Receives what happens to the containers of one StartContainers call. Loop

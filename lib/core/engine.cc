@@ -1288,6 +1288,7 @@ void EngineImpl::Provision(Job& job) {
   spec.groups.resize(groups);
   spec.spot = job.on_spot_;
   spec.volume_size_in_gb = rc.volume_size_in_gb();
+  spec.job_id = job.seq_;
   provider_.Provision(spec, [this, token = TokenOf(job)](absl::StatusOr<Cluster> cluster) {
     OnProvisioned(token, std::move(cluster));
   });
@@ -1386,7 +1387,8 @@ void EngineImpl::StartDownloads(Job& job) {
   }
   job.channels_left_ = channels.size();
   const ArnText arn = ContextArn(job);
-  JobContext context{job.name(), arn.view(), job.request(), *job.cluster_, job.attempt_};
+  JobContext context{job.name(), arn.view(), job.request(), *job.cluster_, job.attempt_,
+                     job.seq_};
   const std::string& default_mode = job.request().algorithm_specification().training_input_mode();
   for (const v1::Channel& channel : channels) {
     // The last delivery's vector, refilled (a channel reads the delivery
@@ -1425,7 +1427,8 @@ void EngineImpl::StartTraining(Job& job) {
   job.containers_running_ = static_cast<int>(job.cluster_->instances.size());
   job.running_.assign(job.cluster_->instances.size(), true);
   const ArnText arn = ContextArn(job);
-  JobContext context{job.name(), arn.view(), job.request(), *job.cluster_, job.attempt_};
+  JobContext context{job.name(), arn.view(), job.request(), *job.cluster_, job.attempt_,
+                     job.seq_};
   provider_.StartContainers(context, job, [this, token = TokenOf(job)](absl::Status s) {
     if (Job* job = Resume(token)) OnContainersStarted(*job, std::move(s));
   });
@@ -1483,7 +1486,8 @@ void EngineImpl::StartUpload(Job& job) {
   EndChannels(job);
   if (job.status_ == kInProgress) SetStatus(job, kInProgress, kUploading, kMsgUploading);
   const ArnText arn = ContextArn(job);
-  JobContext context{job.name(), arn.view(), job.request(), *job.cluster_, job.attempt_};
+  JobContext context{job.name(), arn.view(), job.request(), *job.cluster_, job.attempt_,
+                     job.seq_};
   provider_.UploadArtifacts(context, [this, token = TokenOf(job)](absl::StatusOr<ArtifactsResult> r) {
     if (Job* job = Resume(token)) OnUploaded(*job, std::move(r));
   });

@@ -80,7 +80,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   // --- ClusterProvider
 
   void Provision(const ClusterSpec& spec, ClusterCallback done) override {
-    JobState& js = JobFor(spec.job_name);
+    JobState& js = JobFor(spec.job_id, spec.job_name);
     const int attempt = ++js.provision_attempts;
     // No capacity: refused before asking for the behaviour (a job waiting
     // for spot capacity asks again and again).
@@ -224,9 +224,12 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     sim->exit_timers.assign(n, TimerHandle());
     sim->exits.resize(n);
     // The job's state: through the cluster's reference when the job that asked
-    // for the cluster runs on it (no lookup by name), else by name.
-    JobState* const owner = sim->owner_job == job.job_name ? OwnerState(*sim) : nullptr;
-    JobState& js = owner != nullptr ? *owner : JobFor(job.job_name);
+    // for the cluster runs on it, else by the job's id (or name).
+    JobState* owner = OwnerState(*sim);
+    if (owner != nullptr && (job.job_id != 0 ? owner->job_id != job.job_id : sim->owner_job != job.job_name)) {
+      owner = nullptr;
+    }
+    JobState& js = owner != nullptr ? *owner : JobFor(job.job_id, job.job_name);
     sim->job_name.assign(job.job_name);
     SetOwner(*sim, job.job_name, js);
     // The work model: resume from saved progress, if any.
@@ -363,13 +366,15 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   // --- SimClusterProvider
 
   SimJobStats JobStats(std::string_view job) const override {
-    auto it = jobs_.find(Key(job));
-    return it == jobs_.end() ? SimJobStats() : job_states_[it->second].stats;
+    IndexNames();
+    auto it = by_name_.find(Key(job));
+    return it == by_name_.end() ? SimJobStats() : job_states_[it->second].stats;
   }
 
   SimJobStats ForgetJob(std::string_view job) override {
-    auto it = jobs_.find(Key(job));
-    if (it == jobs_.end()) return SimJobStats();
+    IndexNames();
+    auto it = by_name_.find(Key(job));
+    if (it == by_name_.end()) return SimJobStats();
     JobState& js = job_states_[it->second];
     // Nothing of a forgotten job may reach its (possibly deleted) events.
     if (SimCluster* sim = Find(js.cluster_seq); sim != nullptr && sim->job_name == job) {
@@ -386,7 +391,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     // no longer reaches the slot, whoever takes it next.
     js.generation = js.generation == UINT32_MAX ? 1 : js.generation + 1;
     free_job_slots_.push_back(it->second);
-    jobs_.erase(it);
+    by_name_.erase(it);
+    if (js.job_id != 0) by_id_.Take(js.job_id);
+    js.live = false;
     return stats;
   }
 
@@ -468,11 +475,12 @@ class SimClusterProviderImpl final : public SimClusterProvider {
 
   // A job's state, from its first Provision or StartContainers until
   // ForgetJob. It stays in its slot of job_states_; the slot is reused after
-  // ForgetJob under the next generation.
-  struct JobState {
-    uint32_t generation = 1;
-    uint32_t slot = 0;
-    uint64_t key = 0;  // HashName(job)
+  // ForgetJob under the next generation. Found by the job's id (by_id_), or
+  // by its name (by_name_).
+  // What a new job starts from (JobFor resets this part of a reused slot).
+  struct JobRecord {
+    uint64_t key = 0;     // HashName(job)
+    uint64_t job_id = 0;  // the engine's number for the job (JobContext::job_id), or 0
     int provision_attempts = 0;
     int attempts = 0;
     SimJobStats stats;
@@ -481,6 +489,12 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     double next_failure_hazard = 0;  // cumulative hazard of the next failure; 0: not drawn
     double next_failure_hours = 0;   // MachineHoursAt(next_failure_hazard)
     int failures_drawn = 0;
+  };
+  struct JobState : JobRecord {
+    uint32_t generation = 1;
+    uint32_t slot = 0;
+    bool live = false;  // made by JobFor, not forgotten yet
+    std::string name;   // (its string keeps its room when the slot is reused)
   };
 
   // Capacity in use per instance type, and the spot clusters a trace may take back.
@@ -495,10 +509,16 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     bool armed = false;
   };
 
-  // The state of `job`, added if new.
-  JobState& JobFor(std::string_view job) {
-    auto [it, inserted] = jobs_.try_emplace(Key(job), 0);
-    if (!inserted) return job_states_[it->second];
+  // The state of the job numbered `job_id` (when not 0) or named `job`, added
+  // if new. A job with an id is found without hashing its name; one without
+  // (a caller that is not an engine) by its name.
+  JobState& JobFor(uint64_t job_id, std::string_view job) {
+    if (job_id != 0) {
+      if (JobState* js = by_id_.Find(job_id)) return *js;
+    } else {
+      IndexNames();
+      if (auto it = by_name_.find(Key(job)); it != by_name_.end()) return job_states_[it->second];
+    }
     uint32_t slot;
     if (free_job_slots_.empty()) {
       slot = static_cast<uint32_t>(job_states_.size());
@@ -507,14 +527,38 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       slot = free_job_slots_.back();
       free_job_slots_.pop_back();
     }
-    it->second = slot;
     JobState& js = job_states_[slot];
-    const uint32_t generation = js.generation;
-    js = JobState();
-    js.generation = generation;
+    static_cast<JobRecord&>(js) = JobRecord();
     js.slot = slot;
     js.key = HashName(job);
+    js.job_id = job_id;
+    js.live = true;
+    js.name.assign(job);
+    if (job_id != 0) by_id_.Put(job_id, &js);
+    if (names_indexed_) IndexName(js);
     return js;
+  }
+
+  // Builds the index by name at its first use: a provider whose jobs all
+  // come with ids (an engine's) and that nobody asks about by name never
+  // hashes a name (JobFor).
+  void IndexNames() const {
+    if (names_indexed_) return;
+    names_indexed_ = true;
+    for (const JobState& js : job_states_) {
+      if (js.live) IndexName(js);
+    }
+  }
+
+  // Adds `js` to the index by name. A job deleted and made again under its
+  // name, not forgotten in between, has two states: the name finds the newer
+  // job's (the larger id), the older is found by its id only.
+  void IndexName(const JobState& js) const {
+    auto [it, inserted] = by_name_.try_emplace(Key(js.name), js.slot);
+    if (!inserted && job_states_[it->second].job_id < js.job_id) {
+      by_name_.erase(it);
+      by_name_.emplace(Key(js.name), js.slot);
+    }
   }
 
   // The state of the job that holds `sim`, or null once that job is forgotten.
@@ -1022,10 +1066,14 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   // Released cluster records, emptied, for NewCluster (at most kMaxSpareClusters).
   static constexpr size_t kMaxSpareClusters = 64;
   std::vector<std::unique_ptr<SimCluster>> spare_;
-  // Jobs' state (JobState): in slots that stay put (a deque's), by name.
+  // Jobs' state (JobState): in slots that stay put (a deque's), by id and by
+  // name (keys are views of JobState::name; built at the first look-up by
+  // name: IndexNames).
   std::deque<JobState> job_states_;
   std::vector<uint32_t> free_job_slots_;
-  absl::flat_hash_map<std::string, uint32_t> jobs_;  // name -> slot in job_states_
+  internal::SeqWindow<JobState*> by_id_;
+  mutable absl::flat_hash_map<absl::string_view, uint32_t> by_name_;  // -> slot in job_states_
+  mutable bool names_indexed_ = false;
   absl::flat_hash_map<std::string, absl::Duration> progress_;  // saved work per checkpoint S3Uri
   std::map<std::string, TypeState> types_;
   std::string last_type_name_;  // TypeOf's last answer

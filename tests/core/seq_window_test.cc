@@ -1,5 +1,6 @@
 #include "core/internal/seq_window.h"
 
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -95,6 +96,57 @@ TEST(SeqWindowTest, ASlidingWindowWrapsAndGrowsInOrder) {
     ASSERT_EQ(Held(w), want) << "step " << step;
     EXPECT_EQ(w.Find(next), nullptr);
   }
+}
+
+// Put takes seqs in any order: into holes, and before the window (which then
+// opens backwards, growing and wrapping the ring as it must). Checked against
+// a map at every step, seqs drawn from a fixed pseudo-random sequence.
+TEST(SeqWindowTest, PutTakesSeqsInAnyOrder) {
+  SeqWindow<std::unique_ptr<int>> w;
+  std::map<uint64_t, int> want;
+  uint64_t x = 12345;
+  for (int step = 0; step < 4000; ++step) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    // Seqs from 1000 to 1199 (around wherever the window stands), taken once
+    // in a while too (the oldest or any).
+    const uint64_t seq = 1000 + (x >> 33) % 200;
+    if ((x >> 20) % 4 == 0 && !want.empty()) {
+      const uint64_t victim = (x >> 40) % 2 == 0 ? want.begin()->first : seq;
+      std::unique_ptr<int> taken = w.Take(victim);
+      ASSERT_EQ(taken != nullptr, want.count(victim) == 1) << victim << " at step " << step;
+      if (taken != nullptr) {
+        EXPECT_EQ(*taken, want[victim]);
+      }
+      want.erase(victim);
+    } else if (want.count(seq) == 0) {
+      w.Put(seq, std::make_unique<int>(step));
+      want[seq] = step;
+    }
+    std::vector<int> held;
+    for (const auto& [s, v] : want) held.push_back(v);
+    ASSERT_EQ(Held(w), held) << "step " << step;
+    for (uint64_t s = 995; s < 1205; ++s) {
+      const int* found = w.Find(s);
+      ASSERT_EQ(found != nullptr, want.count(s) == 1) << "seq " << s << " at step " << step;
+      if (found != nullptr) {
+        EXPECT_EQ(*found, want[s]);
+      }
+    }
+  }
+}
+
+TEST(SeqWindowTest, PutBeforeTheWindowOpensItBackwards) {
+  SeqWindow<std::unique_ptr<int>> w;
+  w.Add(50, std::make_unique<int>(50));
+  w.Put(10, std::make_unique<int>(10));  // 40 slots in front: the ring grows
+  w.Put(30, std::make_unique<int>(30));  // a hole
+  w.Put(60, std::make_unique<int>(60));  // after: as Add
+  EXPECT_EQ(Held(w), (std::vector<int>{10, 30, 50, 60}));
+  EXPECT_EQ(*w.Take(10), 10);  // the window now starts at 30
+  w.Put(29, std::make_unique<int>(29));
+  EXPECT_EQ(Held(w), (std::vector<int>{29, 30, 50, 60}));
+  EXPECT_EQ(w.Find(10), nullptr);
+  EXPECT_EQ(*w.Find(29), 29);
 }
 
 }  // namespace

@@ -204,6 +204,39 @@ TEST_F(SimClusterProviderTest, ForgottenJobsClusterDoesNotCountAgainstANewJobOfI
   EXPECT_EQ(provider_->Accounting().node_failures, 2);
 }
 
+// A job deleted and made again under its name is a new job to the provider
+// too (the engine gives it a new job id): its Provision calls and attempts
+// count from zero, and its name finds the new job's stats.
+TEST_F(SimClusterProviderTest, AJobMadeAgainUnderItsNameStartsAfresh) {
+  Build();
+  SimClusterOptions options;
+  options.models = std::make_shared<const SimModels>(models_);
+  options.defaults.run_duration = absl::Minutes(5);
+  options.defaults.capacity_failures = 1;  // each job's first Provision is refused
+  provider_.reset();
+  provider_ = NewSimClusterProvider(*loop_, options);
+  EngineOptions eo;
+  eo.loop = loop_.get();
+  eo.cluster_provider = provider_.get();
+  auto engine = NewEngine(std::move(eo)).value();
+  for (int round = 1; round <= 2; ++round) {
+    v1::CreateTrainingJobRequest r = DefaultRequest("ml.c5.xlarge", 1, "File", 0);
+    r.clear_input_data_config();
+    r.set_training_job_name("a");
+    ASSERT_TRUE(engine->CreateTrainingJob(r).ok()) << round;
+    loop_->RunUntilIdle();
+    v1::DescribeTrainingJobRequest d;
+    d.set_training_job_name("a");
+    EXPECT_EQ(engine->DescribeTrainingJob(d)->training_job_status(), "Completed") << round;
+    EXPECT_EQ(provider_->Accounting().capacity_refusals, round);
+    EXPECT_EQ(provider_->JobStats("a").attempts, 1) << round;
+    v1::DeleteTrainingJobRequest del;
+    del.set_training_job_name("a");
+    ASSERT_TRUE(engine->DeleteTrainingJob(del).ok()) << round;
+  }
+  EXPECT_EQ(provider_->ForgetJob("a").attempts, 1);
+}
+
 // What kiln simulate relies on to delete a job only once its warm pool has let the
 // cluster go, instead of asking the engine and being refused.
 TEST_F(SimClusterProviderTest, ForgetJobSaysWhetherAWarmPoolStillHoldsTheJobsCluster) {

@@ -167,11 +167,17 @@ struct SimClusterOptions {
 class SimClusterProvider : public ClusterProvider {
  public:
   // What the provider recorded for `job` so far (zero for an unknown job).
+  // The provider keeps a job's state by the job id an engine gives
+  // (ClusterSpec::job_id, JobContext::job_id), by name for a caller that
+  // gives none: a job deleted and created again under its name starts afresh,
+  // and its name then finds the newer job. The first call by name indexes
+  // the jobs by name, which a provider nobody asks by name never does.
   virtual SimJobStats JobStats(std::string_view job) const = 0;
 
   // Ends what the provider keeps about `job` (attempt counts, failure
   // process, statistics) and returns its final statistics. Call it once the
-  // job has ended, before a job of the same name is created again. Saved
+  // job has ended, before a job of the same name is created again (else the
+  // older job's state stays until the provider goes). Saved
   // progress under the job's checkpoint key is kept (see ForgetCheckpoint).
   // What happens afterwards on a cluster the job held (a warm pool's: a spot
   // notice, a lost instance) counts for no job until another job runs on it;

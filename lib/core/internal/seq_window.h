@@ -27,14 +27,35 @@ class SeqWindow {
   using Element = typename std::pointer_traits<Ptr>::element_type;
 
   // REQUIRES: `seq` is above 0 and above every seq added before; `p` is not
-  // null.
+  // null. (Put also takes `seq` in a hole: then Add is Put.)
   void Add(uint64_t seq, Ptr p) {
     if (size_ == 0) {
       base_ = seq;
       head_ = 0;
     }
+    if (seq - base_ < size_) {  // a hole (Put)
+      At(seq - base_) = std::move(p);
+      return;
+    }
     while (base_ + size_ < seq) PushBack(Ptr());
     PushBack(std::move(p));
+  }
+
+  // Holds `p` as the thing of `seq`, which may be older than things held
+  // (the window opens backwards, to `seq`) or fall in a hole. Throws
+  // std::bad_alloc, and then nothing has changed.
+  // REQUIRES: `seq` is above 0 and holds nothing; `p` is not null.
+  void Put(uint64_t seq, Ptr p) {
+    if (size_ == 0 || seq >= base_) {
+      Add(seq, std::move(p));
+      return;
+    }
+    const size_t before = base_ - seq;  // new slots in front, `seq`'s the first
+    while (slots_.size() - size_ < before) Grow();
+    head_ = (head_ - before) & (slots_.size() - 1);
+    size_ += before;
+    base_ = seq;
+    At(0) = std::move(p);
   }
 
   // The thing of `seq`, or null.
