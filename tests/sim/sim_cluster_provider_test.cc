@@ -61,6 +61,18 @@ class SimClusterProviderTest : public testing::Test {
 
   void RunFor(absl::Duration d) { loop_->RunUntil(loop_->Now() + d); }
 
+  // A provider with the fixture's models and `options`' behaviour, in place
+  // of Build()'s, and an engine over it with `eo`'s other options.
+  // REQUIRES: Build().
+  std::unique_ptr<Engine> EngineOver(SimClusterOptions options, EngineOptions eo = {}) {
+    options.models = std::make_shared<const SimModels>(models_);
+    provider_.reset();
+    provider_ = NewSimClusterProvider(*loop_, options);
+    eo.loop = loop_.get();
+    eo.cluster_provider = provider_.get();
+    return NewEngine(std::move(eo)).value();
+  }
+
   SimModels models_ = DefaultModels();
   Listener listener_;
   std::unique_ptr<EventLoop> loop_;
@@ -160,14 +172,8 @@ TEST_F(SimClusterProviderTest, DrawsAreKeyedByJobNotByOrder) {
 TEST_F(SimClusterProviderTest, ForgetJobReturnsItsStatsAndDropsThem) {
   Build();
   SimClusterOptions options;
-  options.models = std::make_shared<const SimModels>(models_);
   options.defaults.run_duration = absl::Minutes(5);
-  provider_.reset();
-  provider_ = NewSimClusterProvider(*loop_, options);
-  EngineOptions eo;
-  eo.loop = loop_.get();
-  eo.cluster_provider = provider_.get();
-  auto engine = NewEngine(std::move(eo)).value();
+  auto engine = EngineOver(std::move(options));
   v1::CreateTrainingJobRequest r = DefaultRequest("ml.c5.xlarge", 2, "File", 0);
   r.clear_input_data_config();
   r.set_training_job_name("job");
@@ -210,15 +216,9 @@ TEST_F(SimClusterProviderTest, ForgottenJobsClusterDoesNotCountAgainstANewJobOfI
 TEST_F(SimClusterProviderTest, AJobMadeAgainUnderItsNameStartsAfresh) {
   Build();
   SimClusterOptions options;
-  options.models = std::make_shared<const SimModels>(models_);
   options.defaults.run_duration = absl::Minutes(5);
   options.defaults.capacity_failures = 1;  // each job's first Provision is refused
-  provider_.reset();
-  provider_ = NewSimClusterProvider(*loop_, options);
-  EngineOptions eo;
-  eo.loop = loop_.get();
-  eo.cluster_provider = provider_.get();
-  auto engine = NewEngine(std::move(eo)).value();
+  auto engine = EngineOver(std::move(options));
   for (int round = 1; round <= 2; ++round) {
     v1::CreateTrainingJobRequest r = DefaultRequest("ml.c5.xlarge", 1, "File", 0);
     r.clear_input_data_config();
@@ -242,16 +242,10 @@ TEST_F(SimClusterProviderTest, AJobMadeAgainUnderItsNameStartsAfresh) {
 TEST_F(SimClusterProviderTest, ForgetJobSaysWhetherAWarmPoolStillHoldsTheJobsCluster) {
   Build();
   SimClusterOptions options;
-  options.models = std::make_shared<const SimModels>(models_);
   options.defaults.run_duration = absl::Minutes(5);
   std::vector<std::string> freed;
   options.on_cluster_freed = [&](std::string_view job) { freed.emplace_back(job); };
-  provider_.reset();
-  provider_ = NewSimClusterProvider(*loop_, options);
-  EngineOptions eo;
-  eo.loop = loop_.get();
-  eo.cluster_provider = provider_.get();
-  auto engine = NewEngine(std::move(eo)).value();  // keeps what a job asks for
+  auto engine = EngineOver(std::move(options));  // keeps what a job asks for
   using NameAndKeepAlive = std::pair<std::string, int>;
   for (const auto& [name, keep_alive] : {NameAndKeepAlive{"kept", 900}, {"released", 0}}) {
     v1::CreateTrainingJobRequest r = DefaultRequest("ml.c5.xlarge", 2, "File", keep_alive);
@@ -272,16 +266,11 @@ TEST_F(SimClusterProviderTest, ForgetJobSaysWhetherAWarmPoolStillHoldsTheJobsClu
 TEST_F(SimClusterProviderTest, AccountingBillsBusyAndWarmIdleTime) {
   Build();
   SimClusterOptions options;
-  options.models = std::make_shared<const SimModels>(models_);
   options.defaults.run_duration = absl::Minutes(10);
   options.defaults.upload_duration = absl::Seconds(5);
-  provider_.reset();
-  provider_ = NewSimClusterProvider(*loop_, options);
   EngineOptions eo;
-  eo.loop = loop_.get();
-  eo.cluster_provider = provider_.get();
   eo.warm_pools.policy = NewFixedKeepAlive(absl::Minutes(15));
-  auto engine = NewEngine(std::move(eo)).value();
+  auto engine = EngineOver(std::move(options), std::move(eo));
   v1::CreateTrainingJobRequest r = DefaultRequest("ml.c5.xlarge", 2, "File", 0);
   r.clear_input_data_config();
   r.set_training_job_name("job");
