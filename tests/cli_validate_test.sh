@@ -30,4 +30,16 @@ printf '{"TrainingJobName": ' >"$tmp/broken.json"
 check "not JSON" 1 "broken.json: not JSON: Invalid JSON: line 1" "$tmp/broken.json"
 check "unreadable" 1 "missing.json: cannot read the file: No such file or directory" "$tmp/missing.json"
 check "valid and invalid together" 2 "bad.json: 1 validation error" "$corpus/local-file.json" "$tmp/bad.json"
+# stdout that cannot be written (a full disk): exit 1 and say so on stderr.
+if [[ -w /dev/full ]]; then
+  err="$("$kiln" validate "$corpus/local-file.json" 2>&1 >/dev/full)"
+  status=$?
+  if [[ "$status" != 1 ]] || ! grep -q "kiln validate: cannot write the output" <<<"$err"; then
+    echo "FAIL stdout full: status $status (want 1), stderr:"
+    echo "$err"
+    fail=1
+  else
+    echo "ok   stdout full"
+  fi
+fi
 exit $fail

@@ -4,7 +4,8 @@
 //   kiln simulate SCENARIO.json  compare policies in virtual time (simulate.cc)
 //
 // Exit status of `validate`: 0 when every file is a valid request, 2 when any
-// is invalid, 1 on other errors (a file that cannot be read or is not JSON).
+// is invalid, 1 on other errors (a file that cannot be read or is not JSON, or
+// stdout that cannot be written).
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -29,7 +30,8 @@ constexpr char kUsage[] =
     "\n"
     "  validate   check CreateTrainingJob requests (SageMaker's JSON) against the\n"
     "             service's rules; prints 'FILE: valid' or what is wrong.\n"
-    "             Exit 0: all valid; 2: some invalid; 1: a file unreadable or not JSON.\n"
+    "             Exit 0: all valid; 2: some invalid; 1: a file unreadable or not JSON,\n"
+    "             or stdout not writable.\n"
     "  run        run the jobs in order on this machine (local backend); status and\n"
     "             logs on stderr, each job's DescribeTrainingJob JSON on stdout.\n"
     "             Exit 0 only if every job Completed; Ctrl-C stops the running job.\n"
@@ -87,6 +89,11 @@ int Validate(const std::vector<std::string>& files) {
       continue;
     }
     std::cout << path << ": valid\n";
+  }
+  std::cout.flush();
+  if (!std::cout) {
+    std::cerr << "kiln validate: cannot write the output\n";
+    return kError;
   }
   return result;
 }

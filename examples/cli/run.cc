@@ -8,9 +8,9 @@
 // and container log lines go to stderr as they happen. When every job has
 // ended, each job's DescribeTrainingJob JSON goes to stdout, one line per job
 // in submission order, as it stands then (so a pool Reused later shows).
-// Exit status: 0 when every job Completed; 1 otherwise (or on bad input);
-// 130 after Ctrl-C, which stops the running job cleanly (Stopped, artifacts
-// uploaded).
+// Exit status: 0 when every job Completed; 1 otherwise (or on bad input, or
+// when stdout cannot be written: a full disk, a closed pipe); 130 after
+// Ctrl-C, which stops the running job cleanly (Stopped, artifacts uploaded).
 //
 // --interrupt algo-1@30 injects a spot interruption notice into instance
 // algo-1 of every job, 30 s after the job starts Training.
@@ -320,6 +320,10 @@ int RunCommand(const std::vector<std::string>& args) {
   }
   std::cout.flush();
   if (runner.interrupted()) return 130;
+  if (!std::cout) {
+    std::cerr << "kiln run: cannot write the output\n";
+    return 1;
+  }
   return runner.all_completed() ? 0 : 1;
 }
 

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# `kiln run` on the local backend (real processes, file:// data and output):
+# its stdout, stderr and exit status for a job that completes, one that fails,
+# both in one run, and stdout that cannot be written.
+# Usage: cli_run_test.sh KILN
+set -u
+kiln="$1"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+
+mkdir -p "$tmp/data" "$tmp/ok-image" "$tmp/bad-image"
+printf '1,2\n3,4\n' >"$tmp/data/part-0.csv"
+cat >"$tmp/ok-image/train" <<'EOF'
+#!/bin/sh
+echo "rows: $(cat "$SM_CHANNEL_TRAIN"/part-0.csv | wc -l)"
+echo trained >"$SM_MODEL_DIR/model.txt"
+EOF
+cat >"$tmp/bad-image/train" <<'EOF'
+#!/bin/sh
+echo "loss went to NaN" >"$SAGEMAKER_BASE_DIR/output/failure"
+exit 3
+EOF
+chmod +x "$tmp/ok-image/train" "$tmp/bad-image/train"
+
+job() {  # job NAME IMAGE_DIR: writes $tmp/NAME.json
+  cat >"$tmp/$1.json" <<EOF
+{"TrainingJobName": "$1", "RoleArn": "arn:aws:iam::000000000000:role/test",
+ "AlgorithmSpecification": {"TrainingImage": "$2", "TrainingInputMode": "File"},
+ "InputDataConfig": [{"ChannelName": "train", "DataSource": {"S3DataSource":
+   {"S3DataType": "S3Prefix", "S3Uri": "file://$tmp/data/"}}}],
+ "OutputDataConfig": {"S3OutputPath": "file://$tmp/out"},
+ "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 1},
+ "StoppingCondition": {"MaxRuntimeInSeconds": 60}}
+EOF
+}
+job good "$tmp/ok-image"
+job bad "$tmp/bad-image"
+
+# check NAME WANT_STATUS STDOUT_REGEX STDERR_REGEX -- ARGS...: runs kiln run
+# with ARGS (stdout to $tmp/stdout) and checks its status and both streams.
+check() {
+  local name="$1" want_status="$2" want_out="$3" want_err="$4"
+  shift 5
+  local status
+  "$kiln" run --state-dir "$tmp/state" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
+  status=$?
+  if [[ "$status" != "$want_status" ]] || ! grep -Eq -- "$want_out" "$tmp/stdout" ||
+     ! grep -Eq -- "$want_err" "$tmp/stderr"; then
+    echo "FAIL $name: status $status (want $want_status); stdout:"
+    cat "$tmp/stdout"
+    echo "stderr:"
+    cat "$tmp/stderr"
+    fail=1
+  else
+    echo "ok   $name"
+  fi
+}
+
+check "a job that completes" 0 '"TrainingJobStatus":"Completed"' 'rows: 2' -- "$tmp/good.json"
+if ! tar -xzOf "$tmp/out/good/output/model.tar.gz" model.txt 2>/dev/null | grep -q trained; then
+  echo "FAIL the model was not uploaded to file://$tmp/out/good/output/model.tar.gz"
+  fail=1
+fi
+check "a job that fails" 1 '"FailureReason":"AlgorithmError: loss went to NaN' \
+  'Failed' -- "$tmp/bad.json"
+# Both in one run: a line per job, in submission order, and exit 1.
+rm -rf "$tmp/state"
+check "one of two fails" 1 '"TrainingJobName":"bad"' '' -- "$tmp/good.json" "$tmp/bad.json"
+if [[ "$(grep -o '"TrainingJobName":"[a-z]*"' "$tmp/stdout" | tr '\n' ' ')" != \
+      '"TrainingJobName":"good" "TrainingJobName":"bad" ' ]]; then
+  echo "FAIL one of two fails: not one line per job in order:"
+  cat "$tmp/stdout"
+  fail=1
+fi
+
+# stdout that cannot be written (a full disk): the jobs still run, exit 1,
+# and stderr says why.
+if [[ -w /dev/full ]]; then
+  rm -rf "$tmp/state"
+  "$kiln" run --state-dir "$tmp/state" "$tmp/good.json" >/dev/full 2>"$tmp/stderr"
+  status=$?
+  if [[ "$status" != 1 ]] || ! grep -q "kiln run: cannot write the output" "$tmp/stderr" ||
+     ! grep -q "rows: 2" "$tmp/stderr"; then
+    echo "FAIL stdout full: status $status (want 1), stderr:"
+    cat "$tmp/stderr"
+    fail=1
+  else
+    echo "ok   stdout full"
+  fi
+fi
+exit $fail
