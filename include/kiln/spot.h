@@ -73,9 +73,21 @@ struct DefaultSpotHandlerOptions {
 // The service's behaviour: a preempted spot attempt is retried on spot until
 // MaxWaitTimeInSeconds runs out; a lost instance is retried within
 // RetryStrategy, else the job fails with an InternalServerError naming the
-// instance and the budget.
+// instance and the budget. Its decisions are DefaultInterruptionDecision's.
 std::unique_ptr<SpotInterruptionHandler> NewDefaultSpotInterruptionHandler(
     DefaultSpotHandlerOptions options = {});
+
+// Returns the service's decision for interruption `context`: retry on the
+// same capacity type (use_spot = context.on_spot) after `retry_delay`, except
+// for a lost instance (not preempted) once its failures exceed
+// max_retry_attempts: give up, with the service's FailureReason
+// ("InternalServerError: instance algo-1 was lost; ..."). A preempted attempt
+// is always retried: MaxWaitTimeInSeconds bounds it, which the engine
+// enforces. A handler that only places attempts differently (spot or
+// on-demand) starts from this decision and changes use_spot when it retries.
+// Pure function; any thread.
+InterruptionDecision DefaultInterruptionDecision(const InterruptionContext& context,
+                                                 absl::Duration retry_delay);
 
 }  // namespace kiln
 

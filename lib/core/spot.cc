@@ -13,20 +13,7 @@ class DefaultSpotInterruptionHandler final : public SpotInterruptionHandler {
   explicit DefaultSpotInterruptionHandler(DefaultSpotHandlerOptions options) : options_(options) {}
 
   InterruptionDecision OnInterruption(const InterruptionContext& c) override {
-    InterruptionDecision d;
-    d.use_spot = c.on_spot;
-    d.delay = options_.retry_delay;
-    if (c.preempted) return d;  // bounded by MaxWaitTimeInSeconds, which the engine enforces
-    if (c.infrastructure_failures <= c.max_retry_attempts) return d;
-    d.action = InterruptionDecision::Action::kGiveUp;
-    d.failure_reason =
-        c.max_retry_attempts == 0
-            ? absl::StrCat("InternalServerError: instance ", std::string(c.host_name),
-                           " was lost; the job has no RetryStrategy")
-            : absl::StrCat("InternalServerError: instance ", std::string(c.host_name),
-                           " was lost; RetryStrategy.MaximumRetryAttempts (", c.max_retry_attempts,
-                           ") is used up");
-    return d;
+    return DefaultInterruptionDecision(c, options_.retry_delay);
   }
 
   std::string Name() const override { return "Default"; }
@@ -36,6 +23,24 @@ class DefaultSpotInterruptionHandler final : public SpotInterruptionHandler {
 };
 
 }  // namespace
+
+InterruptionDecision DefaultInterruptionDecision(const InterruptionContext& c,
+                                                 absl::Duration retry_delay) {
+  InterruptionDecision d;
+  d.use_spot = c.on_spot;
+  d.delay = retry_delay;
+  if (c.preempted) return d;  // bounded by MaxWaitTimeInSeconds, which the engine enforces
+  if (c.infrastructure_failures <= c.max_retry_attempts) return d;
+  d.action = InterruptionDecision::Action::kGiveUp;
+  d.failure_reason =
+      c.max_retry_attempts == 0
+          ? absl::StrCat("InternalServerError: instance ", std::string(c.host_name),
+                         " was lost; the job has no RetryStrategy")
+          : absl::StrCat("InternalServerError: instance ", std::string(c.host_name),
+                         " was lost; RetryStrategy.MaximumRetryAttempts (", c.max_retry_attempts,
+                         ") is used up");
+  return d;
+}
 
 std::unique_ptr<SpotInterruptionHandler> NewDefaultSpotInterruptionHandler(
     DefaultSpotHandlerOptions options) {

@@ -17,20 +17,8 @@ class UniformProgressHandler final : public SpotInterruptionHandler {
   explicit UniformProgressHandler(UniformProgressOptions options) : options_(std::move(options)) {}
 
   InterruptionDecision OnInterruption(const InterruptionContext& c) override {
-    InterruptionDecision d;
-    d.delay = options_.retry_delay;
-    d.use_spot = c.on_spot;
-    if (!c.preempted && c.infrastructure_failures > c.max_retry_attempts) {
-      d.action = InterruptionDecision::Action::kGiveUp;
-      d.failure_reason =
-          c.max_retry_attempts == 0
-              ? absl::StrCat("InternalServerError: instance ", std::string(c.host_name),
-                             " was lost; the job has no RetryStrategy")
-              : absl::StrCat("InternalServerError: instance ", std::string(c.host_name),
-                             " was lost; RetryStrategy.MaximumRetryAttempts (", c.max_retry_attempts,
-                             ") is used up");
-      return d;
-    }
+    InterruptionDecision d = DefaultInterruptionDecision(c, options_.retry_delay);
+    if (d.action == InterruptionDecision::Action::kGiveUp) return d;
     std::optional<ProgressView> view;
     if (options_.view) view = options_.view(c.job_name);
     if (view) {

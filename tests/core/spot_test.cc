@@ -444,5 +444,32 @@ TEST(DefaultSpotHandlerTest, DecidesByCauseAndBudget) {
             "(2) is used up");
 }
 
+// The function the default handler (and the Uniform Progress policy) decide
+// with: the delay it is given, the same capacity type, and the message for a
+// job without a RetryStrategy.
+TEST(DefaultSpotHandlerTest, DefaultInterruptionDecisionKeepsCapacityTypeAndDelay) {
+  InterruptionContext c;
+  c.host_name = "algo-1";
+  c.on_spot = false;
+  c.infrastructure_failures = 1;
+  const InterruptionDecision d = DefaultInterruptionDecision(c, absl::Seconds(7));
+  EXPECT_EQ(d.action, InterruptionDecision::Action::kGiveUp);
+  EXPECT_FALSE(d.use_spot);
+  EXPECT_EQ(d.delay, absl::Seconds(7));
+  EXPECT_EQ(d.failure_reason,
+            "InternalServerError: instance algo-1 was lost; the job has no RetryStrategy");
+  c.preempted = true;
+  c.on_spot = true;
+  const InterruptionDecision retry = DefaultInterruptionDecision(c, absl::Seconds(7));
+  EXPECT_EQ(retry.action, InterruptionDecision::Action::kRetry);
+  EXPECT_TRUE(retry.use_spot);
+  EXPECT_EQ(retry.delay, absl::Seconds(7));
+  EXPECT_TRUE(retry.failure_reason.empty());
+  // The handler decides the same, with its default 30 s delay.
+  const InterruptionDecision by_handler = NewDefaultSpotInterruptionHandler()->OnInterruption(c);
+  EXPECT_EQ(by_handler.delay, absl::Seconds(30));
+  EXPECT_EQ(by_handler.action, retry.action);
+}
+
 }  // namespace
 }  // namespace kiln
