@@ -24,7 +24,7 @@ using kiln::local::internal::MountNamespaceSupport;
 using kiln::local::internal::Spawn;
 using kiln::local::internal::SpawnSpec;
 
-void RunSpawns(benchmark::State& state, int views) {
+void RunSpawns(benchmark::State& state, int views, bool keeper = false) {
   if (views > 0 && GetMountNamespaceSupport() == MountNamespaceSupport::kNone) {
     state.SkipWithError("this process may create neither mount nor user namespaces");
     return;
@@ -38,6 +38,7 @@ void RunSpawns(benchmark::State& state, int views) {
   SpawnSpec spec;
   spec.argv = {"/bin/true"};
   spec.output_fd = 2;
+  spec.keeper = keeper;
   for (int i = 0; i < views; ++i) spec.readonly_paths.push_back(made);
   for (auto _ : state) {
     // Timed: from the call to the program executing (what a job's start
@@ -64,7 +65,13 @@ void BM_SpawnReadOnlyViews(benchmark::State& state) {
   RunSpawns(state, static_cast<int>(state.range(0)));
 }
 
+// Under the process keeper (local/internal/process_keeper.h), as the process
+// runtime starts every container: the keeper's execution from its memory
+// file and its fork of the program are what it adds to a start.
+void BM_SpawnKept(benchmark::State& state) { RunSpawns(state, 0, /*keeper=*/true); }
+
 BENCHMARK(BM_SpawnPlain)->UseManualTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SpawnKept)->UseManualTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_SpawnReadOnlyViews)->Arg(1)->Arg(4)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace

@@ -1061,6 +1061,9 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
     ss.info_fd = info[1];
     ss.netns_fd = spec.netns_fd;
     ss.readonly_paths = spec.readonly_paths;
+    // bwrap ends its sandbox with this process (--die-with-parent and a PID
+    // namespace); the process runtime has the keeper do it.
+    ss.keeper = !spec.bwrap;
     absl::StatusOr<pid_t> spawned = internal::Spawn(ss);
     close_fd(out[1]);
     close_fd(info[1]);

@@ -437,7 +437,10 @@ TEST_P(LocalClusterProviderTest, ReleaseLeavesNoProcessOfTheJob) {
     } else {
       int pid = 0;
       ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(data + "pid")), &pid));
-      probes.push_back([pid] { return testing::ProcessesInGroup(pid); });
+      // (The script's group is its keeper's: process_keeper.h.)
+      const pid_t group = getpgid(pid);
+      ASSERT_GT(group, 0);
+      probes.push_back([group] { return testing::ProcessesInGroup(group); });
     }
     // The script, its sleep, the inner shell and its two sleeps (and, in a
     // sandbox, its init) once they have all started.
@@ -480,7 +483,9 @@ TEST_P(LocalClusterProviderTest, DestroyingTheProviderLeavesNoProcess) {
   } else {
     int pid = 0;
     ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(data + "pid")), &pid));
-    probe = [pid] { return testing::ProcessesInGroup(pid); };
+    const pid_t group = getpgid(pid);
+    ASSERT_GT(group, 0);
+    probe = [group] { return testing::ProcessesInGroup(group); };
   }
   ASSERT_FALSE(probe().empty());
   provider_.reset();  // kills, waits for its threads, removes its instances

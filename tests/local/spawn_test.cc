@@ -3,16 +3,24 @@
 // as an unprivileged user through a user namespace.
 #include "local/internal/spawn.h"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <csignal>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "local/internal/fs.h"
 #include "local/local_test_util.h"
@@ -117,6 +125,101 @@ TEST(SpawnTest, UnprivilegedUserGetsReadOnlyPathsThroughAUserNamespace) {
   EXPECT_EQ(WEXITSTATUS(status), 0);
   EXPECT_FALSE(Exists(dir + "/new"));
   EXPECT_TRUE(Exists(dir + "/new2"));
+}
+
+// Spawns `script` with /bin/sh under the keeper, its output to `out_fd`.
+absl::StatusOr<pid_t> SpawnKept(const std::string& script, int out_fd) {
+  SpawnSpec spec;
+  spec.argv = {"/bin/sh", "-c", script};
+  spec.env = {"PATH=/usr/bin:/bin"};
+  spec.output_fd = out_fd;
+  spec.keeper = true;
+  return Spawn(spec);
+}
+
+// Waits for `pid` (a child) and returns its wait status.
+int Reap(pid_t pid) {
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return status;
+}
+
+// True once `pid` has ended (gone, or a zombie), within `timeout`.
+bool EndsWithin(pid_t pid, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (kill(pid, 0) != 0 && errno == ESRCH) return true;
+    const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+    const size_t paren = stat.rfind(')');
+    if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z') return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return false;
+}
+
+// The keeper (process_keeper.h) passes the program's end on: its exit code,
+// or 128 + the signal that killed it; and a program that cannot be executed
+// is Spawn's error, as without the keeper.
+TEST(SpawnKeeperTest, ExitsWithTheProgramsStatus) {
+  absl::StatusOr<pid_t> pid = SpawnKept("exit 3", 2);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  int status = Reap(*pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 3);
+
+  pid = SpawnKept("kill -TERM $$; sleep 5", 2);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  status = Reap(*pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+
+  SpawnSpec missing;
+  missing.argv = {"/nonexistent/train"};
+  missing.output_fd = 2;
+  missing.keeper = true;
+  absl::StatusOr<pid_t> not_run = Spawn(missing);
+  EXPECT_EQ(not_run.status().code(), absl::StatusCode::kNotFound) << not_run.status();
+  EXPECT_NE(not_run.status().message().find("/nonexistent/train"), std::string::npos);
+}
+
+// A signal sent to the group (a stop's SIGTERM) ends the program, not the
+// keeper, which still reports the program's end.
+TEST(SpawnKeeperTest, SurvivesSignalsToTheGroup) {
+  absl::StatusOr<pid_t> pid = SpawnKept("trap 'exit 7' TERM; echo ready; while :; do sleep 0.01; done", 2);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_EQ(kill(-*pid, SIGTERM), 0);
+  const int status = Reap(*pid);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 7);
+}
+
+// What the keeper is for: when the thread that started the program exits
+// (as it does when the whole process dies), the program's own children die
+// too, not only the main process.
+TEST(SpawnKeeperTest, TheProgramsChildrenDieWithTheForkingThread) {
+  int out[2];
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  absl::StatusOr<pid_t> pid = absl::UnknownError("not spawned");
+  std::string line;
+  std::thread starter([&] {
+    pid = SpawnKept("sleep 1000 & echo $!; wait", out[1]);
+    close(out[1]);
+    // Once the program has started its child, this thread ends.
+    char c;
+    while (read(out[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+  });
+  starter.join();
+  close(out[0]);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  int grandchild = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(line, &grandchild)) << "'" << line << "'";
+  EXPECT_TRUE(EndsWithin(grandchild, absl::Seconds(5)))
+      << "the program's child " << grandchild << " outlived the thread that started it";
+  const int status = Reap(*pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  if (!EndsWithin(grandchild, absl::ZeroDuration())) kill(grandchild, SIGKILL);
 }
 
 }  // namespace

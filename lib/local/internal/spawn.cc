@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -26,6 +27,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "local/internal/fs.h"
+#include "local/internal/process_keeper.h"
+
+// The keeper's executable, embedded (process_keeper_blob.cc).
+extern "C" const unsigned char kiln_process_keeper_start[];
+extern "C" const unsigned char kiln_process_keeper_end[];
 
 namespace kiln::local::internal {
 namespace {
@@ -62,9 +68,12 @@ enum Stage {
   kStageExec = 4,
   kStageUserns = 5,
   kStagePropagation = 6,
+  kStageKeeper = 7,  // the keeper itself could not be executed
   // kStageReadOnly + i: readonly_paths[i]
   kStageReadOnly = 100,
 };
+
+static_assert(kStageExec == kKeeperExecFailed);
 
 // What a child needs to set up its own mount namespace, all prepared before
 // it starts (the child may only make async-signal-safe calls).
@@ -128,6 +137,10 @@ struct ChildArgs {
   int err_fd;  // the error pipe's write end
   pid_t parent;
   const MountNsArgs* mount_ns;  // null: the parent's mount namespace
+  // The keeper's memory file and command line, or -1 and null: the program
+  // is executed directly.
+  int keeper_fd;
+  char* const* keeper_argv;
 };
 
 // The child's body, up to execve. It shares the parent's memory (CLONE_VM)
@@ -157,16 +170,69 @@ int ChildMain(void* p) {
     ChildFail(err_fd, kStageDup, errno);
   }
   if (info >= 0 && dup2(info, 3) < 0) ChildFail(err_fd, kStageDup, errno);
+  // The keeper reports on descriptor 3 (dup2 leaves it open across execve).
+  if (a.keeper_argv != nullptr && dup2(err_fd, kKeeperErrorFd) < 0) {
+    ChildFail(err_fd, kStageDup, errno);
+  }
   // Nothing of this process but 0..3 reaches the program.
-  const unsigned first = info >= 0 ? 4 : 3;
+  const unsigned first = info >= 0 || a.keeper_argv != nullptr ? 4 : 3;
   if (close_range(first, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
     for (int fd = static_cast<int>(first); fd < 1024; ++fd) {
       if (fd != err_fd) fcntl(fd, F_SETFD, FD_CLOEXEC);
     }
   }
   if (!spec.cwd.empty() && chdir(spec.cwd.c_str()) != 0) ChildFail(err_fd, kStageChdir, errno);
+  if (a.keeper_argv != nullptr) {
+    syscall(SYS_execveat, a.keeper_fd, "", a.keeper_argv, a.envp, AT_EMPTY_PATH);
+    ChildFail(err_fd, kStageKeeper, errno);
+  }
   execve(a.argv[0], a.argv, a.envp);
   ChildFail(err_fd, kStageExec, errno);
+}
+
+#ifndef MFD_EXEC
+#define MFD_EXEC 0x0010U  // Linux 6.3: executable even where memfd_noexec asks otherwise
+#endif
+
+// Makes the keeper's sealed memory file. -1 if it cannot be made.
+int MakeKeeperFile() {
+  int fd = memfd_create(kKeeperName, MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_EXEC);
+  if (fd < 0 && errno == EINVAL) fd = memfd_create(kKeeperName, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return -1;
+  // A spawned child puts its own descriptors at 0..3 before it executes the
+  // keeper from this one: keep clear of them.
+  if (fd <= kKeeperErrorFd) {
+    const int high = fcntl(fd, F_DUPFD_CLOEXEC, kKeeperErrorFd + 1);
+    close(fd);
+    if (high < 0) return -1;
+    fd = high;
+  }
+  const unsigned char* p = kiln_process_keeper_start;
+  while (p < kiln_process_keeper_end) {
+    const ssize_t n = write(fd, p, static_cast<size_t>(kiln_process_keeper_end - p));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      close(fd);
+      return -1;
+    }
+    p += n;
+  }
+  if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Set once the keeper could not be executed here: later spawns run their
+// programs directly.
+std::atomic<bool> keeper_unusable{false};
+
+// The keeper's memory file, made at the first call (thread-safe), kept open
+// for the process's life; -1 where the keeper cannot run.
+int KeeperFile() {
+  static const int fd = MakeKeeperFile();
+  return keeper_unusable.load(std::memory_order_relaxed) ? -1 : fd;
 }
 
 // The ids maps of a user namespace mapping only this process's ids to
@@ -257,6 +323,9 @@ MountNamespaceSupport GetMountNamespaceSupport() {
 
 absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec) {
   if (spec.argv.empty()) return absl::InvalidArgumentError("empty command line");
+  if (spec.keeper && spec.info_fd >= 0) {
+    return absl::InvalidArgumentError("the process keeper and info_fd both use descriptor 3");
+  }
   MountNamespaceSupport mount_ns = MountNamespaceSupport::kNone;
   if (!spec.readonly_paths.empty()) {
     mount_ns = GetMountNamespaceSupport();
@@ -291,10 +360,23 @@ absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec) {
   std::vector<char*> envp;
   for (const std::string& e : spec.env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
+  const int keeper_fd = spec.keeper ? KeeperFile() : -1;
+  const std::string parent_pid = absl::StrCat(getpid());
+  std::vector<char*> keeper_argv;
+  if (keeper_fd >= 0) {
+    keeper_argv = {const_cast<char*>(kKeeperName), const_cast<char*>(parent_pid.c_str())};
+    keeper_argv.insert(keeper_argv.end(), argv.begin(), argv.end());  // (with its null)
+  }
   int err_pipe[2];
   if (pipe2(err_pipe, O_CLOEXEC) != 0) return ErrnoStatus(errno, "create pipe", "spawn");
-  ChildArgs args{&spec, argv.data(), envp.data(), err_pipe[1], getpid(),
-                 mount_ns == MountNamespaceSupport::kNone ? nullptr : &ns};
+  ChildArgs args{&spec,
+                 argv.data(),
+                 envp.data(),
+                 err_pipe[1],
+                 getpid(),
+                 mount_ns == MountNamespaceSupport::kNone ? nullptr : &ns,
+                 keeper_fd,
+                 keeper_fd >= 0 ? keeper_argv.data() : nullptr};
   // As posix_spawn does: the child borrows this process's memory until it
   // execs (CLONE_VM | CLONE_VFORK), so that starting a container does not
   // copy the page tables of a large host process. Signals stay blocked until
@@ -319,6 +401,14 @@ absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec) {
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   switch (msg[0]) {
+    case kStageKeeper: {
+      // Memory files cannot be executed here (a seccomp or LSM policy, say):
+      // from now on, programs run without the keeper.
+      keeper_unusable.store(true, std::memory_order_relaxed);
+      SpawnSpec direct = spec;
+      direct.keeper = false;
+      return Spawn(direct);
+    }
     case kStageSetns:
       return ErrnoStatus(msg[1], "join the cluster's network namespace for", spec.argv[0]);
     case kStageChdir:

@@ -31,6 +31,14 @@ struct SpawnSpec {
   // read-only, with its sub-mounts; the host's mounts are untouched. Empty:
   // the child shares this process's mount namespace.
   std::vector<std::string> readonly_paths;
+  // Runs the program under the process keeper (process_keeper.h): the
+  // returned pid is the keeper's, which exits with the program's status (or
+  // 128 + the signal that ended it), and which kills the child's whole
+  // process group when the forking thread exits, or this process dies,
+  // before the program ends. Where the keeper cannot run (memory files not
+  // executable here), the program runs directly, as without it. Not with
+  // info_fd (the keeper uses descriptor 3).
+  bool keeper = false;
 };
 
 // How this process can give a child a mount namespace of its own.
@@ -51,10 +59,12 @@ MountNamespaceSupport GetMountNamespaceSupport();
 
 // Forks and executes `spec`. The child runs in a new session and process
 // group (its pid is the group id), with default signal dispositions and an
-// empty signal mask, and is killed (SIGKILL) if the forking thread exits.
-// Returns the child's pid once the program is executing.
+// empty signal mask, and is killed (SIGKILL) if the forking thread exits
+// (with spec.keeper, its whole group is). Returns the child's pid once the
+// program is executing.
 // Errors: NotFound / PermissionDenied when the program cannot be executed
 // (the message names it), Internal for a failed fork or namespace join;
+// InvalidArgument for keeper with info_fd;
 // FailedPrecondition when `readonly_paths` is set and this process cannot
 // make mount namespaces (GetMountNamespaceSupport() is kNone), or a path
 // cannot be made read-only (the message names it).

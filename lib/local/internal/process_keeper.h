@@ -1,0 +1,56 @@
+// The process keeper: a tiny program that stands between the local backend
+// and a container's entrypoint on the process runtime, so that a container's
+// processes do not outlive the process that runs Kiln.
+//
+// Why. A container's main process is killed (PR_SET_PDEATHSIG) when the
+// thread that started it exits, also when the whole host process dies (a
+// crash, SIGKILL, the OOM killer). Its own children are not: a training
+// script's workers or a `sleep` would go on running, orphaned, with nobody
+// left to stop them. The bwrap runtime is safe (bubblewrap runs the sandbox
+// in a PID namespace and --die-with-parent ends it all); the process runtime
+// runs the keeper as the container's main process instead:
+//   * its parent-death signal is SIGRTMAX (which nothing else sends a
+//     container), and it catches it: it then kills its whole process group (the container's session: Spawn makes
+//     the main process a session leader), itself included, with SIGKILL;
+//   * it starts the entrypoint as its child, in that group, with default
+//     signal dispositions, and waits for it;
+//   * signals sent to the group (Signal, stop: SIGTERM then SIGKILL) reach
+//     the entrypoint as before; the keeper survives every catchable one, so
+//     it is still there to exit with the entrypoint's status;
+//   * it exits with the entrypoint's exit code, or 128 + the signal that
+//     ended it (what the provider reports for a main process killed by a
+//     signal).
+// A process that leaves the group (setsid, setpgid) escapes the keeper, as it
+// escapes the provider's group signals.
+//
+// The keeper is built as a static executable, embedded in kiln_local's
+// object code, and executed from a sealed memory file (memfd): nothing needs
+// installing beside the library. Spawn falls back to running the entrypoint
+// directly where the memory file cannot be executed.
+//
+// Internal to kiln::local: this header is the protocol between Spawn and the
+// keeper (lib/local/internal/process_keeper_main.cc).
+#ifndef KILN_LIB_LOCAL_INTERNAL_PROCESS_KEEPER_H_
+#define KILN_LIB_LOCAL_INTERNAL_PROCESS_KEEPER_H_
+
+namespace kiln::local::internal {
+
+// The keeper's command line: argv[0] kKeeperName, argv[1] the decimal pid of
+// the process whose death ends the container (its parent), argv[2] the
+// entrypoint's path, argv[3...] the entrypoint's arguments (argv[2] is also
+// the entrypoint's argv[0]). Its environment is the entrypoint's.
+inline constexpr char kKeeperName[] = "kiln-process-keeper";
+
+// The descriptor on which the keeper reports that the entrypoint could not
+// be executed: two ints, {kKeeperExecFailed, errno}. It is closed (close on
+// exec) once the entrypoint executes, so a reader sees end of file then. The
+// entrypoint does not inherit it.
+inline constexpr int kKeeperErrorFd = 3;
+inline constexpr int kKeeperExecFailed = 4;  // Spawn's stage code for execve
+
+// The keeper's exit status when its command line is wrong.
+inline constexpr int kKeeperUsage = 125;
+
+}  // namespace kiln::local::internal
+
+#endif  // KILN_LIB_LOCAL_INTERNAL_PROCESS_KEEPER_H_
