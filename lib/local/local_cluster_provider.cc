@@ -12,6 +12,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -422,7 +423,93 @@ struct LocalInstance {
   bool tree_fresh = false;
 };
 
+// Marks a cluster's directory as in use while it lives: an exclusive flock on
+// <state_dir>/locks/<cluster-id>.lock, which the kernel drops when this
+// process dies, however it dies. A provider made later on the same state directory deletes the
+// clusters whose lock nobody holds (ClaimStaleClusters): what a crashed
+// process left behind. (flock, unlike a pid in the name, also holds across
+// PID namespaces sharing a state directory.)
+class ClusterLock {
+ public:
+  // Takes the lock at `path` (ClusterLockPath), waiting while a provider
+  // deletes a stale cluster of the same name. Errors: as ErrnoStatus, when
+  // the lock file cannot be made or locked.
+  static absl::StatusOr<std::unique_ptr<ClusterLock>> Take(const std::string& path) {
+    while (true) {
+      const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd < 0) return internal::ErrnoStatus(errno, "create the lock file", path);
+      while (flock(fd, LOCK_EX) != 0) {
+        if (errno == EINTR) continue;
+        const int err = errno;
+        close(fd);
+        return internal::ErrnoStatus(err, "lock", path);
+      }
+      if (StillLinked(fd, path)) return std::unique_ptr<ClusterLock>(new ClusterLock(path, fd));
+      close(fd);  // deleted meanwhile, with the stale cluster it stood for: again
+    }
+  }
+
+  // Deletes the lock file, then lets the lock go.
+  ~ClusterLock() {
+    unlink(path_.c_str());
+    close(fd_);
+  }
+
+  ClusterLock(const ClusterLock&) = delete;
+  ClusterLock& operator=(const ClusterLock&) = delete;
+
+  // True if `fd` is still the file at `path` (not deleted or replaced).
+  static bool StillLinked(int fd, const std::string& path) {
+    struct stat held, named;
+    return fstat(fd, &held) == 0 && stat(path.c_str(), &named) == 0 &&
+           held.st_dev == named.st_dev && held.st_ino == named.st_ino;
+  }
+
+ private:
+  ClusterLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+
+  std::string path_;
+  int fd_;
+};
+
+// A stale cluster (see ClusterLock), claimed: its lock is held by `fd`.
+struct StaleCluster {
+  std::string dir;
+  std::string lock_path;
+  int fd;
+};
+
+// Claims the clusters whose lock (in <state_dir>/locks) no process holds.
+// Their directories are the caller's to delete (then the lock file, then
+// close `fd`). Cluster directories without a lock file are left alone.
+std::vector<StaleCluster> ClaimStaleClusters(const std::string& state_dir) {
+  std::vector<StaleCluster> stale;
+  const std::string locks = internal::LocksDir(state_dir);
+  DIR* d = opendir(locks.c_str());
+  if (d == nullptr) return stale;
+  while (struct dirent* e = readdir(d)) {
+    const std::string_view name = e->d_name;
+    constexpr std::string_view kSuffix = ".lock";
+    if (name.size() <= kSuffix.size() || name[0] == '.' ||
+        name.substr(name.size() - kSuffix.size()) != kSuffix) {
+      continue;
+    }
+    const std::string_view id = name.substr(0, name.size() - kSuffix.size());
+    const std::string lock_path = internal::ClusterLockPath(state_dir, id);
+    const int fd = open(lock_path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) continue;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 || !ClusterLock::StillLinked(fd, lock_path)) {
+      close(fd);  // in use (or just deleted)
+      continue;
+    }
+    stale.push_back(StaleCluster{internal::ClusterDir(state_dir, id), lock_path, fd});
+  }
+  closedir(d);
+  return stale;
+}
+
 struct LocalCluster {
+  std::unique_ptr<ClusterLock> lock;  // (destroyed last)
   Cluster cluster;
   std::string dir;
   std::vector<LocalInstance> instances;
@@ -454,6 +541,18 @@ class LocalClusterProvider final : public ClusterProvider {
     cpu_count_ = options_.cpu_count > 0 ? options_.cpu_count
                                         : static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
     if (cpu_count_ <= 0) cpu_count_ = 1;
+    // What a crashed process left in the state directory goes, in the
+    // background (a job's files can take a while to delete).
+    std::vector<StaleCluster> stale = ClaimStaleClusters(options_.state_dir);
+    if (!stale.empty()) {
+      tasks_.Run([stale = std::move(stale)] {
+        for (const StaleCluster& c : stale) {
+          internal::RemoveTree(c.dir).IgnoreError();
+          unlink(c.lock_path.c_str());
+          close(c.fd);
+        }
+      });
+    }
   }
 
   ~LocalClusterProvider() override {
@@ -573,7 +672,15 @@ void LocalClusterProvider::Provision(const ClusterSpec& spec, ClusterCallback do
               guard, alive = std::weak_ptr<Alive>(alive_)]() mutable {
     auto dirs = std::make_shared<ProvisionedDirs>();
     dirs->dir = cluster->dir;
-    absl::Status status = internal::RemoveTree(cluster->dir);
+    absl::Status status;
+    if (absl::StatusOr<std::unique_ptr<ClusterLock>> lock =
+            ClusterLock::Take(internal::ClusterLockPath(options_.state_dir, cluster->cluster.id));
+        lock.ok()) {
+      cluster->lock = *std::move(lock);
+    } else {
+      status = lock.status();
+    }
+    if (status.ok()) status = internal::RemoveTree(cluster->dir);
     for (const LocalInstance& inst : cluster->instances) {
       for (const std::string& d : {absl::StrCat(inst.dir, "/image-cache"), inst.tmp_dir}) {
         if (status.ok()) status = internal::MakeDirs(d);
@@ -1470,7 +1577,7 @@ absl::StatusOr<std::unique_ptr<ClusterProvider>> NewLocalClusterProvider(EventLo
         absl::StrCat("LocalOptions.state_dir '", options.state_dir, "': ", std::strerror(errno)));
   }
   options.state_dir = real;
-  for (const char* sub : {"/instances", "/logs", "/tmp"}) {
+  for (const char* sub : {"/instances", "/locks", "/logs", "/tmp"}) {
     s = internal::MakeDirs(absl::StrCat(options.state_dir, sub));
     if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("LocalOptions.state_dir: ", s.message()));
   }

@@ -124,4 +124,25 @@ elif alive "$child_pid"; then
 else
   echo "ok   killed kiln run leaves no process of its job"
 fi
+
+# The next kiln run on that state directory deletes the cluster the killed
+# one left (its lock died with it).
+left="$(ls "$tmp/state/instances")"
+cat >"$tmp/ok-image/train" <<'EOF'
+#!/bin/sh
+echo trained >"$SM_MODEL_DIR/model.txt"
+EOF
+if [[ -z "$left" ]]; then
+  echo "FAIL killed kiln run left no cluster directory to look at"
+  fail=1
+elif ! "$kiln" run --state-dir "$tmp/state" "$tmp/good.json" >/dev/null 2>"$tmp/stderr"; then
+  echo "FAIL kiln run after a crash:"
+  cat "$tmp/stderr"
+  fail=1
+elif [[ -n "$(ls "$tmp/state/instances")" ]]; then
+  echo "FAIL the next kiln run kept what the killed one left: $(ls "$tmp/state/instances")"
+  fail=1
+else
+  echo "ok   the next kiln run deletes what the killed one left"
+fi
 exit $fail

@@ -2,7 +2,9 @@
 // runtimes (the bwrap ones are skipped, saying so, where bubblewrap does not
 // work). Containers are small scripts of a test image; the contract itself is
 // checked from inside the container by tests/local/contract_check.py.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 
 #include <memory>
@@ -852,6 +854,51 @@ TEST(LocalClusterProviderFactoryTest, MissingBwrapIsFailedPrecondition) {
   options.bwrap_path = "/nonexistent/bwrap";
   auto provider = NewLocalClusterProvider(*loop, options);
   EXPECT_TRUE(absl::IsFailedPrecondition(provider.status())) << provider.status();
+}
+
+// A process that crashed (its Release never ran) left clusters in the state
+// directory: the next provider made there deletes those whose lock nobody
+// holds, and leaves a cluster whose lock is held (another provider's, alive)
+// and a directory that has no lock at all.
+TEST(LocalClusterProviderFactoryTest, AProviderDeletesTheClustersOfACrashedProcess) {
+  TempDir tmp;
+  const std::string state = tmp.path() + "/state";
+  WriteFile(state + "/instances/cluster-crashed-1/algo-1/ml/model/weights", "left behind");
+  WriteFile(state + "/locks/cluster-crashed-1.lock", "");
+  WriteFile(state + "/instances/cluster-alive-1/algo-1/ml/model/weights", "in use");
+  WriteFile(state + "/locks/cluster-alive-1.lock", "");
+  WriteFile(state + "/instances/no-lock/file", "unknown");
+  const int held = open((state + "/locks/cluster-alive-1.lock").c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(flock(held, LOCK_EX), 0);
+
+  auto loop = NewRealTimeEventLoop();
+  LocalOptions options;
+  options.state_dir = state;
+  auto provider = NewLocalClusterProvider(*loop, options);
+  ASSERT_TRUE(provider.ok()) << provider.status();
+  provider->reset();  // (waits for its background work)
+  EXPECT_FALSE(internal::Exists(state + "/instances/cluster-crashed-1"));
+  EXPECT_FALSE(internal::Exists(state + "/locks/cluster-crashed-1.lock"));
+  EXPECT_TRUE(internal::Exists(state + "/instances/cluster-alive-1/algo-1/ml/model/weights"));
+  EXPECT_TRUE(internal::Exists(state + "/locks/cluster-alive-1.lock"));
+  EXPECT_TRUE(internal::Exists(state + "/instances/no-lock/file"));
+  close(held);
+}
+
+// A provider's own clusters hold their lock while they live, and give it up
+// (the file goes) with the cluster.
+TEST_P(LocalClusterProviderTest, AClusterHoldsItsLockWhileItLives) {
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  const std::string lock = absl::StrCat(state_dir_, "/locks/", cluster->id, ".lock");
+  const int fd = open(lock.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << lock;
+  EXPECT_NE(flock(fd, LOCK_EX | LOCK_NB), 0) << "nobody holds the lock of a live cluster";
+  close(fd);
+  provider_->Release(*cluster);
+  provider_.reset();
+  EXPECT_FALSE(internal::Exists(lock));
 }
 
 }  // namespace

@@ -29,10 +29,15 @@
 //   instances/<cluster-id>/algo-<k>/ml/           the instance's /opt/ml tree
 //   instances/<cluster-id>/algo-<k>/image-cache/  the instance's own image cache
 //   instances/<cluster-id>/algo-<k>/tmp/          scratch (TMPDIR, process runtime)
+//   locks/<cluster-id>.lock                       held (flock) while the cluster lives
 //   logs/<job>/algo-<k>-<epoch>                   log streams (kept after Release)
 //   image-cache/                                  host-wide image cache (opt-in)
 //   fastfile/<pid>-<n>-<channel>/                 FastFile FUSE mounts (s3:// sources)
-// An Instance's id is "<cluster-id>/algo-<k>".
+// An Instance's id is "<cluster-id>/algo-<k>". A provider made on a state
+// directory deletes, in the background, the clusters there whose lock no
+// process holds: what a process that crashed left behind (its Release never
+// ran). The lock is the kernel's (flock), so it is dropped however the
+// process ends, and it holds across PID namespaces sharing the directory.
 //
 // Images. TrainingImage names a directory or a tarball (.tar, .tar.gz, .tgz,
 // any compression libarchive reads) by absolute path or file:// URI. It is

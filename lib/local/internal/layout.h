@@ -19,6 +19,15 @@ inline std::string ClusterDir(std::string_view state_dir, std::string_view clust
   return absl::StrCat(Av(state_dir), "/instances/", Av(cluster_id));
 }
 
+// The lock a provider holds on a cluster of its own while the cluster lives,
+// and the folder of those locks (local_cluster_provider.cc, ClusterLock).
+inline std::string LocksDir(std::string_view state_dir) {
+  return absl::StrCat(Av(state_dir), "/locks");
+}
+inline std::string ClusterLockPath(std::string_view state_dir, std::string_view cluster_id) {
+  return absl::StrCat(Av(state_dir), "/locks/", Av(cluster_id), ".lock");
+}
+
 // An instance id is "<cluster-id>/<host>".
 inline std::string InstanceId(std::string_view cluster_id, std::string_view host) {
   return absl::StrCat(Av(cluster_id), "/", Av(host));
