@@ -247,11 +247,22 @@ class Engine {
 
   // Erases an ended job (Completed, Failed, Stopped); its name can be used
   // again. Errors: NotFound; FailedPrecondition while it is InProgress or
-  // Stopping, or while its warm pool is Available.
+  // Stopping, or while its warm pool is Available. An observer may delete the
+  // job it is being told has ended: the job is gone at once for every call,
+  // the other observers still hear that event, and its memory is freed once
+  // the event is over.
   virtual absl::Status DeleteTrainingJob(const v1::DeleteTrainingJobRequest& request) = 0;
 
-  // Adds an observer. `observer` must outlive the engine or be removed first.
+  // Adds an observer: from now on it sees every job's transitions, log lines
+  // and metrics, on the loop thread. The engine does not own it; `observer`
+  // must outlive the engine or be removed first. Adding one twice makes it
+  // hear everything twice. Added during an observer's call, it hears from the
+  // next event on.
   virtual void AddObserver(JobObserver* observer) = 0;
+  // Removes an observer (every registration of it); a no-op for one never
+  // added. Removed during an observer's call (its own included), it hears
+  // nothing more, not even the rest of the event being told; the other
+  // observers still hear that event.
   virtual void RemoveObserver(JobObserver* observer) = 0;
 
   // Returns the number of jobs that are InProgress or Stopping.

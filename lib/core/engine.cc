@@ -525,6 +525,8 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   }
 
   ~EngineImpl() override {
+    if (free_doomed_pending_) loop_.Cancel(free_doomed_);
+    FreeDoomed();
     // Give back every cluster still held (nothing is waited for); the engine's
     // own warm-pool manager releases its pools as it goes.
     provider_.SetListener(nullptr);
@@ -572,8 +574,15 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   }
   void RemoveObserver(JobObserver* observer) override {
     OnLoop([&] {
-      observers_.erase(std::remove(observers_.begin(), observers_.end(), observer),
-                       observers_.end());
+      if (notifying_ > 0) {
+        // (ForEachObserver is going through the list: its entries stay put.)
+        std::replace(observers_.begin(), observers_.end(), observer,
+                     static_cast<JobObserver*>(nullptr));
+        observers_removed_ = true;
+      } else {
+        observers_.erase(std::remove(observers_.begin(), observers_.end(), observer),
+                         observers_.end());
+      }
       return 0;
     });
   }
@@ -743,6 +752,31 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   void ReturnCluster(Job& job, bool healthy);
   void CancelTimers(Job& job);
   // Queues an ended job for Job::Compact (see to_compact_).
+  // Calls `tell(observer)` for each observer registered when it starts. The
+  // observers may call the engine meanwhile: one removed is skipped from then
+  // on, one added hears from the next event on, and a job deleted stays in
+  // memory until the current event is over (Delete).
+  template <class Tell>
+  void ForEachObserver(Tell tell) {
+    const size_t n = observers_.size();
+    ++notifying_;
+    for (size_t i = 0; i < n; ++i) {
+      if (JobObserver* o = observers_[i]) tell(o);
+    }
+    if (--notifying_ == 0 && observers_removed_) {
+      observers_removed_ = false;
+      observers_.erase(std::remove(observers_.begin(), observers_.end(), nullptr),
+                       observers_.end());
+    }
+  }
+
+  // Destroys the jobs deleted during observers' calls (Delete).
+  void FreeDoomed() {
+    free_doomed_pending_ = false;
+    for (Job* job : doomed_) jobs_.Destroy(job);
+    doomed_.clear();
+  }
+
   void CompactLater(const Job& job) {
     to_compact_.push_back(job.seq_);
     while (to_compact_.size() > kCompactBacklog) {
@@ -800,7 +834,15 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   std::unique_ptr<WarmPoolManager> owned_pools_;
   std::unique_ptr<SpotInterruptionHandler> owned_spot_handler_;
   absl::flat_hash_map<std::string, uint64_t> cluster_owners_;  // cluster id -> job seq
-  std::vector<JobObserver*> observers_;
+  std::vector<JobObserver*> observers_;  // (null: removed during ForEachObserver)
+  int notifying_ = 0;                    // ForEachObserver calls under way
+  bool observers_removed_ = false;       // observers_ holds nulls to drop
+  // Jobs deleted by an observer while it was told of an event: out of every
+  // index at once, destroyed once the event is over (the engine may still be
+  // finishing with the job, and later observers still hear of the event).
+  std::vector<Job*> doomed_;
+  TimerHandle free_doomed_;
+  bool free_doomed_pending_ = false;
   // Declared before jobs_, so that destroyed jobs can still give theirs back.
   std::vector<std::unique_ptr<RequestStore>> spare_stores_;
   // Every job, by its own name. No behaviour depends on the iteration order
@@ -1212,7 +1254,18 @@ absl::Status EngineImpl::Delete(const v1::DeleteTrainingJobRequest& request) {
   }
   if (job.warm_pool_) KILN_RETURN_IF_ERROR(pools().OnJobDeleted(job.name()));
   by_seq_.Take(job.seq_);
-  jobs_.Erase(job);
+  if (notifying_ == 0) {
+    jobs_.Erase(job);
+    return absl::OkStatus();
+  }
+  // An observer deletes the job it is being told about: gone for every call
+  // from now on, destroyed after the event (ForEachObserver).
+  jobs_.Unlink(job);
+  doomed_.push_back(&job);
+  if (!free_doomed_pending_) {
+    free_doomed_pending_ = true;
+    free_doomed_ = loop_.ScheduleAfter(absl::ZeroDuration(), [this] { FreeDoomed(); });
+  }
   return absl::OkStatus();
 }
 
@@ -1241,7 +1294,7 @@ void EngineImpl::SetStatus(Job& job, std::string_view status, std::string_view s
     job.extras().details.emplace_back(job.transitions_.size() - 1, std::move(detail));
   }
   StatusEvent event{job.name(), status, secondary, text.empty() ? message : text, now};
-  for (JobObserver* o : observers_) o->OnStatusChange(event);
+  ForEachObserver([&](JobObserver* o) { o->OnStatusChange(event); });
 }
 
 void EngineImpl::SetMessage(Job& job, std::string_view message) {
@@ -1252,7 +1305,7 @@ void EngineImpl::SetMessage(Job& job, std::string_view message) {
   std::string scratch;
   const std::string_view text = job.TransitionMessage(job.transitions_.size() - 1, scratch);
   StatusEvent event{job.name(), job.status_, t.status, text, Now()};
-  for (JobObserver* o : observers_) o->OnStatusChange(event);
+  ForEachObserver([&](JobObserver* o) { o->OnStatusChange(event); });
 }
 
 void EngineImpl::Provision(Job& job) {
@@ -1444,7 +1497,7 @@ void EngineImpl::OnContainersStarted(Job& job, absl::Status status) {
 
 void EngineImpl::HandleLogLine(Job& job, const Instance& instance, std::string_view line) {
   const absl::Time now = Now();
-  for (JobObserver* o : observers_) o->OnLogLine(job.name(), instance.host_name, line, now);
+  ForEachObserver([&](JobObserver* o) { o->OnLogLine(job.name(), instance.host_name, line, now); });
   if (job.extras_ == nullptr) return;  // (no metrics)
   std::string group;
   for (MetricState& m : job.extras_->metrics) {
@@ -1452,7 +1505,7 @@ void EngineImpl::HandleLogLine(Job& job, const Instance& instance, std::string_v
     if (m.regex->Search(line, &group) && absl::SimpleAtod(group, &value)) {
       m.value = value;
       m.time = now;
-      for (JobObserver* o : observers_) o->OnMetric(job.name(), m.name, value, now);
+      ForEachObserver([&](JobObserver* o) { o->OnMetric(job.name(), m.name, value, now); });
     }
   }
 }

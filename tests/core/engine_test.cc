@@ -1058,5 +1058,70 @@ TEST_F(EngineDataChannelTest, ChannelFailureAfterDeliveryFailsTheRunningAttemptO
   EXPECT_EQ(d.failure_reason(), "ClientError: channel 'train': object 'k' vanished");
 }
 
+// Observers may call the engine (engine.h), the observer list included: one
+// that leaves during an event, or adds another, changes nothing for the
+// others; the one added hears from the next event on.
+TEST_F(EngineTest, ObserversMayComeAndGoDuringAnEvent) {
+  struct Leaver : JobObserver {
+    Engine* engine = nullptr;
+    JobObserver* to_add = nullptr;
+    int heard = 0;
+    void OnStatusChange(const StatusEvent&) override {
+      ++heard;
+      if (to_add != nullptr) engine->AddObserver(std::exchange(to_add, nullptr));
+      engine->RemoveObserver(this);
+    }
+  };
+  Leaver leaver;
+  leaver.engine = engine_.get();
+  RecordingObserver after, added;
+  leaver.to_add = &added;
+  engine_->RemoveObserver(&observer_);
+  engine_->AddObserver(&leaver);  // [leaver, observer_, after]
+  engine_->AddObserver(&observer_);
+  engine_->AddObserver(&after);
+  Create(Request("job"));
+  loop_->RunUntilIdle();
+  EXPECT_EQ(leaver.heard, 1);
+  ASSERT_FALSE(observer_.statuses.empty());
+  EXPECT_EQ(observer_.statuses.front(), "job:InProgress/Starting");
+  EXPECT_EQ(after.statuses, observer_.statuses);  // each event once, none skipped
+  ASSERT_EQ(added.statuses.size() + 1, observer_.statuses.size());
+  EXPECT_TRUE(std::equal(added.statuses.begin(), added.statuses.end(),
+                         observer_.statuses.begin() + 1));
+}
+
+// An observer may delete a job the moment it ends: the other observers still
+// hear that event whole, and the engine finishes the job's end safely.
+TEST_F(EngineTest, AnObserverMayDeleteTheJobThatJustEnded) {
+  struct Deleter : JobObserver {
+    Engine* engine = nullptr;
+    absl::Status deleted = absl::UnknownError("never called");
+    void OnStatusChange(const StatusEvent& e) override {
+      if (e.status != "Completed") return;
+      v1::DeleteTrainingJobRequest r;
+      r.set_training_job_name(std::string(e.job_name));
+      deleted = engine->DeleteTrainingJob(r);
+    }
+  };
+  Deleter deleter;
+  deleter.engine = engine_.get();
+  RecordingObserver after;
+  engine_->AddObserver(&deleter);
+  engine_->AddObserver(&after);
+  Create(Request("job"));
+  loop_->RunUntilIdle();
+  EXPECT_TRUE(deleter.deleted.ok()) << deleter.deleted;
+  ASSERT_FALSE(after.statuses.empty());
+  EXPECT_EQ(after.statuses.back(), "job:Completed/Completed");
+  v1::DescribeTrainingJobRequest d;
+  d.set_training_job_name("job");
+  EXPECT_TRUE(absl::IsNotFound(engine_->DescribeTrainingJob(d).status()));
+  // The name is free again.
+  Create(Request("job"));
+  loop_->RunUntilIdle();
+  EXPECT_EQ(after.statuses.back(), "job:Completed/Completed");
+}
+
 }  // namespace
 }  // namespace kiln

@@ -97,5 +97,27 @@ TEST(KeyedSetTest, EachObjectIsDestroyedOnceAndAFailedAddLeavesNothing) {
   EXPECT_EQ(Counted::alive, 0);  // the set's destructor destroys what it holds
 }
 
+// Unlink takes an object out of reach but keeps it alive (its key free for
+// another) until Destroy.
+TEST(KeyedSetTest, AnUnlinkedObjectLivesUntilDestroyed) {
+  {
+    KeyedSet<Counted, CountedName> set;
+    Counted& old = set.Add("job", 1);
+    set.Add("other", 2);
+    set.Unlink(old);
+    EXPECT_EQ(set.Find("job"), nullptr);
+    EXPECT_EQ(set.size(), 1u);
+    EXPECT_EQ(Counted::alive, 2);
+    EXPECT_EQ(old.name, "job");  // still there
+    Counted& fresh = set.Add("job", 3);
+    EXPECT_EQ(set.Find("job"), &fresh);
+    EXPECT_NE(&fresh, &old);
+    set.Destroy(&old);
+    EXPECT_EQ(Counted::alive, 2);
+    EXPECT_EQ(set.Find("job"), &fresh);
+  }
+  EXPECT_EQ(Counted::alive, 0);
+}
+
 }  // namespace
 }  // namespace kiln::internal

@@ -216,6 +216,8 @@ struct BathtubModel {
   absl::Duration b = absl::Hours(24);
   absl::Duration cap = absl::Hours(24);
 
+  // The probability that a VM is preempted by `age`: near 0 at age 0, 1 from
+  // `cap` on.
   double Cdf(absl::Duration age) const;
   // A VM lifetime drawn by inverting the CDF (bisection), at most `cap`.
   absl::Duration Sample(RandomStream& rng) const;
@@ -288,6 +290,7 @@ struct DataModel {
   // its input mode). Unknown modes are treated as File. For Pipe this is
   // the set-up only; the stream itself paces the run (pipe_rate).
   absl::Duration Sample(std::string_view mode, int64_t bytes, RandomStream& rng) const;
+  // The longest Sample(mode, bytes, ...) can be.
   absl::Duration Max(std::string_view mode, int64_t bytes) const;
 };
 
@@ -303,6 +306,8 @@ struct SimModels {
   // How long Provision takes to report insufficient capacity.
   absl::Duration capacity_error_latency = absl::Seconds(5);
 
+  // The model of `instance_type`: its entry in `types`, else default_type.
+  // The reference lives as long as this SimModels and is not changed by it.
   const InstanceTypeModel& Type(std::string_view instance_type) const;
 };
 

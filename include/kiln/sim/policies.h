@@ -51,6 +51,8 @@ struct KeepAliveChoice {
 
   // "Never", "JobRequested", "Fixed(600s)", "AdaptiveHistogram(p99)".
   std::string Name() const;
+  // A new policy of this kind, with no history (AdaptiveHistogram learns
+  // from the jobs of the run it is given to): one per simulated engine.
   std::shared_ptr<KeepAlivePolicy> New() const;
 };
 

@@ -129,6 +129,10 @@ struct HpoSweepOptions {
   // The tuner's delay between a trial's end and the next submission.
   DurationDist gap{absl::Seconds(10), 0.5};
 };
+// An HPO tuner: `sweeps` sweeps, `every` apart; each submits `trials` jobs,
+// at most `parallelism` running at once, the next one `gap` after a trial
+// ends. The jobs and every draw depend on the seed alone; when they are
+// submitted, also on when trials end.
 std::unique_ptr<WorkloadGenerator> NewHpoSweep(HpoSweepOptions options, uint64_t seed);
 
 struct NightlyBatchOptions {
@@ -139,6 +143,9 @@ struct NightlyBatchOptions {
   absl::Duration at = absl::Hours(2);       // after the start of each day
   absl::Duration spread = absl::Minutes(30);  // arrivals uniform in [at, at + spread)
 };
+// A nightly batch: every day for `days` days, one job per city, arriving in
+// [at, at + spread) after the day's start, whether or not yesterday's ended.
+// The same seed gives the same jobs at the same times.
 std::unique_ptr<WorkloadGenerator> NewNightlyBatch(NightlyBatchOptions options, uint64_t seed);
 
 struct InteractiveOptions {
@@ -149,6 +156,10 @@ struct InteractiveOptions {
   absl::Duration start_spread = absl::Hours(1);  // first jobs uniform in [0, spread)
   DurationDist think_time{absl::Minutes(5), 1.0, 20};
 };
+// Interactive experimentation: each of `users` users submits
+// `jobs_per_user` jobs one after another, the next `think_time` after the
+// previous one ended. The jobs and every draw depend on the seed alone; when
+// they are submitted, also on when jobs end.
 std::unique_ptr<WorkloadGenerator> NewInteractive(InteractiveOptions options, uint64_t seed);
 
 // One line of a job trace.
@@ -169,6 +180,9 @@ struct TraceEntry {
 // Errors: InvalidArgument naming the line and the problem.
 absl::StatusOr<std::vector<TraceEntry>> ParseJobTrace(std::string_view jsonl);
 
+// Replays `entries` (as ParseJobTrace returns them: sorted by arrival): each
+// job is submitted at its arrival after the sink's start; entries past the
+// horizon are not.
 std::unique_ptr<WorkloadGenerator> NewTraceReplay(std::vector<TraceEntry> entries);
 
 }  // namespace kiln::sim

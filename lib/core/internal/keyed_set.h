@@ -60,6 +60,14 @@ class KeyedSet {
     slab_.Delete(found);
   }
 
+  // Takes `object` out of the set without destroying it: Find no longer finds
+  // it, and another object may take its key. The caller destroys it later
+  // with Destroy (the set's destruction does not). REQUIRES: it is in this set.
+  void Unlink(const T& object) { index_.erase(index_.find(KeyOf{}(object))); }
+
+  // Destroys an object that Unlink took out.
+  void Destroy(T* object) { slab_.Delete(object); }
+
   // Destroys every object.
   void Clear() {
     Index objects;
