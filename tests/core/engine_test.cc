@@ -1123,5 +1123,38 @@ TEST_F(EngineTest, AnObserverMayDeleteTheJobThatJustEnded) {
   EXPECT_EQ(after.statuses.back(), "job:Completed/Completed");
 }
 
+// An observer may start the next job the moment one ends (a chain, as a
+// pipeline does), even under the same name once it deleted the old one.
+TEST_F(EngineTest, AnObserverMayStartTheNextJobWhenOneEnds) {
+  struct Chainer : JobObserver {
+    Engine* engine = nullptr;
+    int started = 1;
+    std::vector<absl::Status> results;
+    void OnStatusChange(const StatusEvent& e) override {
+      if (e.status != "Completed" || started == 4) return;
+      v1::DeleteTrainingJobRequest del;
+      del.set_training_job_name(std::string(e.job_name));
+      results.push_back(engine->DeleteTrainingJob(del));
+      v1::CreateTrainingJobRequest next = EngineTest::Request("chain");
+      next.mutable_hyper_parameters()->insert({"step", absl::StrCat(++started)});
+      results.push_back(engine->CreateTrainingJob(next).status());
+    }
+  };
+  Chainer chainer;
+  chainer.engine = engine_.get();
+  engine_->AddObserver(&chainer);
+  Create(Request("chain"));
+  loop_->RunUntilIdle();
+  for (const absl::Status& s : chainer.results) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(chainer.started, 4);
+  const v1::DescribeTrainingJobResponse d = Describe("chain");
+  EXPECT_EQ(d.training_job_status(), "Completed");
+  EXPECT_EQ(d.hyper_parameters().at("step"), "4");
+  // Each job ran its whole course, one after the other: 695 s each (60 + 30 +
+  // 600 + 5).
+  EXPECT_EQ(Offset(d.creation_time()), 3 * 695);
+  EXPECT_EQ(Offset(d.training_end_time()), 4 * 695);
+}
+
 }  // namespace
 }  // namespace kiln
