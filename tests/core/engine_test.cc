@@ -1156,5 +1156,42 @@ TEST_F(EngineTest, AnObserverMayStartTheNextJobWhenOneEnds) {
   EXPECT_EQ(Offset(d.training_end_time()), 4 * 695);
 }
 
+// An observer may stop the job it is being told about, at each of its
+// statuses: the job ends Stopped (a stop during Uploading lets the upload
+// finish, then ends Stopped), its transitions in order, nothing left running.
+TEST_F(EngineTest, AnObserverMayStopTheJobAtEachStatus) {
+  for (const std::string at : {"Starting", "Downloading", "Training", "Uploading"}) {
+    SCOPED_TRACE(at);
+    Build();
+    struct Stopper : JobObserver {
+      Engine* engine = nullptr;
+      std::string at;
+      absl::Status stopped = absl::UnknownError("not called");
+      void OnStatusChange(const StatusEvent& e) override {
+        if (e.secondary_status != at || !absl::IsUnknown(stopped)) return;
+        v1::StopTrainingJobRequest r;
+        r.set_training_job_name(std::string(e.job_name));
+        stopped = engine->StopTrainingJob(r);
+      }
+    };
+    Stopper stopper;
+    stopper.engine = engine_.get();
+    stopper.at = at;
+    engine_->AddObserver(&stopper);
+    Create(Request("job"));
+    loop_->RunUntilIdle();
+    EXPECT_TRUE(stopper.stopped.ok()) << stopper.stopped;
+    const v1::DescribeTrainingJobResponse d = Describe("job");
+    EXPECT_EQ(d.training_job_status(), "Stopped") << Transitions("job");
+    EXPECT_EQ(engine_->active_jobs(), 0);
+    for (int i = 1; i < d.secondary_status_transitions_size(); ++i) {
+      const auto& prev = d.secondary_status_transitions(i - 1);
+      const auto& t = d.secondary_status_transitions(i);
+      EXPECT_TRUE(prev.has_end_time()) << Transitions("job");
+      EXPECT_LE(Offset(prev.start_time()), Offset(t.start_time())) << Transitions("job");
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln
