@@ -1176,6 +1176,11 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
     close_fd(info[1]);
     if (spawned.ok()) {
       pid = *spawned;
+      if (ss.keeper && internal::KeeperUnusable()) {
+        log_platform(
+            "the process keeper cannot run here (a memory file cannot be executed): the "
+            "container's processes would outlive a crash of the process running Kiln");
+      }
     } else {
       status = spawned.status();
     }

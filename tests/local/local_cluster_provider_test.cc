@@ -24,6 +24,7 @@
 #include "kiln/object_store.h"
 #include "local/internal/archive.h"
 #include "local/internal/fs.h"
+#include "local/internal/spawn.h"
 #include "local/local_test_util.h"
 
 namespace kiln::local {
@@ -556,6 +557,29 @@ TEST_P(LocalClusterProviderTest, LogLinesReachTheEventsAndTheLogStream) {
   EXPECT_TRUE(absl::StartsWith(stream, "epoch 1 loss=0.5\nto stderr\nno newline at the end\n[kiln] "))
       << stream;
   EXPECT_THAT(stream, HasSubstr("algo-1 exited with 0: cpu "));
+}
+
+// Where the process keeper cannot run (it fell back: a memory file could not
+// be executed), the container still runs, and its log stream says what it
+// lacks. (The keeper is made unusable for this test only.)
+TEST_P(LocalClusterProviderTest, AContainerWithoutItsKeeperSaysSoInItsLog) {
+  if (bwrap()) GTEST_SKIP() << "bubblewrap needs no keeper";
+  AddScript("plain.sh", "echo ran\n");
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  Recorder events;
+  internal::SetKeeperUnusableForTesting(true);
+  const absl::Status started = Start(Request("plain", {"/opt/program/plain.sh"}), *cluster, events);
+  const bool exited = started.ok() && WaitExits(events, 1);
+  internal::SetKeeperUnusableForTesting(false);
+  ASSERT_TRUE(started.ok()) << started;
+  ASSERT_TRUE(exited);
+  EXPECT_EQ(events.exits["algo-1"].exit_code, 0);
+  const std::vector<std::string> streams = ListDir(state_dir_ + "/logs/plain");
+  ASSERT_EQ(streams.size(), 1u);
+  const std::string stream = ReadFile(state_dir_ + "/logs/plain/" + streams[0]);
+  EXPECT_THAT(stream, HasSubstr("[kiln] the process keeper cannot run here"));
 }
 
 // Job B on job A's warm instance finds nothing of A, whether the tree is made

@@ -432,6 +432,12 @@ absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec) {
   }
 }
 
+bool KeeperUnusable() { return keeper_unusable.load(std::memory_order_relaxed); }
+
+void SetKeeperUnusableForTesting(bool unusable) {
+  keeper_unusable.store(unusable, std::memory_order_relaxed);
+}
+
 int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 
 int PidfdSendSignal(int pidfd, int sig) {

@@ -70,6 +70,14 @@ MountNamespaceSupport GetMountNamespaceSupport();
 // cannot be made read-only (the message names it).
 absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec);
 
+// True once Spawn has found that the process keeper cannot run here (spawns
+// with SpawnSpec::keeper then run their programs directly). Thread-safe.
+bool KeeperUnusable();
+
+// Sets what KeeperUnusable() returns (true: as after a failed keeper), for
+// tests of what callers do then. Thread-safe.
+void SetKeeperUnusableForTesting(bool unusable);
+
 // The path execvp would run for `name` with PATH `path_env`: `name` itself
 // when it contains a '/', else the first executable regular file
 // <dir>/<name> of the PATH directories. Errors: NotFound naming the program.
