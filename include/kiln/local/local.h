@@ -111,7 +111,9 @@
 // its exit status on, and kills the container's process group when its
 // parent dies. A process that leaves the group (setsid) escapes it there, as
 // it escapes Signal; bwrap's PID namespace has no such gap. A start costs the
-// keeper's process (about 0.5 ms on this VM, bench/spawn_bench.cc).
+// keeper's process (about 0.5 ms on this VM, bench/spawn_bench.cc). Where the
+// keeper cannot run (a policy forbids executing a memory file), containers
+// run without it, and each one's log stream says so in a "[kiln] " line.
 //
 // Logs. A container's stdout and stderr (one stream, in order) reach
 // ContainerEvents::OnLogLine line by line (without the newline; a line longer
