@@ -229,9 +229,14 @@ int MakeKeeperFile() {
 std::atomic<bool> keeper_unusable{false};
 
 // The keeper's memory file, made at the first call (thread-safe), kept open
-// for the process's life; -1 where the keeper cannot run.
+// for the process's life; -1 where the keeper cannot run (then
+// keeper_unusable is set, whether the file could not be made or executed).
 int KeeperFile() {
-  static const int fd = MakeKeeperFile();
+  static const int fd = [] {
+    const int made = MakeKeeperFile();
+    if (made < 0) keeper_unusable.store(true, std::memory_order_relaxed);
+    return made;
+  }();
   return keeper_unusable.load(std::memory_order_relaxed) ? -1 : fd;
 }
 
