@@ -525,7 +525,7 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   }
 
   ~EngineImpl() override {
-    if (free_doomed_pending_) loop_.Cancel(free_doomed_);
+    if (!doomed_.empty()) loop_.Cancel(free_doomed_);
     FreeDoomed();
     // Give back every cluster still held (nothing is waited for); the engine's
     // own warm-pool manager releases its pools as it goes.
@@ -772,7 +772,6 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
 
   // Destroys the jobs deleted during observers' calls (Delete).
   void FreeDoomed() {
-    free_doomed_pending_ = false;
     for (Job* job : doomed_) jobs_.Destroy(job);
     doomed_.clear();
   }
@@ -841,8 +840,7 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   // index at once, destroyed once the event is over (the engine may still be
   // finishing with the job, and later observers still hear of the event).
   std::vector<Job*> doomed_;
-  TimerHandle free_doomed_;
-  bool free_doomed_pending_ = false;
+  TimerHandle free_doomed_;  // pending while doomed_ is not empty
   // Declared before jobs_, so that destroyed jobs can still give theirs back.
   std::vector<std::unique_ptr<RequestStore>> spare_stores_;
   // Every job, by its own name. No behaviour depends on the iteration order
@@ -1261,11 +1259,10 @@ absl::Status EngineImpl::Delete(const v1::DeleteTrainingJobRequest& request) {
   // An observer deletes the job it is being told about: gone for every call
   // from now on, destroyed after the event (ForEachObserver).
   jobs_.Unlink(job);
-  doomed_.push_back(&job);
-  if (!free_doomed_pending_) {
-    free_doomed_pending_ = true;
+  if (doomed_.empty()) {
     free_doomed_ = loop_.ScheduleAfter(absl::ZeroDuration(), [this] { FreeDoomed(); });
   }
+  doomed_.push_back(&job);
   return absl::OkStatus();
 }
 
