@@ -751,7 +751,6 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
               std::string_view message, bool healthy = true);
   void ReturnCluster(Job& job, bool healthy);
   void CancelTimers(Job& job);
-  // Queues an ended job for Job::Compact (see to_compact_).
   // Calls `tell(observer)` for each observer registered when it starts. The
   // observers may call the engine meanwhile: one removed is skipped from then
   // on, one added hears from the next event on, and a job deleted stays in
@@ -776,6 +775,7 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
     doomed_.clear();
   }
 
+  // Queues an ended job for Job::Compact (see to_compact_).
   void CompactLater(const Job& job) {
     to_compact_.push_back(job.seq_);
     while (to_compact_.size() > kCompactBacklog) {
@@ -1494,7 +1494,8 @@ void EngineImpl::OnContainersStarted(Job& job, absl::Status status) {
 
 void EngineImpl::HandleLogLine(Job& job, const Instance& instance, std::string_view line) {
   const absl::Time now = Now();
-  ForEachObserver([&](JobObserver* o) { o->OnLogLine(job.name(), instance.host_name, line, now); });
+  ForEachObserver(
+      [&](JobObserver* o) { o->OnLogLine(job.name(), instance.host_name, line, now); });
   if (job.extras_ == nullptr) return;  // (no metrics)
   std::string group;
   for (MetricState& m : job.extras_->metrics) {

@@ -425,10 +425,10 @@ struct LocalInstance {
 
 // Marks a cluster's directory as in use while it lives: an exclusive flock on
 // <state_dir>/locks/<cluster-id>.lock, which the kernel drops when this
-// process dies, however it dies. A provider made later on the same state directory deletes the
-// clusters whose lock nobody holds (ClaimStaleClusters): what a crashed
-// process left behind. (flock, unlike a pid in the name, also holds across
-// PID namespaces sharing a state directory.)
+// process dies, however it dies. A provider made later on the same state
+// directory deletes the clusters whose lock nobody holds (ClaimStaleClusters):
+// what a crashed process left behind. (flock, unlike a pid in the name, also
+// holds across PID namespaces sharing a state directory.)
 class ClusterLock {
  public:
   // Takes the lock at `path` (ClusterLockPath), waiting while a provider
@@ -449,6 +449,18 @@ class ClusterLock {
     }
   }
 
+  // Takes the lock at `path` if its file exists and no one holds it (its
+  // cluster is stale); null otherwise.
+  static std::unique_ptr<ClusterLock> TryTake(const std::string& path) {
+    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    if (fd < 0) return nullptr;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0 || !StillLinked(fd, path)) {
+      close(fd);  // in use (or just deleted)
+      return nullptr;
+    }
+    return std::unique_ptr<ClusterLock>(new ClusterLock(path, fd));
+  }
+
   // Deletes the lock file, then lets the lock go.
   ~ClusterLock() {
     unlink(path_.c_str());
@@ -458,6 +470,7 @@ class ClusterLock {
   ClusterLock(const ClusterLock&) = delete;
   ClusterLock& operator=(const ClusterLock&) = delete;
 
+ private:
   // True if `fd` is still the file at `path` (not deleted or replaced).
   static bool StillLinked(int fd, const std::string& path) {
     struct stat held, named;
@@ -465,23 +478,21 @@ class ClusterLock {
            held.st_dev == named.st_dev && held.st_ino == named.st_ino;
   }
 
- private:
   ClusterLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
 
   std::string path_;
   int fd_;
 };
 
-// A stale cluster (see ClusterLock), claimed: its lock is held by `fd`.
+// A stale cluster (see ClusterLock), claimed: its directory is to be deleted
+// before its lock goes.
 struct StaleCluster {
   std::string dir;
-  std::string lock_path;
-  int fd;
+  std::unique_ptr<ClusterLock> lock;
 };
 
 // Claims the clusters whose lock (in <state_dir>/locks) no process holds.
-// Their directories are the caller's to delete (then the lock file, then
-// close `fd`). Cluster directories without a lock file are left alone.
+// Cluster directories without a lock file are left alone.
 std::vector<StaleCluster> ClaimStaleClusters(const std::string& state_dir) {
   std::vector<StaleCluster> stale;
   const std::string locks = internal::LocksDir(state_dir);
@@ -495,14 +506,10 @@ std::vector<StaleCluster> ClaimStaleClusters(const std::string& state_dir) {
       continue;
     }
     const std::string_view id = name.substr(0, name.size() - kSuffix.size());
-    const std::string lock_path = internal::ClusterLockPath(state_dir, id);
-    const int fd = open(lock_path.c_str(), O_RDWR | O_CLOEXEC);
-    if (fd < 0) continue;
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0 || !ClusterLock::StillLinked(fd, lock_path)) {
-      close(fd);  // in use (or just deleted)
-      continue;
-    }
-    stale.push_back(StaleCluster{internal::ClusterDir(state_dir, id), lock_path, fd});
+    std::unique_ptr<ClusterLock> lock =
+        ClusterLock::TryTake(internal::ClusterLockPath(state_dir, id));
+    if (lock == nullptr) continue;
+    stale.push_back(StaleCluster{internal::ClusterDir(state_dir, id), std::move(lock)});
   }
   closedir(d);
   return stale;
@@ -545,11 +552,10 @@ class LocalClusterProvider final : public ClusterProvider {
     // background (a job's files can take a while to delete).
     std::vector<StaleCluster> stale = ClaimStaleClusters(options_.state_dir);
     if (!stale.empty()) {
-      tasks_.Run([stale = std::move(stale)] {
-        for (const StaleCluster& c : stale) {
+      tasks_.Run([stale = std::move(stale)]() mutable {
+        for (StaleCluster& c : stale) {
           internal::RemoveTree(c.dir).IgnoreError();
-          unlink(c.lock_path.c_str());
-          close(c.fd);
+          c.lock.reset();  // (deletes the lock file, then unlocks)
         }
       });
     }
@@ -673,8 +679,9 @@ void LocalClusterProvider::Provision(const ClusterSpec& spec, ClusterCallback do
     auto dirs = std::make_shared<ProvisionedDirs>();
     dirs->dir = cluster->dir;
     absl::Status status;
-    if (absl::StatusOr<std::unique_ptr<ClusterLock>> lock =
-            ClusterLock::Take(internal::ClusterLockPath(options_.state_dir, cluster->cluster.id));
+    const std::string lock_path =
+        internal::ClusterLockPath(options_.state_dir, cluster->cluster.id);
+    if (absl::StatusOr<std::unique_ptr<ClusterLock>> lock = ClusterLock::Take(lock_path);
         lock.ok()) {
       cluster->lock = *std::move(lock);
     } else {

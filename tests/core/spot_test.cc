@@ -466,7 +466,8 @@ TEST(DefaultSpotHandlerTest, DefaultInterruptionDecisionKeepsCapacityTypeAndDela
   EXPECT_EQ(retry.delay, absl::Seconds(7));
   EXPECT_TRUE(retry.failure_reason.empty());
   // The handler decides the same, with its default 30 s delay.
-  const InterruptionDecision by_handler = NewDefaultSpotInterruptionHandler()->OnInterruption(c);
+  const InterruptionDecision by_handler =
+      NewDefaultSpotInterruptionHandler()->OnInterruption(c);
   EXPECT_EQ(by_handler.delay, absl::Seconds(30));
   EXPECT_EQ(by_handler.action, retry.action);
 }

@@ -570,7 +570,8 @@ TEST_P(LocalClusterProviderTest, AContainerWithoutItsKeeperSaysSoInItsLog) {
   ASSERT_TRUE(Prepare(*cluster).ok());
   Recorder events;
   internal::SetKeeperUnusableForTesting(true);
-  const absl::Status started = Start(Request("plain", {"/opt/program/plain.sh"}), *cluster, events);
+  const absl::Status started =
+      Start(Request("plain", {"/opt/program/plain.sh"}), *cluster, events);
   const bool exited = started.ok() && WaitExits(events, 1);
   internal::SetKeeperUnusableForTesting(false);
   ASSERT_TRUE(started.ok()) << started;

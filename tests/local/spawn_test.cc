@@ -152,7 +152,9 @@ bool EndsWithin(pid_t pid, absl::Duration timeout) {
     if (kill(pid, 0) != 0 && errno == ESRCH) return true;
     const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
     const size_t paren = stat.rfind(')');
-    if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z') return true;
+    if (paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] == 'Z') {
+      return true;
+    }
     absl::SleepFor(absl::Milliseconds(10));
   }
   return false;
@@ -186,7 +188,8 @@ TEST(SpawnKeeperTest, ExitsWithTheProgramsStatus) {
 // A signal sent to the group (a stop's SIGTERM) ends the program, not the
 // keeper, which still reports the program's end.
 TEST(SpawnKeeperTest, SurvivesSignalsToTheGroup) {
-  absl::StatusOr<pid_t> pid = SpawnKept("trap 'exit 7' TERM; echo ready; while :; do sleep 0.01; done", 2);
+  absl::StatusOr<pid_t> pid =
+      SpawnKept("trap 'exit 7' TERM; echo ready; while :; do sleep 0.01; done", 2);
   ASSERT_TRUE(pid.ok()) << pid.status();
   absl::SleepFor(absl::Milliseconds(200));
   ASSERT_EQ(kill(-*pid, SIGTERM), 0);

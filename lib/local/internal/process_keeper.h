@@ -10,8 +10,9 @@
 // in a PID namespace and --die-with-parent ends it all); the process runtime
 // runs the keeper as the container's main process instead:
 //   * its parent-death signal is SIGRTMAX (which nothing else sends a
-//     container), and it catches it: it then kills its whole process group (the container's session: Spawn makes
-//     the main process a session leader), itself included, with SIGKILL;
+//     container), and it catches it: it then kills its whole process group
+//     (the container's session: Spawn makes the main process a session
+//     leader), itself included, with SIGKILL;
 //   * it starts the entrypoint as its child, in that group, with default
 //     signal dispositions, and waits for it;
 //   * signals sent to the group (Signal, stop: SIGTERM then SIGKILL) reach
