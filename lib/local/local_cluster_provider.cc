@@ -48,6 +48,7 @@
 #include "local/internal/container_config.h"
 #include "local/internal/fs.h"
 #include "local/internal/layout.h"
+#include "local/internal/process_keeper.h"
 #include "local/internal/spawn.h"
 #include "local/internal/task_runner.h"
 
@@ -85,6 +86,9 @@ struct ContainerProc {
   }
   absl::Mutex mu;
   pid_t pid ABSL_GUARDED_BY(mu) = -1;  // our child (entrypoint or bwrap) until reaped
+  // `pid` is the process keeper (internal/process_keeper.h), which kills the
+  // container when sent its end signal.
+  bool kept ABSL_GUARDED_BY(mu) = false;
   bool reaped ABSL_GUARDED_BY(mu) = false;
   bool cancelled ABSL_GUARDED_BY(mu) = false;  // released or lost: no sync, no events
   int pending_signal ABSL_GUARDED_BY(mu) = 0;  // asked for before the process existed
@@ -127,6 +131,15 @@ void SignalLocked(ContainerProc& p, int sig) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p.mu)
     } else {
       SignalNamespace(p.sandbox_ns, p.sandbox_pid, sig);
     }
+    return;
+  }
+  if (sig == SIGKILL && p.kept) {
+    // The keeper kills the entrypoint, then every process left below it,
+    // those that left the group too, then itself: a SIGKILL to the group
+    // would kill the keeper first and miss those. (SIGCONT: in case the
+    // group was stopped.)
+    kill(p.pid, internal::KeeperEndSignal());
+    kill(p.pid, SIGCONT);
     return;
   }
   kill(-p.pid, sig);
@@ -1166,6 +1179,7 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
     close_fd(log_fd);
   };
   pid_t pid = -1;
+  bool kept = false;
   if (status.ok()) {
     internal::SpawnSpec ss;
     ss.argv = spec.argv;
@@ -1183,7 +1197,10 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
     close_fd(info[1]);
     if (spawned.ok()) {
       pid = *spawned;
-      if (ss.keeper && internal::KeeperUnusable()) {
+      // (A spawn that ran the program directly marked the keeper unusable
+      // first.)
+      kept = ss.keeper && !internal::KeeperUnusable();
+      if (ss.keeper && !kept) {
         log_platform(
             "the process keeper cannot run here (a memory file cannot be executed): the "
             "container's processes would outlive a crash of the process running Kiln");
@@ -1203,6 +1220,7 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
   {
     absl::MutexLock lock(&proc->mu);
     proc->pid = pid;
+    proc->kept = kept;
   }
   std::vector<std::string> lines;
   LineSplitter splitter;

@@ -90,36 +90,49 @@ if [[ -w /dev/full ]]; then
   fi
 fi
 # kiln run killed outright (a crash): no process of its job survives it,
-# not even one the entrypoint started in the background.
+# not even one the entrypoint started in the background, nor one that left
+# its session (setsid).
 cat >"$tmp/ok-image/train" <<'EOF'
 #!/bin/sh
 sleep 300 &
-echo $! >"$SM_MODEL_DIR/child.pid"
+echo $! >"$SM_MODEL_DIR/child.pid.tmp"
+setsid sleep 300 &
+echo $! >>"$SM_MODEL_DIR/child.pid.tmp"
+mv "$SM_MODEL_DIR/child.pid.tmp" "$SM_MODEL_DIR/child.pid"
 wait
 EOF
 rm -rf "$tmp/state"
 "$kiln" run --state-dir "$tmp/state" "$tmp/good.json" >/dev/null 2>"$tmp/stderr" &
 kiln_pid=$!
-child_pid=""
+child_pids=""
 for _ in $(seq 100); do
-  child_pid="$(cat "$tmp"/state/instances/*/algo-1/ml/model/child.pid 2>/dev/null)"
-  [[ -n "$child_pid" ]] && break
+  child_pids="$(cat "$tmp"/state/instances/*/algo-1/ml/model/child.pid 2>/dev/null)"
+  [[ -n "$child_pids" ]] && break
   sleep 0.1
 done
 kill -9 "$kiln_pid"
 wait "$kiln_pid" 2>/dev/null
 alive() { [[ -e /proc/$1 ]] && ! grep -q '^[^)]*) Z' "/proc/$1/stat" 2>/dev/null; }
+any_alive() {
+  local p
+  for p in $child_pids; do alive "$p" && return 0; done
+  return 1
+}
 for _ in $(seq 50); do
-  [[ -n "$child_pid" ]] && alive "$child_pid" || break
+  any_alive || break
   sleep 0.1
 done
-if [[ -z "$child_pid" ]]; then
+if [[ -z "$child_pids" ]]; then
   echo "FAIL killed kiln run: the job never started; stderr:"
   cat "$tmp/stderr"
   fail=1
-elif alive "$child_pid"; then
-  echo "FAIL killed kiln run: the job's background process $child_pid survived it"
-  kill -9 "$child_pid"
+elif any_alive; then
+  for p in $child_pids; do
+    if alive "$p"; then
+      echo "FAIL killed kiln run: the job's background process $p survived it"
+      kill -9 "$p"
+    fi
+  done
   fail=1
 else
   echo "ok   killed kiln run leaves no process of its job"

@@ -420,6 +420,9 @@ TEST_P(LocalClusterProviderTest, ReleaseLeavesNoProcessOfTheJob) {
             "echo $$ > \"$SM_OUTPUT_DATA_DIR/pid\"\n"
             "sleep 1000 &\n"
             "sh -c 'sleep 1000 & sleep 1000' &\n"
+            // One that leaves the job's group and session.
+            "setsid sleep 1000 &\n"
+            "echo $! > \"$SM_OUTPUT_DATA_DIR/escaped\"\n"
             "echo ready\n"
             "wait\n");
   auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 2}});
@@ -443,12 +446,20 @@ TEST_P(LocalClusterProviderTest, ReleaseLeavesNoProcessOfTheJob) {
       // (The script's group is its keeper's: process_keeper.h.)
       const pid_t group = getpgid(pid);
       ASSERT_GT(group, 0);
-      probes.push_back([group] { return testing::ProcessesInGroup(group); });
+      int escaped = 0;
+      ASSERT_TRUE(
+          absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile(data + "escaped")), &escaped));
+      probes.push_back([group, escaped] {
+        std::vector<int> running = testing::ProcessesInGroup(group);
+        if (testing::IsRunning(escaped)) running.push_back(escaped);
+        return running;
+      });
     }
-    // The script, its sleep, the inner shell and its two sleeps (and, in a
-    // sandbox, its init) once they have all started.
+    // The script, its sleep, the inner shell and its two sleeps, the one in a
+    // session of its own (and, in a sandbox, its init) once they have all
+    // started.
     auto& probe = probes.back();
-    ASSERT_TRUE(RunUntil(*loop_, [&] { return probe().size() >= 5; }, absl::Seconds(5)))
+    ASSERT_TRUE(RunUntil(*loop_, [&] { return probe().size() >= 6; }, absl::Seconds(5)))
         << "the job's processes are not where the test looks: " << absl::StrJoin(probe(), " ");
   }
   const std::string cluster_dir = absl::StrCat(state_dir_, "/instances/", cluster->id);

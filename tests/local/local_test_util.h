@@ -166,6 +166,13 @@ inline std::vector<int> ProcessesInGroup(int pgid) {
   return out;
 }
 
+// True if process `pid` exists and is not a zombie.
+inline bool IsRunning(int pid) {
+  const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+  const size_t close = stat.rfind(')');
+  return close != std::string::npos && stat.size() > close + 2 && stat[close + 2] != 'Z';
+}
+
 // Processes (not zombies) in the PID namespace `ns` ("pid:[4026532178]").
 inline std::vector<int> ProcessesInNamespace(const std::string& ns) {
   std::vector<int> out;

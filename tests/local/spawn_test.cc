@@ -18,6 +18,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -223,6 +224,99 @@ TEST(SpawnKeeperTest, TheProgramsChildrenDieWithTheForkingThread) {
   const int status = Reap(*pid);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
   if (!EndsWithin(grandchild, absl::ZeroDuration())) kill(grandchild, SIGKILL);
+}
+
+// Reads the first line `fd` gives (without its newline) and returns it as a
+// pid, or 0.
+int ReadPidLine(int fd) {
+  std::string line;
+  char c;
+  while (read(fd, &c, 1) == 1 && c != '\n') line.push_back(c);
+  int pid = 0;
+  return absl::SimpleAtoi(line, &pid) ? pid : 0;
+}
+
+// A process that leaves the container's group and session (setsid) is still
+// the keeper's: it dies with the forking thread like the rest.
+TEST(SpawnKeeperTest, ProcessesThatLeaveTheGroupDieWithTheForkingThread) {
+  int out[2];
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  absl::StatusOr<pid_t> pid = absl::UnknownError("not spawned");
+  int escaped = 0;
+  std::thread starter([&] {
+    pid = SpawnKept("setsid sleep 1000 & echo $!; wait", out[1]);
+    close(out[1]);
+    escaped = ReadPidLine(out[0]);
+    // Once it is in its own session, this thread ends.
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (escaped > 0 && getsid(escaped) != escaped && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  });
+  starter.join();
+  close(out[0]);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  ASSERT_GT(escaped, 0);
+  ASSERT_EQ(getsid(escaped), escaped) << "the process did not leave the session";
+  EXPECT_TRUE(EndsWithin(escaped, absl::Seconds(5)))
+      << "the process " << escaped << " in a session of its own outlived the forking thread";
+  const int status = Reap(*pid);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  if (!EndsWithin(escaped, absl::ZeroDuration())) kill(escaped, SIGKILL);
+}
+
+// When the program ends, what it leaves behind ends too (as a container
+// ends with its main process), in its group or not, daemonized or not; the
+// keeper still exits with the program's status.
+TEST(SpawnKeeperTest, WhatTheProgramLeavesBehindEndsWithIt) {
+  int out[2];
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  // In the group; in a session of its own; and orphaned in a session of its
+  // own (a daemon's double fork, so the keeper inherits it).
+  absl::StatusOr<pid_t> pid = SpawnKept(
+      "sleep 1000 & echo $!; setsid sleep 1000 & echo $!; "
+      "( setsid sh -c 'echo $$; exec sleep 1000' & ); sleep 0.3; exit 5",
+      out[1]);
+  close(out[1]);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  std::vector<int> left;
+  for (int i = 0; i < 3; ++i) left.push_back(ReadPidLine(out[0]));
+  close(out[0]);
+  const int status = Reap(*pid);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 5);
+  for (int p : left) {
+    ASSERT_GT(p, 0);
+    // Gone once the keeper has exited (killed and reaped by it), or nearly.
+    EXPECT_TRUE(EndsWithin(p, absl::Seconds(2))) << "process " << p << " outlived the program";
+    if (!EndsWithin(p, absl::ZeroDuration())) kill(p, SIGKILL);
+  }
+}
+
+// The keeper reaps the orphans handed to it (it is their subreaper) while
+// the program runs, so they do not pile up as zombies: the program's parent
+// (the keeper) has no other child than the program. (A keeper that waited
+// for the program alone would list five zombies.)
+TEST(SpawnKeeperTest, ReapsOrphansWhileTheProgramRuns) {
+  int out[2];
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  absl::StatusOr<pid_t> pid = SpawnKept(
+      "for i in 1 2 3 4 5; do ( true & ); done; sleep 0.3; "
+      "echo $$ $(cat /proc/$PPID/task/$PPID/children)",
+      out[1]);
+  close(out[1]);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  std::string line;
+  char c;
+  while (read(out[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+  close(out[0]);
+  const int status = Reap(*pid);
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  // "<the program's pid> <the keeper's children>": the program alone.
+  const std::vector<std::string> pids = absl::StrSplit(line, ' ', absl::SkipEmpty());
+  ASSERT_EQ(pids.size(), 2u) << "'" << line << "'";
+  EXPECT_EQ(pids[0], pids[1]);
 }
 
 }  // namespace

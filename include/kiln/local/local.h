@@ -108,12 +108,15 @@
 // killer): bwrap ends its sandbox with it (--die-with-parent), and on the
 // process runtime every container runs under a small keeper process (built
 // into the library, nothing to install), which starts the entrypoint, passes
-// its exit status on, and kills the container's process group when its
-// parent dies. A process that leaves the group (setsid) escapes it there, as
-// it escapes Signal; bwrap's PID namespace has no such gap. A start costs the
-// keeper's process (about 0.5 ms on this VM, bench/spawn_bench.cc). Where the
-// keeper cannot run (a policy forbids executing a memory file), containers
-// run without it, and each one's log stream says so in a "[kiln] " line.
+// its exit status on, and is the subreaper of everything below it: when the
+// entrypoint ends, when the container is killed and when the keeper's parent
+// dies, it kills every process of the container, those that left its group
+// or session (setsid, a daemon's double fork) too. Such a process still
+// misses Signal(SIGTERM), which goes to the group; bwrap's PID namespace has
+// no such gap. A start costs the keeper's process (about 0.5 ms on this VM,
+// bench/spawn_bench.cc). Where the keeper cannot run (a policy forbids
+// executing a memory file), containers run without it, and each one's log
+// stream says so in a "[kiln] " line.
 //
 // Logs. A container's stdout and stderr (one stream, in order) reach
 // ContainerEvents::OnLogLine line by line (without the newline; a line longer

@@ -9,20 +9,32 @@
 // left to stop them. The bwrap runtime is safe (bubblewrap runs the sandbox
 // in a PID namespace and --die-with-parent ends it all); the process runtime
 // runs the keeper as the container's main process instead:
-//   * its parent-death signal is SIGRTMAX (which nothing else sends a
-//     container), and it catches it: it then kills its whole process group
-//     (the container's session: Spawn makes the main process a session
-//     leader), itself included, with SIGKILL;
 //   * it starts the entrypoint as its child, in that group, with default
 //     signal dispositions, and waits for it;
+//   * it is the subreaper of the container's processes
+//     (PR_SET_CHILD_SUBREAPER): one orphaned anywhere below it becomes its
+//     child, whatever group or session it moved to (setsid, setpgid, a
+//     daemon's double fork), and it reaps them as they end, as a container's
+//     init does;
+//   * when the entrypoint ends, it kills (SIGKILL) every process left below
+//     it: each child, then each orphan that hands it, until it has no child
+//     (a container ends with its main process; the provider's kill of the
+//     group reaches only those still in it);
+//   * its parent-death signal is its end signal, SIGRTMAX (which nothing
+//     else sends a container), and it catches it: it then kills the
+//     entrypoint, then the rest as above, then itself (SIGKILL). The
+//     provider sends it the same signal to kill the container (where it
+//     would otherwise SIGKILL the group, which would kill the keeper first);
+
 //   * signals sent to the group (Signal, stop: SIGTERM then SIGKILL) reach
 //     the entrypoint as before; the keeper survives every catchable one, so
 //     it is still there to exit with the entrypoint's status;
 //   * it exits with the entrypoint's exit code, or 128 + the signal that
 //     ended it (what the provider reports for a main process killed by a
 //     signal).
-// A process that leaves the group (setsid, setpgid) escapes the keeper, as it
-// escapes the provider's group signals.
+// It finds its children in /proc. Without a /proc of its own PID namespace
+// it kills only what the group holds (its whole group, itself included, if
+// the parent is gone): a process that left the group then escapes it.
 //
 // The keeper is built as a static executable, embedded in kiln_local's
 // object code, and executed from a sealed memory file (memfd): nothing needs
@@ -34,7 +46,14 @@
 #ifndef KILN_LIB_LOCAL_INTERNAL_PROCESS_KEEPER_H_
 #define KILN_LIB_LOCAL_INTERNAL_PROCESS_KEEPER_H_
 
+#include <csignal>
+
 namespace kiln::local::internal {
+
+// The signal that ends a kept container at once: the keeper's parent-death
+// signal, which the provider also sends the keeper (its pid, not its group)
+// to kill the container.
+inline int KeeperEndSignal() { return SIGRTMAX; }
 
 // The keeper's command line: argv[0] kKeeperName, argv[1] the decimal pid of
 // the process whose death ends the container (its parent), argv[2] the

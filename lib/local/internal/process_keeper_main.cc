@@ -1,17 +1,21 @@
 // The process keeper (process_keeper.h): the main process of a container on
-// the process runtime. It starts the entrypoint, waits for it, exits with its
-// status, and kills the container's process group if the process that
-// started it dies first.
+// the process runtime. It starts the entrypoint, reaps every process of the
+// container that is orphaned, and, when the entrypoint ends or the process
+// that started the keeper dies, kills every process of the container still
+// there, then exits with the entrypoint's status.
 //
 // Only libc, and only what is async-signal-safe where it matters: it is built
 // as a static executable and embedded in kiln_local.
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -22,9 +26,20 @@ namespace {
 using kiln::local::internal::kKeeperErrorFd;
 using kiln::local::internal::kKeeperExecFailed;
 using kiln::local::internal::kKeeperUsage;
+using kiln::local::internal::KeeperEndSignal;
 
-// The parent is gone: the container ends with it, this process included.
-void ParentGone(int) { kill(0, SIGKILL); }
+// The entrypoint while it runs (0 before it is forked and once it has ended).
+volatile sig_atomic_t entrypoint = 0;
+// Set by the end signal: the container ends now.
+volatile sig_atomic_t end_now = 0;
+
+// The end signal (the parent is gone, or the provider kills the container):
+// the entrypoint is killed now; main() then kills what else is left of the
+// container (EndContainer), then the keeper itself.
+void EndNow(int) {
+  end_now = 1;
+  if (entrypoint > 0) kill(entrypoint, SIGKILL);
+}
 
 // A signal sent to the container's group reaches the entrypoint; the keeper
 // itself lives on, to report the entrypoint's end.
@@ -56,6 +71,96 @@ bool LeftAlone(int sig) {
   }
 }
 
+// Sends SIGKILL to each child of this process (zombies included); returns
+// how many it found, or -1 if it cannot list them (no /proc, or one of
+// another PID namespace, whose numbers kill() would misread). The kernel
+// lists them in /proc/thread-self/children (the keeper has one thread);
+// without that file (a kernel built without it), every /proc/<pid>/stat is
+// read for its parent. A child's pid cannot be reused before the keeper
+// reaps it, so the pid it kills is always its child's.
+int KillChildren() {
+  char self_text[32];
+  const ssize_t len = readlink("/proc/self", self_text, sizeof(self_text) - 1);
+  if (len <= 0) return -1;
+  self_text[len] = '\0';
+  const long self = std::strtol(self_text, nullptr, 10);
+  if (self != getpid()) return -1;
+  int killed = 0;
+  if (const int fd = open("/proc/thread-self/children", O_RDONLY | O_CLOEXEC); fd >= 0) {
+    char buf[4096];
+    long pid = -1;  // the number being read, -1 between numbers
+    const auto kill_pid = [&] {
+      if (pid < 0) return;
+      kill(static_cast<pid_t>(pid), SIGKILL);
+      ++killed;
+      pid = -1;
+    };
+    for (;;) {
+      const ssize_t n = read(fd, buf, sizeof(buf));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      for (ssize_t i = 0; i < n; ++i) {
+        if (buf[i] >= '0' && buf[i] <= '9') {
+          pid = (pid < 0 ? 0 : pid * 10) + (buf[i] - '0');
+        } else {
+          kill_pid();
+        }
+      }
+    }
+    kill_pid();
+    close(fd);
+    return killed;
+  }
+  DIR* proc = opendir("/proc");
+  if (proc == nullptr) return -1;
+  char path[64];
+  while (const dirent* e = readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || pid <= 0) continue;
+    std::snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    char stat[512];
+    const ssize_t n = read(fd, stat, sizeof(stat) - 1);
+    close(fd);
+    if (n <= 0) continue;
+    stat[n] = '\0';
+    // "pid (comm) state ppid ...": comm may hold anything, so the last ')'.
+    const char* paren = std::strrchr(stat, ')');
+    if (paren == nullptr) continue;
+    char state = 0;
+    long ppid = 0;
+    if (std::sscanf(paren + 1, " %c %ld", &state, &ppid) == 2 && ppid == self) {
+      kill(static_cast<pid_t>(pid), SIGKILL);
+      ++killed;
+    }
+  }
+  closedir(proc);
+  return killed;
+}
+
+// Kills every process of the container but the keeper, whatever group or
+// session it moved to: the keeper is their subreaper, so each one whose
+// parent is killed becomes the keeper's child, to be killed in turn. Returns
+// true once the keeper has no child left, all reaped; false at once if it
+// cannot list its children.
+bool EndContainer() {
+  for (;;) {
+    const int found = KillChildren();
+    if (found < 0) return false;
+    // One death at a time: it may hand the keeper new orphans to kill. With
+    // none found, a child may still have been handed over since the listing:
+    // look again shortly rather than wait for a child nobody killed.
+    const pid_t r = waitpid(-1, nullptr, found > 0 ? 0 : WNOHANG);
+    if (r < 0 && errno == ECHILD) return true;
+    if (r == 0) {
+      const timespec pause = {0, 1'000'000};
+      nanosleep(&pause, nullptr);
+    }
+  }
+}
+
 bool ParsePid(const char* text, pid_t* out) {
   char* end = nullptr;
   errno = 0;
@@ -71,20 +176,22 @@ int main(int argc, char** argv) {
   pid_t parent = 0;
   if (argc < 3 || !ParsePid(argv[1], &parent)) return kKeeperUsage;
   prctl(PR_SET_NAME, "kiln-keeper");  // (ps would show "memfd:kiln-proc")
-  const int gone = SIGRTMAX;
+  // The container's orphans, wherever they moved, become the keeper's.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  const int end_signal = KeeperEndSignal();
   struct sigaction sa;
   std::memset(&sa, 0, sizeof(sa));
   sigemptyset(&sa.sa_mask);
   for (int sig = 1; sig <= SIGRTMAX; ++sig) {
     if (LeftAlone(sig)) continue;
-    sa.sa_handler = sig == gone ? ParentGone : Survive;
+    sa.sa_handler = sig == end_signal ? EndNow : Survive;
     sigaction(sig, &sa, nullptr);  // (glibc's own real-time signals refuse: fine)
   }
   // The parent-death signal this process started with is SIGKILL (Spawn's);
-  // from here on it is `gone`, caught. A parent that died before this line
-  // is seen by getppid().
-  prctl(PR_SET_PDEATHSIG, gone);
-  if (getppid() != parent) ParentGone(gone);
+  // from here on it is the end signal, caught. A parent that died before
+  // this line is seen by getppid().
+  prctl(PR_SET_PDEATHSIG, end_signal);
+  if (getppid() != parent) return 128 + SIGKILL;  // nothing started yet
   fcntl(kKeeperErrorFd, F_SETFD, FD_CLOEXEC);
 
   const pid_t child = fork();
@@ -103,11 +210,36 @@ int main(int argc, char** argv) {
     (void)ignored;
     _exit(127);
   }
+  entrypoint = child;
+  if (end_now) kill(child, SIGKILL);  // gone before `entrypoint` was set
   close(kKeeperErrorFd);
+  // Reaps every child, the entrypoint and the orphans handed over, until
+  // the entrypoint ends (or the end signal kills it). Each is seen ended
+  // first and reaped after: the entrypoint's pid stays its own (a zombie)
+  // until `entrypoint` no longer names it for the signal handler.
   int status = 0;
-  while (waitpid(child, &status, 0) < 0) {
-    if (errno != EINTR) return 127;
+  for (;;) {
+    siginfo_t info;
+    std::memset(&info, 0, sizeof(info));
+    if (waitid(P_ALL, 0, &info, WEXITED | WNOWAIT) < 0) {
+      if (errno == EINTR) continue;
+      break;  // (cannot happen: the entrypoint is a child)
+    }
+    const pid_t ended = info.si_pid;
+    if (ended == child) entrypoint = 0;
+    int s = 0;
+    while (waitpid(ended, &s, 0) < 0 && errno == EINTR) {
+    }
+    if (ended == child) {
+      status = s;
+      break;
+    }
   }
+  // What the entrypoint leaves behind ends with it, as in a container.
+  // Without /proc, only the group can be killed: the provider does that
+  // when the keeper has exited, and the keeper now if the parent is gone.
+  const bool ended = EndContainer();
+  if (end_now) kill(ended ? getpid() : 0, SIGKILL);
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 127;
