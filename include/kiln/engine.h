@@ -30,7 +30,12 @@
 // is thread-safe: called on the loop thread (or while no thread runs the loop)
 // it runs at once; called from another thread while the loop runs, it is
 // posted to the loop and the caller blocks until it has run. Observers are
-// called on the loop thread.
+// called on the loop thread, and may call the engine (AddObserver says how).
+// The components (EngineOptions) are called on the loop thread from inside
+// the engine's own steps: a component must not call the engine from inside
+// such a call (the engine is between two states of the job); one that wants
+// to, e.g. a handler that stops a job, posts the call (EventLoop::Post) and it
+// runs after the step.
 #ifndef KILN_ENGINE_H_
 #define KILN_ENGINE_H_
 
