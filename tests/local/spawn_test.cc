@@ -226,14 +226,43 @@ TEST(SpawnKeeperTest, TheProgramsChildrenDieWithTheForkingThread) {
   if (!EndsWithin(grandchild, absl::ZeroDuration())) kill(grandchild, SIGKILL);
 }
 
-// Reads the first line `fd` gives (without its newline) and returns it as a
-// pid, or 0.
-int ReadPidLine(int fd) {
+// Reads the next line `fd` gives, without its newline.
+std::string ReadLine(int fd) {
   std::string line;
   char c;
   while (read(fd, &c, 1) == 1 && c != '\n') line.push_back(c);
+  return line;
+}
+
+// The same as a pid, or 0.
+int ReadPidLine(int fd) {
   int pid = 0;
-  return absl::SimpleAtoi(line, &pid) ? pid : 0;
+  return absl::SimpleAtoi(ReadLine(fd), &pid) ? pid : 0;
+}
+
+// What RunKept saw: the first lines of the output, and the keeper's exit
+// code (-1 if it did not start or was killed).
+struct KeptRun {
+  std::vector<std::string> lines;
+  int exit_code = -1;
+};
+
+// Runs `script` under the keeper, reads the first `n` lines of its output
+// (empty ones if it ends sooner), then waits for the keeper to exit.
+KeptRun RunKept(const std::string& script, int n) {
+  KeptRun run;
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) return run;
+  absl::StatusOr<pid_t> pid = SpawnKept(script, out[1]);
+  close(out[1]);
+  EXPECT_TRUE(pid.ok()) << pid.status();
+  if (pid.ok()) {
+    for (int i = 0; i < n; ++i) run.lines.push_back(ReadLine(out[0]));
+    const int status = Reap(*pid);
+    if (WIFEXITED(status)) run.exit_code = WEXITSTATUS(status);
+  }
+  close(out[0]);
+  return run;
 }
 
 // A process that leaves the container's group and session (setsid) is still
@@ -269,24 +298,16 @@ TEST(SpawnKeeperTest, ProcessesThatLeaveTheGroupDieWithTheForkingThread) {
 // ends with its main process), in its group or not, daemonized or not; the
 // keeper still exits with the program's status.
 TEST(SpawnKeeperTest, WhatTheProgramLeavesBehindEndsWithIt) {
-  int out[2];
-  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
   // In the group; in a session of its own; and orphaned in a session of its
   // own (a daemon's double fork, so the keeper inherits it).
-  absl::StatusOr<pid_t> pid = SpawnKept(
+  const KeptRun run = RunKept(
       "sleep 1000 & echo $!; setsid sleep 1000 & echo $!; "
       "( setsid sh -c 'echo $$; exec sleep 1000' & ); sleep 0.3; exit 5",
-      out[1]);
-  close(out[1]);
-  ASSERT_TRUE(pid.ok()) << pid.status();
-  std::vector<int> left;
-  for (int i = 0; i < 3; ++i) left.push_back(ReadPidLine(out[0]));
-  close(out[0]);
-  const int status = Reap(*pid);
-  ASSERT_TRUE(WIFEXITED(status)) << status;
-  EXPECT_EQ(WEXITSTATUS(status), 5);
-  for (int p : left) {
-    ASSERT_GT(p, 0);
+      3);
+  EXPECT_EQ(run.exit_code, 5);
+  for (const std::string& line : run.lines) {
+    int p = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(line, &p)) << "'" << line << "'";
     // Gone once the keeper has exited (killed and reaped by it), or nearly.
     EXPECT_TRUE(EndsWithin(p, absl::Seconds(2))) << "process " << p << " outlived the program";
     if (!EndsWithin(p, absl::ZeroDuration())) kill(p, SIGKILL);
@@ -298,24 +319,14 @@ TEST(SpawnKeeperTest, WhatTheProgramLeavesBehindEndsWithIt) {
 // (the keeper) has no other child than the program. (A keeper that waited
 // for the program alone would list five zombies.)
 TEST(SpawnKeeperTest, ReapsOrphansWhileTheProgramRuns) {
-  int out[2];
-  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
-  absl::StatusOr<pid_t> pid = SpawnKept(
+  const KeptRun run = RunKept(
       "for i in 1 2 3 4 5; do ( true & ); done; sleep 0.3; "
       "echo $$ $(cat /proc/$PPID/task/$PPID/children)",
-      out[1]);
-  close(out[1]);
-  ASSERT_TRUE(pid.ok()) << pid.status();
-  std::string line;
-  char c;
-  while (read(out[0], &c, 1) == 1 && c != '\n') line.push_back(c);
-  close(out[0]);
-  const int status = Reap(*pid);
-  ASSERT_TRUE(WIFEXITED(status)) << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+      1);
+  EXPECT_EQ(run.exit_code, 0);
   // "<the program's pid> <the keeper's children>": the program alone.
-  const std::vector<std::string> pids = absl::StrSplit(line, ' ', absl::SkipEmpty());
-  ASSERT_EQ(pids.size(), 2u) << "'" << line << "'";
+  const std::vector<std::string> pids = absl::StrSplit(run.lines[0], ' ', absl::SkipEmpty());
+  ASSERT_EQ(pids.size(), 2u) << "'" << run.lines[0] << "'";
   EXPECT_EQ(pids[0], pids[1]);
 }
 
