@@ -25,7 +25,6 @@
 //     entrypoint, then the rest as above, then itself (SIGKILL). The
 //     provider sends it the same signal to kill the container (where it
 //     would otherwise SIGKILL the group, which would kill the keeper first);
-
 //   * signals sent to the group (Signal, stop: SIGTERM then SIGKILL) reach
 //     the entrypoint as before; the keeper survives every catchable one, so
 //     it is still there to exit with the entrypoint's status;

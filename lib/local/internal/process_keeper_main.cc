@@ -218,6 +218,7 @@ int main(int argc, char** argv) {
   // first and reaped after: the entrypoint's pid stays its own (a zombie)
   // until `entrypoint` no longer names it for the signal handler.
   int status = 0;
+  bool reaped = false;  // the entrypoint, into `status`
   for (;;) {
     siginfo_t info;
     std::memset(&info, 0, sizeof(info));
@@ -232,14 +233,16 @@ int main(int argc, char** argv) {
     }
     if (ended == child) {
       status = s;
+      reaped = true;
       break;
     }
   }
   // What the entrypoint leaves behind ends with it, as in a container.
   // Without /proc, only the group can be killed: the provider does that
   // when the keeper has exited, and the keeper now if the parent is gone.
-  const bool ended = EndContainer();
-  if (end_now) kill(ended ? getpid() : 0, SIGKILL);
+  const bool swept = EndContainer();
+  if (end_now) kill(swept ? getpid() : 0, SIGKILL);
+  if (!reaped) return 127;
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
   return 127;
