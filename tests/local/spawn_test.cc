@@ -305,6 +305,7 @@ TEST(SpawnKeeperTest, WhatTheProgramLeavesBehindEndsWithIt) {
       "( setsid sh -c 'echo $$; exec sleep 1000' & ); sleep 0.3; exit 5",
       3);
   EXPECT_EQ(run.exit_code, 5);
+  ASSERT_EQ(run.lines.size(), 3u);
   for (const std::string& line : run.lines) {
     int p = 0;
     ASSERT_TRUE(absl::SimpleAtoi(line, &p)) << "'" << line << "'";
@@ -327,6 +328,7 @@ TEST(SpawnKeeperTest, ReapsOrphansWhileTheProgramRuns) {
       "echo $$ $(cat /proc/$PPID/task/$PPID/children)",
       1);
   EXPECT_EQ(run.exit_code, 0);
+  ASSERT_EQ(run.lines.size(), 1u);
   // "<the program's pid> <the keeper's children>": the program alone.
   const std::vector<std::string> pids = absl::StrSplit(run.lines[0], ' ', absl::SkipEmpty());
   ASSERT_EQ(pids.size(), 2u) << "'" << run.lines[0] << "'";
