@@ -89,7 +89,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       return;
     }
     // The job's behaviour: the callback's answer, or the defaults, read in
-    // place (the cluster takes its own copy below).
+    // place (the cluster keeps what it needs later, below).
     std::optional<SimJobBehavior> asked;
     if (options_.behavior) asked.emplace(options_.behavior(spec.job_name));
     const SimJobBehavior& behavior = asked ? *asked : options_.defaults;
@@ -102,11 +102,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     std::unique_ptr<SimCluster> owned = NewCluster();
     SimCluster& sim = *owned;
     sim.seq = seq;
-    if (asked) {
-      sim.behavior = std::move(*asked);
-    } else {
-      sim.behavior = options_.defaults;
-    }
+    sim.behavior.Keep(behavior);
     SetOwner(sim, spec.job_name, js);
     char digits[20];
     sim.cluster.id.assign(kClusterPrefix).append(Decimal(seq, digits));
@@ -128,7 +124,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       const TypeRef type = models_ != nullptr ? TypeOf(g.instance_type) : TypeRef{nullptr, nullptr};
       sim.groups.push_back(GroupUse{g.instance_type, g.count, type.model, type.state});
     }
-    absl::Duration latency = sim.behavior.provision_latency;
+    absl::Duration latency = behavior.provision_latency;
     if (models_ != nullptr) {
       Reserve(sim);
       latency = absl::ZeroDuration();
@@ -213,8 +209,14 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       return;
     }
     // A reused cluster: the behaviour is the new job's, and nothing of the
-    // previous run may reach the new job's events.
-    if (options_.behavior) sim->behavior = options_.behavior(job.job_name);
+    // previous run may reach the new job's events. (Without a callback, it is
+    // the defaults, as at Provision.)
+    std::optional<SimJobBehavior> asked;
+    if (options_.behavior) {
+      asked.emplace(options_.behavior(job.job_name));
+      sim->behavior.Keep(*asked);
+    }
+    const SimJobBehavior& behavior = asked ? *asked : options_.defaults;
     for (TimerHandle h : sim->exit_timers) loop_.Cancel(h);
     SetIdle(*sim, false);
     const uint64_t run = ++sim->run;
@@ -234,10 +236,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     SetOwner(*sim, job.job_name, js);
     // The work model: resume from saved progress, if any.
     sim->progress_key.clear();
-    if (job.request.has_checkpoint_config() && sim->behavior.checkpoint_interval > absl::ZeroDuration()) {
-      sim->progress_key = sim->behavior.checkpoint_key.empty()
-                              ? job.request.checkpoint_config().s3_uri()
-                              : sim->behavior.checkpoint_key;
+    if (job.request.has_checkpoint_config() && behavior.checkpoint_interval > absl::ZeroDuration()) {
+      sim->progress_key = behavior.checkpoint_key.empty() ? job.request.checkpoint_config().s3_uri()
+                                                          : behavior.checkpoint_key;
     }
     sim->run_base = absl::ZeroDuration();  // no checkpoint, or none saved yet
     if (!sim->progress_key.empty()) {
@@ -256,13 +257,13 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     Publish(sim->job_name, js);
     // The work left, and the wall time it takes at this attempt's pace.
     sim->run_work =
-        std::max(absl::ZeroDuration(), internal::Minus(sim->behavior.run_duration, sim->run_base));
-    sim->pace = Pace(*sim, job, js.key, attempt);
+        std::max(absl::ZeroDuration(), internal::Minus(behavior.run_duration, sim->run_base));
+    sim->pace = Pace(behavior, job, js.key, attempt);
     const absl::Duration remaining = sim->pace == 1.0 ? sim->run_work : sim->run_work * sim->pace;
     sim->run_wall = remaining;
     const uint64_t seq = sim->seq;
-    if (static_cast<size_t>(attempt) <= sim->behavior.spot_notices.size()) {
-      const absl::Duration at = sim->behavior.spot_notices[attempt - 1];
+    if (static_cast<size_t>(attempt) <= behavior.spot_notices.size()) {
+      const absl::Duration at = behavior.spot_notices[attempt - 1];
       if (at != absl::InfiniteDuration()) {
         ScheduleTracked(sim, at, [this, seq, run] {
           SimCluster* s = Find(seq);
@@ -270,8 +271,8 @@ class SimClusterProviderImpl final : public SimClusterProvider {
         });
       }
     }
-    if (static_cast<size_t>(attempt) <= sim->behavior.instance_losses.size()) {
-      const absl::Duration at = sim->behavior.instance_losses[attempt - 1];
+    if (static_cast<size_t>(attempt) <= behavior.instance_losses.size()) {
+      const absl::Duration at = behavior.instance_losses[attempt - 1];
       if (at != absl::InfiniteDuration()) {
         ScheduleTracked(sim, at, [this, seq, run] {
           SimCluster* s = Find(seq);
@@ -287,7 +288,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       started(absl::OkStatus());
     });
     for (size_t i = 0; i < n; ++i) {
-      for (const auto& [offset, line] : sim->behavior.log_lines) {
+      for (const auto& [offset, line] : behavior.log_lines) {
         ScheduleTracked(sim, offset, [this, seq, i, run, line = line] {
           SimCluster* s = Find(seq);
           if (s != nullptr && s->run == run && s->running[i] && s->events != nullptr) {
@@ -295,10 +296,10 @@ class SimClusterProviderImpl final : public SimClusterProvider {
           }
         });
       }
-      const bool fails = static_cast<int>(i) == sim->behavior.failing_instance;
+      const bool fails = static_cast<int>(i) == behavior.failing_instance;
       ScheduleExit(*sim, i, remaining,
-                   ContainerExit{fails ? sim->behavior.exit_code : 0,
-                                 fails ? sim->behavior.failure_text : std::string()});
+                   ContainerExit{fails ? behavior.exit_code : 0,
+                                 fails ? behavior.failure_text : std::string()});
     }
   }
 
@@ -424,9 +425,38 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     absl::Time due;
   };
 
+  // What a cluster keeps of a job's SimJobBehavior between calls: the
+  // behaviour of the job that asked for it (Provision), then, with a
+  // behaviour callback, of the job whose containers ran on it last
+  // (StartContainers). The rest of the behaviour (log lines, notices, exit
+  // codes, checkpoint key, provisioning) is used where it is read and not
+  // kept: a cluster holds a few words instead of a copy with its strings and
+  // vectors, which every cluster's recycling would touch.
+  struct KeptBehavior {
+    absl::Duration image_preparation;
+    int64_t image_bytes = 0;
+    absl::Duration run_duration;
+    absl::Duration checkpoint_interval;
+    absl::Duration upload_duration;
+    absl::Duration sigterm_exit_delay;
+    absl::Duration spot_notice;
+    int lost_instance = 0;
+
+    void Keep(const SimJobBehavior& b) {
+      image_preparation = b.image_preparation;
+      image_bytes = b.image_bytes;
+      run_duration = b.run_duration;
+      checkpoint_interval = b.checkpoint_interval;
+      upload_duration = b.upload_duration;
+      sigterm_exit_delay = b.sigterm_exit_delay;
+      spot_notice = b.spot_notice;
+      lost_instance = b.lost_instance;
+    }
+  };
+
   struct SimCluster {
     uint64_t seq = 0;
-    SimJobBehavior behavior;
+    KeptBehavior behavior;
     Cluster cluster;
     absl::InlinedVector<GroupUse, 1> groups;  // (usually one: no heap block)
     int provision_attempt = 0;
@@ -812,8 +842,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   // Wall time per unit of work for this attempt: above 1 when the job's
   // Pipe-mode channels cannot stream its epochs within its work (see
   // SimJobBehavior::epochs).
-  double Pace(const SimCluster& sim, const JobContext& job, uint64_t job_key, int attempt) const {
-    const SimJobBehavior& b = sim.behavior;
+  double Pace(const SimJobBehavior& b, const JobContext& job, uint64_t job_key, int attempt) const {
     if (!options_.channel_bytes || b.epochs <= 0 || b.run_duration <= absl::ZeroDuration()) return 1.0;
     const v1::CreateTrainingJobRequest& r = job.request;
     const std::string& default_mode = r.algorithm_specification().training_input_mode();
