@@ -419,10 +419,11 @@ class SimClusterProviderImpl final : public SimClusterProvider {
 
   // Room for a cluster's tracked events inside the cluster.
   static constexpr size_t kTrackedInline = 6;
-  // An event scheduled for a cluster, and when it is due.
+  // An event scheduled for a cluster, and when it is due (Unix nanoseconds:
+  // 16 bytes an entry rather than 24, in every cluster).
   struct Tracked {
     TimerHandle handle;
-    absl::Time due;
+    int64_t due_ns;
   };
 
   // What a cluster keeps of a job's SimJobBehavior between calls: the
@@ -1058,24 +1059,27 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     const TimerHandle h = loop_.ScheduleAfter(delay, std::forward<F>(fn));
     if (sim == nullptr) return;
     const absl::Time now = loop_.Now();
+    const int64_t now_ns = internal::UnixNanos(now);
     // On a virtual loop every event due before now has run: when the inline
     // room is full, forget those.
     if (virtual_ && sim->timers.size() == kTrackedInline) {
       sim->timers.erase(std::remove_if(sim->timers.begin(), sim->timers.end(),
-                                       [now](const Tracked& t) { return t.due < now; }),
+                                       [now_ns](const Tracked& t) { return t.due_ns < now_ns; }),
                         sim->timers.end());
     }
-    const absl::Time due = delay > absl::ZeroDuration() ? internal::Plus(now, delay) : now;
-    sim->timers.push_back(Tracked{h, due});
+    // (Truncated to the nanosecond, as the loop schedules it.)
+    const int64_t due_ns =
+        delay > absl::ZeroDuration() ? internal::UnixNanos(internal::Plus(now, delay)) : now_ns;
+    sim->timers.push_back(Tracked{h, due_ns});
   }
 
   // Cancels the cluster's events still pending. (On a virtual loop, one due
   // before now has run: cancelling it would only read its slot, likely a
   // cache miss.)
   void CancelTracked(SimCluster& sim) {
-    const absl::Time now = loop_.Now();
+    const int64_t now_ns = internal::UnixNanos(loop_.Now());
     for (const Tracked& t : sim.timers) {
-      if (!virtual_ || t.due >= now) loop_.Cancel(t.handle);
+      if (!virtual_ || t.due_ns >= now_ns) loop_.Cancel(t.handle);
     }
     sim.timers.clear();
     sim.upload_done = nullptr;  // its event was one of them
