@@ -27,6 +27,7 @@
 #include "absl/synchronization/notification.h"
 #include "core/internal/deadline_queue.h"
 #include "core/internal/keyed_set.h"
+#include "core/internal/prefetch.h"
 #include "core/internal/regex.h"
 #include "core/internal/seq_window.h"
 #include "core/internal/shapes.h"
@@ -1509,6 +1510,9 @@ void EngineImpl::HandleLogLine(Job& job, const Instance& instance, std::string_v
 }
 
 void EngineImpl::HandleExit(Job& job, const Instance& instance, const ContainerExit& exit) {
+  // A container's exit comes minutes after the job was last touched, and ending the run reads
+  // most of the job: all its lines at once (prefetch.h).
+  internal::PrefetchObject(&job, sizeof(Job));
   if (job.phase_ != Phase::kTraining) return;
   if (job.interrupting_) {
     // Stopping for an interruption: exit codes say nothing about the algorithm.

@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
+#include "core/internal/prefetch.h"
 #include "core/internal/seq_window.h"
 #include "core/internal/time_math.h"
 #include "kiln/sim/sim.h"
@@ -944,7 +945,14 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     sim.exits[i] = std::move(exit);
     sim.exit_timers[i] = loop_.ScheduleAfter(after, [this, seq = sim.seq, i, run = sim.run] {
       SimCluster* s = Find(seq);
-      if (s == nullptr || s->run != run || !s->running[i]) return;
+      if (s == nullptr) return;
+      // The end of a run reads most of the cluster and its job's state, long untouched: all
+      // their lines at once rather than one miss after another (prefetch.h).
+      internal::PrefetchObject(s, sizeof(SimCluster));
+      if (s->run != run || !s->running[i]) return;
+      if (s->owner_slot < job_states_.size()) {
+        internal::PrefetchObject(&job_states_[s->owner_slot], sizeof(JobState));
+      }
       EndRun(*s);
       s->running[i] = false;
       s->exit_timers[i] = TimerHandle();
