@@ -246,16 +246,18 @@ class Engine {
   // (only while the job's warm pool is Available: counted from when it became
   // Available; 0 releases the pool now).
   // Errors: InvalidArgument; NotFound; FailedPrecondition when the job's state
-  // does not allow the change (the message says why).
+  // does not allow a change the request asks for (the message says why). A
+  // refused request changes nothing.
   virtual absl::StatusOr<v1::UpdateTrainingJobResponse> UpdateTrainingJob(
       const v1::UpdateTrainingJobRequest& request) = 0;
 
   // Erases an ended job (Completed, Failed, Stopped); its name can be used
   // again. Errors: NotFound; FailedPrecondition while it is InProgress or
-  // Stopping, or while its warm pool is Available. An observer may delete the
-  // job it is being told has ended: the job is gone at once for every call,
-  // the other observers still hear that event, and its memory is freed once
-  // the event is over.
+  // Stopping, or while its warm pool is Available (the service answers this
+  // call's refusal with ResourceInUse, which a wire layer maps it to). An
+  // observer may delete the job it is being told has ended: the job is gone at
+  // once for every call, the other observers still hear that event, and its
+  // memory is freed once the event is over.
   virtual absl::Status DeleteTrainingJob(const v1::DeleteTrainingJobRequest& request) = 0;
 
   // Adds an observer: from now on it sees every job's transitions, log lines

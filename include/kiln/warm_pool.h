@@ -16,11 +16,13 @@
 //   it sets KeepAlivePeriodInSeconds > 0) and its cluster can be pooled
 //   (homogeneous, not spot). Its WarmPoolStatus is InUse while it runs; when it
 //   Completes, is Stopped after its cluster launched, or Fails with an
-//   algorithm error, its cluster becomes Available for the policy's keep-alive;
-//   then Reused (ReusedByJob = the job that took it) or Terminated (expired,
-//   released by UpdateTrainingJob KeepAlive 0, or not kept). A job whose
-//   cluster never launched, or that failed in a way that may leave the cluster
-//   unhealthy, shows Terminated at once. ResourceRetainedBillableTimeInSeconds
+//   algorithm or client error, its cluster becomes Available for the policy's
+//   keep-alive; then Reused (ReusedByJob = the job that took it) or Terminated
+//   (expired, released by UpdateTrainingJob KeepAlive 0, lost an instance, or
+//   not kept). A job whose cluster never launched, or that failed in a way
+//   that may leave the cluster unhealthy, shows Terminated at once. A job
+//   whose attempt ends early (a lost instance, then a RetryStrategy retry)
+//   stays InUse: its next attempt takes another cluster. ResourceRetainedBillableTimeInSeconds
 //   (seconds Available, rounded up) is filled in once Reused or Terminated.
 // - A pool is reused only by a job whose matching criteria are all identical:
 //   RoleArn, InstanceType, InstanceCount, VolumeSizeInGB, VolumeKmsKeyId,
@@ -163,6 +165,13 @@ class WarmPoolManager {
   // release it.
   virtual bool OnJobEnded(std::string_view job, std::optional<Cluster>& cluster,
                           bool healthy) = 0;
+
+  // An instance of `cluster`, which no job holds, was lost
+  // (ClusterListener::OnInstanceLost). If the cluster is one the manager
+  // retains, its pool is no longer healthy: the manager ends it at once (its
+  // owner shows Terminated, billed until now) and releases the cluster with
+  // the provider; a later job never gets it. A no-op for any other cluster.
+  virtual void OnClusterLost(const Cluster& cluster) = 0;
 
   // UpdateTrainingJob: sets the keep-alive of the job's Available pool,
   // counted from when it became Available; zero (or a time already past)

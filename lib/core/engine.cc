@@ -33,6 +33,7 @@
 #include "core/internal/shapes.h"
 #include "core/internal/status_macros.h"
 #include "core/internal/time_math.h"
+#include "core/internal/utf8.h"
 #include "google/protobuf/arena.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
@@ -736,6 +737,10 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   void SetMessage(Job& job, std::string_view message);
   void Provision(Job& job);
   void OnProvisioned(const JobToken& token, absl::StatusOr<Cluster>&& cluster);
+  // Provisioning failed with `error`, not for lack of capacity: provisions
+  // again after capacity_retry_initial while RetryStrategy allows, fails the
+  // job as an InternalServerError otherwise.
+  void RetryOrFail(Job& job, const absl::Status& error);
   void OnClusterReady(Job& job);
   void OnImageReady(Job& job, absl::Status status);
   void StartDownloads(Job& job);
@@ -746,11 +751,16 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   void OnUploaded(Job& job, absl::StatusOr<ArtifactsResult> result);
   void Stop(Job& job, StopCause cause);
   // `healthy`: whether the cluster may be kept in a warm pool afterwards (an
-  // algorithm error leaves it healthy; infrastructure failures may not).
-  void Fail(Job& job, std::string reason, bool healthy = false);
+  // algorithm or client error leaves it healthy; infrastructure failures may
+  // not).
+  // `reason` becomes FailureReason: its first 1024 characters, each ill-formed UTF-8 byte
+  // replaced by U+FFFD.
+  void Fail(Job& job, std::string_view reason, bool healthy = false);
   void Finish(Job& job, std::string_view status, std::string_view secondary,
               std::string_view message, bool healthy = true);
-  void ReturnCluster(Job& job, bool healthy);
+  // Gives the job's cluster back: to the warm-pool manager when the job has
+  // ended (`job_ended`: it decides whether to keep it), else to the provider.
+  void ReturnCluster(Job& job, bool healthy, bool job_ended = true);
   void CancelTimers(Job& job);
   // Calls `tell(observer)` for each observer registered when it starts. The
   // observers may call the engine meanwhile: one removed is skipped from then
@@ -1003,7 +1013,7 @@ v1::CreateTrainingJobResponse EngineImpl::Accept(Job& ref) {
   }
   active_jobs_.fetch_add(1, std::memory_order_relaxed);
   SetStatus(ref, kInProgress, kStarting, kMsgLaunching);
-  Provision(ref);
+  if (ref.phase_ == Phase::kProvisioning) Provision(ref);  // (else an observer stopped it)
   v1::CreateTrainingJobResponse response;
   response.set_training_job_arn(Arn(ref));
   return response;
@@ -1206,6 +1216,14 @@ absl::StatusOr<v1::UpdateTrainingJobResponse> EngineImpl::Update(
   KILN_RETURN_IF_ERROR(ValidateRequest(request, options_.validation));
   Job* job = FindJob(request.training_job_name());
   if (job == nullptr) return NotFound(request.training_job_name());
+  // Every check comes before the first change: a refused request changes nothing.
+  const std::string secondary = job->transitions_.back().status;
+  if (request.has_remote_debug_config() && secondary != kDownloading && secondary != kTraining) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "RemoteDebugConfig can only be updated while the training job's secondary status is "
+        "Downloading or Training; it is ",
+        secondary));
+  }
   if (request.has_resource_config()) {
     if (!job->warm_pool_) {
       return absl::FailedPreconditionError(absl::StrCat(
@@ -1213,16 +1231,10 @@ absl::StatusOr<v1::UpdateTrainingJobResponse> EngineImpl::Update(
           "Available; training job '",
           job->name(), "' has no warm pool"));
     }
+    // (The last check: it changes nothing when it fails.)
     KILN_RETURN_IF_ERROR(pools().UpdateKeepAlive(
         job->name(), absl::Seconds(request.resource_config().keep_alive_period_in_seconds())));
     job->last_modified_ = Now();
-  }
-  const std::string secondary = job->transitions_.back().status;
-  if (request.has_remote_debug_config() && secondary != kDownloading && secondary != kTraining) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "RemoteDebugConfig can only be updated while the training job's secondary status is "
-        "Downloading or Training; it is ",
-        secondary));
   }
   v1::CreateTrainingJobRequest updated = job->LoadRequest();
   if (request.has_profiler_config()) {
@@ -1356,8 +1368,7 @@ void EngineImpl::OnProvisioned(const JobToken& token, absl::StatusOr<Cluster>&& 
   Job& job = *resumed;
   if (!cluster.ok()) {
     if (!absl::IsResourceExhausted(cluster.status())) {
-      Fail(job, absl::StrCat("InternalServerError: could not provision instances: ",
-                             cluster.status().message()));
+      RetryOrFail(job, cluster.status());
       return;
     }
     const absl::Time now = Now();
@@ -1369,6 +1380,7 @@ void EngineImpl::OnProvisioned(const JobToken& token, absl::StatusOr<Cluster>&& 
       } else {
         SetStatus(job, kInProgress, kPending, kMsgInsufficientCapacity);
       }
+      if (job.phase_ != Phase::kProvisioning) return;  // an observer stopped it
     }
     const auto& sc = job.request().stopping_condition();
     if (sc.has_max_pending_time_in_seconds() &&
@@ -1395,6 +1407,31 @@ void EngineImpl::OnProvisioned(const JobToken& token, absl::StatusOr<Cluster>&& 
   OnClusterReady(job);
 }
 
+void EngineImpl::RetryOrFail(Job& job, const absl::Status& error) {
+  // The service retries only on InternalServerError, and only as many times as
+  // RetryStrategy.MaximumRetryAttempts allows; lost instances count too
+  // (EndInterruption).
+  const int32_t max_retries = job.request().retry_strategy().maximum_retry_attempts();
+  if (job.infrastructure_failures_ >= max_retries) {
+    Fail(job, absl::StrCat("InternalServerError: could not provision instances: ",
+                           error.message()));
+    return;
+  }
+  ++job.infrastructure_failures_;
+  ++job.attempt_;
+  job.pending_since_.reset();
+  job.next_retry_delay_ = options_.capacity_retry_initial;
+  SetStatus(job, kInProgress, kStarting, kMsgLaunching,
+            absl::StrCat("InternalServerError: could not provision instances: ",
+                         error.message(), "; infrastructure retry ",
+                         job.infrastructure_failures_, " of ", max_retries, " (RetryStrategy)"));
+  if (job.phase_ != Phase::kProvisioning) return;  // an observer stopped it
+  job.retry_timer_ = loop_.ScheduleAfter(options_.capacity_retry_initial,
+                                         [this, token = TokenOf(job)] {
+                                           if (Job* job = Resume(token)) Provision(*job);
+                                         });
+}
+
 void EngineImpl::OnClusterReady(Job& job) {
   if (!job.training_start_) job.training_start_ = Now();
   job.pending_since_.reset();
@@ -1403,6 +1440,8 @@ void EngineImpl::OnClusterReady(Job& job) {
   } else {
     SetMessage(job, kMsgPreparing);
   }
+  // An observer that stops the job now ends it as one whose cluster launched (Stop).
+  if (job.phase_ != Phase::kProvisioning) return;
   // MaxRuntimeInSeconds counts instance time over all attempts.
   const auto& sc = job.request().stopping_condition();
   const int64_t max_runtime =
@@ -1420,9 +1459,11 @@ void EngineImpl::OnClusterReady(Job& job) {
 void EngineImpl::OnImageReady(Job& job, absl::Status status) {
   if (job.phase_ != Phase::kPreparing) return;
   if (!status.ok()) {
-    Fail(job, absl::StrCat("ClientError: could not prepare training image '",
-                           job.request().algorithm_specification().training_image(),
-                           "': ", status.message()));
+    Fail(job,
+         absl::StrCat("ClientError: could not prepare training image '",
+                      job.request().algorithm_specification().training_image(),
+                      "': ", status.message()),
+         /*healthy=*/true);
     return;
   }
   StartDownloads(job);
@@ -1431,6 +1472,7 @@ void EngineImpl::OnImageReady(Job& job, absl::Status status) {
 void EngineImpl::StartDownloads(Job& job) {
   job.phase_ = Phase::kDownloading;
   SetStatus(job, kInProgress, kDownloading, kMsgDownloading);
+  if (job.phase_ != Phase::kDownloading) return;  // an observer stopped it
   const auto& channels = job.request().input_data_config();
   if (channels.empty()) {
     StartTraining(job);
@@ -1466,15 +1508,18 @@ void EngineImpl::StartDownloads(Job& job) {
 void EngineImpl::OnChannelDelivered(Job& job, absl::Status status) {
   if (job.phase_ != Phase::kDownloading) return;
   if (!status.ok()) {
-    Fail(job, absl::StrCat("ClientError: ", status.message()));
+    Fail(job, absl::StrCat("ClientError: ", status.message()), /*healthy=*/true);
     return;
   }
   if (--job.channels_left_ == 0) StartTraining(job);
 }
 
 void EngineImpl::StartTraining(Job& job) {
-  job.phase_ = Phase::kTraining;
+  // Still Downloading while observers hear of Training: one that stops the job
+  // now ends it before any container runs, as a stop while Downloading does.
   SetStatus(job, kInProgress, kTraining, kMsgTraining);
+  if (job.phase_ != Phase::kDownloading) return;
+  job.phase_ = Phase::kTraining;
   job.containers_running_ = static_cast<int>(job.cluster_->instances.size());
   job.running_.assign(job.cluster_->instances.size(), true);
   const ArnText arn = ContextArn(job);
@@ -1488,8 +1533,9 @@ void EngineImpl::StartTraining(Job& job) {
 void EngineImpl::OnContainersStarted(Job& job, absl::Status status) {
   if (job.phase_ != Phase::kTraining) return;
   if (!status.ok()) {
-    Fail(job, absl::StrCat("ClientError: could not start the training container: ",
-                           status.message()));
+    Fail(job,
+         absl::StrCat("ClientError: could not start the training container: ", status.message()),
+         /*healthy=*/true);
   }
 }
 
@@ -1526,9 +1572,7 @@ void EngineImpl::HandleExit(Job& job, const Instance& instance, const ContainerE
     job.algorithm_failed_ = true;
     std::string text = exit.failure_text.empty() ? "See job logs for more information"
                                                  : exit.failure_text;
-    std::string reason = absl::StrCat("AlgorithmError: ", text);
-    if (reason.size() > kMaxFailureReason) reason.resize(kMaxFailureReason);
-    Fail(job, std::move(reason), /*healthy=*/true);
+    Fail(job, absl::StrCat("AlgorithmError: ", text), /*healthy=*/true);
     return;
   }
   if (job.containers_running_ > 0) return;
@@ -1538,6 +1582,13 @@ void EngineImpl::HandleExit(Job& job, const Instance& instance, const ContainerE
 
 void EngineImpl::StartUpload(Job& job) {
   job.phase_ = Phase::kUploading;
+  if (job.stop_cause_ == StopCause::kNone) {
+    // The algorithm ended by itself: MaxRuntimeInSeconds and MaxWaitTimeInSeconds bound the
+    // training, not the upload after it (the contract caps the whole job at 30 days, upload
+    // included, because a stop's upload runs past those limits).
+    job.runtime_deadline_ = 0;
+    job.max_wait_deadline_ = 0;
+  }
   EndChannels(job);
   if (job.status_ == kInProgress) SetStatus(job, kInProgress, kUploading, kMsgUploading);
   const ArnText arn = ContextArn(job);
@@ -1551,8 +1602,10 @@ void EngineImpl::StartUpload(Job& job) {
 void EngineImpl::OnUploaded(Job& job, absl::StatusOr<ArtifactsResult> result) {
   if (job.phase_ != Phase::kUploading) return;
   if (!result.ok()) {
-    Fail(job, absl::StrCat("ClientError: could not upload the model artifacts: ",
-                           result.status().message()));
+    Fail(job,
+         absl::StrCat("ClientError: could not upload the model artifacts: ",
+                      result.status().message()),
+         /*healthy=*/true);
     return;
   }
   switch (job.stop_cause_) {
@@ -1615,8 +1668,9 @@ void EngineImpl::Stop(Job& job, StopCause cause) {
   }
 }
 
-void EngineImpl::Fail(Job& job, std::string reason, bool healthy) {
-  job.extras().failure_reason = std::move(reason);
+void EngineImpl::Fail(Job& job, std::string_view reason, bool healthy) {
+  // FailureReason holds 1024 characters; a container's text may have any bytes.
+  job.extras().failure_reason = internal::Utf8Prefix(reason, kMaxFailureReason);
   Finish(job, kFailed, kFailed, kMsgFailed, healthy);
 }
 
@@ -1649,7 +1703,7 @@ void EngineImpl::Finish(Job& job, std::string_view status, std::string_view seco
   CompactLater(job);
 }
 
-void EngineImpl::ReturnCluster(Job& job, bool healthy) {
+void EngineImpl::ReturnCluster(Job& job, bool healthy, bool job_ended) {
   EndChannels(job);
   if (job.held_since_) {
     job.held_ = internal::Plus(job.held_, internal::Minus(Now(), *job.held_since_));
@@ -1657,7 +1711,8 @@ void EngineImpl::ReturnCluster(Job& job, bool healthy) {
   }
   if (job.cluster_) cluster_owners_.erase(job.cluster_->id);
   // A kept cluster is the manager's now (it recycles it with the provider).
-  const bool kept = job.warm_pool_ && pools().OnJobEnded(job.name(), job.cluster_, healthy);
+  const bool kept =
+      job_ended && job.warm_pool_ && pools().OnJobEnded(job.name(), job.cluster_, healthy);
   if (!kept && job.cluster_) provider_.Release(*job.cluster_);
   job.cluster_.reset();
 }
@@ -1684,7 +1739,11 @@ void EngineImpl::OnInterruptionNotice(const Cluster& cluster, const Instance& in
 
 void EngineImpl::OnInstanceLost(const Cluster& cluster, const Instance& instance) {
   Job* job = OwnerOf(cluster);
-  if (job == nullptr || job->phase_ == Phase::kEnded) return;
+  if (job == nullptr) {
+    pools().OnClusterLost(cluster);  // a retained cluster, if any: its pool ends
+    return;
+  }
+  if (job->phase_ == Phase::kEnded) return;
   if (job->interrupting_ || job->status_ == kStopping) {
     // Its container will never report an exit.
     ContainerGone(*job, instance.host_name);
@@ -1741,7 +1800,7 @@ void EngineImpl::EndInterruption(Job& job) {
   ++job.generation_;
   CancelTimers(job);
   job.interrupting_ = false;
-  ReturnCluster(job, /*healthy=*/false);
+  ReturnCluster(job, /*healthy=*/false, /*job_ended=*/false);
   job.running_.clear();
   job.containers_running_ = 0;
   if (job.stop_cause_ != StopCause::kNone) {
@@ -1790,12 +1849,13 @@ void EngineImpl::EndInterruption(Job& job) {
               absl::StrCat("Instance ", job.extras().interrupted_host,
                            " was lost; infrastructure retry ", job.infrastructure_failures_,
                            " of ", context.max_retry_attempts, " (RetryStrategy)"));
+    if (job.phase_ != Phase::kProvisioning) return;  // an observer stopped it
   }
   job.retry_timer_ = loop_.ScheduleAfter(decision.delay, [this, token = TokenOf(job), preempted] {
     Job* j = Resume(token);
     if (j == nullptr) return;
     if (preempted) SetStatus(*j, kInProgress, kStarting, kMsgLaunching);
-    Provision(*j);
+    if (j->phase_ == Phase::kProvisioning) Provision(*j);  // (else an observer stopped it)
   });
 }
 }  // namespace

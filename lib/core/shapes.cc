@@ -12,6 +12,7 @@
 
 #include "core/internal/byte_dfa.h"
 #include "core/internal/regex.h"
+#include "core/internal/utf8.h"
 
 namespace kiln::internal {
 namespace {
@@ -42,43 +43,8 @@ bool IsAscii(std::string_view s) {
   return true;
 }
 
-// Well-formed UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing above
-// U+10FFFF), which is what PCRE2 demands of a subject in UTF mode.
-bool IsValidUtf8(std::string_view s) {
-  if (IsAscii(s)) return true;
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned char c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t len;
-    unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0;  // overlong
-      if (c == 0xED) hi = 0x9F;  // surrogates
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90;  // overlong
-      if (c == 0xF4) hi = 0x8F;  // above U+10FFFF
-    } else {
-      return false;
-    }
-    if (n - i < len) return false;
-    if (p[i + 1] < lo || p[i + 1] > hi) return false;
-    for (size_t k = 2; k < len; ++k) {
-      if ((p[i + k] & 0xC0) != 0x80) return false;
-    }
-    i += len;
-  }
-  return true;
-}
+// Well-formed UTF-8 (utf8.h), which is what PCRE2 demands of a subject in UTF mode.
+bool WellFormed(std::string_view s) { return IsAscii(s) || IsValidUtf8(s); }
 
 // How a pattern is decided. The model's catch-all patterns need no regex
 // engine: `[\S\s]*` accepts any well-formed text; `.*` any well-formed text
@@ -125,18 +91,18 @@ Rule RuleFor(std::string_view text, bool dot_rules) {
 bool Decide(const CompiledPattern& p, std::string_view value) {
   switch (p.rule) {
     case Rule::kAnyText:
-      return IsValidUtf8(value);
+      return WellFormed(value);
     case Rule::kNonEmptyLine:
       if (value.empty()) return false;
       [[fallthrough]];
     case Rule::kLine:
-      return std::memchr(value.data(), '\n', value.size()) == nullptr && IsValidUtf8(value);
+      return std::memchr(value.data(), '\n', value.size()) == nullptr && WellFormed(value);
     case Rule::kDfa:
-      return IsValidUtf8(value) && p.dfa->Matches(value);
+      return WellFormed(value) && p.dfa->Matches(value);
     case Rule::kRegex:
       break;
   }
-  return IsValidUtf8(value) && p.regex->MatchesValidUtf8(value);
+  return WellFormed(value) && p.regex->MatchesValidUtf8(value);
 }
 
 struct CompiledPatterns {

@@ -311,11 +311,21 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     pool.chain_start = s->chain_start;
     available_[s->shape].push_back(id);  // ids ascend: the list stays sorted
     s->status = kAvailable;
+    s->retained_seconds.reset();  // (final once Reused or Terminated)
     s->pool_id = id;
     Schedule(pool, std::min(internal::Plus(now, keep), chain_end));
     provider_.Recycle(pool.cluster);
     options_.policy->OnPoolAvailable(shape, now);
     return true;
+  }
+
+  void OnClusterLost(const Cluster& cluster) override {
+    for (const auto& [id, pool] : pools_) {
+      if (pool.cluster.id == cluster.id) {
+        Expire(id);
+        return;
+      }
+    }
   }
 
   absl::Status UpdateKeepAlive(std::string_view job, absl::Duration keep_alive) override {

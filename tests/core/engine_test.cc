@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "kiln/json.h"
 #include "kiln/sim/sim.h"
+#include "core/forwarding_provider.h"
 
 namespace kiln {
 namespace {
@@ -44,6 +45,7 @@ class EngineTest : public testing::Test {
   void Build(absl::Duration grace = absl::Seconds(120)) {
     engine_.reset();
     channel_.reset();  // before their loop
+    forward_.reset();
     provider_.reset();
     loop_ = NewVirtualEventLoop();
     start_ = loop_->Now();
@@ -53,10 +55,11 @@ class EngineTest : public testing::Test {
       return it == behaviors_.end() ? SimJobBehavior() : it->second;
     };
     provider_ = sim::NewSimClusterProvider(*loop_, cluster_options);
+    forward_ = std::make_unique<ForwardingProvider>(*provider_);
     channel_ = sim::NewSimDataChannel(*loop_, {});
     EngineOptions options;
     options.loop = loop_.get();
-    options.cluster_provider = provider_.get();
+    options.cluster_provider = forward_.get();
     options.data_channel = channel_.get();
     options.stop_grace_period = grace;
     engine_ = NewEngine(std::move(options)).value();
@@ -117,6 +120,7 @@ class EngineTest : public testing::Test {
   std::unique_ptr<EventLoop> loop_;
   absl::Time start_;
   std::unique_ptr<ClusterProvider> provider_;
+  std::unique_ptr<ForwardingProvider> forward_;  // what the engine calls
   std::unique_ptr<DataChannel> channel_;
   std::unique_ptr<Engine> engine_;
   RecordingObserver observer_;
@@ -1159,8 +1163,20 @@ TEST_F(EngineTest, AnObserverMayStartTheNextJobWhenOneEnds) {
 // An observer may stop the job it is being told about, at each of its
 // statuses: the job ends Stopped (a stop during Uploading lets the upload
 // finish, then ends Stopped), its transitions in order, nothing left running.
+// A stop from an observer takes effect where the job is: the step that told
+// the observer does not go on (no revived status, no container started
+// after it, no cluster provisioned for it).
 TEST_F(EngineTest, AnObserverMayStopTheJobAtEachStatus) {
-  for (const std::string at : {"Starting", "Downloading", "Training", "Uploading"}) {
+  const std::map<std::string, std::string> expected = {
+      {"Starting", "Starting[0,0) Stopping[0,0) Stopped[0,0)"},
+      {"Downloading", "Starting[0,90) Downloading[90,90) Stopping[90,90) Stopped[90,90)"},
+      {"Training",
+       "Starting[0,90) Downloading[90,90) Training[90,90) Stopping[90,90) Stopped[90,90)"},
+      {"Uploading",
+       "Starting[0,90) Downloading[90,90) Training[90,690) Uploading[690,690) "
+       "Stopping[690,695) Stopped[695,695)"},
+  };
+  for (const auto& [at, transitions] : expected) {
     SCOPED_TRACE(at);
     Build();
     struct Stopper : JobObserver {
@@ -1183,7 +1199,10 @@ TEST_F(EngineTest, AnObserverMayStopTheJobAtEachStatus) {
     EXPECT_TRUE(stopper.stopped.ok()) << stopper.stopped;
     const v1::DescribeTrainingJobResponse d = Describe("job");
     EXPECT_EQ(d.training_job_status(), "Stopped") << Transitions("job");
+    EXPECT_EQ(Transitions("job"), transitions);
     EXPECT_EQ(engine_->active_jobs(), 0);
+    // A container runs only if the stop came after it started.
+    EXPECT_EQ(forward_->containers_started, at == "Uploading" ? 1 : 0);
     for (int i = 1; i < d.secondary_status_transitions_size(); ++i) {
       const auto& prev = d.secondary_status_transitions(i - 1);
       const auto& t = d.secondary_status_transitions(i);
@@ -1191,6 +1210,105 @@ TEST_F(EngineTest, AnObserverMayStopTheJobAtEachStatus) {
       EXPECT_LE(Offset(prev.start_time()), Offset(t.start_time())) << Transitions("job");
     }
   }
+}
+
+// An observer that stops a job the moment it turns Pending: the engine asks
+// for no more capacity for it.
+TEST_F(EngineTest, AnObserverMayStopAPendingJob) {
+  SimJobBehavior b;
+  b.capacity_failures = 3;
+  behaviors_["job"] = b;
+  struct Stopper : JobObserver {
+    Engine* engine = nullptr;
+    void OnStatusChange(const StatusEvent& e) override {
+      if (e.secondary_status != "Pending") return;
+      v1::StopTrainingJobRequest r;
+      r.set_training_job_name(std::string(e.job_name));
+      EXPECT_TRUE(engine->StopTrainingJob(r).ok());
+    }
+  } stopper;
+  stopper.engine = engine_.get();
+  engine_->AddObserver(&stopper);
+  Create(Request("job"));
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Transitions("job"), "Starting[0,5) Pending[5,5) Stopping[5,5) Stopped[5,5)");
+  EXPECT_EQ(loop_->Now() - start_, absl::Seconds(5));  // no retry was left pending
+}
+
+// The service retries on InternalServerError only, as often as RetryStrategy
+// allows; provisioning is the first place it can happen.
+TEST_F(EngineTest, InternalErrorWhileProvisioningIsRetriedUnderRetryStrategy) {
+  v1::CreateTrainingJobRequest r = Request("job");
+  r.mutable_retry_strategy()->set_maximum_retry_attempts(2);
+  forward_->FailProvisions(2, absl::UnavailableError("RunInstances: internal error"));
+  Create(r);
+  loop_->RunUntilIdle();
+  const v1::DescribeTrainingJobResponse d = Describe("job");
+  EXPECT_EQ(d.training_job_status(), "Completed") << d.failure_reason();
+  // Each retry waits capacity_retry_initial (30 s); the third call provisions
+  // (60 s, then the image 30 s).
+  EXPECT_EQ(Transitions("job"),
+            "Starting[0,0) Starting[0,30) Starting[30,150) Downloading[150,150) "
+            "Training[150,750) Uploading[750,755) Completed[755,755)");
+  EXPECT_EQ(d.secondary_status_transitions(1).status_message(),
+            "Launching requested ML instances. InternalServerError: could not provision "
+            "instances: RunInstances: internal error; infrastructure retry 1 of 2 "
+            "(RetryStrategy)");
+}
+
+TEST_F(EngineTest, InternalErrorWhileProvisioningFailsWhenNoRetryIsLeft) {
+  for (const int retries : {0, 1}) {
+    SCOPED_TRACE(retries);
+    Build();
+    v1::CreateTrainingJobRequest r = Request("job");
+    if (retries > 0) r.mutable_retry_strategy()->set_maximum_retry_attempts(retries);
+    forward_->FailProvisions(retries + 1, absl::UnavailableError("RunInstances: internal error"));
+    Create(r);
+    loop_->RunUntilIdle();
+    const v1::DescribeTrainingJobResponse d = Describe("job");
+    EXPECT_EQ(d.training_job_status(), "Failed");
+    EXPECT_EQ(d.failure_reason(),
+              "InternalServerError: could not provision instances: RunInstances: internal error");
+    EXPECT_EQ(loop_->Now() - start_, absl::Seconds(30 * retries));
+  }
+}
+
+// MaxRuntimeInSeconds bounds the training: a deadline that falls during the
+// upload after the algorithm ended by itself leaves the job Completed.
+TEST_F(EngineTest, MaxRuntimeDuringTheUploadLeavesTheJobCompleted) {
+  SimJobBehavior b;
+  b.upload_duration = absl::Seconds(60);
+  behaviors_["job"] = b;
+  v1::CreateTrainingJobRequest r = Request("job");
+  // Instances at 60 s, so the deadline is at 710 s: training ends at 690 s,
+  // the upload at 750 s.
+  r.mutable_stopping_condition()->set_max_runtime_in_seconds(650);
+  Create(r);
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Describe("job").training_job_status(), "Completed");
+  EXPECT_EQ(Transitions("job"),
+            "Starting[0,90) Downloading[90,90) Training[90,690) Uploading[690,750) "
+            "Completed[750,750)");
+}
+
+// FailureReason is the first 1024 characters (not bytes), as well-formed
+// UTF-8 whatever the failure file held.
+TEST_F(EngineTest, FailureReasonKeepsWholeCharactersAndWellFormedText) {
+  SimJobBehavior b;
+  b.exit_code = 1;
+  std::string e_acute_20;
+  for (int i = 0; i < 20; ++i) e_acute_20 += "\xC3\xA9";
+  b.failure_text = std::string(1007, 'a') + e_acute_20;  // 16 + 1007 + 1 = 1024 characters
+  behaviors_["utf8"] = b;
+  b.failure_text = "bad \xFF byte, cut \xE2\x82";
+  behaviors_["bytes"] = b;
+  Create(Request("utf8"));
+  Create(Request("bytes"));
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Describe("utf8").failure_reason(),
+            "AlgorithmError: " + std::string(1007, 'a') + "\xC3\xA9");
+  EXPECT_EQ(Describe("bytes").failure_reason(),
+            "AlgorithmError: bad \xEF\xBF\xBD byte, cut \xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
 }  // namespace

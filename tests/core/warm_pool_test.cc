@@ -15,10 +15,26 @@
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
 #include "kiln/engine.h"
+#include "kiln/data_channel.h"
 #include "kiln/sim/sim.h"
+#include "core/forwarding_provider.h"
 
 namespace kiln {
 namespace {
+
+// Delivers nothing: every channel fails after 10 s (a client error).
+class FailingChannel : public DataChannel {
+ public:
+  explicit FailingChannel(EventLoop& loop) : loop_(loop) {}
+  void Deliver(const ChannelDelivery&, DoneCallback done) override {
+    loop_.ScheduleAfter(absl::Seconds(10), [done = std::move(done)]() mutable {
+      done(absl::NotFoundError("s3://bucket/data/: no such prefix"));
+    });
+  }
+
+ private:
+  EventLoop& loop_;
+};
 
 class WarmPoolTest : public testing::Test {
  protected:
@@ -26,6 +42,8 @@ class WarmPoolTest : public testing::Test {
 
   void Build(WarmPoolOptions options) {
     engine_.reset();
+    channel_.reset();
+    forward_.reset();
     provider_.reset();  // before its loop
     loop_ = NewVirtualEventLoop();
     start_ = loop_->Now();
@@ -35,9 +53,12 @@ class WarmPoolTest : public testing::Test {
       return it == behaviors_.end() ? sim::SimJobBehavior() : it->second;
     };
     provider_ = sim::NewSimClusterProvider(*loop_, sim_options);
+    forward_ = std::make_unique<ForwardingProvider>(*provider_);
+    channel_ = std::make_unique<FailingChannel>(*loop_);
     EngineOptions engine_options;
     engine_options.loop = loop_.get();
-    engine_options.cluster_provider = provider_.get();
+    engine_options.cluster_provider = forward_.get();
+    engine_options.data_channel = channel_.get();
     engine_options.warm_pools = std::move(options);
     engine_ = NewEngine(std::move(engine_options)).value();
   }
@@ -111,6 +132,8 @@ class WarmPoolTest : public testing::Test {
   std::unique_ptr<EventLoop> loop_;
   absl::Time start_;
   std::unique_ptr<ClusterProvider> provider_;
+  std::unique_ptr<ForwardingProvider> forward_;  // what the engine calls
+  std::unique_ptr<DataChannel> channel_;
   std::unique_ptr<Engine> engine_;
 };
 
@@ -358,6 +381,81 @@ TEST_F(WarmPoolTest, AlgorithmErrorKeepsThePoolAndStoppedAfterLaunchToo) {
   EXPECT_EQ(Pool("b"), "Available");
 }
 
+// The contract (4.3): a pool is kept after an algorithm or a client error.
+TEST_F(WarmPoolTest, ClientErrorKeepsThePool) {
+  v1::CreateTrainingJobRequest r = Request("a");
+  v1::Channel* c = r.add_input_data_config();
+  c->set_channel_name("train");
+  c->mutable_data_source()->mutable_s3_data_source()->set_s3_data_type("S3Prefix");
+  c->mutable_data_source()->mutable_s3_data_source()->set_s3_uri("s3://bucket/data/");
+  CreateAt(0, r);
+  RunUntil(200);
+  const auto d = Describe("a");
+  EXPECT_EQ(d.training_job_status(), "Failed");
+  EXPECT_EQ(d.failure_reason(), "ClientError: s3://bucket/data/: no such prefix");
+  EXPECT_EQ(Pool("a"), "Available");
+}
+
+// An instance lost while the pool waits makes it unhealthy: it ends at once,
+// billed until then, and the next matching job starts cold.
+TEST_F(WarmPoolTest, APoolThatLosesAnInstanceEndsAndIsNotReused) {
+  CreateAt(0, Request("a"));
+  RunUntil(800);
+  ASSERT_EQ(Pool("a"), "Available");
+  ASSERT_EQ(forward_->recycled.size(), 1u);
+  ASSERT_TRUE(provider_
+                  ->InjectInterruption(forward_->recycled[0].instances[1].id,
+                                       InterruptionKind::kInstanceLoss, absl::ZeroDuration())
+                  .ok());
+  RunUntil(810);
+  EXPECT_EQ(Pool("a"), "Terminated after 105 s");
+  CreateAt(900, Request("b"));
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Describe("b").training_job_status(), "Completed");
+  EXPECT_EQ(Startup("b"), 90);  // provisioned (60 s) and prepared (30 s) anew
+  EXPECT_EQ(Pool("b"), "Terminated after 600 s");
+}
+
+// A lost instance ends an attempt, not the job: with RetryStrategy the job
+// stays InUse while it restarts, and its cluster is kept when it completes.
+TEST_F(WarmPoolTest, ARetriedJobStaysInUseUntilItEnds) {
+  sim::SimJobBehavior loses;
+  loses.instance_losses = {absl::Seconds(100)};
+  behaviors_["a"] = loses;
+  v1::CreateTrainingJobRequest r = Request("a");
+  r.mutable_retry_strategy()->set_maximum_retry_attempts(2);
+  CreateAt(0, r);
+  RunUntil(250);
+  EXPECT_EQ(Describe("a").secondary_status(), "Starting");
+  EXPECT_EQ(Pool("a"), "InUse");
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Describe("a").training_job_status(), "Completed");
+  EXPECT_EQ(Pool("a"), "Terminated after 600 s");  // kept its whole keep-alive
+}
+
+// An observer that stops a job as it starts keeps it from taking a pool.
+TEST_F(WarmPoolTest, AJobStoppedByAnObserverAsItStartsTakesNoPool) {
+  CreateAt(0, Request("a"));
+  RunUntil(800);
+  struct Stopper : JobObserver {
+    Engine* engine = nullptr;
+    void OnStatusChange(const StatusEvent& e) override {
+      if (e.job_name != "b" || e.secondary_status != "Starting") return;
+      v1::StopTrainingJobRequest r;
+      r.set_training_job_name("b");
+      EXPECT_TRUE(engine->StopTrainingJob(r).ok());
+    }
+  } stopper;
+  stopper.engine = engine_.get();
+  engine_->AddObserver(&stopper);
+  CreateAt(800, Request("b"));
+  RunUntil(810);
+  engine_->RemoveObserver(&stopper);
+  EXPECT_EQ(Describe("b").training_job_status(), "Stopped");
+  EXPECT_EQ(Pool("a"), "Available");
+  EXPECT_EQ(Pool("b"), "Terminated after 0 s");
+}
+
 TEST_F(WarmPoolTest, NoClusterMeansTerminatedAtOnce) {
   sim::SimJobBehavior short_of_capacity;
   short_of_capacity.capacity_failures = 100;
@@ -399,6 +497,20 @@ TEST_F(WarmPoolTest, UpdateToZeroReleasesNowAndShorterPastEndToo) {
   CreateAt(801, Request("c"));
   loop_->RunUntilIdle();
   EXPECT_EQ(Startup("c"), 90);  // nothing left to reuse
+}
+
+// UpdateTrainingJob checks the whole request before it changes anything.
+TEST_F(WarmPoolTest, ARefusedUpdateChangesNothing) {
+  CreateAt(0, Request("a"));
+  RunUntil(800);
+  v1::UpdateTrainingJobRequest u;
+  u.set_training_job_name("a");
+  u.mutable_resource_config()->set_keep_alive_period_in_seconds(0);
+  u.mutable_remote_debug_config()->set_enable_remote_debug(true);  // only while training
+  const auto before = Describe("a").last_modified_time();
+  EXPECT_EQ(engine_->UpdateTrainingJob(u).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Pool("a"), "Available");
+  EXPECT_EQ(Describe("a").last_modified_time().seconds(), before.seconds());
 }
 
 TEST_F(WarmPoolTest, UpdateOfReusedPoolIsRefused) {
