@@ -227,7 +227,10 @@ class Engine {
   // bounds, strict), SortBy (CreationTime default, Name, Status), SortOrder
   // (Ascending default), MaxResults (default 10) and NextToken. A NextToken
   // names the position after the last job returned, so paging stays correct
-  // while jobs are added: no job is returned twice or skipped.
+  // while jobs are added: no job is returned twice or skipped. Under
+  // SortBy=Status the position is a status, and a job whose status changes
+  // between two pages moves with it: it may be listed twice or not at all
+  // (the other orders use what never changes: name, creation time).
   // Errors: InvalidArgument for a bad request or a NextToken this engine did
   // not issue for the same SortBy/SortOrder.
   virtual absl::StatusOr<v1::ListTrainingJobsResponse> ListTrainingJobs(
