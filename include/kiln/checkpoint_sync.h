@@ -12,9 +12,12 @@
 // A file is uploaded as it is when SyncOnce looks: a file still being written
 // can be uploaded half-written (and again once complete), so scripts should
 // write a checkpoint under a temporary name and rename it, as the service
-// advises. Regular files and symbolic links to files are synced; linked
-// directories are not followed; the object stores' own `.kiln-tmp-*` files
-// are skipped both ways.
+// advises. Regular files are synced; symbolic links, to files or directories,
+// are skipped, never followed (a link could show the store a file from
+// outside the directory); the object stores' own `.kiln-tmp-*` files are
+// skipped both ways. The directory is walked down by file descriptor and
+// each file uploaded from the descriptor it was opened as, so a link put in
+// place of a directory while a sync runs is not followed either.
 //
 // Used by backends that have real files (the local backend); the simulation
 // backend models checkpoints instead.
@@ -45,7 +48,17 @@ class CheckpointSync {
   // `store` must outlive this object. `prefix` is the CheckpointConfig.S3Uri
   // (a trailing '/' is added when missing); `local_dir` the LocalPath on this
   // host (created when missing).
-  CheckpointSync(ObjectStore& store, std::string prefix, std::string local_dir);
+  //
+  // `trusted_root`, for a directory that someone else (a container) can
+  // write to: empty, or `local_dir` itself or a directory above it. When set,
+  // `trusted_root` is opened as named and every component of the path below
+  // it down to `local_dir` with O_NOFOLLOW, so that a container that replaced
+  // `local_dir` (or a directory on the way) by a symbolic link cannot make
+  // the host read or write what the link points to: Restore and SyncOnce
+  // then fail with FailedPrecondition naming the link, and touch nothing.
+  // Without it `local_dir` is used as named, links on its path followed.
+  CheckpointSync(ObjectStore& store, std::string prefix, std::string local_dir,
+                 std::string trusted_root = {});
 
   // Copies every object under the prefix into the directory, replacing local
   // files of the same name (other local files stay and count as new), and
@@ -56,7 +69,8 @@ class CheckpointSync {
   // a clean relative path (absolute, "..", "." or empty segments), checked
   // for every key before anything is written; FailedPrecondition when a
   // directory on the way to a file is a symbolic link (never written
-  // through).
+  // through), or, with a trusted root, when one on the way to the directory
+  // is; InvalidArgument when `local_dir` is not at or below `trusted_root`.
   absl::Status Restore();
 
   // Uploads new and changed files (by size and modification time since the
@@ -64,7 +78,11 @@ class CheckpointSync {
   // keys this object uploaded or restored are ever deleted. Returns what it
   // did. Errors name the file; the other files are still processed, the first
   // error is returned, and a failed file is retried on the next call. When
-  // the directory cannot be read completely nothing is uploaded or deleted.
+  // the directory cannot be read completely nothing is uploaded or deleted;
+  // so it is, with a trusted root, when the directory or one on the way to it
+  // is a symbolic link (FailedPrecondition naming it) or when `local_dir` is
+  // not at or below `trusted_root` (InvalidArgument). A file that is gone,
+  // or has become a link, when its turn to upload comes counts as removed.
   // A file modified within 20 ms of the call (one timestamp tick of the file
   // system) is uploaded again by the next call, since a rewrite in the same
   // tick would keep its size and modification time.
@@ -78,6 +96,7 @@ class CheckpointSync {
   ObjectStore& store_;
   std::string prefix_;
   std::string local_dir_;
+  std::string trusted_root_;  // empty: none
   std::map<std::string, Stamp> synced_;  // relative path -> state last uploaded/restored
 };
 

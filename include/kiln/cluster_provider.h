@@ -127,7 +127,10 @@ enum class InterruptionKind {
 
 // Where the artifacts went.
 struct ArtifactsResult {
-  std::string model_uri;  // e.g. s3://bucket/out/job/output/model.tar.gz
+  // e.g. s3://bucket/out/job/output/model.tar.gz; with OutputDataConfig
+  // CompressionType NONE the prefix the model's files went under,
+  // s3://bucket/out/job/output/model/
+  std::string model_uri;
 };
 
 class ClusterProvider {
@@ -168,8 +171,9 @@ class ClusterProvider {
   virtual void Signal(const Cluster& cluster, int signal) = 0;
 
   // Uploads /opt/ml/model and /opt/ml/output/data of the cluster's instances to
-  // <S3OutputPath>/<job>/output/ (model.tar.gz, output.tar.gz). Called exactly
-  // once; an error fails the job.
+  // <S3OutputPath>/<job>/output/ (model.tar.gz, output.tar.gz; with
+  // OutputDataConfig.CompressionType NONE the model's files as they are,
+  // below model/). Called exactly once; an error fails the job.
   virtual void UploadArtifacts(const JobContext& job, ArtifactsCallback done) = 0;
 
   // Sets the listener for interruption notices and lost instances of every

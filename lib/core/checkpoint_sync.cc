@@ -89,16 +89,117 @@ bool HasTempSegment(std::string_view key) {
   }
 }
 
+// Owns a file descriptor.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  Fd& operator=(Fd&& other) noexcept {
+    if (this != &other) {
+      if (fd_ >= 0) ::close(fd_);
+      fd_ = std::exchange(other.fd_, -1);
+    }
+    return *this;
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+
+// Opens the checkpoint directory (made when missing, with `create`): as
+// named without a trusted root; with one, walked down from it one component
+// at a time, never through a symbolic link.
+absl::StatusOr<Fd> OpenLocalDir(const std::string& local_dir, const std::string& trusted_root,
+                                bool create) {
+  if (trusted_root.empty()) {
+    if (create) KILN_RETURN_IF_ERROR(internal::MakeDirs(local_dir));
+    Fd dir(::open(local_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dir.valid()) return ErrnoError(errno, absl::StrCat("open directory '", local_dir, "'"));
+    return dir;
+  }
+  std::string_view rel;
+  if (local_dir != trusted_root) {
+    const std::string below = trusted_root == "/" ? "/" : absl::StrCat(trusted_root, "/");
+    if (local_dir.compare(0, below.size(), below) != 0 ||
+        !IsCleanKey(std::string_view(local_dir).substr(below.size()))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint directory '", local_dir, "' is not a clean path below '",
+                       trusted_root, "'"));
+    }
+    rel = std::string_view(local_dir).substr(below.size());
+  }
+  Fd dir(::open(trusted_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) return ErrnoError(errno, absl::StrCat("open directory '", trusted_root, "'"));
+  std::string walked = trusted_root;
+  while (!rel.empty()) {
+    const size_t slash = rel.find('/');
+    const std::string name(rel.substr(0, slash));
+    rel = slash == std::string_view::npos ? std::string_view() : rel.substr(slash + 1);
+    absl::StrAppend(&walked, "/", name);
+    Fd next(::openat(dir.get(), name.c_str(), kDirFlags));
+    if (!next.valid() && errno == ENOENT && create) {
+      if (::mkdirat(dir.get(), name.c_str(), 0777) != 0 && errno != EEXIST) {
+        return ErrnoError(errno, absl::StrCat("create directory '", walked, "'"));
+      }
+      next = Fd(::openat(dir.get(), name.c_str(), kDirFlags));
+    }
+    if (!next.valid()) {
+      const int err = errno;
+      struct stat st;
+      if (err == ELOOP || err == ENOTDIR) {
+        const bool link = ::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                          S_ISLNK(st.st_mode);
+        return absl::FailedPreconditionError(absl::StrCat(
+            "checkpoint directory '", local_dir, "': '", walked, "' is ",
+            link ? "a symbolic link, which is not followed" : "not a directory"));
+      }
+      return ErrnoError(err, absl::StrCat("open directory '", walked, "'"));
+    }
+    dir = std::move(next);
+  }
+  return dir;
+}
+
+// Opens the file `key` below the directory open as `root` for reading, every
+// directory on the way and the file itself with O_NOFOLLOW. Invalid, errno
+// set, on failure (ELOOP or ENOTDIR: a symbolic link on the way or at `key`).
+Fd OpenBelow(int root, std::string_view key) {
+  Fd dir;
+  int at = root;
+  for (;;) {
+    const size_t slash = key.find('/');
+    const std::string name(key.substr(0, slash));
+    if (slash == std::string_view::npos) {
+      return Fd(::openat(at, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    }
+    dir = Fd(::openat(at, name.c_str(), kDirFlags));
+    if (!dir.valid()) return Fd();
+    at = dir.get();
+    key = key.substr(slash + 1);
+  }
+}
+
 // Refuses to restore `key` through a symbolic link (or a non-directory) in
-// the local tree: every directory between `root` and the file must be a real
-// directory or not exist yet (it is then created as one).
-absl::Status CheckParentsAreDirectories(const std::string& root, std::string_view key,
-                                        std::string_view uri) {
+// the local tree open as `root`: every directory between it and the file
+// must be a real directory or not exist yet (it is then created as one).
+absl::Status CheckParentsAreDirectories(int root, const std::string& local_dir,
+                                        std::string_view key, std::string_view uri) {
   for (size_t slash = key.find('/'); slash != std::string_view::npos;
        slash = key.find('/', slash + 1)) {
-    std::string dir = absl::StrCat(root, "/", AbslView(key.substr(0, slash)));
+    const std::string rel(key.substr(0, slash));
+    const std::string dir = absl::StrCat(local_dir, "/", rel);
     struct stat st;
-    if (::lstat(dir.c_str(), &st) != 0) {
+    if (::fstatat(root, rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno == ENOENT) return absl::OkStatus();
       return ErrnoError(
           errno, absl::StrCat("checkpoint restore of '", AbslView(uri), "': stat '", dir, "'"));
@@ -118,16 +219,20 @@ struct LocalFile {
   int64_t mtime_ns = 0;
 };
 
-// Adds the regular files (and symbolic links to regular files) below
-// `root`/`rel` to `out`, keyed by relative path. Symbolic links to
-// directories are not followed; temporary files are skipped.
-absl::Status WalkLocal(const std::string& root, const std::string& rel,
+// Adds the regular files below the directory open as `dir_fd` (`rel` below
+// the checkpoint directory `root`) to `out`, keyed by relative path.
+// Directories are walked down by file descriptor; symbolic links are
+// skipped, never followed; temporary files are skipped.
+absl::Status WalkLocal(int dir_fd, const std::string& root, const std::string& rel,
                        std::map<std::string, LocalFile>& out) {
-  std::string dir = rel.empty() ? root : absl::StrCat(root, "/", rel);
-  DIR* d = ::opendir(dir.c_str());
+  const std::string dir = rel.empty() ? root : absl::StrCat(root, "/", rel);
+  const int copy = ::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) return ErrnoError(errno, absl::StrCat("list directory '", dir, "'"));
+  DIR* d = ::fdopendir(copy);
   if (d == nullptr) {
-    if (errno == ENOENT && !rel.empty()) return absl::OkStatus();  // removed meanwhile
-    return ErrnoError(errno, absl::StrCat("list directory '", dir, "'"));
+    const int err = errno;
+    ::close(copy);
+    return ErrnoError(err, absl::StrCat("list directory '", dir, "'"));
   }
   std::unique_ptr<DIR, int (*)(DIR*)> closer(d, &::closedir);
   for (;;) {
@@ -141,33 +246,44 @@ absl::Status WalkLocal(const std::string& root, const std::string& rel,
     if (name == "." || name == ".." || IsTempName(name)) continue;
     std::string key = rel.empty() ? std::string(name) : absl::StrCat(rel, "/", AbslView(name));
     struct stat st;
-    if (::fstatat(::dirfd(d), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (::fstatat(dir_fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno == ENOENT) continue;
       return ErrnoError(errno, absl::StrCat("stat '", root, "/", key, "'"));
     }
     if (S_ISDIR(st.st_mode)) {
-      KILN_RETURN_IF_ERROR(WalkLocal(root, key, out));
+      Fd child(::openat(dir_fd, entry->d_name, kDirFlags));
+      if (!child.valid()) {
+        // Removed, or replaced by a link, meanwhile: not walked.
+        if (errno == ENOENT || errno == ELOOP || errno == ENOTDIR) continue;
+        return ErrnoError(errno, absl::StrCat("list directory '", root, "/", key, "'"));
+      }
+      KILN_RETURN_IF_ERROR(WalkLocal(child.get(), root, key, out));
       continue;
     }
-    if (S_ISLNK(st.st_mode) && ::fstatat(::dirfd(d), entry->d_name, &st, 0) != 0) continue;
-    if (!S_ISREG(st.st_mode)) continue;
+    if (!S_ISREG(st.st_mode)) continue;  // links (never followed), FIFOs, devices
     out[key] = LocalFile{static_cast<int64_t>(st.st_size), MtimeNs(st)};
   }
 }
 
 }  // namespace
 
-CheckpointSync::CheckpointSync(ObjectStore& store, std::string prefix, std::string local_dir)
-    : store_(store), prefix_(std::move(prefix)), local_dir_(std::move(local_dir)) {
+CheckpointSync::CheckpointSync(ObjectStore& store, std::string prefix, std::string local_dir,
+                               std::string trusted_root)
+    : store_(store),
+      prefix_(std::move(prefix)),
+      local_dir_(std::move(local_dir)),
+      trusted_root_(std::move(trusted_root)) {
   if (prefix_.empty() || prefix_.back() != '/') prefix_.push_back('/');
   while (local_dir_.size() > 1 && local_dir_.back() == '/') local_dir_.pop_back();
+  while (trusted_root_.size() > 1 && trusted_root_.back() == '/') trusted_root_.pop_back();
 }
 
 absl::Status CheckpointSync::Restore() {
   if (local_dir_.empty()) {
     return absl::InvalidArgumentError("checkpoint sync: the local directory is empty");
   }
-  KILN_RETURN_IF_ERROR(internal::MakeDirs(local_dir_));
+  absl::StatusOr<Fd> root = OpenLocalDir(local_dir_, trusted_root_, /*create=*/true);
+  if (!root.ok()) return Annotate(root.status(), "checkpoint restore");
   absl::StatusOr<std::vector<ObjectInfo>> listed = store_.List(prefix_);
   if (!listed.ok()) {
     return Annotate(listed.status(), absl::StrCat("checkpoint restore: list '", prefix_, "'"));
@@ -192,14 +308,14 @@ absl::Status CheckpointSync::Restore() {
   synced_.clear();
   for (const auto& [uri, key] : todo) {
     std::string path = absl::StrCat(local_dir_, "/", key);
-    KILN_RETURN_IF_ERROR(CheckParentsAreDirectories(local_dir_, key, uri));
+    KILN_RETURN_IF_ERROR(CheckParentsAreDirectories(root->get(), local_dir_, key, uri));
     absl::Status status = store_.GetToFile(uri, path);
     if (absl::IsNotFound(status)) continue;  // deleted since the listing
     if (!status.ok()) {
       return Annotate(status, absl::StrCat("checkpoint restore of '", uri, "' to '", path, "'"));
     }
     struct stat st;
-    if (::stat(path.c_str(), &st) != 0) {
+    if (::fstatat(root->get(), key.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
       return ErrnoError(errno,
                         absl::StrCat("checkpoint restore of '", uri, "': stat '", path, "'"));
     }
@@ -212,10 +328,11 @@ absl::StatusOr<CheckpointSyncStats> CheckpointSync::SyncOnce() {
   if (local_dir_.empty()) {
     return absl::InvalidArgumentError("checkpoint sync: the local directory is empty");
   }
-  KILN_RETURN_IF_ERROR(internal::MakeDirs(local_dir_));
+  absl::StatusOr<Fd> root = OpenLocalDir(local_dir_, trusted_root_, /*create=*/true);
+  if (!root.ok()) return Annotate(root.status(), "checkpoint sync");
   std::map<std::string, LocalFile> local;
   int64_t walk_start_ns = RealtimeNs();
-  absl::Status walked = WalkLocal(local_dir_, "", local);
+  absl::Status walked = WalkLocal(root->get(), local_dir_, "", local);
   int64_t walk_end_ns = RealtimeNs();
   // Without a complete picture nothing may be deleted: give up this round.
   if (!walked.ok()) return Annotate(walked, absl::StrCat("checkpoint sync of '", local_dir_, "'"));
@@ -254,12 +371,20 @@ absl::StatusOr<CheckpointSyncStats> CheckpointSync::SyncOnce() {
     }
     std::string path = absl::StrCat(local_dir_, "/", key);
     std::string uri = absl::StrCat(prefix_, key);
-    absl::Status status = store_.PutFromFile(uri, path);
-    if (!status.ok()) {
-      struct stat st;
-      if (absl::IsNotFound(status) && ::lstat(path.c_str(), &st) != 0 && errno == ENOENT) {
-        continue;  // removed meanwhile: the next call deletes it if it was known
+    // Uploaded from the descriptor opened here (by its /proc name), so that
+    // a link put in its place, or on its way, since the walk is not followed.
+    Fd opened = OpenBelow(root->get(), key);
+    struct stat st;
+    if (!opened.valid() || ::fstat(opened.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+      const int err = opened.valid() ? 0 : errno;
+      if (opened.valid() || err == ENOENT || err == ELOOP || err == ENOTDIR) {
+        continue;  // removed or replaced meanwhile: the next call deletes it if it was known
       }
+      fail(ErrnoError(err, absl::StrCat("checkpoint sync: open '", path, "'")));
+      continue;
+    }
+    absl::Status status = store_.PutFromFile(uri, absl::StrCat("/proc/self/fd/", opened.get()));
+    if (!status.ok()) {
       fail(Annotate(status, absl::StrCat("checkpoint sync: upload '", path, "' to '", uri, "'")));
       continue;
     }

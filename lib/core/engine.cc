@@ -1029,9 +1029,11 @@ absl::StatusOr<v1::DescribeTrainingJobResponse> EngineImpl::Describe(
   EchoFields(request_echo, d);
   d.set_training_job_name(job->name());
   d.set_training_job_arn(Arn(*job));
+  // An uncompressed model is uploaded file by file, under a prefix (the contract 6.1).
+  const bool uncompressed = request_echo.output_data_config().compression_type() == "NONE";
   d.mutable_model_artifacts()->set_s3_model_artifacts(
       JoinUri(request_echo.output_data_config().s3_output_path(),
-              absl::StrCat(job->name(), "/output/model.tar.gz")));
+              absl::StrCat(job->name(), uncompressed ? "/output/model/" : "/output/model.tar.gz")));
   d.set_training_job_status(job->status_);
   d.set_secondary_status(job->transitions_.back().status);
   if (job->extras_ != nullptr && !job->extras_->failure_reason.empty()) {

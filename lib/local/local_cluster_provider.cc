@@ -64,6 +64,8 @@ constexpr size_t kMaxLineBytes = 64 * 1024;
 constexpr char kContainerBase[] = "/opt/ml";
 constexpr char kContainerProgram[] = "/opt/program";
 constexpr char kDefaultCheckpointPath[] = "/opt/ml/checkpoints";
+// The instance's scratch directory, below its directory (TMPDIR; /tmp under bwrap).
+constexpr char kInstanceTmp[] = "tmp";
 // The /opt/ml tree of an instance.
 constexpr const char* kMlTree[] = {"input/config", "input/data",          "model",      "output/data",
                                    "output/intermediate", "checkpoints", "code"};
@@ -160,6 +162,13 @@ std::string TrimUtf8(std::string text, size_t max) {
   return text;
 }
 
+// Whether the container path `path` is /opt/ml or below it.
+bool IsUnderContainerBase(std::string_view path) {
+  const std::string_view base = kContainerBase;
+  return path == base || (path.size() > base.size() && path.substr(0, base.size()) == base &&
+                          path[base.size()] == '/');
+}
+
 std::string StripFileScheme(std::string_view uri) {
   if (uri.substr(0, 7) == "file://") return std::string(uri.substr(7));
   return std::string(uri);
@@ -236,12 +245,85 @@ absl::StatusOr<ImageSource> ResolveImage(std::string_view image) {
   return src;
 }
 
+// Scratch a provider makes in the state directory, the upload archives in
+// <state_dir>/tmp and the half-unpacked images in <state_dir>/image-cache,
+// holds an exclusive flock while in use, which the kernel drops however the
+// process ends: scratch nobody holds is what a process that is gone left
+// behind (ClaimStaleScratch deletes it), and it holds across PID namespaces
+// sharing a state directory, as a pid in the name would not.
+
+// True if `fd` is still the entry at `path` (not deleted or replaced).
+bool StillAt(int fd, const std::string& path) {
+  struct stat held, named;
+  return fstat(fd, &held) == 0 && lstat(path.c_str(), &named) == 0 &&
+         held.st_dev == named.st_dev && held.st_ino == named.st_ino;
+}
+
+// Makes the file (or, with `dir`, the directory) `path`, which must not
+// exist, and takes its lock. Errors: as ErrnoStatus, naming `path`.
+absl::StatusOr<internal::UniqueFd> MakeLockedScratch(const std::string& path, bool dir) {
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    internal::UniqueFd fd;
+    if (dir) {
+      if (mkdir(path.c_str(), 0755) != 0) return internal::ErrnoStatus(errno, "create", path);
+      fd.reset(open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    } else {
+      fd.reset(open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
+    }
+    if (!fd.valid()) {
+      if (errno == ENOENT) continue;  // deleted at once by a clean-up: again
+      return internal::ErrnoStatus(errno, "create", path);
+    }
+    while (flock(fd.get(), LOCK_EX) != 0) {
+      if (errno != EINTR) return internal::ErrnoStatus(errno, "lock", path);
+    }
+    // A clean-up may have taken it for a dead process's before the lock: again.
+    if (StillAt(fd.get(), path)) return fd;
+  }
+  return absl::InternalError(absl::StrCat("could not create '", path, "': deleted repeatedly"));
+}
+
+// Scratch of a process that is gone, claimed (its lock taken): to delete
+// before the lock goes.
+struct StaleScratch {
+  std::string path;
+  internal::UniqueFd lock;
+};
+
+// Claims the scratch in <state_dir>/tmp and <state_dir>/image-cache whose
+// lock no process holds (see MakeLockedScratch).
+std::vector<StaleScratch> ClaimStaleScratch(const std::string& state_dir) {
+  std::vector<StaleScratch> stale;
+  const std::pair<std::string, std::string> places[] = {
+      {absl::StrCat(state_dir, "/tmp"), "upload-"},
+      {absl::StrCat(state_dir, "/image-cache"), ".tmp-"},
+  };
+  for (const auto& [dir, marker] : places) {
+    DIR* d = opendir(dir.c_str());
+    if (d == nullptr) continue;
+    while (struct dirent* e = readdir(d)) {
+      if (!absl::StrContains(e->d_name, marker)) continue;
+      const std::string path = absl::StrCat(dir, "/", e->d_name);
+      internal::UniqueFd fd(open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+      if (!fd.valid() || flock(fd.get(), LOCK_EX | LOCK_NB) != 0 || !StillAt(fd.get(), path)) {
+        continue;  // in use, or gone
+      }
+      stale.push_back(StaleScratch{path, std::move(fd)});
+    }
+    closedir(d);
+  }
+  return stale;
+}
+
 // Makes `target` hold the unpacked image (atomically: a directory appears
 // complete or not at all). A no-op when it exists.
 absl::Status Materialize(const ImageSource& src, const std::string& target) {
   if (internal::IsDirectory(target)) return absl::OkStatus();
   const std::string tmp = absl::StrCat(target, ".tmp-", getpid(), "-", gettid());
   absl::Status s = internal::RemoveTree(tmp);
+  absl::StatusOr<internal::UniqueFd> lock = internal::UniqueFd();
+  if (s.ok()) lock = MakeLockedScratch(tmp, /*dir=*/true);
+  if (!lock.ok()) s = lock.status();
   if (s.ok()) s = src.is_dir ? internal::CopyTree(src.path, tmp) : internal::ExtractArchive(src.path, tmp);
   if (s.ok() && rename(tmp.c_str(), target.c_str()) != 0) {
     // Someone else finished first (shared cache): theirs is as good.
@@ -296,6 +378,7 @@ struct LaunchSpec {
   uint64_t run = 0;
   size_t index = 0;
   std::string host;
+  std::string instance_dir;  // trusted: nothing below it is followed through a link
   std::string ml_dir;
   std::string tmp_dir;
   std::string log_path;
@@ -306,12 +389,12 @@ struct LaunchSpec {
   int netns_fd = -1;
   // process runtime: the FastFile sources the container sees read-only.
   std::vector<std::string> readonly_paths;
-  // Directories made fresh before the run (host paths).
+  // Directories made fresh before the run, below instance_dir.
   std::vector<std::string> fresh_dirs;
   // Checkpoints.
   ObjectStore* checkpoint_store = nullptr;
   std::string checkpoint_uri;
-  std::string checkpoint_dir;  // host path
+  std::string checkpoint_dir;  // host path, below instance_dir
   absl::Duration sync_interval;
   absl::Duration drain_timeout;
   // The instance's earlier runs, which must be done with its files first.
@@ -564,11 +647,16 @@ class LocalClusterProvider final : public ClusterProvider {
     // What a crashed process left in the state directory goes, in the
     // background (a job's files can take a while to delete).
     std::vector<StaleCluster> stale = ClaimStaleClusters(options_.state_dir);
-    if (!stale.empty()) {
-      tasks_.Run([stale = std::move(stale)]() mutable {
+    std::vector<StaleScratch> scratch = ClaimStaleScratch(options_.state_dir);
+    if (!stale.empty() || !scratch.empty()) {
+      tasks_.Run([stale = std::move(stale), scratch = std::move(scratch)]() mutable {
         for (StaleCluster& c : stale) {
           internal::RemoveTree(c.dir).IgnoreError();
           c.lock.reset();  // (deletes the lock file, then unlocks)
+        }
+        for (StaleScratch& t : scratch) {
+          internal::RemoveTree(t.path).IgnoreError();
+          t.lock.reset();
         }
       });
     }
@@ -639,7 +727,6 @@ class LocalClusterProvider final : public ClusterProvider {
   std::map<std::string, std::unique_ptr<LocalCluster>> clusters_;
   int64_t instances_in_use_ = 0;
   uint64_t next_cluster_ = 0;
-  uint64_t next_upload_ = 0;
   bool netns_unavailable_ = false;  // learned from a failed attempt
   absl::Mutex image_mu_;            // serializes shared-cache unpacks
   internal::TaskRunner tasks_;      // last: joined first on destruction
@@ -679,7 +766,7 @@ void LocalClusterProvider::Provision(const ClusterSpec& spec, ClusterCallback do
       inst.info.instance_type = g.instance_type;
       inst.dir = internal::InstanceDir(options_.state_dir, inst.info.id);
       inst.ml_dir = internal::MlDir(inst.dir);
-      inst.tmp_dir = absl::StrCat(inst.dir, "/tmp");
+      inst.tmp_dir = absl::StrCat(inst.dir, "/", kInstanceTmp);
       cluster->cluster.instances.push_back(inst.info);
       cluster->instances.push_back(std::move(inst));
     }
@@ -916,9 +1003,23 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
     checkpoint_path = request.checkpoint_config().local_path();
     while (checkpoint_path.size() > 1 && checkpoint_path.back() == '/') checkpoint_path.pop_back();
     if (checkpoint_path.empty()) checkpoint_path = kDefaultCheckpointPath;
-    if (checkpoint_path[0] != '/') {
-      fail(absl::InvalidArgumentError(absl::StrCat("CheckpointConfig.LocalPath '", checkpoint_path,
-                                                   "' must be an absolute path")));
+    if (checkpoint_path[0] != '/' ||
+        !internal::IsSafeRelativePath(std::string_view(checkpoint_path).substr(1))) {
+      fail(absl::InvalidArgumentError(absl::StrCat(
+          "CheckpointConfig.LocalPath '", checkpoint_path,
+          "' must be an absolute path without '.', '..' or empty components")));
+      return;
+    }
+    // The process runtime cannot show the container another directory at a
+    // host path: the path itself would be used, shared by every instance and
+    // every job, and never emptied (a later job would restore an earlier
+    // one's checkpoints). Only /opt/ml, which it maps to the instance's tree.
+    if (!bwrap && !IsUnderContainerBase(checkpoint_path)) {
+      fail(absl::InvalidArgumentError(absl::StrCat(
+          "CheckpointConfig.LocalPath '", checkpoint_path,
+          "' is outside /opt/ml: on the local backend's process runtime it must be under "
+          "/opt/ml (the default is /opt/ml/checkpoints), which maps to each instance's own "
+          "directory; the bwrap runtime maps any path")));
       return;
     }
   }
@@ -955,6 +1056,7 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
     ls.run = c->run;
     ls.index = i;
     ls.host = inst.info.host_name;
+    ls.instance_dir = inst.dir;
     ls.ml_dir = inst.ml_dir;
     ls.tmp_dir = inst.tmp_dir;
     ls.log_path = absl::StrCat(options_.log_dir, "/", log_job, "/", inst.info.host_name, "-", epoch);
@@ -987,34 +1089,41 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
                    spec.container_arguments().end());
     // Directories a run must find empty: already so when PrepareImage made the
     // tree and nothing ran since (the engine's way), else emptied now.
+    // (Paths below the instance's directory: a run may have planted links
+    // there, which are replaced, never followed.)
     if (!inst.tree_fresh) {
-      ls.fresh_dirs = {absl::StrCat(inst.ml_dir, "/model"), absl::StrCat(inst.ml_dir, "/output"),
-                       absl::StrCat(inst.ml_dir, "/output/data"),
-                       absl::StrCat(inst.ml_dir, "/output/intermediate"), inst.tmp_dir};
+      ls.fresh_dirs = {"ml/model", "ml/output", "ml/output/data", "ml/output/intermediate",
+                       kInstanceTmp};
     }
     std::string checkpoint_host;
     if (checkpoint_store != nullptr) {
-      checkpoint_host = internal::Rebase(checkpoint_path, kContainerBase, inst.ml_dir);
-      if (checkpoint_host == checkpoint_path && bwrap) {
-        checkpoint_host = absl::StrCat(inst.dir, "/checkpoints-local");
-      }
+      // Below /opt/ml: that place in the instance's tree; elsewhere (bwrap
+      // only) a directory of the instance mounted there.
+      const std::string checkpoint_rel =
+          IsUnderContainerBase(checkpoint_path)
+              ? absl::StrCat("ml", internal::Av(std::string_view(checkpoint_path).substr(
+                                       std::string_view(kContainerBase).size())))
+              : "checkpoints-local";
+      checkpoint_host = absl::StrCat(inst.dir, "/", checkpoint_rel);
       ls.checkpoint_store = checkpoint_store;
       ls.checkpoint_uri = request.checkpoint_config().s3_uri();
       ls.checkpoint_dir = checkpoint_host;
       // (A fresh tree has /opt/ml/checkpoints, empty, and nothing else of this.)
-      if (absl::StartsWith(checkpoint_host, inst.dir) &&
-          (!inst.tree_fresh || checkpoint_host != absl::StrCat(inst.ml_dir, "/checkpoints"))) {
-        ls.fresh_dirs.push_back(checkpoint_host);
+      if (!inst.tree_fresh || checkpoint_rel != "ml/checkpoints") {
+        ls.fresh_dirs.push_back(checkpoint_rel);
       }
     } else if (!inst.tree_fresh) {
-      ls.fresh_dirs.push_back(absl::StrCat(inst.ml_dir, "/checkpoints"));
+      ls.fresh_dirs.push_back("ml/checkpoints");
     }
     inst.tree_fresh = false;
     if (bwrap) {
       std::vector<std::string>& a = ls.argv;
-      a = {bwrap_program_, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs",
-           "/tmp"};
-      // Hide Kiln's own files (other instances, logs, caches).
+      // /tmp is the instance's scratch directory on disk (emptied between
+      // runs, like the rest of the tree), not memory.
+      a = {bwrap_program_, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind",
+           inst.tmp_dir, "/tmp"};
+      // Hide Kiln's own files (other instances, logs, caches); what is below
+      // the host's /tmp is hidden already.
       for (const std::string& hide : {options_.state_dir, options_.log_dir}) {
         if (!absl::StartsWith(hide, "/tmp/") &&
             (hide == options_.state_dir || !absl::StartsWith(hide, options_.state_dir + "/"))) {
@@ -1024,8 +1133,7 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
       a.insert(a.end(), {"--tmpfs", "/opt", "--bind", inst.ml_dir, kContainerBase, "--ro-bind",
                          inst.program_dir, kContainerProgram});
       if (!c->hosts_file.empty()) a.insert(a.end(), {"--ro-bind", c->hosts_file, "/etc/hosts"});
-      if (checkpoint_store != nullptr && !absl::StartsWith(checkpoint_path, "/opt/ml/") &&
-          checkpoint_path != kContainerBase) {
+      if (checkpoint_store != nullptr && !IsUnderContainerBase(checkpoint_path)) {
         a.insert(a.end(), {"--bind", checkpoint_host, checkpoint_path});
       }
       a.insert(a.end(), {"--unshare-pid", "--unshare-ipc", "--unshare-uts"});
@@ -1109,10 +1217,11 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
   // files written.
   absl::Status status;
   for (const std::string& d : spec.fresh_dirs) {
-    if (status.ok()) status = internal::ResetDir(d);
+    if (status.ok()) status = internal::ResetDirBelow(spec.instance_dir, d);
   }
+  // (Made anew too: an earlier run may have planted a link on the way.)
   const std::string config_dir = absl::StrCat(spec.ml_dir, "/input/config");
-  if (status.ok()) status = internal::MakeDirs(config_dir);
+  if (status.ok()) status = internal::ResetDirBelow(spec.instance_dir, "ml/input/config");
   if (status.ok()) {
     status = internal::WriteFileAtomic(absl::StrCat(config_dir, "/hyperparameters.json"),
                                        spec.config.hyperparameters_json);
@@ -1132,7 +1241,7 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
   std::unique_ptr<CheckpointSync> sync;
   if (status.ok() && spec.checkpoint_store != nullptr) {
     sync = std::make_unique<CheckpointSync>(*spec.checkpoint_store, spec.checkpoint_uri,
-                                            spec.checkpoint_dir);
+                                            spec.checkpoint_dir, spec.instance_dir);
     absl::Status s = sync->Restore();
     if (!s.ok()) {
       status = absl::Status(s.code(), absl::StrCat("restoring checkpoints from ",
@@ -1374,8 +1483,8 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
       "%s exited with %d: cpu %.3f s user, %.3f s system; max resident set %d KiB", spec.host,
       exit.exit_code, usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6,
       usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6, usage.ru_maxrss));
-  absl::StatusOr<std::string> failure =
-      internal::ReadFilePrefix(absl::StrCat(spec.ml_dir, "/output/failure"), kMaxFailureBytes + 4);
+  absl::StatusOr<std::string> failure = internal::ReadFilePrefixBelow(
+      spec.instance_dir, "ml/output/failure", kMaxFailureBytes + 4);
   if (failure.ok()) exit.failure_text = TrimUtf8(*std::move(failure), kMaxFailureBytes);
   bool cancelled;
   {
@@ -1431,7 +1540,11 @@ void LocalClusterProvider::UploadArtifacts(const JobContext& job, ArtifactsCallb
   LocalCluster* c = Find(job.cluster.id);
   const auto& out = job.request.output_data_config();
   const std::string base = JoinUri(out.s3_output_path(), absl::StrCat(internal::Av(job.job_name), "/output"));
-  const std::string model_uri = absl::StrCat(base, "/model.tar.gz");
+  // CompressionType NONE: the model's files as they are, below model/ (the
+  // model's URI is that prefix); otherwise model.tar.gz. output.tar.gz is
+  // gzip-compressed either way.
+  const bool compress_model = absl::AsciiStrToUpper(out.compression_type()) != "NONE";
+  const std::string model_uri = absl::StrCat(base, compress_model ? "/model.tar.gz" : "/model/");
   const std::string output_uri = absl::StrCat(base, "/output.tar.gz");
   absl::Status error;
   if (c == nullptr) {
@@ -1444,33 +1557,60 @@ void LocalClusterProvider::UploadArtifacts(const JobContext& job, ArtifactsCallb
     PostIfAlive([done = std::move(done), error]() mutable { done(error); });
     return;
   }
-  std::vector<std::string> model_dirs, data_dirs;
+  // The trees are read below each instance's directory, never through a
+  // link the container planted (internal::TreeRoot).
+  std::vector<internal::TreeRoot> model_roots, data_roots;
   for (const LocalInstance& inst : c->instances) {
-    model_dirs.push_back(absl::StrCat(inst.ml_dir, "/model"));
-    data_dirs.push_back(absl::StrCat(inst.ml_dir, "/output/data"));
+    const std::string& host = inst.info.host_name;
+    model_roots.push_back({inst.dir, "ml/model", absl::StrCat(host, ":/opt/ml/model")});
+    data_roots.push_back({inst.dir, "ml/output/data", absl::StrCat(host, ":/opt/ml/output/data")});
   }
-  const bool gzip = absl::AsciiStrToUpper(out.compression_type()) != "NONE";
+  // (Numbered per process: providers of one process may share a state directory.)
+  static std::atomic<uint64_t> next_upload{0};
   const std::string tmp_base = absl::StrCat(options_.state_dir, "/tmp/upload-", getpid(), "-",
-                                            ++next_upload_);
+                                            next_upload.fetch_add(1) + 1);
   auto guard = std::make_shared<EventLoop::WorkGuard>(loop_.AcquireWork());
-  tasks_.Run([this, id = c->cluster.id, model_dirs, data_dirs, gzip, tmp_base, model_uri,
-              output_uri, done = std::move(done), guard,
+  tasks_.Run([this, id = c->cluster.id, model_roots, data_roots, compress_model, tmp_base,
+              model_uri, output_uri, done = std::move(done), guard,
               alive = std::weak_ptr<Alive>(alive_)]() mutable {
-    auto upload = [&](const std::vector<std::string>& dirs, const std::string& uri,
-                      const std::string& what) -> absl::Status {
+    auto upload_tar = [&](const std::vector<internal::TreeRoot>& roots, const std::string& uri,
+                          const std::string& what) -> absl::Status {
       const std::string tmp = absl::StrCat(tmp_base, "-", what);
       absl::Status s = internal::MakeDirs(internal::DirName(tmp));
-      if (s.ok()) s = internal::WriteTar(dirs, tmp, gzip);
+      // Locked while it exists: a provider made meanwhile on this state
+      // directory leaves it alone (ClaimStaleScratch).
+      absl::StatusOr<internal::UniqueFd> fd = internal::UniqueFd();
+      if (s.ok()) fd = MakeLockedScratch(tmp, /*dir=*/false);
+      if (!fd.ok()) s = fd.status();
+      if (s.ok()) s = internal::WriteTar(roots, fd->get(), tmp, /*gzip=*/true);
       if (s.ok()) {
         absl::StatusOr<ObjectStore*> store = options_.object_stores->For(uri);
         s = store.ok() ? (*store)->PutFromFile(uri, tmp) : store.status();
       }
-      unlink(tmp.c_str());
+      if (fd.ok()) unlink(tmp.c_str());  // (then the lock goes)
       if (!s.ok()) return absl::Status(s.code(), absl::StrCat(uri, ": ", s.message()));
       return s;
     };
-    absl::Status s = upload(model_dirs, model_uri, "model");
-    if (s.ok()) s = upload(data_dirs, output_uri, "output");
+    auto upload_files = [&](const std::vector<internal::TreeRoot>& roots,
+                            const std::string& prefix) -> absl::Status {
+      absl::StatusOr<ObjectStore*> store = options_.object_stores->For(prefix);
+      if (!store.ok()) {
+        return absl::Status(store.status().code(),
+                            absl::StrCat(prefix, ": ", store.status().message()));
+      }
+      // Each file goes from the descriptor it was opened as (its /proc
+      // name), never from a path a container could have changed since.
+      return internal::ForEachMergedFile(
+          roots, [&](const std::string& rel, int fd, int64_t) -> absl::Status {
+            const std::string uri = absl::StrCat(prefix, rel);
+            absl::Status s = (*store)->PutFromFile(uri, absl::StrCat("/proc/self/fd/", fd));
+            if (!s.ok()) return absl::Status(s.code(), absl::StrCat(uri, ": ", s.message()));
+            return s;
+          });
+    };
+    absl::Status s = compress_model ? upload_tar(model_roots, model_uri, "model")
+                                    : upload_files(model_roots, model_uri);
+    if (s.ok()) s = upload_tar(data_roots, output_uri, "output");
     absl::StatusOr<ArtifactsResult> result =
         s.ok() ? absl::StatusOr<ArtifactsResult>(ArtifactsResult{model_uri}) : s;
     loop_.Post([this, alive, id, result = std::move(result), done = std::move(done)]() mutable {

@@ -321,8 +321,14 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     SimCluster* sim = Find(job.cluster);
     absl::Duration d = sim != nullptr ? sim->behavior.upload_duration : absl::ZeroDuration();
     if (sim != nullptr) SetIdle(*sim, false);
-    std::string uri = Join({job.request.output_data_config().s3_output_path(), "/", job.job_name,
-                            "/output/model.tar.gz"});
+    // As the local backend names it: model.tar.gz, or with CompressionType
+    // NONE the prefix the model's files go under.
+    const v1::OutputDataConfig& out = job.request.output_data_config();
+    std::string_view path = out.s3_output_path();
+    if (!path.empty() && path.back() == '/') path.remove_suffix(1);
+    const bool uncompressed = out.compression_type() == "NONE";  // (validated: GZIP or NONE)
+    std::string uri = Join({path, "/", job.job_name,
+                            uncompressed ? "/output/model/" : "/output/model.tar.gz"});
     if (sim == nullptr) {
       // Tracked by nothing: the callable must not refer to the provider.
       loop_.ScheduleAfter(d, [done = std::move(done), uri = std::move(uri)]() mutable {

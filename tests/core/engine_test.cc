@@ -1311,5 +1311,17 @@ TEST_F(EngineTest, FailureReasonKeepsWholeCharactersAndWellFormedText) {
             "AlgorithmError: bad \xEF\xBF\xBD byte, cut \xEF\xBF\xBD\xEF\xBF\xBD");
 }
 
+// The model's location: a tarball, or a prefix of files when uncompressed.
+TEST_F(EngineTest, ModelArtifactsNameTheTarballOrTheUncompressedPrefix) {
+  Create(Request("gzip"));
+  v1::CreateTrainingJobRequest r = Request("none");
+  r.mutable_output_data_config()->set_compression_type("NONE");
+  Create(r);
+  EXPECT_EQ(Describe("gzip").model_artifacts().s3_model_artifacts(),
+            "s3://bucket/out/gzip/output/model.tar.gz");
+  EXPECT_EQ(Describe("none").model_artifacts().s3_model_artifacts(),
+            "s3://bucket/out/none/output/model/");
+}
+
 }  // namespace
 }  // namespace kiln

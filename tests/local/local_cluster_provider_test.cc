@@ -509,41 +509,270 @@ TEST_P(LocalClusterProviderTest, DestroyingTheProviderLeavesNoProcess) {
   EXPECT_FALSE(internal::Exists(absl::StrCat(state_dir_, "/instances/", cluster->id)));
 }
 
+// The script of the artifact tests: each host writes its own model file, a
+// file every host writes (sub/common.txt), a symbolic link, and metrics.
+constexpr char kModelScript[] =
+    "echo \"weights of $SM_CURRENT_HOST\" > \"$SM_MODEL_DIR/$SM_CURRENT_HOST.bin\"\n"
+    "mkdir -p \"$SM_MODEL_DIR/sub\"\n"
+    "echo \"$SM_CURRENT_HOST\" > \"$SM_MODEL_DIR/sub/common.txt\"\n"
+    "ln -s /etc/hostname \"$SM_MODEL_DIR/link\"\n"
+    "echo metrics > \"$SM_OUTPUT_DATA_DIR/metrics-$SM_CURRENT_HOST.json\"\n";
+
 TEST_P(LocalClusterProviderTest, ModelsOfAllInstancesAreMergedIntoModelTarGz) {
-  AddScript("model.sh",
-            "echo \"weights of $SM_CURRENT_HOST\" > \"$SM_MODEL_DIR/$SM_CURRENT_HOST.bin\"\n"
-            "mkdir -p \"$SM_MODEL_DIR/sub\"\n"
-            "echo \"$SM_CURRENT_HOST\" > \"$SM_MODEL_DIR/sub/common.txt\"\n"
-            "echo metrics > \"$SM_OUTPUT_DATA_DIR/metrics-$SM_CURRENT_HOST.json\"\n");
+  AddScript("model.sh", kModelScript);
   auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 2}});
   ASSERT_TRUE(cluster.ok());
   ASSERT_TRUE(Prepare(*cluster).ok());
-  for (const bool compressed : {true, false}) {
-    const std::string job = compressed ? "model-gz" : "model-none";
-    v1::CreateTrainingJobRequest r = Request(job, {"/opt/program/model.sh"});
+  const std::string job = "model-gz";
+  v1::CreateTrainingJobRequest r = Request(job, {"/opt/program/model.sh"});
+  r.mutable_output_data_config()->set_s3_output_path("file://" + tmp_.path() + "/out/");
+  Recorder events;
+  ASSERT_TRUE(Start(r, *cluster, events).ok());
+  ASSERT_TRUE(WaitExits(events, 2));
+  auto uploaded = Upload(r, *cluster);
+  ASSERT_TRUE(uploaded.ok()) << uploaded.status();
+  const std::string out = absl::StrCat(tmp_.path(), "/out/", job, "/output");
+  EXPECT_EQ(uploaded->model_uri, absl::StrCat("file://", out, "/model.tar.gz"));
+  auto model = internal::ReadArchive(out + "/model.tar.gz");
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->filters, std::vector<std::string>{"gzip"});
+  std::vector<std::string> names;
+  for (const auto& [name, data] : model->files) names.push_back(name);
+  EXPECT_THAT(names, ElementsAre("algo-1.bin", "algo-2.bin", "sub/common.txt"));
+  EXPECT_EQ(model->files["algo-1.bin"], "weights of algo-1\n");
+  // Clashing names: the later host wins, as the service merges.
+  EXPECT_EQ(model->files["sub/common.txt"], "algo-2\n");
+  // A link is stored as a link, not as what it points to.
+  EXPECT_EQ(model->symlinks["link"], "/etc/hostname");
+  auto output = internal::ReadArchive(out + "/output.tar.gz");
+  ASSERT_TRUE(output.ok()) << output.status();
+  EXPECT_EQ(output->filters, std::vector<std::string>{"gzip"});
+  EXPECT_EQ(output->files.size(), 2u);
+  EXPECT_EQ(output->files["metrics-algo-2.json"], "metrics\n");
+}
+
+// CompressionType NONE: the model's files are uploaded as they are, below
+// <S3OutputPath>/<job>/output/model/, and that prefix is the model's URI;
+// output.tar.gz stays a gzip-compressed archive.
+TEST_P(LocalClusterProviderTest, UncompressedModelIsUploadedFileByFile) {
+  AddScript("model.sh", kModelScript);
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 2}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  const std::string job = "model-none";
+  v1::CreateTrainingJobRequest r = Request(job, {"/opt/program/model.sh"});
+  r.mutable_output_data_config()->set_s3_output_path("file://" + tmp_.path() + "/out/");
+  r.mutable_output_data_config()->set_compression_type("NONE");
+  Recorder events;
+  ASSERT_TRUE(Start(r, *cluster, events).ok());
+  ASSERT_TRUE(WaitExits(events, 2));
+  auto uploaded = Upload(r, *cluster);
+  ASSERT_TRUE(uploaded.ok()) << uploaded.status();
+  const std::string out = absl::StrCat(tmp_.path(), "/out/", job, "/output");
+  EXPECT_EQ(uploaded->model_uri, absl::StrCat("file://", out, "/model/"));
+  EXPECT_FALSE(internal::Exists(out + "/model.tar.gz"));
+  // Every regular file, merged (the later host wins); the link has no object.
+  EXPECT_THAT(ListDir(out + "/model"), ElementsAre("algo-1.bin", "algo-2.bin", "sub"));
+  EXPECT_THAT(ListDir(out + "/model/sub"), ElementsAre("common.txt"));
+  EXPECT_EQ(ReadFile(out + "/model/algo-1.bin"), "weights of algo-1\n");
+  EXPECT_EQ(ReadFile(out + "/model/sub/common.txt"), "algo-2\n");
+  auto output = internal::ReadArchive(out + "/output.tar.gz");
+  ASSERT_TRUE(output.ok()) << output.status();
+  EXPECT_EQ(output->filters, std::vector<std::string>{"gzip"});
+  EXPECT_EQ(output->files.size(), 2u);
+}
+
+// A container can replace /opt/ml/model, /opt/ml/output or
+// /opt/ml/output/data by a symbolic link to anywhere on the host (under
+// bwrap, to the state directory it cannot see). The upload follows none of
+// them: it fails naming the tree, and nothing of the link's target is
+// uploaded.
+TEST_P(LocalClusterProviderTest, ATreeReplacedByALinkIsNotUploaded) {
+  const std::string secret = tmp_.path() + "/secret";
+  WriteFile(secret + "/secret.txt", "host secret");
+  WriteFile(secret + "/data/secret.txt", "host secret");
+  AddScript("plant.sh",
+            absl::StrCat("echo weights > \"$SAGEMAKER_BASE_DIR/model/w.bin\"\n"
+                         "rm -rf \"$SAGEMAKER_BASE_DIR/$1\"\n"
+                         "ln -s '", secret, "' \"$SAGEMAKER_BASE_DIR/$1\"\n"));
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  for (const std::string victim : {"model", "output", "output/data"}) {
+    SCOPED_TRACE(victim);
+    ASSERT_TRUE(Prepare(*cluster).ok());
+    const std::string job = absl::StrCat("plant-", victim == "output/data" ? "data" : victim);
+    v1::CreateTrainingJobRequest r = Request(job, {"/opt/program/plant.sh", victim});
     r.mutable_output_data_config()->set_s3_output_path("file://" + tmp_.path() + "/out/");
-    if (!compressed) r.mutable_output_data_config()->set_compression_type("NONE");
     Recorder events;
     ASSERT_TRUE(Start(r, *cluster, events).ok());
-    ASSERT_TRUE(WaitExits(events, 2));
+    ASSERT_TRUE(WaitExits(events, 1));
+    ASSERT_EQ(events.exits["algo-1"].exit_code, 0) << events.AllLines();
     auto uploaded = Upload(r, *cluster);
-    ASSERT_TRUE(uploaded.ok()) << uploaded.status();
-    EXPECT_EQ(uploaded->model_uri,
-              absl::StrCat("file://", tmp_.path(), "/out/", job, "/output/model.tar.gz"));
-    auto model = internal::ReadArchive(absl::StrCat(tmp_.path(), "/out/", job, "/output/model.tar.gz"));
-    ASSERT_TRUE(model.ok()) << model.status();
-    EXPECT_EQ(model->filters, compressed ? std::vector<std::string>{"gzip"} : std::vector<std::string>{});
-    std::vector<std::string> names;
-    for (const auto& [name, data] : model->files) names.push_back(name);
-    EXPECT_THAT(names, ElementsAre("algo-1.bin", "algo-2.bin", "sub/common.txt"));
-    EXPECT_EQ(model->files["algo-1.bin"], "weights of algo-1\n");
-    // Clashing names: the later host wins, as the service merges.
-    EXPECT_EQ(model->files["sub/common.txt"], "algo-2\n");
-    auto output = internal::ReadArchive(absl::StrCat(tmp_.path(), "/out/", job, "/output/output.tar.gz"));
-    ASSERT_TRUE(output.ok()) << output.status();
-    EXPECT_EQ(output->files.size(), 2u);
-    EXPECT_EQ(output->files["metrics-algo-2.json"], "metrics\n");
+    EXPECT_EQ(uploaded.status().code(), absl::StatusCode::kFailedPrecondition)
+        << uploaded.status();
+    EXPECT_THAT(uploaded.status().message(), HasSubstr("algo-1:/opt/ml/" + victim));
+    EXPECT_THAT(uploaded.status().message(), HasSubstr("symbolic link"));
+    const std::string out = absl::StrCat(tmp_.path(), "/out/", job, "/output");
+    for (const std::string& name : ListDir(out)) {
+      auto archive = internal::ReadArchive(absl::StrCat(out, "/", name));
+      ASSERT_TRUE(archive.ok()) << archive.status();
+      for (const auto& [path, data] : archive->files) {
+        EXPECT_NE(data, "host secret") << name << " holds " << path;
+      }
+    }
   }
+}
+
+// The failure file is read below the instance's directory: through a link
+// planted in place of /opt/ml/output nothing is read.
+TEST_P(LocalClusterProviderTest, FailureFileIsNotReadThroughAPlantedLink) {
+  const std::string outside = tmp_.path() + "/outside";
+  WriteFile(outside + "/failure", "host secret");
+  AddScript("plant.sh", absl::StrCat("rm -rf \"$SAGEMAKER_BASE_DIR/output\"\n"
+                                     "ln -s '", outside, "' \"$SAGEMAKER_BASE_DIR/output\"\n"
+                                     "exit 3\n"));
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  Recorder events;
+  ASSERT_TRUE(Start(Request("plant-failure", {"/opt/program/plant.sh"}), *cluster, events).ok());
+  ASSERT_TRUE(WaitExits(events, 1));
+  EXPECT_EQ(events.exits["algo-1"].exit_code, 3);
+  EXPECT_EQ(events.exits["algo-1"].failure_text, "");
+}
+
+// Checkpoint sync follows no link: a link to a host file inside the
+// checkpoint directory is not uploaded, and once the container replaced the
+// directory itself by a link, a sync uploads and deletes nothing and says why
+// in the log stream.
+TEST_P(LocalClusterProviderTest, CheckpointSyncFollowsNoPlantedLink) {
+  const std::string secret = tmp_.path() + "/secret";
+  WriteFile(secret + "/stolen.pt", "host secret");
+  // The container replaces its checkpoint directory once the test, having
+  // seen own.pt synced, puts input/go in its tree.
+  AddScript("plant.sh",
+            absl::StrCat("ckpt=\"$SAGEMAKER_BASE_DIR/checkpoints\"\n"
+                         "echo mine > \"$ckpt/own.pt\"\n"
+                         "ln -s '", secret, "/stolen.pt' \"$ckpt/link.pt\"\n"
+                         "i=0\n"
+                         "while [ ! -e \"$SAGEMAKER_BASE_DIR/input/go\" ] && [ $i -lt 600 ]; do\n"
+                         "  sleep 0.05; i=$((i+1))\n"
+                         "done\n"
+                         "rm -rf \"$ckpt\" && ln -s '", secret, "' \"$ckpt\"\n"
+                         "sleep 0.3\n"));
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  v1::CreateTrainingJobRequest r = Request("plant-ckpt", {"/opt/program/plant.sh"});
+  r.mutable_checkpoint_config()->set_s3_uri("file://" + store_dir_ + "/ckpt/");
+  Recorder events;
+  ASSERT_TRUE(Start(r, *cluster, events).ok());
+  const std::string own = store_dir_ + "/ckpt/own.pt";
+  const bool synced = RunUntil(*loop_, [&] { return internal::Exists(own); });
+  WriteFile(absl::StrCat(state_dir_, "/instances/", cluster->instances[0].id, "/ml/input/go"), "");
+  ASSERT_TRUE(synced);
+  ASSERT_TRUE(WaitExits(events, 1));
+  ASSERT_EQ(events.exits["algo-1"].exit_code, 0) << events.AllLines();
+  // own.pt was synced before the directory was replaced, and is not deleted;
+  // neither the link inside it nor what the replacing link shows is synced.
+  EXPECT_THAT(ListDir(store_dir_ + "/ckpt"), ElementsAre("own.pt"));
+  EXPECT_EQ(ReadFile(own), "mine\n");
+  const std::vector<std::string> streams = ListDir(state_dir_ + "/logs/plant-ckpt");
+  ASSERT_EQ(streams.size(), 1u);
+  EXPECT_THAT(ReadFile(state_dir_ + "/logs/plant-ckpt/" + streams[0]),
+              HasSubstr("is a symbolic link, which is not followed"));
+}
+
+// A run on an instance whose tree was not made fresh by PrepareImage empties
+// its directories itself: links an earlier run planted on the way (here in
+// place of /opt/ml/input and of the directory above a checkpoint LocalPath)
+// are replaced, not followed out of the instance's directory.
+TEST_P(LocalClusterProviderTest, APlantedLinkIsNotFollowedWhenTheNextRunIsMadeFresh) {
+  const std::string outside = tmp_.path() + "/outside";
+  WriteFile(outside + "/ckpt/precious", "keep");
+  AddScript("plant.sh", absl::StrCat("for d in deep input; do\n"
+                                     "  rm -rf \"$SAGEMAKER_BASE_DIR/$d\"\n"
+                                     "  ln -s '", outside, "' \"$SAGEMAKER_BASE_DIR/$d\"\n"
+                                     "done\n"));
+  AddScript("after.sh", "ls \"$SAGEMAKER_BASE_DIR/deep/ckpt\"\necho ran\n");
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  v1::CreateTrainingJobRequest a = Request("plant-a", {"/opt/program/plant.sh"});
+  a.mutable_checkpoint_config()->set_s3_uri("file://" + store_dir_ + "/ckpt-a/");
+  a.mutable_checkpoint_config()->set_local_path("/opt/ml/deep/ckpt");
+  Recorder events_a;
+  ASSERT_TRUE(Start(a, *cluster, events_a).ok());
+  ASSERT_TRUE(WaitExits(events_a, 1));
+  ASSERT_EQ(events_a.exits["algo-1"].exit_code, 0) << events_a.AllLines();
+  // (Nor did job A's checkpoint sync upload what its link shows.)
+  EXPECT_FALSE(internal::Exists(store_dir_ + "/ckpt-a/precious"));
+
+  v1::CreateTrainingJobRequest b = Request("plant-b", {"/opt/program/after.sh"});
+  b.mutable_checkpoint_config()->set_s3_uri("file://" + store_dir_ + "/ckpt-b/");
+  b.mutable_checkpoint_config()->set_local_path("/opt/ml/deep/ckpt");
+  Recorder events_b;
+  ASSERT_TRUE(Start(b, *cluster, events_b).ok());  // no PrepareImage in between
+  ASSERT_TRUE(WaitExits(events_b, 1));
+  EXPECT_EQ(events_b.exits["algo-1"].exit_code, 0) << events_b.AllLines();
+  EXPECT_EQ(events_b.lines.size(), 1u) << events_b.AllLines();  // "ran": an empty directory
+  EXPECT_EQ(ReadFile(outside + "/ckpt/precious"), "keep");
+  EXPECT_THAT(ListDir(outside), ElementsAre("ckpt"));  // no config/ written there
+}
+
+// On the process runtime a CheckpointConfig.LocalPath outside /opt/ml would
+// be that host directory itself, shared by every job and never emptied: such
+// a job is refused before anything runs. bwrap mounts a directory of the
+// instance there, and the host's directory of that name is not used.
+TEST_P(LocalClusterProviderTest, CheckpointLocalPathOutsideOptMlIsRefusedOnTheProcessRuntime) {
+  const std::string host_dir = tmp_.path() + "/host-ckpt";
+  WriteFile(host_dir + "/earlier-job.pt", "old");
+  WriteFile(store_dir_ + "/ckpt/restored.pt", "new");
+  AddScript("ls.sh", absl::StrCat("ls '", host_dir, "'\n"));
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  v1::CreateTrainingJobRequest r = Request("ckpt-outside", {"/opt/program/ls.sh"});
+  r.mutable_checkpoint_config()->set_s3_uri("file://" + store_dir_ + "/ckpt/");
+  r.mutable_checkpoint_config()->set_local_path(host_dir);
+  Recorder events;
+  const absl::Status started = Start(r, *cluster, events);
+  if (bwrap()) {
+    ASSERT_TRUE(started.ok()) << started;
+    ASSERT_TRUE(WaitExits(events, 1));
+    std::vector<std::string> texts;
+    for (const auto& l : events.lines) texts.push_back(l.text);
+    EXPECT_THAT(texts, ElementsAre("restored.pt"));
+  } else {
+    EXPECT_EQ(started.code(), absl::StatusCode::kInvalidArgument) << started;
+    EXPECT_THAT(started.message(), HasSubstr(absl::StrCat("CheckpointConfig.LocalPath '",
+                                                          host_dir, "' is outside /opt/ml")));
+    EXPECT_EQ(events.exit_calls, 0);
+  }
+  EXPECT_THAT(ListDir(host_dir), ElementsAre("earlier-job.pt"));
+  EXPECT_THAT(ListDir(store_dir_ + "/ckpt"), ElementsAre("restored.pt"));
+}
+
+// bwrap's /tmp is the instance's scratch directory on disk (not a tmpfs in
+// memory), emptied before the next run like the rest of the instance.
+TEST_P(LocalClusterProviderTest, BwrapTmpIsTheInstancesScratchDirectory) {
+  if (!bwrap()) GTEST_SKIP() << "the process runtime's scratch is TMPDIR; /tmp is the host's";
+  AddScript("tmp.sh", "echo scratch > /tmp/marker\necho \"$TMPDIR\"\n");
+  AddScript("empty.sh", "[ -z \"$(ls -A /tmp)\" ] && echo empty\n");
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  Recorder events;
+  ASSERT_TRUE(Start(Request("tmp-a", {"/opt/program/tmp.sh"}), *cluster, events).ok());
+  ASSERT_TRUE(WaitExits(events, 1));
+  EXPECT_TRUE(events.HasLine("algo-1", "/tmp")) << events.AllLines();
+  const std::string tmp =
+      absl::StrCat(state_dir_, "/instances/", cluster->instances[0].id, "/tmp");
+  EXPECT_EQ(ReadFile(tmp + "/marker"), "scratch\n");
+  Recorder again;
+  ASSERT_TRUE(Start(Request("tmp-b", {"/opt/program/empty.sh"}), *cluster, again).ok());
+  ASSERT_TRUE(WaitExits(again, 1));
+  EXPECT_TRUE(again.HasLine("algo-1", "empty")) << again.AllLines();
 }
 
 TEST_P(LocalClusterProviderTest, LogLinesReachTheEventsAndTheLogStream) {
@@ -920,6 +1149,41 @@ TEST(LocalClusterProviderFactoryTest, AProviderDeletesTheClustersOfACrashedProce
   EXPECT_TRUE(internal::Exists(state + "/locks/cluster-alive-1.lock"));
   EXPECT_TRUE(internal::Exists(state + "/instances/no-lock/file"));
   close(held);
+}
+
+// Scratch a crashed process left in the state directory (an archive being
+// uploaded, an image half unpacked into the shared cache) goes with the next
+// provider made there; scratch whose lock is held (a live process's) stays,
+// and so does a complete cached image.
+TEST(LocalClusterProviderFactoryTest, AProviderDeletesTheScratchOfACrashedProcess) {
+  TempDir tmp;
+  const std::string state = tmp.path() + "/state";
+  WriteFile(state + "/tmp/upload-4242-1-output", "half an archive");
+  WriteFile(state + "/tmp/upload-4343-1-model", "being written");
+  WriteFile(state + "/image-cache/0123456789abcdef.tmp-4242-4242/opt/program/train", "half");
+  WriteFile(state + "/image-cache/fedcba9876543210.tmp-4343-4344/opt/program/train", "going");
+  WriteFile(state + "/image-cache/00000000000000ff/opt/program/train", "complete");
+  const int held_file = open((state + "/tmp/upload-4343-1-model").c_str(), O_RDWR | O_CLOEXEC);
+  const int held_dir = open((state + "/image-cache/fedcba9876543210.tmp-4343-4344").c_str(),
+                            O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(held_file, 0);
+  ASSERT_GE(held_dir, 0);
+  ASSERT_EQ(flock(held_file, LOCK_EX), 0);
+  ASSERT_EQ(flock(held_dir, LOCK_EX), 0);
+
+  auto loop = NewRealTimeEventLoop();
+  LocalOptions options;
+  options.state_dir = state;
+  auto provider = NewLocalClusterProvider(*loop, options);
+  ASSERT_TRUE(provider.ok()) << provider.status();
+  provider->reset();  // (waits for its background work)
+  EXPECT_THAT(ListDir(state + "/tmp"), ElementsAre("upload-4343-1-model"));
+  EXPECT_THAT(ListDir(state + "/image-cache"),
+              ElementsAre("00000000000000ff", "fedcba9876543210.tmp-4343-4344"));
+  EXPECT_EQ(ReadFile(state + "/image-cache/fedcba9876543210.tmp-4343-4344/opt/program/train"),
+            "going");
+  close(held_file);
+  close(held_dir);
 }
 
 // A provider's own clusters hold their lock while they live, and give it up

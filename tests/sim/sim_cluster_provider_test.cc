@@ -331,6 +331,34 @@ TEST_F(SimClusterProviderTest, UploadsReportTheirOwnUrisOnceAndNotAfterRelease) 
   EXPECT_EQ(reported.size(), 3u);
 }
 
+// The model's URI is named as the engine and the local backend name it: a
+// trailing '/' of S3OutputPath is not doubled, and with CompressionType NONE
+// the model is the prefix its files go under, not model.tar.gz.
+TEST_F(SimClusterProviderTest, ModelUriFollowsOutputPathAndCompressionType) {
+  Build();
+  auto granted = Provision("a", 1, false);
+  loop_->RunUntilIdle();
+  ASSERT_TRUE(granted->has_value() && (*granted)->ok());
+  const Cluster cluster = ***granted;
+  auto model_uri = [&](const std::string& job, const std::string& compression) {
+    v1::CreateTrainingJobRequest request;
+    request.mutable_output_data_config()->set_s3_output_path("s3://b/out/");
+    v1::OutputDataConfig* out = request.mutable_output_data_config();
+    if (!compression.empty()) out->set_compression_type(compression);
+    std::optional<absl::StatusOr<ArtifactsResult>> result;
+    provider_->UploadArtifacts(JobContext{job, "arn", request, cluster, 1},
+                               [&](absl::StatusOr<ArtifactsResult> r) { result = std::move(r); });
+    loop_->RunUntilIdle();
+    EXPECT_TRUE(result.has_value() && result->ok());
+    return result.has_value() && result->ok() ? (*result)->model_uri : std::string();
+  };
+  EXPECT_EQ(model_uri("a", ""), "s3://b/out/a/output/model.tar.gz");
+  EXPECT_EQ(model_uri("b", "GZIP"), "s3://b/out/b/output/model.tar.gz");
+  EXPECT_EQ(model_uri("c", "NONE"), "s3://b/out/c/output/model/");
+  provider_->Release(cluster);
+  loop_->RunUntilIdle();
+}
+
 // A released cluster's record is reused for the next Provision: the new
 // cluster must come out exactly as a new one would, whatever the old one had.
 TEST_F(SimClusterProviderTest, AClusterAfterAReleaseIsMadeAsNew) {

@@ -28,16 +28,22 @@
 // On-disk layout under `state_dir`:
 //   instances/<cluster-id>/algo-<k>/ml/           the instance's /opt/ml tree
 //   instances/<cluster-id>/algo-<k>/image-cache/  the instance's own image cache
-//   instances/<cluster-id>/algo-<k>/tmp/          scratch (TMPDIR, process runtime)
+//   instances/<cluster-id>/algo-<k>/tmp/          scratch (TMPDIR; /tmp under bwrap)
 //   locks/<cluster-id>.lock                       held (flock) while the cluster lives
+//   tmp/upload-*                                  archives being uploaded (flock held)
 //   logs/<job>/algo-<k>-<epoch>                   log streams (kept after Release)
-//   image-cache/                                  host-wide image cache (opt-in)
+//   image-cache/                                  host-wide image cache (opt-in); images
+//                                                 being unpacked in *.tmp-* (flock held)
 //   fastfile/<pid>-<n>-<channel>/                 FastFile FUSE mounts (s3:// sources)
 // An Instance's id is "<cluster-id>/algo-<k>". A provider made on a state
 // directory deletes, in the background, the clusters there whose lock no
 // process holds: what a process that crashed left behind (its Release never
 // ran). The lock is the kernel's (flock), so it is dropped however the
 // process ends, and it holds across PID namespaces sharing the directory.
+// Likewise the scratch a provider holds locked while it writes it (archives
+// in tmp/, half-unpacked images in image-cache/): the same provider deletes,
+// in the same background task, the scratch whose lock no process holds, and
+// leaves a live process's alone.
 //
 // Images. TrainingImage names a directory or a tarball (.tar, .tar.gz, .tgz,
 // any compression libarchive reads) by absolute path or file:// URI. It is
@@ -66,9 +72,15 @@
 // tarball, NotFound when it does not exist. StartContainers:
 // FailedPrecondition for an image without an executable `train` when no
 // ContainerEntrypoint is set, for a cluster with a lost instance, or for
-// CheckpointConfig without object_stores; NotFound / PermissionDenied when the
-// entrypoint cannot be executed (process runtime); Internal, with
-// bubblewrap's own message, when the sandbox cannot be set up.
+// CheckpointConfig without object_stores; InvalidArgument naming
+// CheckpointConfig.LocalPath for one that is not a clean absolute path, and,
+// on the process runtime, for one outside /opt/ml (see Checkpoints);
+// NotFound / PermissionDenied when the entrypoint cannot be executed (process
+// runtime); Internal, with bubblewrap's own message, when the sandbox cannot
+// be set up. UploadArtifacts: FailedPrecondition naming the path when a
+// container replaced /opt/ml/model, /opt/ml/output or /opt/ml/output/data by
+// a symbolic link or a file (see Artifacts); the engine fails the job with
+// it (ClientError).
 //
 // Runtimes.
 // - process: the entrypoint runs as a child process in its own session and
@@ -86,10 +98,12 @@
 //   there) in which each channel's source is bind-mounted on itself
 //   read-only. Where neither can be made, the channel stays a plain link to
 //   the source, which the container can write through.
-// - bwrap: bubblewrap with a read-only host root, a private /tmp, the state
-//   directory hidden, the instance tree bound at /opt/ml (SAGEMAKER_BASE_DIR is
-//   /opt/ml), the program directory bound read-only at /opt/program, its own
-//   PID, IPC and UTS namespaces (host name algo-<k>). Networking: when Kiln may
+// - bwrap: bubblewrap with a read-only host root, the instance's own tmp/
+//   directory (on disk, not memory; emptied between jobs like the /opt/ml
+//   tree) bound at /tmp, the state directory hidden, the instance tree bound
+//   at /opt/ml (SAGEMAKER_BASE_DIR is /opt/ml), the program directory bound
+//   read-only at /opt/program, its own PID, IPC and UTS namespaces (host
+//   name algo-<k>). Networking: when Kiln may
 //   create network namespaces (root), every cluster gets one network namespace
 //   holding only a loopback interface; instance algo-<k> is 127.0.1.<k> in an
 //   /etc/hosts bound into each sandbox, so instances reach each other by host
@@ -128,16 +142,36 @@
 // Checkpoints. With CheckpointConfig, LocalPath (default /opt/ml/checkpoints)
 // is restored from S3Uri before the entrypoint starts, synced every
 // `checkpoint_sync_interval` while it runs and once more after it exits,
-// before OnExit is reported (kiln/checkpoint_sync.h). A LocalPath outside
-// /opt/ml is, for bwrap, a directory of the instance mounted there; for the
-// process runtime it is that path on the host itself, shared by every instance
-// of the job (prefer the default).
+// before OnExit is reported (kiln/checkpoint_sync.h), and made empty before
+// every job. A LocalPath under /opt/ml is that place in the instance's tree.
+// One outside /opt/ml is, for bwrap, a directory of the instance mounted
+// there; the process runtime cannot show a container another directory at a
+// host path, so StartContainers refuses such a job (InvalidArgument naming
+// CheckpointConfig.LocalPath: it must be under /opt/ml there) rather than use
+// or empty a host directory of the user's. The directory is read and written
+// below the instance's directory only: symbolic links in it are skipped,
+// never followed, and when the container replaced it (or a directory on the
+// way) by a link, the sync of that round refuses (a "[kiln] checkpoint sync"
+// line in the log stream names the link) and uploads and deletes nothing.
+// A sync error does not fail the job.
 //
 // Artifacts. UploadArtifacts writes the merged /opt/ml/model of all instances
 // (later hosts overwrite files of the same name) as
 // <S3OutputPath>/<job>/output/model.tar.gz and /opt/ml/output/data as
-// output.tar.gz, gzip-compressed, or as plain tar (same names) when
-// OutputDataConfig.CompressionType is NONE, through ObjectStore::PutFromFile.
+// output.tar.gz, both gzip-compressed tar archives, through
+// ObjectStore::PutFromFile. With OutputDataConfig.CompressionType NONE the
+// model is uploaded uncompressed, as the service does it: each regular file
+// of the merged tree is the object <S3OutputPath>/<job>/output/model/<path>
+// and the model's URI (ArtifactsResult) is that prefix; symbolic links and
+// empty directories have no object there (output.tar.gz is unchanged).
+// The trees are the container's: they are read below the instance's
+// directory by file descriptor, never through a symbolic link. A link inside
+// a tree is archived as a link (and left out of an uncompressed model). A
+// tree the container deleted is empty; one it replaced, or a directory on
+// the way to it, by a symbolic link or a file fails the upload with
+// FailedPrecondition naming it (e.g. "algo-1:/opt/ml/model"), and nothing of
+// that tree is read. The failure file (/opt/ml/output/failure) is read the
+// same way: through a link it is not read at all.
 //
 // Threading: the provider and the data channel are loop thread only, like
 // every component; they do their blocking work on their own threads and post

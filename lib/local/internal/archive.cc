@@ -7,10 +7,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,16 +60,34 @@ ReadArchivePtr OpenForRead(const std::string& path, absl::Status& status) {
   return a;
 }
 
+// One entry of the merged trees: which root it comes from, and its lstat.
 struct Source {
-  std::string path;
+  size_t root = 0;
   struct stat st;
 };
 
-absl::Status Collect(const std::string& root, const std::string& rel,
+// The trees of WriteTar's roots, open and listed.
+struct MergedTrees {
+  std::vector<UniqueFd> root_fds;  // invalid for a root that does not exist
+  std::map<std::string, Source> entries;
+};
+
+std::string Below(const TreeRoot& root, const std::string& rel) {
+  return rel.empty() ? root.display : absl::StrCat(root.display, "/", rel);
+}
+
+// Adds what is below the directory open as `dir_fd` (`rel` below its root) to
+// `out`, walking down by file descriptor: nothing is followed.
+absl::Status Collect(int dir_fd, const std::string& rel, size_t root, const TreeRoot& tree,
                      std::map<std::string, Source>& out) {
-  const std::string dir = rel.empty() ? root : absl::StrCat(root, "/", rel);
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return ErrnoStatus(errno, "read directory", dir);
+  const int copy = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+  if (copy < 0) return ErrnoStatus(errno, "read directory", Below(tree, rel));
+  DIR* d = fdopendir(copy);
+  if (d == nullptr) {
+    const int err = errno;
+    close(copy);
+    return ErrnoStatus(err, "read directory", Below(tree, rel));
+  }
   std::vector<std::string> names;
   while (struct dirent* e = readdir(d)) {
     if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
@@ -76,20 +97,71 @@ absl::Status Collect(const std::string& root, const std::string& rel,
   for (const std::string& name : names) {
     const std::string child_rel = rel.empty() ? name : absl::StrCat(rel, "/", name);
     Source src;
-    src.path = absl::StrCat(dir, "/", name);
-    if (lstat(src.path.c_str(), &src.st) != 0) {
+    src.root = root;
+    if (fstatat(dir_fd, name.c_str(), &src.st, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno == ENOENT) continue;  // removed meanwhile
-      return ErrnoStatus(errno, "stat", src.path);
+      return ErrnoStatus(errno, "stat", Below(tree, child_rel));
     }
     const bool is_dir = S_ISDIR(src.st.st_mode);
     if (!is_dir && !S_ISREG(src.st.st_mode) && !S_ISLNK(src.st.st_mode)) continue;
     out[child_rel] = src;
-    if (is_dir) {
-      absl::Status s = Collect(root, child_rel, out);
-      if (!s.ok()) return s;
+    if (!is_dir) continue;
+    UniqueFd child(openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!child.valid()) {
+      // Removed, or replaced by a link, meanwhile: its contents are not read.
+      if (errno == ENOENT || errno == ELOOP || errno == ENOTDIR) continue;
+      return ErrnoStatus(errno, "open directory", Below(tree, child_rel));
     }
+    absl::Status s = Collect(child.get(), child_rel, root, tree, out);
+    if (!s.ok()) return s;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<MergedTrees> OpenTrees(const std::vector<TreeRoot>& roots) {
+  MergedTrees trees;
+  for (size_t i = 0; i < roots.size(); ++i) {
+    absl::StatusOr<UniqueFd> fd = OpenDirBelow(roots[i].base, roots[i].rel, roots[i].display);
+    if (!fd.ok()) {
+      if (!absl::IsNotFound(fd.status())) return fd.status();
+      trees.root_fds.emplace_back();  // no such tree: nothing from it
+      continue;
+    }
+    absl::Status s = Collect(fd->get(), "", i, roots[i], trees.entries);
+    if (!s.ok()) return s;
+    trees.root_fds.push_back(*std::move(fd));
+  }
+  return trees;
+}
+
+// Opens the regular file `rel` below the root open as `root_fd` for reading,
+// following nothing. Invalid (and `st` untouched) when it is gone or is no
+// longer a regular file.
+UniqueFd OpenRegular(int root_fd, const std::string& rel, struct stat& st) {
+  UniqueFd fd(OpenAtNoFollow(root_fd, rel, O_RDONLY | O_NONBLOCK));
+  struct stat now;
+  if (!fd.valid() || fstat(fd.get(), &now) != 0 || !S_ISREG(now.st_mode)) return UniqueFd();
+  st = now;
+  return fd;
+}
+
+// The target of the symbolic link `rel` below the root open as `root_fd`;
+// nullopt when it is gone or no longer a link.
+std::optional<std::string> ReadLinkBelow(int root_fd, const std::string& rel) {
+  const size_t slash = rel.rfind('/');
+  UniqueFd parent;
+  if (slash != std::string::npos) {
+    parent.reset(OpenAtNoFollow(root_fd, rel.substr(0, slash), O_RDONLY | O_DIRECTORY));
+    if (!parent.valid()) return std::nullopt;
+  }
+  const std::string name = slash == std::string::npos ? rel : rel.substr(slash + 1);
+  std::string target(PATH_MAX, '\0');
+  const ssize_t n =
+      readlinkat(parent.valid() ? parent.get() : root_fd, name.c_str(), target.data(),
+                 target.size());
+  if (n < 0 || static_cast<size_t>(n) >= target.size()) return std::nullopt;
+  target.resize(static_cast<size_t>(n));
+  return target;
 }
 
 }  // namespace
@@ -163,73 +235,79 @@ absl::Status ExtractArchive(const std::string& archive_path, const std::string& 
   return absl::OkStatus();
 }
 
-absl::Status WriteTar(const std::vector<std::string>& roots, const std::string& out_path,
+absl::Status WriteTar(const std::vector<TreeRoot>& roots, int out_fd, const std::string& out_name,
                       bool gzip) {
-  std::map<std::string, Source> entries;
-  for (const std::string& root : roots) {
-    if (!IsDirectory(root)) continue;
-    absl::Status s = Collect(root, "", entries);
-    if (!s.ok()) return s;
-  }
+  absl::StatusOr<MergedTrees> trees = OpenTrees(roots);
+  if (!trees.ok()) return trees.status();
   WriteArchivePtr out(archive_write_new());
   if (gzip) archive_write_add_filter_gzip(out.get());
   archive_write_set_format_pax_restricted(out.get());
-  if (archive_write_open_filename(out.get(), out_path.c_str()) != ARCHIVE_OK) {
+  if (archive_write_open_fd(out.get(), out_fd) != ARCHIVE_OK) {
     return absl::InternalError(
-        absl::StrCat("cannot create archive '", out_path, "': ", ArchiveError(out.get())));
+        absl::StrCat("cannot create archive '", out_name, "': ", ArchiveError(out.get())));
   }
   std::unique_ptr<struct archive_entry, decltype(&archive_entry_free)> entry(archive_entry_new(),
                                                                             &archive_entry_free);
   std::vector<char> buf(1 << 16);
-  for (const auto& [rel, src] : entries) {
+  for (const auto& [rel, src] : trees->entries) {
+    const int root_fd = trees->root_fds[src.root].get();
+    const std::string display = Below(roots[src.root], rel);
+    struct stat st = src.st;
+    UniqueFd fd;
+    std::optional<std::string> link_target;
+    if (S_ISLNK(st.st_mode)) {
+      link_target = ReadLinkBelow(root_fd, rel);
+      if (!link_target.has_value()) continue;  // gone meanwhile
+    } else if (S_ISREG(st.st_mode)) {
+      fd = OpenRegular(root_fd, rel, st);
+      if (!fd.valid()) continue;  // gone or replaced meanwhile
+    }
     archive_entry_clear(entry.get());
     archive_entry_copy_pathname(entry.get(), rel.c_str());
-    archive_entry_copy_stat(entry.get(), &src.st);
-    int fd = -1;
-    if (S_ISLNK(src.st.st_mode)) {
-      std::string target(static_cast<size_t>(src.st.st_size) + 1, '\0');
-      ssize_t n = readlink(src.path.c_str(), target.data(), target.size());
-      if (n < 0) return ErrnoStatus(errno, "read link", src.path);
-      target.resize(static_cast<size_t>(n));
-      archive_entry_copy_symlink(entry.get(), target.c_str());
-    } else if (S_ISREG(src.st.st_mode)) {
-      fd = open(src.path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-      if (fd < 0) return ErrnoStatus(errno, "open", src.path);
-    }
+    archive_entry_copy_stat(entry.get(), &st);
+    if (link_target.has_value()) archive_entry_copy_symlink(entry.get(), link_target->c_str());
     if (archive_write_header(out.get(), entry.get()) != ARCHIVE_OK) {
-      if (fd >= 0) close(fd);
-      return absl::InternalError(absl::StrCat("archive '", out_path, "': entry '", rel,
+      return absl::InternalError(absl::StrCat("archive '", out_name, "': entry '", rel,
                                               "': ", ArchiveError(out.get())));
     }
-    if (fd >= 0) {
-      // Exactly the size the header announced, even if the file changes.
-      int64_t left = src.st.st_size;
-      absl::Status status;
-      while (left > 0) {
-        ssize_t n = read(fd, buf.data(), static_cast<size_t>(std::min<int64_t>(left, buf.size())));
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-          status = ErrnoStatus(errno, "read", src.path);
-          break;
-        }
-        if (n == 0) {  // shrank meanwhile: pad with zeros
-          std::fill(buf.begin(), buf.end(), 0);
-          n = static_cast<ssize_t>(std::min<int64_t>(left, buf.size()));
-        }
-        if (archive_write_data(out.get(), buf.data(), static_cast<size_t>(n)) < 0) {
-          status = absl::InternalError(absl::StrCat("archive '", out_path, "': writing '", rel,
-                                                    "': ", ArchiveError(out.get())));
-          break;
-        }
-        left -= n;
+    if (!fd.valid()) continue;
+    // Exactly the size the header announced, even if the file changes.
+    int64_t left = st.st_size;
+    while (left > 0) {
+      ssize_t n =
+          read(fd.get(), buf.data(), static_cast<size_t>(std::min<int64_t>(left, buf.size())));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return ErrnoStatus(errno, "read", display);
+      if (n == 0) {  // shrank meanwhile: pad with zeros
+        std::fill(buf.begin(), buf.end(), 0);
+        n = static_cast<ssize_t>(std::min<int64_t>(left, buf.size()));
       }
-      close(fd);
-      if (!status.ok()) return status;
+      if (archive_write_data(out.get(), buf.data(), static_cast<size_t>(n)) < 0) {
+        return absl::InternalError(absl::StrCat("archive '", out_name, "': writing '", rel,
+                                                "': ", ArchiveError(out.get())));
+      }
+      left -= n;
     }
   }
   if (archive_write_close(out.get()) != ARCHIVE_OK) {
     return absl::InternalError(
-        absl::StrCat("closing archive '", out_path, "': ", ArchiveError(out.get())));
+        absl::StrCat("closing archive '", out_name, "': ", ArchiveError(out.get())));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ForEachMergedFile(
+    const std::vector<TreeRoot>& roots,
+    absl::FunctionRef<absl::Status(const std::string& rel, int fd, int64_t size)> fn) {
+  absl::StatusOr<MergedTrees> trees = OpenTrees(roots);
+  if (!trees.ok()) return trees.status();
+  for (const auto& [rel, src] : trees->entries) {
+    if (!S_ISREG(src.st.st_mode)) continue;
+    struct stat st = src.st;
+    UniqueFd fd = OpenRegular(trees->root_fds[src.root].get(), rel, st);
+    if (!fd.valid()) continue;  // gone or replaced meanwhile
+    absl::Status s = fn(rel, fd.get(), static_cast<int64_t>(st.st_size));
+    if (!s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -250,6 +328,11 @@ absl::StatusOr<ArchiveContents> ReadArchive(const std::string& archive_path) {
     const std::string name = NormalizeEntryName(archive_entry_pathname(entry));
     if (archive_entry_filetype(entry) == AE_IFDIR) {
       contents.directories.push_back(name);
+      continue;
+    }
+    if (archive_entry_filetype(entry) == AE_IFLNK) {
+      const char* target = archive_entry_symlink(entry);
+      contents.symlinks[name] = target != nullptr ? target : "";
       continue;
     }
     if (archive_entry_filetype(entry) != AE_IFREG) continue;

@@ -5,10 +5,12 @@
 #ifndef KILN_LIB_LOCAL_INTERNAL_ARCHIVE_H_
 #define KILN_LIB_LOCAL_INTERNAL_ARCHIVE_H_
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
@@ -21,18 +23,46 @@ namespace kiln::local::internal {
 // archive (naming the entry); file-system errors as ErrnoStatus gives them.
 absl::Status ExtractArchive(const std::string& archive_path, const std::string& dest_dir);
 
-// Writes a tar archive (gzip-compressed when `gzip`) of the trees below each
-// of `roots`, merged: paths are relative to their root, and a file present
-// below several roots is taken from the last of them. Roots that do not exist
-// are skipped. Entries are sorted by path, so equal trees give equal archives
-// (times aside).
-absl::Status WriteTar(const std::vector<std::string>& roots, const std::string& out_path,
+// A tree of artifacts: the directory `rel` below `base`, which a container
+// could write to. `base` (the instance's directory) is trusted; below it no
+// symbolic link is followed (see OpenDirBelow in fs.h).
+struct TreeRoot {
+  std::string base;
+  std::string rel;      // "ml/model"; empty: `base` itself. REQUIRES: a safe relative path
+  std::string display;  // names the tree in messages: "algo-1:/opt/ml/model"
+};
+
+// Writes to `out_fd` (an open, empty file; `out_name` names it in messages)
+// a tar archive, gzip-compressed when `gzip`, of the trees below `roots`,
+// merged: paths are relative to their root, and a file present below several
+// roots is taken from the last of them. Entries are sorted by path, so equal
+// trees give equal archives (times aside). Regular files, directories, and
+// symbolic links as links: a link is stored, never followed, and so is
+// nothing on the way to a tree (the file descriptors are walked down from
+// `base`, never a path resolved again). A root that does not exist (nor a
+// directory on the way) is an empty tree. An entry removed or replaced while
+// the archive is written is left out. Errors: FailedPrecondition naming the
+// root's `display` when the root, or a directory on the way to it, is a
+// symbolic link or not a directory (a container replaced it); file-system
+// errors as ErrnoStatus; Internal for libarchive's. `out_fd` stays open.
+absl::Status WriteTar(const std::vector<TreeRoot>& roots, int out_fd, const std::string& out_name,
                       bool gzip);
+
+// Calls `fn` for every regular file of the trees below `roots`, merged as
+// WriteTar merges them, in path order: `rel` is its path below its root,
+// `fd` the file open for reading (valid during the call only), `size` its
+// size when it was opened. Symbolic links and what is not a regular file are
+// skipped, never followed; directories give no call. The first error of `fn`
+// stops the walk and is returned. Errors otherwise as WriteTar's.
+absl::Status ForEachMergedFile(
+    const std::vector<TreeRoot>& roots,
+    absl::FunctionRef<absl::Status(const std::string& rel, int fd, int64_t size)> fn);
 
 // What an archive holds, read back (for tests and checks).
 struct ArchiveContents {
   std::map<std::string, std::string> files;  // path -> contents of regular files
   std::vector<std::string> directories;      // paths of directory entries, in order
+  std::map<std::string, std::string> symlinks;  // path -> target of symbolic links
   std::vector<std::string> filters;          // compression filters, e.g. {"gzip"}; none: {}
 };
 

@@ -237,6 +237,120 @@ absl::Status CopyTree(const std::string& from, const std::string& to) {
   return absl::OkStatus();
 }
 
+void UniqueFd::reset(int fd) {
+  if (fd_ >= 0) close(fd_);
+  fd_ = fd;
+}
+
+int OpenAtNoFollow(int dir_fd, std::string_view rel, int flags) {
+  std::vector<std::string> parts = absl::StrSplit(Av(rel), '/');
+  UniqueFd dir;  // the directory reached so far (dir_fd itself at first)
+  int at = dir_fd;
+  for (size_t i = 0; i + 1 < parts.size(); ++i) {
+    const int next =
+        openat(at, parts[i].c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (next < 0) return -1;
+    dir.reset(next);
+    at = next;
+  }
+  return openat(at, parts.back().c_str(), flags | O_NOFOLLOW | O_CLOEXEC);
+}
+
+absl::StatusOr<UniqueFd> OpenDirBelow(const std::string& base, std::string_view rel,
+                                      std::string_view display) {
+  UniqueFd dir(open(base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) return ErrnoStatus(errno, "open directory", base);
+  if (rel.empty()) return dir;
+  std::string walked = base;
+  for (absl::string_view part : absl::StrSplit(Av(rel), '/')) {
+    absl::StrAppend(&walked, "/", part);
+    const std::string name(part);
+    UniqueFd next(openat(dir.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!next.valid()) {
+      const int err = errno;
+      struct stat st;
+      if (err == ELOOP || err == ENOTDIR) {
+        const bool link = fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+                          S_ISLNK(st.st_mode);
+        return absl::FailedPreconditionError(absl::StrCat(
+            Av(display), " is not read: '", walked, "' is ",
+            link ? "a symbolic link, which is never followed" : "not a directory"));
+      }
+      return ErrnoStatus(err, "open directory", walked);
+    }
+    dir = std::move(next);
+  }
+  return dir;
+}
+
+absl::Status ResetDirBelow(const std::string& base, std::string_view rel) {
+  UniqueFd dir(open(base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) return ErrnoStatus(errno, "open directory", base);
+  std::vector<std::string> parts = absl::StrSplit(Av(rel), '/');
+  std::string walked = base;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string& name = parts[i];
+    absl::StrAppend(&walked, "/", name);
+    const bool last = i + 1 == parts.size();
+    if (last) {
+      absl::Status s = RemoveAt(dir.get(), name, walked);
+      if (!s.ok()) return s;
+    }
+    // A few rounds: a process may plant something again meanwhile.
+    UniqueFd next;
+    for (int attempt = 0; attempt < 8 && !next.valid(); ++attempt) {
+      next.reset(openat(dir.get(), name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+      if (next.valid()) break;
+      if (errno == ELOOP || errno == ENOTDIR) {
+        // Not a directory (a link, a file): not ours to follow; replaced.
+        absl::Status s = RemoveAt(dir.get(), name, walked);
+        if (!s.ok()) return s;
+      } else if (errno != ENOENT) {
+        return ErrnoStatus(errno, "open directory", walked);
+      }
+      if (mkdirat(dir.get(), name.c_str(), 0755) != 0 && errno != EEXIST) {
+        return ErrnoStatus(errno, "create directory", walked);
+      }
+    }
+    if (!next.valid()) return ErrnoStatus(errno, "open directory", walked);
+    dir = std::move(next);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadFilePrefixBelow(const std::string& base, std::string_view rel,
+                                                size_t max_bytes) {
+  const std::string path = absl::StrCat(base, "/", Av(rel));
+  UniqueFd dir(open(base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) return ErrnoStatus(errno, "open directory", base);
+  UniqueFd fd(OpenAtNoFollow(dir.get(), rel, O_RDONLY | O_NONBLOCK));
+  if (!fd.valid()) {
+    const int err = errno;
+    if (err == ELOOP || err == ENOTDIR) {
+      return absl::NotFoundError(
+          absl::StrCat("'", path, "' is not read: a symbolic link is on the way"));
+    }
+    return ErrnoStatus(err, "open", path);
+  }
+  struct stat st;
+  if (fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "stat", path);
+  if (!S_ISREG(st.st_mode)) {
+    return absl::NotFoundError(absl::StrCat("'", path, "' is not a regular file"));
+  }
+  std::string out;
+  out.resize(max_bytes);
+  size_t got = 0;
+  while (got < max_bytes) {
+    ssize_t n = read(fd.get(), out.data() + got, max_bytes - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, "read", path);
+    if (n == 0) break;
+    got += static_cast<size_t>(n);
+  }
+  out.resize(got);
+  return out;
+}
+
 bool Exists(const std::string& path) {
   struct stat st;
   return lstat(path.c_str(), &st) == 0;

@@ -46,6 +46,71 @@ absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, size_t max_b
 // with their permission bits, directories, symbolic links as links.
 absl::Status CopyTree(const std::string& from, const std::string& to);
 
+// An open file descriptor, closed by the destructor. Move-only.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) reset(other.release());
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  void reset(int fd = -1);
+
+ private:
+  int fd_ = -1;
+};
+
+// Paths below a trusted directory, in trees a container can write to.
+//
+// A container can replace any directory of its /opt/ml tree by a symbolic
+// link to anywhere on the host. `base` (an instance's directory) is trusted
+// and opened as named; every component of `rel` below it is opened with
+// O_NOFOLLOW, one at a time from the directory before it (no check-then-open),
+// so nothing the container planted is followed. `display` names base/rel in
+// messages (e.g. "algo-1:/opt/ml/model").
+// REQUIRES (all three): `rel` is empty (base itself) or IsSafeRelativePath.
+
+// Opens the directory base/rel for reading. Errors: NotFound when it, or a
+// directory on the way, does not exist; FailedPrecondition, naming `display`
+// and the component, when a component is a symbolic link or not a directory;
+// otherwise as ErrnoStatus.
+absl::StatusOr<UniqueFd> OpenDirBelow(const std::string& base, std::string_view rel,
+                                      std::string_view display);
+
+// Makes base/rel an empty directory: what is on the way and is not a
+// directory (a planted link, a file) is removed and replaced by a directory,
+// missing directories are made (mode 0755), and whatever was at base/rel is
+// removed as RemoveTree removes it. Links are removed, never followed.
+// Errors: as ErrnoStatus, naming the path.
+absl::Status ResetDirBelow(const std::string& base, std::string_view rel);
+
+// Returns at most `max_bytes` from the start of the regular file base/rel.
+// Errors: NotFound when it does not exist, is not a regular file, or a
+// component on the way is a symbolic link or not a directory (nothing is
+// read through a link); otherwise as ErrnoStatus.
+absl::StatusOr<std::string> ReadFilePrefixBelow(const std::string& base, std::string_view rel,
+                                                size_t max_bytes);
+
+// Opens the entry `rel` below the directory open as `dir_fd` with `flags`
+// (O_NOFOLLOW and O_CLOEXEC are added), every directory on the way opened
+// with O_NOFOLLOW | O_DIRECTORY. Returns -1 with errno set on failure (ELOOP
+// or ENOTDIR for a link on the way, ELOOP for a link at `rel`).
+// REQUIRES: IsSafeRelativePath(rel).
+int OpenAtNoFollow(int dir_fd, std::string_view rel, int flags);
+
 // Whether `path` exists (as anything, links not followed).
 bool Exists(const std::string& path);
 bool IsDirectory(const std::string& path);
