@@ -126,12 +126,21 @@ struct AdaptiveHistogramOptions {
   // Until a shape has this many observed gaps, keep for `fallback`.
   int min_samples = 10;
   absl::Duration fallback = absl::Minutes(10);
+
+  // The most bins a histogram may have (range / bin_width): 8 MiB of counts per cluster shape.
+  static constexpr int64_t kMaxBins = int64_t{1} << 20;
+  // OK, or InvalidArgument naming the first member out of its range: bin_width and range finite
+  // and positive, range at least bin_width and at most kMaxBins bins, percentile in (0, 1],
+  // margin finite and not negative, min_samples not negative, fallback finite and not
+  // negative. NewAdaptiveHistogramKeepAlive requires options that pass.
+  absl::Status Check() const;
 };
 // Per cluster shape, a histogram of the idle gaps between a pool becoming
 // Available and the next job of that shape arriving; keeps a cluster until a
 // tail percentile of that histogram (the hybrid-histogram policy of
 // "Serverless in the Wild", ATC'20, applied to clusters). Every eligible job
-// takes part.
+// takes part. REQUIRES: options.Check() is OK (checked: a failing one aborts with its message,
+// rather than sizing a histogram from nonsense).
 std::unique_ptr<KeepAlivePolicy> NewAdaptiveHistogramKeepAlive(AdaptiveHistogramOptions options = {});
 
 // What the engine tells the manager about a job, at creation.

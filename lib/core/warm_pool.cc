@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -520,7 +523,36 @@ std::unique_ptr<KeepAlivePolicy> NewFixedKeepAlive(absl::Duration keep_alive) {
   return std::make_unique<FixedKeepAlive>(keep_alive);
 }
 std::unique_ptr<KeepAlivePolicy> NewNeverKeepAlive() { return std::make_unique<NeverKeepAlive>(); }
+absl::Status AdaptiveHistogramOptions::Check() const {
+  auto bad = [](absl::string_view member, absl::string_view rule) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AdaptiveHistogramOptions.", member, " must be ", rule));
+  };
+  const absl::Duration inf = absl::InfiniteDuration();
+  if (bin_width <= absl::ZeroDuration() || bin_width == inf) {
+    return bad("bin_width", "finite and positive");
+  }
+  if (range == inf || range < bin_width) return bad("range", "finite and at least bin_width");
+  if (range / bin_width > kMaxBins) {
+    return bad("range", absl::StrCat("at most ", kMaxBins, " times bin_width"));
+  }
+  if (!(percentile > 0 && percentile <= 1)) return bad("percentile", "in (0, 1]");
+  if (!(margin >= 0 && margin < std::numeric_limits<double>::infinity())) {
+    return bad("margin", "finite and not negative");
+  }
+  if (min_samples < 0) return bad("min_samples", "not negative");
+  if (fallback < absl::ZeroDuration() || fallback == inf) {
+    return bad("fallback", "finite and not negative");
+  }
+  return absl::OkStatus();
+}
+
 std::unique_ptr<KeepAlivePolicy> NewAdaptiveHistogramKeepAlive(AdaptiveHistogramOptions options) {
+  if (absl::Status checked = options.Check(); !checked.ok()) {
+    std::fprintf(stderr, "kiln::NewAdaptiveHistogramKeepAlive: %s\n",
+                 std::string(checked.message()).c_str());
+    std::abort();
+  }
   return std::make_unique<AdaptiveHistogramKeepAlive>(options);
 }
 

@@ -636,5 +636,37 @@ TEST(AdaptiveHistogramTest, FallsBackUntilEnoughSamplesThenKeepsTheTailPercentil
   EXPECT_EQ(policy->KeepAlive({"job", other, absl::ZeroDuration(), t}), absl::Minutes(10));
 }
 
+TEST(AdaptiveHistogramTest, CheckNamesTheMemberOutOfRange) {
+  EXPECT_TRUE(AdaptiveHistogramOptions().Check().ok());
+  auto message = [](auto change) {
+    AdaptiveHistogramOptions o;
+    change(o);
+    const absl::Status s = o.Check();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    return std::string(s.message());
+  };
+  EXPECT_EQ(message([](auto& o) { o.bin_width = absl::ZeroDuration(); }),
+            "AdaptiveHistogramOptions.bin_width must be finite and positive");
+  EXPECT_EQ(message([](auto& o) { o.range = absl::InfiniteDuration(); }),
+            "AdaptiveHistogramOptions.range must be finite and at least bin_width");
+  EXPECT_EQ(message([](auto& o) {
+              o.bin_width = absl::Nanoseconds(1);
+              o.range = absl::Hours(24 * 7);
+            }),
+            "AdaptiveHistogramOptions.range must be at most 1048576 times bin_width");
+  EXPECT_EQ(message([](auto& o) { o.percentile = 0; }),
+            "AdaptiveHistogramOptions.percentile must be in (0, 1]");
+  EXPECT_EQ(message([](auto& o) { o.margin = -1; }),
+            "AdaptiveHistogramOptions.margin must be finite and not negative");
+  EXPECT_EQ(message([](auto& o) { o.fallback = absl::InfiniteDuration(); }),
+            "AdaptiveHistogramOptions.fallback must be finite and not negative");
+}
+
+TEST(AdaptiveHistogramDeathTest, BadOptionsAbortWithTheirMessage) {
+  AdaptiveHistogramOptions o;
+  o.bin_width = absl::Nanoseconds(1);
+  EXPECT_DEATH(NewAdaptiveHistogramKeepAlive(o), "range must be at most");
+}
+
 }  // namespace
 }  // namespace kiln
