@@ -111,7 +111,12 @@
 //   this satisfies). Without that privilege, EnableNetworkIsolation gives each
 //   instance a network namespace of its own (no peers: a documented
 //   limitation), and other jobs share the host's network with the same
-//   /etc/hosts names.
+//   /etc/hosts names. Limitation: the instances of a cluster share one port
+//   space (one namespace, each its own address), so a server that every host
+//   runs on one port bound to 0.0.0.0 (sshd for MPI, a parameter server on
+//   each host) starts on the first host only; bound to the host's own address
+//   (algo-<k>) it starts on each. The process runtime shares the host's
+//   network, with the same limitation.
 //
 // Signals. Signal(SIGTERM) reaches every process of the container (the process
 // runtime signals the process group, bwrap every process in the sandbox);
