@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,8 @@ constexpr char kSimulateUsage[] =
     "  instance-hours, warm-hit rate, startup P50/P90/P99, interruptions, lost work,\n"
     "  deadline misses) and the best policy by cost at equal or better latency.\n"
     "  --report writes a self-contained HTML page with charts. --seed overrides\n"
-    "  the scenario's seed. Scenario files: examples/scenarios/README.md.\n";
+    "  the scenario's seed (an integer in [0, 9223372036854775807], as in the\n"
+    "  file). Scenario files: examples/scenarios/README.md.\n";
 
 // A progress bar on stderr, shown only when stderr is a terminal and the run
 // has taken more than a second.
@@ -117,6 +119,19 @@ std::string WriteWhole(const std::string& path, const std::string& text) {
   return "";
 }
 
+// A seed as the scenario file takes it: decimal digits, at most INT64_MAX.
+bool ParseSeed(const std::string& text, uint64_t* seed) {
+  if (text.empty() || text.size() > 19) return false;
+  uint64_t n = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    n = n * 10 + static_cast<uint64_t>(c - '0');  // < 10^19: no overflow
+  }
+  if (n > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) return false;
+  *seed = n;
+  return true;
+}
+
 }  // namespace
 
 int RunSimulateCommand(const std::vector<std::string>& args) {
@@ -130,27 +145,37 @@ int RunSimulateCommand(const std::vector<std::string>& args) {
       *out = args[++i];
       return true;
     };
-    if (a == "--format") {
-      if (!value(&format)) break;
-    } else if (a.rfind("--format=", 0) == 0) {
-      format = a.substr(9);
-    } else if (a == "--report") {
-      if (!value(&report_path)) {
+    if (a == "--format" || a.rfind("--format=", 0) == 0) {
+      if (a != "--format") {
+        format = a.substr(9);
+      } else if (!value(&format)) {
+        format.clear();
+      }
+      if (format.empty()) {
+        std::cerr << "kiln simulate: --format needs a value (table, json or csv)\n"
+                  << kSimulateUsage;
+        return 2;
+      }
+    } else if (a == "--report" || a.rfind("--report=", 0) == 0) {
+      if (a != "--report") {
+        report_path = a.substr(9);
+      } else if (!value(&report_path)) {
+        report_path.clear();
+      }
+      if (report_path.empty()) {
         std::cerr << "kiln simulate: --report needs a file name\n" << kSimulateUsage;
         return 2;
       }
-    } else if (a.rfind("--report=", 0) == 0) {
-      report_path = a.substr(9);
     } else if (a == "--seed" || a.rfind("--seed=", 0) == 0) {
       std::string text;
       if (a == "--seed" ? !value(&text) : (text = a.substr(7), false)) {
         std::cerr << "kiln simulate: --seed needs a number\n" << kSimulateUsage;
         return 2;
       }
-      char* end = nullptr;
-      seed = std::strtoull(text.c_str(), &end, 10);
-      if (text.empty() || *end != '\0') {
-        std::cerr << "kiln simulate: --seed '" << text << "' is not a number\n";
+      if (!ParseSeed(text, &seed)) {
+        std::cerr << "kiln simulate: --seed '" << text << "': expected an integer in [0, "
+                  << std::numeric_limits<int64_t>::max() << "]\n"
+                  << kSimulateUsage;
         return 2;
       }
       seed_set = true;

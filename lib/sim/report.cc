@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,8 +30,23 @@ std::string Money(double x) { return absl::StrFormat("%.2f", x); }
 std::string Fixed1(double x) { return absl::StrFormat("%.1f", x); }
 std::string Percent(double fraction) { return absl::StrFormat("%.1f%%", fraction * 100); }
 std::string SecondsText(double s) { return absl::StrFormat("%.0f", s); }
+// A startup quantile: "-" when no job began training.
+std::string SecondsText(const std::optional<double>& s) { return s ? SecondsText(*s) : "-"; }
 
-double Round(double x, double unit) { return std::round(x / unit) * unit; }
+// A JSON number with `decimals` digits after the point, written as such
+// (a double rounded to 0.01 would print as 4.0200000000000005).
+JsonValue Decimal(double x, int decimals) {
+  if (!std::isfinite(x)) return JsonValue::Null();  // (not expected)
+  return JsonValue::Number(absl::StrFormat("%.*f", decimals, x)).value();
+}
+// The same, or null when absent.
+JsonValue Decimal(const std::optional<double>& x, int decimals) {
+  return x ? Decimal(*x, decimals) : JsonValue::Null();
+}
+// For CSV: the number with one decimal, or an empty field when absent.
+std::string CsvSeconds(const std::optional<double>& s) {
+  return s ? absl::StrFormat("%.1f", *s) : "";
+}
 
 // The one-line verdict on the best policy.
 std::string BestLine(const SimulationReport& r) {
@@ -93,7 +109,7 @@ std::string Escape(std::string_view text) {
 }
 
 std::string CsvField(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
   std::string out = "\"";
   for (char c : s) {
     if (c == '"') out += '"';
@@ -259,18 +275,18 @@ std::string FormatJson(const SimulationReport& r) {
         .Set("failed", JsonValue::Int(p.failed))
         .Set("stopped", JsonValue::Int(p.stopped))
         .Set("rejected", JsonValue::Int(p.rejected))
-        .Set("cost", JsonValue::Double(Round(p.cost, 0.01)))
-        .Set("billable_instance_hours", JsonValue::Double(Round(p.billable_instance_hours, 0.001)))
-        .Set("spot_instance_hours", JsonValue::Double(Round(p.spot_instance_hours, 0.001)))
-        .Set("warm_retained_instance_hours", JsonValue::Double(Round(p.warm_retained_instance_hours, 0.001)))
-        .Set("warm_hit_rate", JsonValue::Double(Round(p.warm_hit_rate, 0.0001)))
-        .Set("startup_p50_seconds", JsonValue::Double(Round(p.startup_p50, 0.1)))
-        .Set("startup_p90_seconds", JsonValue::Double(Round(p.startup_p90, 0.1)))
-        .Set("startup_p99_seconds", JsonValue::Double(Round(p.startup_p99, 0.1)))
+        .Set("cost", Decimal(p.cost, 2))
+        .Set("billable_instance_hours", Decimal(p.billable_instance_hours, 3))
+        .Set("spot_instance_hours", Decimal(p.spot_instance_hours, 3))
+        .Set("warm_retained_instance_hours", Decimal(p.warm_retained_instance_hours, 3))
+        .Set("warm_hit_rate", Decimal(p.warm_hit_rate, 4))
+        .Set("startup_p50_seconds", Decimal(p.startup_p50, 1))
+        .Set("startup_p90_seconds", Decimal(p.startup_p90, 1))
+        .Set("startup_p99_seconds", Decimal(p.startup_p99, 1))
         .Set("spot_interruptions", JsonValue::Int(p.spot_interruptions))
         .Set("node_failures", JsonValue::Int(p.node_failures))
         .Set("migrations", JsonValue::Int(p.migrations))
-        .Set("lost_work_instance_hours", JsonValue::Double(Round(p.lost_work_instance_hours, 0.001)))
+        .Set("lost_work_instance_hours", Decimal(p.lost_work_instance_hours, 3))
         .Set("deadline_jobs", JsonValue::Int(p.deadline_jobs))
         .Set("deadline_misses", JsonValue::Int(p.deadline_misses));
     if (!p.first_error.empty()) o.Set("first_error", JsonValue::String(p.first_error));
@@ -282,9 +298,9 @@ std::string FormatJson(const SimulationReport& r) {
     JsonValue o = JsonValue::Object();
     o.Set("slack", JsonValue::Double(s.slack))
         .Set("policy", JsonValue::String(s.policy))
-        .Set("cost", JsonValue::Double(Round(s.cost, 0.01)))
-        .Set("on_demand_cost", JsonValue::Double(Round(s.on_demand_cost, 0.01)))
-        .Set("savings", JsonValue::Double(Round(s.savings, 0.0001)))
+        .Set("cost", Decimal(s.cost, 2))
+        .Set("on_demand_cost", Decimal(s.on_demand_cost, 2))
+        .Set("savings", Decimal(s.savings, 4))
         .Set("deadline_misses", JsonValue::Int(s.deadline_misses))
         .Set("on_demand_deadline_misses", JsonValue::Int(s.on_demand_misses));
     slack.Push(std::move(o));
@@ -299,14 +315,15 @@ std::string FormatCsv(const SimulationReport& r) {
       "spot_instance_hours,warm_retained_instance_hours,warm_hit_rate,startup_p50_s,startup_p90_s,startup_p99_s,"
       "spot_interruptions,node_failures,migrations,lost_work_instance_hours,deadline_jobs,deadline_misses\n";
   for (const PolicyResult& p : r.results) {
-    absl::StrAppend(&out, CsvField(p.policy), ",", CsvField(p.keep_alive), ",", CsvField(p.spot), ",", p.jobs, ",",
-                    p.completed, ",", p.failed, ",", p.stopped, ",", p.rejected, ",", Money(p.cost), ",",
-                    absl::StrFormat("%.3f,%.3f,%.3f,%.4f,%.1f,%.1f,%.1f", p.billable_instance_hours,
-                                    p.spot_instance_hours, p.warm_retained_instance_hours, p.warm_hit_rate,
-                                    p.startup_p50, p.startup_p90, p.startup_p99),
-                    ",", p.spot_interruptions, ",", p.node_failures, ",", p.migrations, ",",
-                    absl::StrFormat("%.3f", p.lost_work_instance_hours), ",", p.deadline_jobs, ",",
-                    p.deadline_misses, "\n");
+    absl::StrAppend(
+        &out, CsvField(p.policy), ",", CsvField(p.keep_alive), ",", CsvField(p.spot), ",", p.jobs,
+        ",", p.completed, ",", p.failed, ",", p.stopped, ",", p.rejected, ",", Money(p.cost), ",",
+        absl::StrFormat("%.3f,%.3f,%.3f,%.4f,", p.billable_instance_hours, p.spot_instance_hours,
+                        p.warm_retained_instance_hours, p.warm_hit_rate),
+        CsvSeconds(p.startup_p50), ",", CsvSeconds(p.startup_p90), ",", CsvSeconds(p.startup_p99),
+        ",", p.spot_interruptions, ",", p.node_failures, ",", p.migrations, ",",
+        absl::StrFormat("%.3f", p.lost_work_instance_hours), ",", p.deadline_jobs, ",",
+        p.deadline_misses, "\n");
   }
   return out;
 }
@@ -342,7 +359,7 @@ std::string FormatHtml(const SimulationReport& r) {
   std::vector<Series> cdf;
   double p99 = 0;
   for (const PolicyResult& p : r.results) {
-    p99 = std::max(p99, p.startup_p99);
+    p99 = std::max(p99, p.startup_p99.value_or(0));
     Series s{p.policy, {}, false, false};
     for (size_t q = 0; q < p.startup_quantiles.size(); ++q) {
       s.points.emplace_back(p.startup_quantiles[q], static_cast<double>(q) / 100.0);

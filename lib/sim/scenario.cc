@@ -1,8 +1,11 @@
 // ParseScenario / LoadScenario: the scenario file format of
 // examples/scenarios/README.md.
+#include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -23,6 +26,14 @@ namespace kiln::sim {
 namespace {
 
 using internal::JsonValue;
+
+// The longest keep-alive the engine gives a job (the default of
+// WarmPoolOptions::max_keep_alive, the service's 6 hours): a longer Fixed(T)
+// or adaptive fallback would silently be this.
+constexpr absl::Duration kMaxKeepAlive = absl::Seconds(21600);
+// At most this many histogram bins (range / bin_width) for an adaptive
+// keep-alive: each cluster shape keeps one int64 per bin.
+constexpr int64_t kMaxAdaptiveBins = 10000;
 
 absl::Status Bad(const std::string& path, std::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", std::string(what)));
@@ -70,23 +81,34 @@ absl::StatusOr<std::string> String(const JsonValue& v, const std::string& path) 
   return v.string_value();
 }
 
+std::string DaysText(absl::Duration d) { return absl::StrCat(absl::ToInt64Hours(d) / 24, "d"); }
+
 // A duration: a number of seconds, or a string such as "90s", "30m", "2h",
-// "1h30m", "7d".
+// "1h30m", "7d"; finite, and at most kMaxSimDuration.
 absl::StatusOr<absl::Duration> Duration(const JsonValue& v, const std::string& path) {
   absl::Duration d;
   if (v.is_number()) {
     auto s = v.AsDouble();
     if (!s.ok() || !std::isfinite(*s) || *s < 0) return Bad(path, "expected a non-negative number of seconds");
-    return absl::Seconds(*s);
+    d = absl::Seconds(*s);
+  } else if (!v.is_string()) {
+    return Bad(path,
+               "expected a duration (seconds, or a string like \"90s\", \"30m\", \"2h\", \"7d\")");
+  } else {
+    const std::string& text = v.string_value();
+    double days = 0;
+    if (absl::EndsWith(text, "d") && absl::SimpleAtod(text.substr(0, text.size() - 1), &days) &&
+        days >= 0) {
+      d = absl::Hours(24) * days;
+    } else if (!absl::ParseDuration(text, &d) || d < absl::ZeroDuration()) {
+      return Bad(path, absl::StrCat("'", text,
+                                    "' is not a duration (e.g. \"90s\", \"30m\", \"2h\", \"7d\")"));
+    }
   }
-  if (!v.is_string()) return Bad(path, "expected a duration (seconds, or a string like \"90s\", \"30m\", \"2h\", \"7d\")");
-  const std::string& text = v.string_value();
-  double days = 0;
-  if (absl::EndsWith(text, "d") && absl::SimpleAtod(text.substr(0, text.size() - 1), &days) && days >= 0) {
-    return absl::Hours(24) * days;
-  }
-  if (!absl::ParseDuration(text, &d) || d < absl::ZeroDuration()) {
-    return Bad(path, absl::StrCat("'", text, "' is not a duration (e.g. \"90s\", \"30m\", \"2h\", \"7d\")"));
+  // (Infinite and huge values, "inf" or 1e300, land here too.)
+  if (d > kMaxSimDuration) {
+    return Bad(path, absl::StrCat("a duration must be finite and at most ",
+                                  DaysText(kMaxSimDuration), " (about 10 years)"));
   }
   return d;
 }
@@ -107,6 +129,10 @@ absl::StatusOr<DurationDist> Dist(const JsonValue& v, const std::string& path, D
   }
   if (const JsonValue* f = v.Find("max_factor")) {
     KILN_ASSIGN_OR_RETURN(d.max_factor, Number(*f, Member(path, "max_factor"), 1, 1e6));
+  }
+  if (d.Max() > kMaxSimDuration) {
+    return Bad(path, absl::StrCat("median x max_factor (the longest draw) must be at most ",
+                                  DaysText(kMaxSimDuration)));
   }
   return d;
 }
@@ -141,7 +167,45 @@ absl::StatusOr<std::string> ReadText(const std::string& path) {
 
 std::string Resolve(std::string_view base_dir, const std::string& file) {
   if (file.empty() || file[0] == '/' || base_dir.empty()) return file;
-  return absl::StrCat(std::string(base_dir), "/", file);
+  return absl::StrCat(std::string(base_dir), base_dir.back() == '/' ? "" : "/", file);
+}
+
+// Instances per instance type a request asks for: its InstanceGroups' counts
+// summed per type, or InstanceType x InstanceCount.
+std::map<std::string, int64_t> InstancesByType(const v1::CreateTrainingJobRequest& r) {
+  std::map<std::string, int64_t> out;
+  const auto& rc = r.resource_config();
+  if (rc.instance_groups_size() > 0) {
+    for (const auto& g : rc.instance_groups()) out[g.instance_type()] += g.instance_count();
+  } else {
+    out[rc.instance_type()] += rc.instance_count();
+  }
+  return out;
+}
+
+// Why a job of `r` could start under no policy, or "": for one of its types,
+// it needs more instances than the type's on-demand capacity and (when the
+// job may use spot) more than its spot market ever has.
+std::string NeverStarts(const SimModels& models, const v1::CreateTrainingJobRequest& r,
+                        bool spot_eligible) {
+  for (const auto& [type, count] : InstancesByType(r)) {
+    const InstanceTypeModel& t = models.Type(type);
+    if (!t.capacity || count <= *t.capacity) continue;
+    std::optional<int64_t> spot;  // the most spot instances there ever are (none: no limit)
+    if (t.spot.kind == SpotMarket::Kind::kTrace) {
+      const std::vector<int32_t>& a = t.spot.trace.available;
+      spot = a.empty() ? 0 : *std::max_element(a.begin(), a.end());
+    } else if (t.spot.capacity) {
+      spot = *t.spot.capacity;
+    }
+    if (spot_eligible && (!spot || count <= *spot)) continue;
+    std::string why = absl::StrCat("needs ", count, " x ", type,
+                                   ", more than the type's on-demand capacity (", *t.capacity, ")");
+    if (spot_eligible) absl::StrAppend(&why, " and than its spot market ever has (", *spot, ")");
+    return absl::StrCat(why, ": it could never start (raise models.instance_types.", type,
+                        ".capacity)");
+  }
+  return "";
 }
 
 class Parser {
@@ -172,6 +236,7 @@ class Parser {
       KILN_ASSIGN_OR_RETURN(s.horizon, Duration(*h, Member(path, "horizon")));
       if (s.horizon <= absl::ZeroDuration()) return Bad(Member(path, "horizon"), "must be positive");
     }
+    horizon_ = s.horizon;
     if (const JsonValue* m = v.Find("models")) KILN_RETURN_IF_ERROR(ParseModels(*m, Member(path, "models"), *models));
     const JsonValue* workloads = v.Find("workloads");
     if (workloads == nullptr || !workloads->is_array() || workloads->elements().empty()) {
@@ -226,6 +291,9 @@ class Parser {
         CheckMembers(v, path, {"instance_types", "default_type", "node_failures", "data", "capacity_error"}));
     if (const JsonValue* d = v.Find("default_type")) {
       KILN_RETURN_IF_ERROR(ParseType(*d, Member(path, "default_type"), m.default_type, true));
+      // With a price of its own, it covers the types not listed (the
+      // built-in default's placeholder price covers none).
+      default_priced_ = d->Find("on_demand_per_hour") != nullptr;
     }
     if (const JsonValue* types = v.Find("instance_types")) {
       const std::string tpath = Member(path, "instance_types");
@@ -234,7 +302,7 @@ class Parser {
         auto it = m.types.find(name);
         const bool known = it != m.types.end();
         InstanceTypeModel model = known ? it->second : m.default_type;
-        KILN_RETURN_IF_ERROR(ParseType(t, Member(tpath, name), model, known));
+        KILN_RETURN_IF_ERROR(ParseType(t, Member(tpath, name), model, known || default_priced_));
         m.types[name] = std::move(model);
       }
     }
@@ -337,6 +405,11 @@ class Parser {
       if (!text.ok()) return Bad(Member(path, "trace"), std::string(text.status().message()));
       auto trace = ParseSpotTrace(*text, invert);
       if (!trace.ok()) return Bad(Member(path, "trace"), absl::StrCat(resolved, ": ", std::string(trace.status().message())));
+      if (trace->gap <= absl::ZeroDuration() || trace->gap > kMaxSimDuration) {
+        return Bad(Member(path, "trace"),
+                   absl::StrCat(resolved, ": metadata.gap_seconds must be positive and at most ",
+                                absl::ToInt64Seconds(kMaxSimDuration)));
+      }
       s.kind = SpotMarket::Kind::kTrace;
       s.trace = std::move(*trace);
     } else if (const JsonValue* p = v.Find("poisson_per_instance_hour")) {
@@ -368,6 +441,22 @@ class Parser {
       }
     }
     return absl::OkStatus();
+  }
+
+  // The first instance type of `r` with no price (not listed under
+  // models.instance_types, and no priced models.default_type), or "".
+  std::string Unpriced(const SimModels& models, const v1::CreateTrainingJobRequest& r) const {
+    if (default_priced_) return "";
+    for (const auto& [type, count] : InstancesByType(r)) {
+      if (!type.empty() && !models.types.contains(type)) return type;
+    }
+    return "";
+  }
+
+  static std::string NoPrice(const std::string& type) {
+    return absl::StrCat("no price for instance type '", type,
+                        "': add it under models.instance_types with on_demand_per_hour, or give "
+                        "models.default_type an on_demand_per_hour for the types not listed");
   }
 
   absl::StatusOr<JobTemplate> ParseJob(const JsonValue& v, const std::string& path, const SimModels& models,
@@ -431,7 +520,6 @@ class Parser {
       named.Set("TrainingJobName", JsonValue::String("template"));
       absl::Status s = ParseJson(internal::WriteJson(named), t.request);
       if (!s.ok()) return Bad(Member(path, "request"), std::string(s.message()));
-      type = t.request.resource_config().instance_type();
     } else {
       t.request = DefaultRequest(type, static_cast<int32_t>(count), mode,
                                  static_cast<int32_t>(absl::ToInt64Seconds(keep_alive)));
@@ -440,15 +528,18 @@ class Parser {
       KILN_ASSIGN_OR_RETURN(int64_t n, Integer(*x, Member(path, "retries"), 0, 30));
       if (n > 0) t.request.mutable_retry_strategy()->set_maximum_retry_attempts(static_cast<int32_t>(n));
     }
-    if (!type.empty() && !models.types.contains(type)) {
-      return Bad(path, absl::StrCat("no price for instance type '", type,
-                                    "': add it under models.instance_types with on_demand_per_hour"));
+    const bool from_request = v.Find("request") != nullptr;
+    if (std::string type = Unpriced(models, t.request); !type.empty()) {
+      return Bad(Member(path, from_request ? "request" : "instance_type"), NoPrice(type));
     }
     // The template must make valid requests (under a valid name).
     v1::CreateTrainingJobRequest probe = t.request;
     probe.set_training_job_name("probe");
     absl::Status valid = ValidateCreateTrainingJobRequest(probe);
     if (!valid.ok()) return Bad(path, absl::StrCat("the job's request is not valid: ", std::string(valid.message())));
+    if (std::string never = NeverStarts(models, t.request, t.spot_eligible); !never.empty()) {
+      return Bad(Member(path, from_request ? "request" : "instance_count"), never);
+    }
     return t;
   }
 
@@ -557,14 +648,31 @@ class Parser {
       if (!text.ok()) return Bad(Member(path, "file"), std::string(text.status().message()));
       auto entries = ParseJobTrace(*text);
       if (!entries.ok()) return Bad(Member(path, "file"), absl::StrCat(resolved, ": ", std::string(entries.status().message())));
+      // Each request as a template's: valid, priced, able to start.
       for (const TraceEntry& e : *entries) {
         w.spot_eligible = w.spot_eligible || e.job.attributes.spot_eligible;
-        const std::string& type = e.job.request->resource_config().instance_type();
-        if (!type.empty() && !models.types.contains(type)) {
-          return Bad(Member(path, "file"), absl::StrCat("job '", e.job.name,
-                                                        "': no price for instance type '", type,
-                                                        "': add it under models.instance_types"));
+        const std::string where =
+            absl::StrCat(resolved, ": job trace line ", e.line, ": job '", e.job.name, "'");
+        if (std::string type = Unpriced(models, *e.job.request); !type.empty()) {
+          return Bad(Member(path, "file"), absl::StrCat(where, ": ", NoPrice(type)));
         }
+        absl::Status valid = ValidateCreateTrainingJobRequest(*e.job.request);
+        if (!valid.ok()) {
+          return Bad(Member(path, "file"), absl::StrCat(where, ": the request is not valid: ",
+                                                        std::string(valid.message())));
+        }
+        const std::string never =
+            NeverStarts(models, *e.job.request, e.job.attributes.spot_eligible);
+        if (!never.empty()) return Bad(Member(path, "file"), absl::StrCat(where, ": ", never));
+      }
+      // A trace that gives the run nothing is a mistake (seconds read as
+      // milliseconds, the wrong file, a horizon too short).
+      if (entries->empty()) return Bad(Member(path, "file"), absl::StrCat(resolved, ": no jobs"));
+      if (entries->front().arrival >= horizon_) {
+        return Bad(Member(path, "file"),
+                   absl::StrCat(resolved, ": no job arrives before the horizon (",
+                                absl::ToInt64Seconds(horizon_), " s); the first arrives at ",
+                                absl::ToInt64Seconds(entries->front().arrival), " s"));
       }
       auto shared = std::make_shared<const std::vector<TraceEntry>>(std::move(*entries));
       w.make = [shared](uint64_t) { return NewTraceReplay(*shared); };
@@ -572,6 +680,22 @@ class Parser {
       return Bad(Member(path, "kind"), absl::StrCat("unknown kind '", kind, "' (hpo, nightly, interactive, trace)"));
     }
     return w;
+  }
+
+  // A policy kind without options ("never", "job_requested", "on_demand"),
+  // given as {"<kind>": body}: the body may only be empty.
+  static absl::Status NoOptions(const JsonValue* body, const std::string& path) {
+    if (body == nullptr || (body->is_object() && body->members().empty())) return absl::OkStatus();
+    if (body->is_object()) {
+      return Bad(Member(path, body->members()[0].first),
+                 "unknown member (this policy takes no options)");
+    }
+    return Bad(path, "this policy takes no options (give it as a string)");
+  }
+
+  static std::string MaxKeepAliveText() {
+    return absl::StrCat("at most ", absl::ToInt64Seconds(kMaxKeepAlive),
+                        " s (6 h), the longest keep-alive the engine gives a job");
   }
 
   absl::StatusOr<SpotChoice> ParseSpotChoice(const JsonValue& v, const std::string& path) {
@@ -588,6 +712,7 @@ class Parser {
     }
     if (kind == "on_demand") {
       c.kind = SpotChoice::Kind::kOnDemand;
+      KILN_RETURN_IF_ERROR(NoOptions(body, Member(path, kind)));
       return c;
     }
     if (kind == "spot") {
@@ -636,8 +761,10 @@ class Parser {
       KeepAliveChoice& c = keep_alives[0];
       if (kind == "never") {
         c.kind = KeepAliveChoice::Kind::kNever;
+        KILN_RETURN_IF_ERROR(NoOptions(body, Member(kpath, kind)));
       } else if (kind == "job_requested") {
         c.kind = KeepAliveChoice::Kind::kJobRequested;
+        KILN_RETURN_IF_ERROR(NoOptions(body, Member(kpath, kind)));
       } else if (kind == "fixed") {
         if (body == nullptr) return Bad(kpath, "fixed needs a duration or a list: {\"fixed\": \"10m\"}");
         c.kind = KeepAliveChoice::Kind::kFixed;
@@ -653,6 +780,9 @@ class Parser {
           KILN_ASSIGN_OR_RETURN(keep_alives[i].fixed, Duration(*values[i], absl::StrCat(kpath, ".fixed[", i, "]")));
           if (keep_alives[i].fixed <= absl::ZeroDuration()) {
             return Bad(absl::StrCat(kpath, ".fixed[", i, "]"), "must be positive (use \"never\" for none)");
+          }
+          if (keep_alives[i].fixed > kMaxKeepAlive) {
+            return Bad(absl::StrCat(kpath, ".fixed[", i, "]"), MaxKeepAliveText());
           }
         }
       } else if (kind == "adaptive") {
@@ -684,6 +814,12 @@ class Parser {
           if (a.bin_width <= absl::ZeroDuration() || a.range < a.bin_width) {
             return Bad(apath, "bin_width must be positive and range at least bin_width");
           }
+          if (a.range / a.bin_width > kMaxAdaptiveBins) {
+            return Bad(apath, absl::StrCat("range / bin_width is ", a.range / a.bin_width,
+                                           " histogram bins; at most ", kMaxAdaptiveBins,
+                                           " (widen bin_width or shorten range)"));
+          }
+          if (a.fallback > kMaxKeepAlive) return Bad(Member(apath, "fallback"), MaxKeepAliveText());
         }
       } else {
         return Bad(kpath, absl::StrCat("unknown keep-alive policy '", kind, "' (never, job_requested, fixed, adaptive)"));
@@ -714,6 +850,8 @@ class Parser {
   }
 
   std::string base_dir_;
+  absl::Duration horizon_;       // the scenario's
+  bool default_priced_ = false;  // models.default_type has a price: unlisted types are priced
 };
 
 }  // namespace
@@ -725,7 +863,9 @@ absl::StatusOr<Scenario> ParseScenario(std::string_view json, std::string_view b
 absl::StatusOr<Scenario> LoadScenario(const std::string& path) {
   KILN_ASSIGN_OR_RETURN(std::string text, ReadText(path));
   const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
   auto scenario = ParseScenario(text, dir);
   if (!scenario.ok()) {
     return absl::Status(scenario.status().code(), absl::StrCat(path, ": ", std::string(scenario.status().message())));

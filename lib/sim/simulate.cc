@@ -28,6 +28,8 @@ constexpr char kCheckpointPrefix[] = "s3://kiln-sim/checkpoints/";
 constexpr absl::Duration kRetryDelay = absl::Seconds(30);
 // How long after the horizon jobs may still run before the run stops them.
 constexpr absl::Duration kDrainLimit = absl::Hours(24 * 30);
+// The longest TrainingJobName the service accepts.
+constexpr size_t kMaxJobNameLength = 63;
 
 // (Debian's Abseil hashes absl::string_view, not std::string_view.)
 absl::string_view Key(std::string_view s) { return absl::string_view(s.data(), s.size()); }
@@ -60,6 +62,7 @@ struct Job {
   std::string checkpoint_key;
   bool on_spot = false;
   bool migrating = false;
+  bool drain_stopped = false;  // the drain asked the engine to stop it
   int submissions = 1;
   // Followed through every status only under Uniform Progress (the only
   // policy that reads it); otherwise Training and the end alone.
@@ -145,23 +148,9 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
       generators_.back()->Start(*this);
     }
     const absl::Duration chunk = std::max(absl::Minutes(1), scenario_.horizon / 200);
-    bool drained = false;
     while (loop_->pending_events() > 0) {
       loop_->RunUntil(loop_->Now() + chunk);
-      if (!drained && loop_->Now() > horizon_end_ + kDrainLimit) {
-        // Jobs still there long after the horizon wait for capacity that
-        // never comes (e.g. an on-demand capacity of 0): stop them.
-        drained = true;
-        draining_ = true;
-        std::vector<std::string> names;
-        for (const auto& [name, job] : active_) names.emplace_back(name);
-        std::sort(names.begin(), names.end());
-        for (const std::string& name : names) {
-          v1::StopTrainingJobRequest stop;
-          stop.set_training_job_name(name);
-          (void)engine_->StopTrainingJob(stop);
-        }
-      }
+      if (loop_->Now() > horizon_end_ + kDrainLimit) Drain();
       if (options_.progress) {
         options_.progress(std::min(1.0, absl::FDivDuration(loop_->Now() - start_, scenario_.horizon)));
       }
@@ -175,6 +164,16 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
   absl::Time horizon_end() const override { return horizon_end_; }
 
   void Submit(SimJob sim_job, WorkloadGenerator* from, uint64_t tag) override {
+    if (draining_) {
+      // A generator that ignores the horizon: refused, and not told (so that
+      // it cannot keep the run going).
+      ++jobs_;
+      ++rejected_;
+      if (first_error_.empty()) {
+        first_error_ = absl::StrCat(sim_job.name, ": submitted after the run stopped its jobs");
+      }
+      return;
+    }
     JobPtr job = NewJob();
     Job& j = *job;
     j.logical = std::move(sim_job.name);
@@ -323,10 +322,17 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     }
   }
 
-  // A submission the engine refused: counted, and its generator told.
+  // A submission the engine refused: counted, and its generator told. A
+  // first submission counts as rejected; a resubmission (a migration) ends a
+  // job that has run: it counts as failed (and as a deadline miss).
   void Reject(JobPtr job, absl::string_view why) {
-    ++rejected_;
     if (first_error_.empty()) first_error_ = absl::StrCat(job->current, ": ", why);
+    if (job->submissions > 1) {
+      Record(*job, End::kFailed);
+      if (!job->checkpoint_key.empty()) provider_->ForgetCheckpoint(job->checkpoint_key);
+    } else {
+      ++rejected_;
+    }
     if (job->from != nullptr) {
       WorkloadGenerator* from = job->from;
       const uint64_t tag = job->tag;
@@ -454,10 +460,45 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     j.migrating = false;
     j.on_spot = false;
     j.phase = Phase::kWaiting;
-    j.current = absl::StrCat(j.logical, "-m", j.submissions);
+    j.current = MigrationName(j);
     ++j.submissions;
     j.submission_base = j.progress;
     Create(std::move(job));
+  }
+
+  // Past the drain limit: stops every job still there (each once). Jobs
+  // still there long after the horizon wait for capacity that never comes
+  // (e.g. more spot instances than a trace ever has). Called after every
+  // chunk from then on, so a job created meanwhile is stopped too.
+  void Drain() {
+    draining_ = true;
+    std::vector<std::string> names;
+    for (const auto& [name, job] : active_) {
+      if (!job->drain_stopped) names.emplace_back(name);
+    }
+    std::sort(names.begin(), names.end());
+    for (const std::string& name : names) {
+      auto it = active_.find(Key(name));
+      if (it == active_.end()) continue;
+      it->second->drain_stopped = true;
+      v1::StopTrainingJobRequest stop;
+      stop.set_training_job_name(name);
+      (void)engine_->StopTrainingJob(stop);
+    }
+  }
+
+  // The name of `j`'s next submission: "<name>-m<k>" for its k-th
+  // resubmission, the name cut short so that the whole stays within the 63
+  // characters of a TrainingJobName, and "-m<k>-<n>" instead when a job of
+  // the run holds that name (in the engine: running, or not yet deleted).
+  std::string MigrationName(const Job& j) const {
+    for (int n = 0;; ++n) {
+      const std::string suffix = n == 0 ? absl::StrCat("-m", j.submissions)
+                                        : absl::StrCat("-m", j.submissions, "-", n);
+      std::string name =
+          absl::StrCat(j.logical.substr(0, kMaxJobNameLength - suffix.size()), suffix);
+      if (!active_.contains(Key(name)) && !awaiting_delete_.contains(name)) return name;
+    }
   }
 
   void Delete(const std::string& name) {
@@ -617,6 +658,11 @@ absl::StatusOr<SimulationReport> RunScenario(const Scenario& scenario, const Run
   if (scenario.policies.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("scenario '", scenario.name, "' has no policies"));
   }
+  if (scenario.horizon <= absl::ZeroDuration() || scenario.horizon > kMaxSimDuration) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scenario '", scenario.name, "': horizon must be positive and at most ",
+                     absl::ToInt64Hours(kMaxSimDuration) / 24, " days"));
+  }
   SimulationReport report;
   report.scenario = scenario.name;
   report.description = scenario.description;
@@ -660,8 +706,11 @@ absl::StatusOr<SimulationReport> RunScenario(const Scenario& scenario, const Run
   report.best = report.baseline;
   for (size_t i = 0; i < report.results.size(); ++i) {
     const PolicyResult& r = report.results[i];
-    if (r.startup_p90 <= base.startup_p90 && r.deadline_misses <= base.deadline_misses &&
-        r.completed >= base.completed && r.cost < report.results[report.best].cost) {
+    // No startup P90 (no job began training) is worse than any.
+    const bool latency_ok =
+        !base.startup_p90 || (r.startup_p90 && *r.startup_p90 <= *base.startup_p90);
+    if (latency_ok && r.deadline_misses <= base.deadline_misses && r.completed >= base.completed &&
+        r.cost < report.results[report.best].cost) {
       report.best = i;
     }
   }

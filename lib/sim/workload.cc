@@ -81,7 +81,11 @@ class HpoSweep final : public WorkloadGenerator {
     const auto s = static_cast<int32_t>(tag);
     if (static_cast<size_t>(s) >= sweeps_.size() || sweeps_[s].next >= o_.trials) return;
     KeyedRng rng(MixKey(seed_, kGap, tag, static_cast<uint64_t>(++sweeps_[s].ended)));
-    sink_->loop().ScheduleAfter(o_.gap.Sample(rng), [this, s] { SubmitNext(s); });
+    // Nothing is submitted at or after the horizon (the run's drain stops
+    // jobs long after it, and each stop ends a trial here).
+    const absl::Time at = sink_->loop().Now() + o_.gap.Sample(rng);
+    if (at >= sink_->horizon_end()) return;
+    sink_->loop().ScheduleAt(at, [this, s] { SubmitNext(s); });
   }
 
   int64_t ExpectedJobs() const override { return static_cast<int64_t>(o_.sweeps) * o_.trials; }
@@ -231,11 +235,12 @@ absl::Status LineError(size_t line, std::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("job trace line ", line, ": ", std::string(what)));
 }
 
-// A non-negative number of seconds.
+// A non-negative number of seconds, at most kMaxSimDuration.
 absl::StatusOr<absl::Duration> Seconds(const internal::JsonValue& v, size_t line, std::string_view name) {
   auto d = v.AsDouble();
-  if (!d.ok() || !(*d >= 0) || !std::isfinite(*d)) {
-    return LineError(line, absl::StrCat(std::string(name), " must be a non-negative number of seconds"));
+  if (!d.ok() || !(*d >= 0) || !std::isfinite(*d) || absl::Seconds(*d) > kMaxSimDuration) {
+    return LineError(line, absl::StrCat(std::string(name), " must be a number of seconds in [0, ",
+                                        absl::ToInt64Seconds(kMaxSimDuration), "]"));
   }
   return absl::Seconds(*d);
 }
@@ -310,6 +315,7 @@ absl::StatusOr<std::vector<TraceEntry>> ParseJobTrace(std::string_view jsonl) {
       }
     }
     TraceEntry entry;
+    entry.line = static_cast<int64_t>(line_number);
     const internal::JsonValue* arrival = doc->Find("arrival");
     if (arrival == nullptr) return LineError(line_number, "arrival is required");
     auto at = Seconds(*arrival, line_number, "arrival");

@@ -29,6 +29,21 @@ grep -q "<svg " "$tmp/a.html" && ! grep -q "<script" "$tmp/a.html" && ok "report
 [[ "$(wc -l <"$tmp/c8.csv")" == 5 ]] && ! cmp -s "$tmp/c7.csv" "$tmp/c8.csv" && ok "csv; another seed, other numbers" || bad "csv/seed"
 
 "$kiln" simulate "$scenario" --format xml >/dev/null 2>&1; [[ $? == 2 ]] && ok "bad format exits 2" || bad "bad format"
+# Usage errors (exit 2, nothing run): an option without its value; a seed
+# outside [0, INT64_MAX], the range of the scenario file's seed.
+for args in "--format" "--format=" "--report" "--report=" "--seed -1" "--seed=-1" \
+            "--seed 18446744073709551616" "--seed 9223372036854775808" "--seed +5" "--seed=" "--seed 1x"; do
+  # shellcheck disable=SC2086
+  "$kiln" simulate "$scenario" $args >"$tmp/out.txt" 2>"$tmp/err.txt"; rc=$?
+  [[ $rc == 2 && ! -s "$tmp/out.txt" ]] && ok "'$args' is a usage error" \
+    || bad "'$args': exit $rc, $(head -c 200 "$tmp/out.txt") $(cat "$tmp/err.txt")"
+done
+"$kiln" simulate "$scenario" --format csv --seed 9223372036854775807 >"$tmp/max.csv" 2>"$tmp/err.txt" \
+  && [[ "$(wc -l <"$tmp/max.csv")" == 5 ]] && ok "the largest seed runs" || bad "largest seed: $(cat "$tmp/err.txt")"
+printf '{"horizon": "inf", "workloads": [{"kind": "hpo", "job": {"work": "1m"}}], "policies": [{}]}' >"$tmp/inf.json"
+timeout 60 "$kiln" simulate "$tmp/inf.json" >/dev/null 2>"$tmp/err.txt"; [[ $? == 1 ]] \
+  && grep -q "scenario.horizon: a duration must be finite" "$tmp/err.txt" \
+  && ok "an infinite horizon is an error at load" || bad "infinite horizon: $(cat "$tmp/err.txt")"
 "$kiln" simulate >/dev/null 2>&1; [[ $? == 2 ]] && ok "no scenario exits 2" || bad "no scenario"
 "$kiln" simulate "$tmp/missing.json" >/dev/null 2>"$tmp/err.txt"; [[ $? == 1 ]] && grep -q "cannot read" "$tmp/err.txt" \
   && ok "unreadable scenario exits 1" || bad "unreadable scenario: $(cat "$tmp/err.txt")"

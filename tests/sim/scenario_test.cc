@@ -3,11 +3,18 @@
 // same bytes; another seed, other numbers).
 #include "kiln/sim/scenario.h"
 
+#include <stdlib.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -18,6 +25,57 @@ namespace kiln::sim {
 namespace {
 
 std::string Dir() { return KILN_SCENARIOS_DIR; }
+
+// A new directory holding files (name, text), removed with this object.
+class TempFiles {
+ public:
+  using Files = std::vector<std::pair<std::string, std::string>>;  // (name, text)
+  explicit TempFiles(Files files) : files_(std::move(files)) {
+    dir_ = testing::TempDir();
+    if (!dir_.empty() && dir_.back() == '/') dir_.pop_back();
+    dir_ += "/kiln-scenario-XXXXXX";
+    EXPECT_NE(mkdtemp(dir_.data()), nullptr);
+    for (const auto& [name, text] : files_) std::ofstream(dir_ + "/" + name) << text;
+  }
+  ~TempFiles() {
+    for (const auto& [name, text] : files_) std::remove((dir_ + "/" + name).c_str());
+    rmdir(dir_.c_str());
+  }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  Files files_;
+  std::string dir_;
+};
+
+// One job trace line: a valid request for `count` x `type` named `name`,
+// arriving at `arrival` s, with the trace's "sim" members `sim`.
+std::string TraceLine(int arrival, const std::string& name, const std::string& type,
+                      const std::string& sim, int count = 1) {
+  return absl::StrCat(
+      R"({"arrival": )", arrival, R"(, "request": {"TrainingJobName": ")", name,
+      R"(", "RoleArn": "arn:aws:iam::123456789012:role/R", )",
+      R"("AlgorithmSpecification": {"TrainingImage": "img", "TrainingInputMode": "File"}, )",
+      R"("OutputDataConfig": {"S3OutputPath": "s3://bucket/out"}, )",
+      R"("ResourceConfig": {"InstanceType": ")", type, R"(", "InstanceCount": )", count,
+      R"(, "VolumeSizeInGB": 10}, )",
+      R"("StoppingCondition": {"MaxRuntimeInSeconds": 86400}}, "sim": )", sim, "}\n");
+}
+
+// The error ParseScenario gives (empty when it parses).
+std::string ParseError(std::string_view text, std::string_view base_dir = "") {
+  return std::string(ParseScenario(text, base_dir).status().message());
+}
+
+// A scenario of one HPO sweep whose job template is `job` (members of the
+// template), under the policies `policies`, with `models` and `horizon`.
+std::string HpoScenario(const std::string& job, const std::string& policies = R"([{}])",
+                        const std::string& models = "{}", const std::string& horizon = R"("1h")") {
+  return absl::StrCat(
+      R"({"horizon": )", horizon, R"(, "models": )", models,
+      R"(, "workloads": [{"kind": "hpo", "name": "h", "trials": 2, "parallelism": 1, "job": )", job,
+      R"(}], "policies": )", policies, "}");
+}
 
 constexpr char kSmall[] = R"({
   "name": "small",
@@ -156,12 +214,14 @@ TEST(ScenarioRunTest, BestIsTheCheapestPolicyNoWorseThanTheBaseline) {
   EXPECT_EQ(never.warm_retained_instance_hours, 0);
 }
 
+// (Spot-eligible jobs: on-demand-only ones that can never start are an
+// error at load; these could start on spot, but the policy is on-demand.)
 TEST(ScenarioRunTest, JobsThatCanNeverStartAreStoppedLongAfterTheHorizon) {
   auto s = ParseScenario(R"({
     "horizon": "1h",
     "models": {"instance_types": {"ml.m5.xlarge": {"capacity": 0}}},
     "workloads": [{"kind": "nightly", "cities": 3, "days": 1, "at": "0s",
-                   "job": {"instance_type": "ml.m5.xlarge", "work": "10m", "spot_eligible": false}}],
+                   "job": {"instance_type": "ml.m5.xlarge", "work": "10m", "spot_eligible": true}}],
     "policies": [{}]})", "");
   ASSERT_TRUE(s.ok()) << s.status();
   const SimulationReport r = RunScenario(*s).value();
@@ -259,6 +319,376 @@ TEST(ScenarioRunTest, PipeJobsAreNoFasterThanTheirStream) {
     EXPECT_EQ(nine.outcomes[i].startup, one.outcomes[i].startup);
     EXPECT_EQ(nine.outcomes[i].duration - one.outcomes[i].duration, absl::Seconds(300)) << nine.outcomes[i].name;
   }
+}
+
+// A sweep submits nothing at or after the horizon: one 30-minute trial of a
+// 10-minute horizon, not the twenty the sweep would otherwise run after it.
+TEST(ScenarioRunTest, AnHpoSweepSubmitsNothingAtOrAfterTheHorizon) {
+  auto s = ParseScenario(R"({"horizon": "10m",
+    "workloads": [{"kind": "hpo", "name": "h", "trials": 20, "parallelism": 1,
+                   "job": {"instance_type": "ml.g5.xlarge", "work": "30m"}}],
+    "policies": [{}]})", "");
+  ASSERT_TRUE(s.ok()) << s.status();
+  const PolicyResult r = RunScenario(*s).value().results[0];
+  EXPECT_EQ(r.jobs, 1);
+  EXPECT_EQ(r.completed, 1);
+}
+
+// Trials that wait for capacity that never comes (on-demand capacity 0 under
+// an on-demand policy) are stopped long after the horizon, and the stopped
+// trial does not make the sweep submit the next one: the run ends. (Without
+// the horizon check the run never ends.)
+TEST(ScenarioRunTest, ASweepWhoseTrialsNeverStartEndsAfterTheDrain) {
+  auto s = ParseScenario(R"({"horizon": "1h",
+    "models": {"instance_types": {"ml.g5.xlarge": {"capacity": 0}}},
+    "workloads": [{"kind": "hpo", "name": "h", "trials": 3, "parallelism": 1,
+                   "job": {"instance_type": "ml.g5.xlarge", "work": "10m", "spot_eligible": true}}],
+    "policies": [{"spot": "on_demand"}]})", "");
+  ASSERT_TRUE(s.ok()) << s.status();
+  const PolicyResult r = RunScenario(*s).value().results[0];
+  EXPECT_EQ(r.jobs, 1);
+  EXPECT_EQ(r.stopped, 1);
+  EXPECT_EQ(r.started, 0);
+}
+
+// A job needing more instances of a type than the type could ever give it
+// is an error at load, naming the member.
+TEST(ScenarioParseTest, AJobThatCouldNeverStartIsAnError) {
+  const std::string capacity2 =
+      R"({"instance_types": {"ml.g5.xlarge": {"capacity": 2, "spot_capacity": 3}}})";
+  auto error = [&](int count, bool spot_eligible) {
+    return ParseError(HpoScenario(
+        absl::StrCat(R"({"instance_type": "ml.g5.xlarge", "work": "10m", "instance_count": )",
+                     count, R"(, "spot_eligible": )", spot_eligible ? "true" : "false", "}"),
+        "[{}]", capacity2));
+  };
+  EXPECT_TRUE(absl::StrContains(error(4, false),
+                                "scenario.workloads[0].job.instance_count: needs 4 x ml.g5.xlarge, "
+                                "more than the type's on-demand capacity (2)"))
+      << error(4, false);
+  EXPECT_EQ(error(2, false), "");
+  // On spot it could start if the market has the instances.
+  EXPECT_TRUE(absl::StrContains(error(4, true), "and than its spot market ever has (3)"))
+      << error(4, true);
+  EXPECT_EQ(error(3, true), "");
+  // A trace's job too, by its line.
+  const TempFiles files(TempFiles::Files{
+      {"t.jsonl", absl::StrCat(TraceLine(0, "a", "ml.g5.xlarge", "{}"),
+                               TraceLine(5, "b", "ml.g5.xlarge", "{}", 3))}});
+  const std::string& dir = files.dir();
+  const std::string trace_error = ParseError(
+      absl::StrCat(R"({"models": )", capacity2,
+                   R"(, "workloads": [{"kind": "trace", "file": "t.jsonl"}], "policies": [{}]})"),
+      dir);
+  EXPECT_TRUE(absl::StrContains(trace_error, "scenario.workloads[0].file: ")) << trace_error;
+  EXPECT_TRUE(absl::StrContains(trace_error,
+                                "t.jsonl: job trace line 2: job 'b': needs 3 x ml.g5.xlarge"))
+      << trace_error;
+}
+
+// The adaptive keep-alive's histogram is allocated per cluster shape: its
+// bin count is bounded at load (an infinite range, or 1-ns bins over a week,
+// used to abort the run).
+TEST(ScenarioParseTest, AdaptiveHistogramBinsAreBounded) {
+  const std::string job = R"({"work": "10m"})";
+  EXPECT_TRUE(absl::StrContains(
+      ParseError(HpoScenario(job, R"([{"keep_alive": {"adaptive": {"range": "inf"}}}])")),
+      "scenario.policies[0].keep_alive.adaptive.range: a duration must be finite"));
+  const std::string tiny = ParseError(
+      HpoScenario(job, R"([{"keep_alive": {"adaptive": {"bin_width": "1ns", "range": "7d"}}}])"));
+  EXPECT_TRUE(absl::StrContains(tiny,
+                                "scenario.policies[0].keep_alive.adaptive: range / bin_width is "
+                                "604800000000000 histogram bins; at most 10000"))
+      << tiny;
+  EXPECT_EQ(ParseError(HpoScenario(
+                job, R"([{"keep_alive": {"adaptive": {"bin_width": "1m", "range": "6h"}}}])")),
+            "");
+}
+
+// Durations are finite and at most 3650 days, so the virtual clock (int64
+// nanoseconds, to the year 2262) never overflows; keep-alives are at most
+// the engine's 6 hours.
+TEST(ScenarioParseTest, DurationsAreFiniteAndBounded) {
+  const std::string job = R"({"work": "10m"})";
+  for (const char* horizon :
+       {R"("inf")", R"("infd")", "1e300", R"("1e300d")", R"("100000d")", R"("3651d")"}) {
+    EXPECT_TRUE(absl::StrContains(ParseError(HpoScenario(job, "[{}]", "{}", horizon)),
+                                  "scenario.horizon: a duration must be finite and at most 3650d"))
+        << horizon << ": " << ParseError(HpoScenario(job, "[{}]", "{}", horizon));
+  }
+  EXPECT_EQ(ParseError(HpoScenario(job, "[{}]", "{}", R"("3650d")")), "");
+  EXPECT_TRUE(absl::StrContains(
+      ParseError(
+          R"({"workloads": [{"kind": "hpo", "gap": "100000d", "job": {"work": "1m"}}],
+              "policies": [{}]})"),
+      "scenario.workloads[0].gap: a duration must be finite"));
+  EXPECT_TRUE(absl::StrContains(
+      ParseError(HpoScenario(job, R"([{"spot": {"spot": {"checkpoint_every": "inf"}}}])")),
+      "scenario.policies[0].spot.spot.checkpoint_every: a duration must be finite"));
+  EXPECT_TRUE(absl::StrContains(
+      ParseError(HpoScenario(R"({"work": {"median": "1000d", "sigma": 0.5, "max_factor": 10}})")),
+      "scenario.workloads[0].job.work: median x max_factor (the longest draw) must be at most "
+      "3650d"));
+  EXPECT_TRUE(absl::StrContains(
+      ParseError(HpoScenario(job, R"([{"keep_alive": {"fixed": ["1h", "7h"]}}])")),
+      "scenario.policies[0].keep_alive.fixed[1]: at most 21600 s (6 h)"));
+  EXPECT_EQ(ParseError(HpoScenario(job, R"([{"keep_alive": {"fixed": "6h"}}])")), "");
+  EXPECT_TRUE(absl::StrContains(
+      ParseError(HpoScenario(job, R"([{"keep_alive": {"adaptive": {"fallback": "7h"}}}])")),
+      "scenario.policies[0].keep_alive.adaptive.fallback: at most 21600 s (6 h)"));
+}
+
+// RunScenario checks the horizon of a scenario built in code too.
+TEST(ScenarioRunTest, RunScenarioRefusesAHorizonBeyondTheBound) {
+  auto s = ParseScenario(HpoScenario(R"({"work": "10m"})"), "");
+  ASSERT_TRUE(s.ok()) << s.status();
+  s->horizon = absl::Hours(24 * 3651);
+  auto r = RunScenario(*s);
+  EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << r.status();
+}
+
+// Uniform Progress moves a spot job that waits past its safety point to
+// on-demand under a new name. With a 62-character name, "<name>-m1" would be
+// 65 characters, which the service refuses; and a trace may already use
+// "<name>-m1". Either way the job is still counted to its end.
+TEST(ScenarioRunTest, AMigratedJobIsCountedToItsEndWhateverItsName) {
+  const std::string long_name(62, 'j');
+  const std::string spot = R"({"work": 1800, "deadline": 3600, "spot_eligible": true})";
+  const TempFiles files(TempFiles::Files{
+      {"zeros.json", R"({"metadata": {"gap_seconds": 300}, "data": [0, 0, 0]})"},
+      {"t.jsonl", absl::StrCat(TraceLine(10, long_name, "ml.p3.2xlarge", spot),
+                               TraceLine(20, "a", "ml.p3.2xlarge", spot),
+                               TraceLine(30, "a-m1", "ml.m5.xlarge", R"({"work": 3000})"))}});
+  const std::string& dir = files.dir();
+  auto s = ParseScenario(R"({"horizon": "1h",
+    "models": {"node_failures": false,
+               "instance_types": {"ml.p3.2xlarge": {"spot": {"trace": "zeros.json"}}}},
+    "workloads": [{"kind": "trace", "file": "t.jsonl"}],
+    "policies": [{"spot": "on_demand"},
+                 {"spot": {"uniform_progress": {"checkpoint_every": "10m"}}}]})",
+                         dir);
+  ASSERT_TRUE(s.ok()) << s.status();
+  PolicyRunOptions o;
+  o.keep_outcomes = true;
+  for (const PolicySpec& policy : s->policies) {
+    const PolicyResult r = RunPolicy(*s, policy, o);
+    EXPECT_EQ(r.jobs, 3) << policy.name;
+    EXPECT_EQ(r.completed, 3) << policy.name << ": " << r.first_error;
+    EXPECT_EQ(r.rejected, 0) << policy.name << ": " << r.first_error;
+    EXPECT_EQ(r.deadline_jobs, 2) << policy.name;
+    EXPECT_EQ(r.outcomes.size(), 3u) << policy.name;
+  }
+  EXPECT_EQ(RunPolicy(*s, s->policies[1]).migrations, 2);
+}
+
+// A resubmission the engine refuses ends the job: failed, and a deadline
+// miss, not lost from the counts. (The request is valid on spot only: its
+// KeepAlivePeriodInSeconds, which the spot variant drops, is not allowed
+// with InstanceGroups. A scenario file refuses it at load; a trace replayed
+// through the API is not checked.)
+TEST(ScenarioRunTest, ARefusedResubmissionEndsTheJobAsFailedAndLate) {
+  std::string line = absl::StrCat(
+      R"({"arrival": 10, "request": {"TrainingJobName": "g", )",
+      R"("RoleArn": "arn:aws:iam::123456789012:role/R", )",
+      R"("AlgorithmSpecification": {"TrainingImage": "img", "TrainingInputMode": "File"}, )",
+      R"("OutputDataConfig": {"S3OutputPath": "s3://bucket/out"}, )",
+      R"("ResourceConfig": {"InstanceGroups": [{"InstanceGroupName": "g1", )",
+      R"("InstanceType": "ml.p3.2xlarge", )",
+      R"("InstanceCount": 1}], "VolumeSizeInGB": 10, "KeepAlivePeriodInSeconds": 600}, )",
+      R"("StoppingCondition": {"MaxRuntimeInSeconds": 86400}}, )",
+      R"("sim": {"work": 1800, "deadline": 3600, "spot_eligible": true}})", "\n");
+  auto entries = ParseJobTrace(line);
+  ASSERT_TRUE(entries.ok()) << entries.status();
+  Scenario s;
+  s.horizon = absl::Hours(1);
+  SimModels models = DefaultModels();
+  models.failures.enabled = false;
+  SpotMarket& market = models.types["ml.p3.2xlarge"].spot;
+  market.kind = SpotMarket::Kind::kTrace;
+  market.trace.gap = absl::Minutes(5);
+  market.trace.available = {0};
+  s.models = std::make_shared<SimModels>(models);
+  s.workloads.push_back(
+      {"trace", "trace", true, [e = *entries](uint64_t) { return NewTraceReplay(e); }});
+  PolicySpec policy;
+  policy.spot.kind = SpotChoice::Kind::kUniformProgress;
+  const PolicyResult r = RunPolicy(s, policy);
+  EXPECT_EQ(r.jobs, 1);
+  EXPECT_EQ(r.migrations, 1);
+  EXPECT_EQ(r.rejected, 0);
+  EXPECT_EQ(r.failed, 1);
+  EXPECT_EQ(r.deadline_jobs, 1);
+  EXPECT_EQ(r.deadline_misses, 1);
+  EXPECT_TRUE(absl::StartsWith(r.first_error, "g-m1: ")) << r.first_error;
+}
+
+// Every instance type a job uses needs a price, the types of its
+// InstanceGroups too.
+TEST(ScenarioParseTest, EveryInstanceGroupNeedsAPrice) {
+  const std::string groups =
+      R"({"InstanceGroups": [
+            {"InstanceGroupName": "g1", "InstanceType": "ml.m5.xlarge", "InstanceCount": 1},
+            {"InstanceGroupName": "g2", "InstanceType": "ml.r5.24xlarge", "InstanceCount": 2}],
+          "VolumeSizeInGB": 10})";
+  const std::string request = absl::StrCat(
+      R"({"RoleArn": "arn:aws:iam::123456789012:role/R",
+          "AlgorithmSpecification": {"TrainingImage": "img", "TrainingInputMode": "File"},
+          "OutputDataConfig": {"S3OutputPath": "s3://bucket/out"}, "ResourceConfig": )", groups,
+      R"(, "StoppingCondition": {"MaxRuntimeInSeconds": 3600}})");
+  EXPECT_TRUE(absl::StrContains(
+      ParseError(HpoScenario(absl::StrCat(R"({"work": "10m", "request": )", request, "}"))),
+      "scenario.workloads[0].job.request: no price for instance type 'ml.r5.24xlarge'"));
+  std::string line =
+      absl::StrCat(R"({"arrival": 10, "request": )", request.substr(0, request.size() - 1),
+                   R"(, "TrainingJobName": "g"}})");
+  std::replace(line.begin(), line.end(), '\n', ' ');  // one line
+  line += "\n";
+  const TempFiles files(TempFiles::Files{{"t.jsonl", line}});
+  const std::string& dir = files.dir();
+  const std::string error = ParseError(
+      R"({"workloads": [{"kind": "trace", "file": "t.jsonl"}], "policies": [{}]})", dir);
+  EXPECT_TRUE(absl::StrContains(
+      error, "job trace line 1: job 'g': no price for instance type 'ml.r5.24xlarge'"))
+      << error;
+}
+
+// models.default_type with a price of its own covers the types not listed
+// (the README's promise); without one, such a type is an error.
+TEST(ScenarioParseTest, APricedDefaultTypeCoversTypesNotListed) {
+  const std::string job = R"({"instance_type": "ml.r5.xlarge", "work": "1h"})";
+  EXPECT_TRUE(
+      absl::StrContains(ParseError(HpoScenario(job)), "no price for instance type 'ml.r5.xlarge'"));
+  const std::string priced =
+      R"({"node_failures": false, "default_type": {"on_demand_per_hour": 2.5}})";
+  auto s = ParseScenario(HpoScenario(job, "[{}]", priced), "");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->models->Type("ml.r5.xlarge").on_demand_per_hour, 2.5);
+  const PolicyResult r = RunScenario(*s).value().results[0];
+  EXPECT_EQ(r.completed, 1);
+  EXPECT_NEAR(r.cost, 2.5 * r.billable_instance_hours, 1e-6);
+  // A type listed without a price takes the default's.
+  const std::string listed = R"({"default_type": {"on_demand_per_hour": 2.5},
+                                 "instance_types": {"ml.r5.xlarge": {"capacity": 3}}})";
+  EXPECT_EQ(ParseError(HpoScenario(job, "[{}]", listed)), "");
+}
+
+// A trace's requests are validated at load, as a template's are, and the
+// error names the file and the line.
+TEST(ScenarioParseTest, TraceRequestsAreValidatedAtLoad) {
+  std::string bad = TraceLine(20, "b", "ml.m5.xlarge", "{}");
+  bad.replace(bad.find("arn:aws:iam::123456789012:role/R"), 32, "x");
+  const TempFiles files(TempFiles::Files{
+      {"t.jsonl", absl::StrCat(TraceLine(10, "a", "ml.m5.xlarge", "{}"), bad)}});
+  const std::string& dir = files.dir();
+  const std::string error = ParseError(
+      R"({"workloads": [{"kind": "trace", "file": "t.jsonl"}], "policies": [{}]})", dir);
+  EXPECT_TRUE(absl::StrContains(error, "scenario.workloads[0].file: ")) << error;
+  EXPECT_TRUE(
+      absl::StrContains(error, "t.jsonl: job trace line 2: job 'b': the request is not valid: "))
+      << error;
+  EXPECT_TRUE(absl::StrContains(error, "roleArn")) << error;
+}
+
+// A trace that gives the run no job (empty, or every arrival at or after the
+// horizon) is an error.
+TEST(ScenarioParseTest, ATraceWithNoJobBeforeTheHorizonIsAnError) {
+  const TempFiles files(TempFiles::Files{
+      {"empty.jsonl", "\n"},
+      {"late.jsonl", TraceLine(3600, "a", "ml.m5.xlarge", "{}")},
+      {"ok.jsonl", TraceLine(3599, "a", "ml.m5.xlarge", "{}")}});
+  const std::string& dir = files.dir();
+  auto scenario = [](const std::string& file) {
+    return absl::StrCat(R"({"horizon": "1h", "workloads": [{"kind": "trace", "file": ")", file,
+                        R"("}], "policies": [{}]})");
+  };
+  EXPECT_TRUE(absl::StrContains(ParseError(scenario("empty.jsonl"), dir), "empty.jsonl: no jobs"));
+  EXPECT_TRUE(
+      absl::StrContains(ParseError(scenario("late.jsonl"), dir),
+                        "late.jsonl: no job arrives before the horizon (3600 s); the first arrives "
+                        "at 3600 s"))
+      << ParseError(scenario("late.jsonl"), dir);
+  EXPECT_EQ(ParseError(scenario("ok.jsonl"), dir), "");
+}
+
+// Policies without options take none: a body with members is an error.
+TEST(ScenarioParseTest, PoliciesWithoutOptionsRefuseMembers) {
+  const std::string job = R"({"work": "10m"})";
+  EXPECT_TRUE(absl::StrContains(
+      ParseError(HpoScenario(job, R"([{"spot": {"on_demand": {"checkpoint_every": "bogus"}}}])")),
+      "scenario.policies[0].spot.on_demand.checkpoint_every: unknown member"));
+  EXPECT_TRUE(
+      absl::StrContains(ParseError(HpoScenario(job, R"([{"keep_alive": {"never": {"typo": 1}}}])")),
+                        "scenario.policies[0].keep_alive.never.typo: unknown member"));
+  EXPECT_TRUE(absl::StrContains(
+      ParseError(HpoScenario(job, R"([{"keep_alive": {"job_requested": "10m"}}])")),
+      "scenario.policies[0].keep_alive.job_requested: this policy takes no options"));
+  EXPECT_EQ(ParseError(HpoScenario(
+                job, R"([{"keep_alive": {"never": {}}}, {"spot": {"on_demand": {}}}])")),
+            "");
+}
+
+// Under a policy where no job began training there is no startup latency:
+// "-" in the table, null in JSON, empty in CSV; and such a policy is not
+// the best, however cheap (here: every job fails with an algorithm error
+// on-demand, and never starts on spot, so both complete none).
+TEST(ScenarioFormatTest, APolicyWhereNoJobStartedHasNoStartupLatency) {
+  const TempFiles files(
+      TempFiles::Files{{"zeros.json", R"({"metadata": {"gap_seconds": 300}, "data": [0]})"}});
+  const std::string& dir = files.dir();
+  auto s = ParseScenario(R"({"horizon": "1h",
+    "models": {"node_failures": false,
+               "instance_types": {"ml.p3.2xlarge": {"spot": {"trace": "zeros.json"}}}},
+    "workloads": [{"kind": "nightly", "cities": 2, "days": 1, "at": "0s",
+                   "job": {"instance_type": "ml.p3.2xlarge", "work": "10m",
+                           "algorithm_error_rate": 1}}],
+    "policies": [{"spot": "on_demand"}, {"spot": "spot"}]})",
+                         dir);
+  ASSERT_TRUE(s.ok()) << s.status();
+  RunOptions o;
+  o.slack_sweep = false;
+  const SimulationReport r = RunScenario(*s, o).value();
+  ASSERT_EQ(r.results.size(), 2u);
+  EXPECT_EQ(r.results[1].started, 0);
+  EXPECT_EQ(r.results[0].completed, r.results[1].completed);
+  EXPECT_LT(r.results[1].cost, r.results[0].cost);
+  EXPECT_EQ(r.best, 0u);  // not the policy that started nothing
+  const std::string table = FormatTable(r), json = FormatJson(r), csv = FormatCsv(r);
+  const std::vector<std::string> rows = absl::StrSplit(table, '\n');
+  ASSERT_GE(rows.size(), 4u);
+  const std::vector<std::string> cells = absl::StrSplit(rows[3], ' ', absl::SkipEmpty());
+  ASSERT_EQ(cells.size(), 14u) << rows[3];  // the policy's name is two
+  EXPECT_EQ(cells[8], "-");
+  EXPECT_EQ(cells[9], "-");
+  EXPECT_EQ(cells[10], "-");
+  EXPECT_TRUE(absl::StrContains(json, R"("startup_p50_seconds": null)")) << json;
+  EXPECT_TRUE(absl::StrContains(json, R"("startup_p99_seconds": null)")) << json;
+  const std::vector<std::string> lines = absl::StrSplit(csv, '\n');
+  const std::vector<std::string> fields = absl::StrSplit(lines[2], ',');
+  ASSERT_EQ(fields.size(), 22u) << lines[2];
+  EXPECT_EQ(fields[13], "");
+  EXPECT_EQ(fields[14], "");
+  EXPECT_EQ(fields[15], "");
+}
+
+// JSON numbers are written with a fixed number of decimals (not a rounded
+// double's 4.0200000000000005), and a CSV field holding \r is quoted.
+TEST(ScenarioFormatTest, JsonHasFixedDecimalsAndCsvQuotesCarriageReturns) {
+  SimulationReport r;
+  r.scenario = "s";
+  PolicyResult p;
+  p.policy = "a\rb";
+  p.cost = 4.02;
+  p.billable_instance_hours = 2.966;
+  p.startup_p50 = 118.3;
+  p.startup_p90 = 143.9;
+  p.startup_p99 = 143.9;
+  r.results.push_back(p);
+  const std::string json = FormatJson(r);
+  EXPECT_TRUE(absl::StrContains(json, R"("cost": 4.02,)")) << json;
+  EXPECT_TRUE(absl::StrContains(json, R"("billable_instance_hours": 2.966,)")) << json;
+  EXPECT_TRUE(absl::StrContains(json, R"("startup_p50_seconds": 118.3,)")) << json;
+  EXPECT_TRUE(absl::StrContains(json, R"("warm_hit_rate": 0.0000,)")) << json;
+  EXPECT_TRUE(absl::StrContains(FormatCsv(r), "\n\"a\rb\",")) << FormatCsv(r);
 }
 
 TEST(ScenarioFormatTest, TableCsvJsonAndHtmlCarryEveryPolicy) {

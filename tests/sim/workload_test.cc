@@ -82,6 +82,21 @@ TEST(HpoSweepTest, RunsEveryTrialWithAtMostParallelismAtOnce) {
   EXPECT_LT(at.at("hpo-0-4"), absl::Minutes(12));
 }
 
+// Trials that would come at or after the horizon are not submitted: a
+// 30-minute trial at a time, a 45-minute horizon, two trials of twenty.
+TEST(HpoSweepTest, SubmitsNoTrialAtOrAfterTheHorizon) {
+  FakeSink sink(absl::Minutes(30), absl::Minutes(45));
+  HpoSweepOptions o;
+  o.job = Template();
+  o.trials = 20;
+  o.parallelism = 1;
+  auto g = NewHpoSweep(o, 1);
+  g->Start(sink);
+  sink.loop().RunUntilIdle();
+  ASSERT_EQ(sink.submissions.size(), 2u);
+  for (const auto& s : sink.submissions) EXPECT_LT(s.at, absl::Minutes(45)) << s.name;
+}
+
 TEST(HpoSweepTest, AJobIsTheSameWhateverTheOrderOfEvents) {
   HpoSweepOptions o;
   o.job = Template();
@@ -185,6 +200,11 @@ TEST(JobTraceTest, ErrorsNameTheLineAndTheProblem) {
                                 "line 1: request: "));
   EXPECT_TRUE(absl::StrContains(ParseJobTrace("{\"arrival\": 1, \"x\": 2}").status().message(), "unknown member 'x'"));
   EXPECT_TRUE(absl::StrContains(ParseJobTrace("not json").status().message(), "line 1:"));
+}
+
+TEST(JobTraceTest, DurationsAreAtMostTenYears) {
+  EXPECT_TRUE(absl::StrContains(ParseJobTrace("{\"arrival\": 1e300}").status().message(),
+                                "line 1: arrival must be a number of seconds in [0, 315360000]"));
 }
 
 }  // namespace

@@ -57,7 +57,8 @@ struct Scenario {
   std::string description;
   uint64_t seed = 1;
   // Workloads submit jobs during [start, start + horizon); the run goes on
-  // until they have ended.
+  // until they have ended (jobs still there 30 days after the horizon are
+  // stopped). At most kMaxSimDuration.
   absl::Duration horizon = absl::Hours(24);
   std::shared_ptr<const SimModels> models = std::make_shared<SimModels>(DefaultModels());
   std::vector<WorkloadSpec> workloads;
@@ -70,13 +71,19 @@ struct Scenario {
 };
 
 // Parses a scenario file's text. Relative file names in it (spot traces,
-// job traces) are resolved against `base_dir`.
+// job traces) are resolved against `base_dir` (empty: as given). Everything
+// a run would trip on is checked here: durations are finite and at most
+// kMaxSimDuration; every job (template or trace line) makes a valid request
+// whose instance types have a price and enough capacity to ever start; a job
+// trace has a job arriving before the horizon.
 // Errors: InvalidArgument naming the member and the problem (e.g.
-// "scenario.workloads[1].job.instance_count: expected a positive integer");
-// NotFound/InvalidArgument for a trace file that cannot be read or parsed.
+// "scenario.workloads[1].job.instance_count: expected a positive integer";
+// a trace's errors name its file and line); NotFound/InvalidArgument for a
+// trace file that cannot be read or parsed.
 absl::StatusOr<Scenario> ParseScenario(std::string_view json, std::string_view base_dir);
 
-// Reads and parses a scenario file (base directory: the file's).
+// Reads and parses a scenario file (base directory: the file's, "/" for a
+// file in the root).
 absl::StatusOr<Scenario> LoadScenario(const std::string& path);
 
 // How one job ended, when PolicyRunOptions::keep_outcomes is set.
@@ -97,11 +104,12 @@ struct PolicyResult {
   std::optional<absl::Duration> fixed_keep_alive;  // for Fixed(T)
   bool uses_spot = false;
 
+  // jobs = completed + failed + stopped + rejected.
   int64_t jobs = 0;  // submitted (a resubmission is the same job)
   int64_t completed = 0;
-  int64_t failed = 0;
+  int64_t failed = 0;  // including jobs whose resubmission was refused
   int64_t stopped = 0;
-  int64_t rejected = 0;     // CreateTrainingJob refused them
+  int64_t rejected = 0;     // CreateTrainingJob refused their first submission
   std::string first_error;  // the first refusal's message
 
   double cost = 0;  // dollars
@@ -111,8 +119,9 @@ struct PolicyResult {
   int64_t started = 0;    // jobs that began training
   int64_t warm_hits = 0;  // of which on a cluster reused from a warm pool
   double warm_hit_rate = 0;
-  // Startup (arrival until training first began), seconds, nearest rank.
-  double startup_p50 = 0, startup_p90 = 0, startup_p99 = 0;
+  // Startup (arrival until training first began), seconds, nearest rank;
+  // absent when no job began training.
+  std::optional<double> startup_p50, startup_p90, startup_p99;
   int64_t spot_interruptions = 0;
   int64_t node_failures = 0;
   int64_t migrations = 0;  // Uniform Progress: resubmissions on on-demand
@@ -137,6 +146,7 @@ struct PolicyRunOptions {
 };
 
 // Runs one policy of the scenario through the engine.
+// REQUIRES: 0 < scenario.horizon <= kMaxSimDuration (RunScenario checks it).
 PolicyResult RunPolicy(const Scenario& scenario, const PolicySpec& policy,
                        const PolicyRunOptions& options = {});
 
@@ -158,8 +168,10 @@ struct SimulationReport {
   absl::Duration horizon;
   std::vector<PolicyResult> results;  // in the scenario's order
   size_t baseline = 0;
-  // The cheapest policy with startup P90, deadline misses and failures no
-  // worse than the baseline's (the baseline itself when none is cheaper).
+  // The cheapest policy with startup P90, deadline misses and completions no
+  // worse than the baseline's (the baseline itself when none is cheaper). A
+  // policy under which no job began training has no P90, which is worse
+  // than any.
   size_t best = 0;
   std::vector<SlackPoint> slack;
 };
@@ -172,8 +184,8 @@ struct RunOptions {
 };
 
 // Runs every policy (and the slack sweep). Errors: InvalidArgument for a
-// scenario without workloads or policies, or with a baseline that names no
-// policy.
+// scenario without workloads or policies, with a horizon not in
+// (0, kMaxSimDuration], or with a baseline that names no policy.
 absl::StatusOr<SimulationReport> RunScenario(const Scenario& scenario, const RunOptions& options = {});
 
 // The report as a fixed-width table (one row per policy, then the best

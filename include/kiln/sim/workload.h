@@ -38,6 +38,13 @@
 
 namespace kiln::sim {
 
+// The longest duration a scenario file or a job trace may give (3650 days,
+// about 10 years). A virtual loop counts int64 nanoseconds from the Unix
+// epoch (up to the year 2262) and starts in 2026: with every input duration
+// this short, the start plus the horizon plus everything a run derives from
+// them (the drain, a job's stages, a tuner's gap) stays far inside that range.
+inline constexpr absl::Duration kMaxSimDuration = absl::Hours(24 * 3650);
+
 // What the simulation needs to know about a job beyond its request.
 struct SimJobAttributes {
   // Run time without interruptions (the job's work).
@@ -131,8 +138,10 @@ struct HpoSweepOptions {
 };
 // An HPO tuner: `sweeps` sweeps, `every` apart; each submits `trials` jobs,
 // at most `parallelism` running at once, the next one `gap` after a trial
-// ends. The jobs and every draw depend on the seed alone; when they are
-// submitted, also on when trials end.
+// ends. Like every generator, it submits nothing at or after the sink's
+// horizon_end(): a sweep still short of `trials` then stops there. The jobs
+// and every draw depend on the seed alone; when they are submitted, also on
+// when trials end.
 std::unique_ptr<WorkloadGenerator> NewHpoSweep(HpoSweepOptions options, uint64_t seed);
 
 struct NightlyBatchOptions {
@@ -166,6 +175,7 @@ std::unique_ptr<WorkloadGenerator> NewInteractive(InteractiveOptions options, ui
 struct TraceEntry {
   absl::Duration arrival;  // after the sink's start
   SimJob job;
+  int64_t line = 0;  // its line in the text ParseJobTrace read (from 1)
 };
 
 // Parses JSON Lines, one job per line (blank lines skipped):
@@ -174,9 +184,12 @@ struct TraceEntry {
 //            "data_bytes": 2000000000, "epochs": 1, "deadline": 7200, "spot_eligible": true,
 //            "exit_code": 0, "upload": 5}}
 // `arrival` is seconds after the start; "sim" and each of its members are
-// optional (defaults of SimJobAttributes). The request is read with
-// kiln::ParseJson; it must name the job. Entries are returned sorted by
-// arrival (ties keep file order).
+// optional (defaults of SimJobAttributes). Every duration (arrival, work,
+// checkpoint_every, deadline, upload) is at most kMaxSimDuration. The request
+// is read with kiln::ParseJson; it must name the job, and is not validated
+// otherwise (a replay shows how the engine refuses invalid requests;
+// kiln::sim::ParseScenario validates them at load). Entries are returned
+// sorted by arrival (ties keep file order).
 // Errors: InvalidArgument naming the line and the problem.
 absl::StatusOr<std::vector<TraceEntry>> ParseJobTrace(std::string_view jsonl);
 
