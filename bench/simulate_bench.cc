@@ -4,7 +4,7 @@
 //
 // The mix (for N jobs; N = 1,000,000 is the target):
 // - HPO: 0.7 N trials in sweeps of 100 (10 at once), one sweep starting every
-//   30 days / (0.7 N / 100); 1 x ml.g5.xlarge, FastFile, KeepAlive 5 min
+//   (30 days - 6 h) / (0.7 N / 100); 1 x ml.g5.xlarge, FastFile, KeepAlive 5 min
 //   (JobRequested warm pools), work lognormal median 10 min;
 // - nightly: 0.3 N / 30 cities a day, arrivals over 4 h; 1 x ml.p3.2xlarge,
 //   File, spot with checkpoints every 10 min on a Poisson market (0.1
@@ -119,7 +119,9 @@ kiln::sim::Scenario Mix(int64_t jobs, int32_t days) {
   hpo.trials = 100;
   hpo.parallelism = 10;
   hpo.sweeps = static_cast<int32_t>(jobs * 7 / 10 / hpo.trials);
-  hpo.every = s.horizon / hpo.sweeps;
+  // A workload submits nothing at or after the horizon, and a sweep takes 2-4 h (ten rounds of
+  // ten trials): the last one starts 6 h before the end, so that every trial is submitted.
+  hpo.every = (s.horizon - absl::Hours(6)) / hpo.sweeps;
   hpo.job.request = DefaultRequest("ml.g5.xlarge", 1, "FastFile", 300);
   hpo.job.work = {absl::Minutes(10), 0.5, 10};
   s.workloads.push_back({"hpo", "hpo", false, [hpo](uint64_t seed) { return kiln::sim::NewHpoSweep(hpo, seed); }});
