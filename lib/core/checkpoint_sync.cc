@@ -89,41 +89,18 @@ bool HasTempSegment(std::string_view key) {
   }
 }
 
-// Owns a file descriptor.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) {
-      if (fd_ >= 0) ::close(fd_);
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
+using internal::UniqueFd;
 
 constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
 
 // Opens the checkpoint directory (made when missing, with `create`): as
 // named without a trusted root; with one, walked down from it one component
 // at a time, never through a symbolic link.
-absl::StatusOr<Fd> OpenLocalDir(const std::string& local_dir, const std::string& trusted_root,
-                                bool create) {
+absl::StatusOr<UniqueFd> OpenLocalDir(const std::string& local_dir,
+                                      const std::string& trusted_root, bool create) {
   if (trusted_root.empty()) {
     if (create) KILN_RETURN_IF_ERROR(internal::MakeDirs(local_dir));
-    Fd dir(::open(local_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    UniqueFd dir(::open(local_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!dir.valid()) return ErrnoError(errno, absl::StrCat("open directory '", local_dir, "'"));
     return dir;
   }
@@ -138,7 +115,7 @@ absl::StatusOr<Fd> OpenLocalDir(const std::string& local_dir, const std::string&
     }
     rel = std::string_view(local_dir).substr(below.size());
   }
-  Fd dir(::open(trusted_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  UniqueFd dir(::open(trusted_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (!dir.valid()) return ErrnoError(errno, absl::StrCat("open directory '", trusted_root, "'"));
   std::string walked = trusted_root;
   while (!rel.empty()) {
@@ -146,12 +123,12 @@ absl::StatusOr<Fd> OpenLocalDir(const std::string& local_dir, const std::string&
     const std::string name(rel.substr(0, slash));
     rel = slash == std::string_view::npos ? std::string_view() : rel.substr(slash + 1);
     absl::StrAppend(&walked, "/", name);
-    Fd next(::openat(dir.get(), name.c_str(), kDirFlags));
+    UniqueFd next(::openat(dir.get(), name.c_str(), kDirFlags));
     if (!next.valid() && errno == ENOENT && create) {
       if (::mkdirat(dir.get(), name.c_str(), 0777) != 0 && errno != EEXIST) {
         return ErrnoError(errno, absl::StrCat("create directory '", walked, "'"));
       }
-      next = Fd(::openat(dir.get(), name.c_str(), kDirFlags));
+      next = UniqueFd(::openat(dir.get(), name.c_str(), kDirFlags));
     }
     if (!next.valid()) {
       const int err = errno;
@@ -173,17 +150,17 @@ absl::StatusOr<Fd> OpenLocalDir(const std::string& local_dir, const std::string&
 // Opens the file `key` below the directory open as `root` for reading, every
 // directory on the way and the file itself with O_NOFOLLOW. Invalid, errno
 // set, on failure (ELOOP or ENOTDIR: a symbolic link on the way or at `key`).
-Fd OpenBelow(int root, std::string_view key) {
-  Fd dir;
+UniqueFd OpenBelow(int root, std::string_view key) {
+  UniqueFd dir;
   int at = root;
   for (;;) {
     const size_t slash = key.find('/');
     const std::string name(key.substr(0, slash));
     if (slash == std::string_view::npos) {
-      return Fd(::openat(at, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+      return UniqueFd(::openat(at, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
     }
-    dir = Fd(::openat(at, name.c_str(), kDirFlags));
-    if (!dir.valid()) return Fd();
+    dir = UniqueFd(::openat(at, name.c_str(), kDirFlags));
+    if (!dir.valid()) return UniqueFd();
     at = dir.get();
     key = key.substr(slash + 1);
   }
@@ -251,7 +228,7 @@ absl::Status WalkLocal(int dir_fd, const std::string& root, const std::string& r
       return ErrnoError(errno, absl::StrCat("stat '", root, "/", key, "'"));
     }
     if (S_ISDIR(st.st_mode)) {
-      Fd child(::openat(dir_fd, entry->d_name, kDirFlags));
+      UniqueFd child(::openat(dir_fd, entry->d_name, kDirFlags));
       if (!child.valid()) {
         // Removed, or replaced by a link, meanwhile: not walked.
         if (errno == ENOENT || errno == ELOOP || errno == ENOTDIR) continue;
@@ -282,7 +259,7 @@ absl::Status CheckpointSync::Restore() {
   if (local_dir_.empty()) {
     return absl::InvalidArgumentError("checkpoint sync: the local directory is empty");
   }
-  absl::StatusOr<Fd> root = OpenLocalDir(local_dir_, trusted_root_, /*create=*/true);
+  absl::StatusOr<UniqueFd> root = OpenLocalDir(local_dir_, trusted_root_, /*create=*/true);
   if (!root.ok()) return Annotate(root.status(), "checkpoint restore");
   absl::StatusOr<std::vector<ObjectInfo>> listed = store_.List(prefix_);
   if (!listed.ok()) {
@@ -328,7 +305,7 @@ absl::StatusOr<CheckpointSyncStats> CheckpointSync::SyncOnce() {
   if (local_dir_.empty()) {
     return absl::InvalidArgumentError("checkpoint sync: the local directory is empty");
   }
-  absl::StatusOr<Fd> root = OpenLocalDir(local_dir_, trusted_root_, /*create=*/true);
+  absl::StatusOr<UniqueFd> root = OpenLocalDir(local_dir_, trusted_root_, /*create=*/true);
   if (!root.ok()) return Annotate(root.status(), "checkpoint sync");
   std::map<std::string, LocalFile> local;
   int64_t walk_start_ns = RealtimeNs();
@@ -373,7 +350,7 @@ absl::StatusOr<CheckpointSyncStats> CheckpointSync::SyncOnce() {
     std::string uri = absl::StrCat(prefix_, key);
     // Uploaded from the descriptor opened here (by its /proc name), so that
     // a link put in its place, or on its way, since the walk is not followed.
-    Fd opened = OpenBelow(root->get(), key);
+    UniqueFd opened = OpenBelow(root->get(), key);
     struct stat st;
     if (!opened.valid() || ::fstat(opened.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
       const int err = opened.valid() ? 0 : errno;

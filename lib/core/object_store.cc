@@ -52,38 +52,7 @@ constexpr int kTempNameAttempts = 16;
 absl::string_view AbslView(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 
-// Owns a file descriptor.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  Fd& operator=(Fd&& other) noexcept {
-    if (this != &other) {
-      Reset();
-      fd_ = std::exchange(other.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { Reset(); }
-
-  int get() const { return fd_; }
-  // Closes now and returns close()'s errno (0 when it succeeded).
-  int Close() {
-    int fd = std::exchange(fd_, -1);
-    if (fd < 0) return 0;
-    return ::close(fd) == 0 ? 0 : errno;
-  }
-
- private:
-  void Reset() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  int fd_ = -1;
-};
+using internal::UniqueFd;
 
 
 std::string_view Dirname(std::string_view path) {
@@ -166,12 +135,12 @@ absl::Status ReplaceFile(const std::string& path, bool durable,
   std::string dir(Dirname(path));
   KILN_RETURN_IF_ERROR(MakeDirs(dir));
   std::string temp;
-  Fd fd;
+  UniqueFd fd;
   for (int attempt = 0; fd.get() < 0; ++attempt) {
     temp = TempPathIn(dir);
     int raw = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (raw >= 0) {
-      fd = Fd(raw);
+      fd = UniqueFd(raw);
     } else if (errno != EEXIST || attempt + 1 >= kTempNameAttempts) {
       return ErrnoError(errno,
                         absl::StrCat("create a temporary file for '", path, "' in '", dir, "'"));
@@ -199,7 +168,8 @@ absl::Status WriteFileAtomically(const std::string& path, std::string_view data,
 // Opens a regular file for reading. `name` is what errors call it (the URI for
 // an object, the path for a local file). A missing file or a directory is
 // NotFound. Returns the size in `*size`.
-absl::StatusOr<Fd> OpenRegularFile(const std::string& path, std::string_view name, int64_t* size) {
+absl::StatusOr<UniqueFd> OpenRegularFile(const std::string& path, std::string_view name,
+                                         int64_t* size) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer (it is then
   // refused below); reads of regular files ignore the flag.
   int raw = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
@@ -210,7 +180,7 @@ absl::StatusOr<Fd> OpenRegularFile(const std::string& path, std::string_view nam
     }
     return ErrnoError(err, absl::StrCat("open '", AbslView(name), "'"));
   }
-  Fd fd(raw);
+  UniqueFd fd(raw);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0)
     return ErrnoError(errno, absl::StrCat("stat '", AbslView(name), "'"));
@@ -283,7 +253,7 @@ class FileObjectStore final : public ObjectStore {
   absl::StatusOr<std::string> Get(std::string_view uri) override {
     KILN_ASSIGN_OR_RETURN(std::string path, PathOf(uri, /*object=*/true));
     int64_t size = 0;
-    KILN_ASSIGN_OR_RETURN(Fd fd, OpenRegularFile(path, uri, &size));
+    KILN_ASSIGN_OR_RETURN(UniqueFd fd, OpenRegularFile(path, uri, &size));
     return ReadWholeFile(fd.get(), size, uri);
   }
 
@@ -304,7 +274,7 @@ class FileObjectStore final : public ObjectStore {
   absl::Status Read(std::string_view uri,
                     absl::FunctionRef<absl::Status(std::string_view chunk)> sink) override {
     KILN_ASSIGN_OR_RETURN(std::string path, PathOf(uri, /*object=*/true));
-    KILN_ASSIGN_OR_RETURN(Fd fd, OpenRegularFile(path, uri, nullptr));
+    KILN_ASSIGN_OR_RETURN(UniqueFd fd, OpenRegularFile(path, uri, nullptr));
     std::unique_ptr<char[]> buffer(new char[kChunkSize]);
     for (;;) {
       ssize_t n = ::read(fd.get(), buffer.get(), kChunkSize);
@@ -322,7 +292,7 @@ class FileObjectStore final : public ObjectStore {
     KILN_RETURN_IF_ERROR(CheckRange(uri, offset, length));
     KILN_ASSIGN_OR_RETURN(std::string path, PathOf(uri, /*object=*/true));
     int64_t size = 0;
-    KILN_ASSIGN_OR_RETURN(Fd fd, OpenRegularFile(path, uri, &size));
+    KILN_ASSIGN_OR_RETURN(UniqueFd fd, OpenRegularFile(path, uri, &size));
     if (offset >= size) return std::string();
     std::string out(static_cast<size_t>(std::min(length, size - offset)), '\0');
     size_t done = 0;
@@ -342,7 +312,7 @@ class FileObjectStore final : public ObjectStore {
 
   absl::Status GetToFile(std::string_view uri, const std::string& path) override {
     KILN_ASSIGN_OR_RETURN(std::string source, PathOf(uri, /*object=*/true));
-    KILN_ASSIGN_OR_RETURN(Fd in, OpenRegularFile(source, uri, nullptr));
+    KILN_ASSIGN_OR_RETURN(UniqueFd in, OpenRegularFile(source, uri, nullptr));
     std::string uri_name(uri);
     return ReplaceFile(path, /*durable=*/false, [&](int out, const std::string& name) {
       return CopyFd(in.get(), out, uri_name, name);
@@ -351,7 +321,7 @@ class FileObjectStore final : public ObjectStore {
 
   absl::Status PutFromFile(std::string_view uri, const std::string& path) override {
     KILN_ASSIGN_OR_RETURN(std::string target, PathOf(uri, /*object=*/true));
-    KILN_ASSIGN_OR_RETURN(Fd in, OpenRegularFile(path, path, nullptr));
+    KILN_ASSIGN_OR_RETURN(UniqueFd in, OpenRegularFile(path, path, nullptr));
     return ReplaceFile(target, /*durable=*/true, [&](int out, const std::string& name) {
       return CopyFd(in.get(), out, path, name);
     });
@@ -568,7 +538,7 @@ absl::Status ObjectStore::GetToFile(std::string_view uri, const std::string& pat
 
 absl::Status ObjectStore::PutFromFile(std::string_view uri, const std::string& path) {
   int64_t size = 0;
-  KILN_ASSIGN_OR_RETURN(Fd fd, OpenRegularFile(path, path, &size));
+  KILN_ASSIGN_OR_RETURN(UniqueFd fd, OpenRegularFile(path, path, &size));
   KILN_ASSIGN_OR_RETURN(std::string data, ReadWholeFile(fd.get(), size, path));
   fd.Close();
   return Put(uri, data);

@@ -1,9 +1,13 @@
 // File helpers shared by the stores that keep objects or scratch copies in
-// local files (file:// store, checkpoint sync, the S3 store's downloads).
+// local files (file:// store, checkpoint sync, the S3 store's downloads) and
+// by the local backend.
 // Internal: not installed.
 #ifndef KILN_LIB_CORE_INTERNAL_FILES_H_
 #define KILN_LIB_CORE_INTERNAL_FILES_H_
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <string>
 #include <string_view>
 
@@ -19,6 +23,45 @@ inline constexpr std::string_view kTempPrefix = ".kiln-tmp-";
 inline bool IsTempName(std::string_view name) {
   return name.substr(0, kTempPrefix.size()) == kTempPrefix;
 }
+
+// Owns a file descriptor: closes it on destruction. Movable, not copyable.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) reset(other.release());
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  // Gives up ownership: returns the descriptor (-1 if none) and holds none.
+  int release() {
+    const int fd = fd_;
+    fd_ = -1;
+    return fd;
+  }
+  // Closes the descriptor held, if any, and holds `fd` instead.
+  void reset(int fd = -1) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+  // Closes now and returns close()'s errno (0 when it succeeded or nothing was held): for
+  // writes whose last error only close() reports.
+  int Close() {
+    const int fd = release();
+    if (fd < 0) return 0;
+    return ::close(fd) == 0 ? 0 : errno;
+  }
+
+ private:
+  int fd_ = -1;
+};
 
 // An error for `err` (an errno value) whose message is `what` plus strerror:
 // ENOSPC and EDQUOT give ResourceExhausted, ENOENT NotFound, EACCES/EPERM

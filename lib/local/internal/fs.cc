@@ -237,11 +237,6 @@ absl::Status CopyTree(const std::string& from, const std::string& to) {
   return absl::OkStatus();
 }
 
-void UniqueFd::reset(int fd) {
-  if (fd_ >= 0) close(fd_);
-  fd_ = fd;
-}
-
 int OpenAtNoFollow(int dir_fd, std::string_view rel, int flags) {
   std::vector<std::string> parts = absl::StrSplit(Av(rel), '/');
   UniqueFd dir;  // the directory reached so far (dir_fd itself at first)

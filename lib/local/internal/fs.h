@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "core/internal/files.h"
 
 namespace kiln::local::internal {
 
@@ -46,32 +47,7 @@ absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, size_t max_b
 // with their permission bits, directories, symbolic links as links.
 absl::Status CopyTree(const std::string& from, const std::string& to);
 
-// An open file descriptor, closed by the destructor. Move-only.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) reset(other.release());
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { reset(); }
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int release() {
-    const int fd = fd_;
-    fd_ = -1;
-    return fd;
-  }
-  void reset(int fd = -1);
-
- private:
-  int fd_ = -1;
-};
+using ::kiln::internal::UniqueFd;  // (core/internal/files.h)
 
 // Paths below a trusted directory, in trees a container can write to.
 //
