@@ -1121,6 +1121,17 @@ TEST(LocalClusterProviderFactoryTest, MissingBwrapIsFailedPrecondition) {
   EXPECT_TRUE(absl::IsFailedPrecondition(provider.status())) << provider.status();
 }
 
+// Makes a provider on the state directory `state` and destroys it, which waits
+// for the clean-up it starts in the background.
+void MakeProviderOn(const std::string& state) {
+  auto loop = NewRealTimeEventLoop();
+  LocalOptions options;
+  options.state_dir = state;
+  auto provider = NewLocalClusterProvider(*loop, options);
+  ASSERT_TRUE(provider.ok()) << provider.status();
+  provider->reset();
+}
+
 // A process that crashed (its Release never ran) left clusters in the state
 // directory: the next provider made there deletes those whose lock nobody
 // holds, and leaves a cluster whose lock is held (another provider's, alive)
@@ -1137,12 +1148,7 @@ TEST(LocalClusterProviderFactoryTest, AProviderDeletesTheClustersOfACrashedProce
   ASSERT_GE(held, 0);
   ASSERT_EQ(flock(held, LOCK_EX), 0);
 
-  auto loop = NewRealTimeEventLoop();
-  LocalOptions options;
-  options.state_dir = state;
-  auto provider = NewLocalClusterProvider(*loop, options);
-  ASSERT_TRUE(provider.ok()) << provider.status();
-  provider->reset();  // (waits for its background work)
+  MakeProviderOn(state);
   EXPECT_FALSE(internal::Exists(state + "/instances/cluster-crashed-1"));
   EXPECT_FALSE(internal::Exists(state + "/locks/cluster-crashed-1.lock"));
   EXPECT_TRUE(internal::Exists(state + "/instances/cluster-alive-1/algo-1/ml/model/weights"));
@@ -1171,12 +1177,7 @@ TEST(LocalClusterProviderFactoryTest, AProviderDeletesTheScratchOfACrashedProces
   ASSERT_EQ(flock(held_file, LOCK_EX), 0);
   ASSERT_EQ(flock(held_dir, LOCK_EX), 0);
 
-  auto loop = NewRealTimeEventLoop();
-  LocalOptions options;
-  options.state_dir = state;
-  auto provider = NewLocalClusterProvider(*loop, options);
-  ASSERT_TRUE(provider.ok()) << provider.status();
-  provider->reset();  // (waits for its background work)
+  MakeProviderOn(state);
   EXPECT_THAT(ListDir(state + "/tmp"), ElementsAre("upload-4343-1-model"));
   EXPECT_THAT(ListDir(state + "/image-cache"),
               ElementsAre("00000000000000ff", "fedcba9876543210.tmp-4343-4344"));
