@@ -101,6 +101,11 @@ TEST_F(AwsConfigTest, EndpointVariablesAndThePerServiceOverride) {
   EXPECT_EQ(Resolve()->endpoint_url, "http://127.0.0.1:6000");
   env_["AWS_ENDPOINT_URL_S3"] = "127.0.0.1:6000";
   EXPECT_TRUE(absl::IsInvalidArgument(Resolve().status()));
+  // A path would be dropped (requests go to the root): refused, not ignored.
+  env_["AWS_ENDPOINT_URL_S3"] = "http://127.0.0.1:6000/gateway/s3/";
+  EXPECT_TRUE(absl::IsInvalidArgument(Resolve().status()));
+  EXPECT_THAT(Resolve().status().message(),
+              HasSubstr("'http://127.0.0.1:6000/gateway/s3' has a path"));
   // Options already set are kept.
   S3Options set;
   set.endpoint_url = "https://minio.example:9000";

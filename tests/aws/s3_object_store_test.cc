@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <fstream>
 #include <memory>
 #include <random>
@@ -359,6 +360,42 @@ TEST_F(S3ObjectStoreTest, ADownloadCutMidwayResumesWhereItStopped) {
     return absl::OkStatus();
   }).ok());
   EXPECT_EQ(streamed, data);
+}
+
+// The first exchange of a read is cut, and the object is replaced before the
+// rest is asked for: the rest must come from the object the first bytes came
+// from (pinned to its ETag) or not at all, never from the new one.
+TEST_F(S3ObjectStoreTest, AReadCutOnItsFirstExchangeNeverSplicesTwoVersions) {
+  const std::string data = RandomBytes(8 << 20, 6);
+  ASSERT_TRUE(direct_->PutObject(kBucket, "pin/obj", data).ok());
+  auto store = Store(true);
+  proxy_->CutNextResponse(3 << 20, /*then_down=*/false);
+  std::atomic<int> requests{0};
+  proxy_->OnRequest([&](const std::string&) {
+    if (++requests == 2) {  // the resumption: the object changes first
+      EXPECT_TRUE(direct_->PutObject(kBucket, "pin/obj", RandomBytes(8 << 20, 7)).ok());
+    }
+  });
+  std::string streamed;
+  const absl::Status s = store->Read(Uri("pin/obj"), [&](std::string_view c) {
+    streamed.append(c);
+    return absl::OkStatus();
+  });
+  EXPECT_TRUE(absl::IsAborted(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("changed while it was read"));
+  EXPECT_EQ(streamed, data.substr(0, streamed.size()));  // the old object's bytes only
+}
+
+// "." and ".." are ordinary segments of an S3 key: the request goes to the
+// key named (and signed), not to the path they would resolve to.
+TEST_F(S3ObjectStoreTest, DotSegmentsAreKeptInKeys) {
+  auto store = Store();
+  const absl::Status put = store->Put(Uri("dots/a/../b"), "up and over");
+  ASSERT_TRUE(put.ok()) << put;
+  absl::StatusOr<std::string> got = store->Get(Uri("dots/a/../b"));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(*got, "up and over");
+  EXPECT_TRUE(absl::IsNotFound(store->Get(Uri("dots/b")).status()));
 }
 
 TEST_F(S3ObjectStoreTest, EndpointDownMidDownloadFailsClearlyAfterRetries) {

@@ -67,7 +67,8 @@ struct S3Options {
   // (AWS_CONFIG_FILE, else ~/.aws/config), else us-east-1.
   std::string region;
   // AWS_ENDPOINT_URL_S3 (the per-service override), AWS_ENDPOINT_URL, the
-  // profile's `endpoint_url`, else https://s3.<region>.amazonaws.com.
+  // profile's `endpoint_url`, else https://s3.<region>.amazonaws.com. Scheme,
+  // host and port only: requests go to the endpoint's root (a path is refused).
   std::string endpoint_url;
   // AWS_ACCESS_KEY_ID + AWS_SECRET_ACCESS_KEY (+ AWS_SESSION_TOKEN), else the
   // profile in the shared credentials file (AWS_SHARED_CREDENTIALS_FILE, else

@@ -117,6 +117,14 @@ absl::StatusOr<S3Options> ResolveS3OptionsWith(S3Options options, EnvLookup env)
     return absl::InvalidArgumentError(absl::StrCat(
         "S3 endpoint '", options.endpoint_url, "' must start with http:// or https://"));
   }
+  if (const size_t host = options.endpoint_url.find("://") + 3;
+      options.endpoint_url.find('/', host) != std::string::npos) {
+    // Requests go to the endpoint's root: a path (a gateway mounted below
+    // one) would be dropped, and the requests sent elsewhere.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "S3 endpoint '", options.endpoint_url,
+        "' has a path; Kiln's S3 client addresses the endpoint's root only"));
+  }
   if (options.addressing_style == S3AddressingStyle::kAuto) {
     std::optional<std::string> style = from_config("s3.addressing_style");
     if (style == "path") {

@@ -107,7 +107,7 @@ void HttpClient::Release(void* handle) {
 }
 
 absl::StatusOr<HttpResponse> HttpClient::Send(const HttpRequest& request, const BodySink* sink,
-                                              bool* sink_failed) {
+                                              bool* sink_failed, HttpResponse* partial) {
   if (sink_failed != nullptr) *sink_failed = false;
   CURL* curl = static_cast<CURL*>(Acquire());
   if (curl == nullptr) return absl::ResourceExhaustedError("libcurl: cannot create a handle");
@@ -121,6 +121,8 @@ absl::StatusOr<HttpResponse> HttpClient::Send(const HttpRequest& request, const 
   char error[CURL_ERROR_SIZE] = {0};
 
   curl_easy_setopt(curl, CURLOPT_URL, request.url.c_str());
+  // An S3 key may hold "." and ".." segments: sent as signed, not resolved.
+  curl_easy_setopt(curl, CURLOPT_PATH_AS_IS, 1L);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, &OnHeader);
@@ -181,6 +183,10 @@ absl::StatusOr<HttpResponse> HttpClient::Send(const HttpRequest& request, const 
     // A failed transfer may leave the connection in any state: drop the
     // handle, and its connections with it.
     curl_easy_cleanup(curl);
+    if (partial != nullptr) {
+      response.status = static_cast<int>(code);
+      *partial = std::move(response);
+    }
     if (!t.sink_status.ok()) {
       if (sink_failed != nullptr) *sink_failed = true;
       return t.sink_status;

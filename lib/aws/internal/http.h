@@ -66,8 +66,12 @@ class HttpClient {
   // Errors: Unavailable when the exchange fails (connection refused or
   // reset, timeout, truncated body: retrying may help; the message is
   // libcurl's); when the sink fails, its status, and `*sink_failed` is set.
+  // With `partial`, a failed exchange leaves there what had arrived of the
+  // response: its status and headers (e.g. the ETag of a body cut midway).
+  // The request's URL path is sent as it is (no removal of "." and ".."
+  // segments: they are part of an S3 key, and of what was signed).
   absl::StatusOr<HttpResponse> Send(const HttpRequest& request, const BodySink* sink = nullptr,
-                                    bool* sink_failed = nullptr);
+                                    bool* sink_failed = nullptr, HttpResponse* partial = nullptr);
 
  private:
   void* Acquire();

@@ -62,7 +62,10 @@ absl::Status ErrorFor(const std::string& what, int status, const std::string& co
 }  // namespace
 
 bool IsRetryableS3Error(int http_status, std::string_view code) {
-  if (http_status == 429 || http_status >= 500) return true;
+  // 501 Not Implemented and 505 HTTP Version Not Supported never pass.
+  if (http_status == 429 || (http_status >= 500 && http_status != 501 && http_status != 505)) {
+    return true;
+  }
   return code == "SlowDown" || code == "RequestTimeout" || code == "InternalError" ||
          code == "ServiceUnavailable" || code == "Throttling" || code == "ThrottlingException" ||
          code == "RequestLimitExceeded" || code == "RequestThrottled";
@@ -177,7 +180,7 @@ absl::Duration S3Client::Backoff(int attempt) {
 }
 
 absl::StatusOr<HttpResponse> S3Client::SendOnce(const Call& call, const BodySink* sink,
-                                                bool* sink_failed) {
+                                                bool* sink_failed, HttpResponse* partial) {
   requests_.fetch_add(1, std::memory_order_relaxed);
   std::string host = authority_;
   std::string path;
@@ -221,7 +224,7 @@ absl::StatusOr<HttpResponse> S3Client::SendOnce(const Call& call, const BodySink
   request.headers = std::move(sr.headers);
   request.headers.emplace_back("Authorization", signature.authorization);
   request.body = call.body;
-  return http_.Send(request, sink, sink_failed);
+  return http_.Send(request, sink, sink_failed, partial);
 }
 
 absl::StatusOr<HttpResponse> S3Client::Send(const Call& call) {
@@ -293,7 +296,8 @@ absl::StatusOr<S3ObjectMeta> S3Client::GetObject(std::string_view bucket, std::s
     };
     const BodySink counting_sink = counting;
     bool sink_failed = false;
-    absl::StatusOr<HttpResponse> r = SendOnce(call, &counting_sink, &sink_failed);
+    HttpResponse partial;
+    absl::StatusOr<HttpResponse> r = SendOnce(call, &counting_sink, &sink_failed, &partial);
     delivered += got;
     if (!r.ok()) {
       if (sink_failed) return r.status();
@@ -301,6 +305,11 @@ absl::StatusOr<S3ObjectMeta> S3Client::GetObject(std::string_view bucket, std::s
       if (got > 0) {
         failures = 0;
         resumed_gets_.fetch_add(1, std::memory_order_relaxed);
+        // The rest must come from the object these bytes came from: pinned
+        // to the ETag of this exchange, when it is the first to say one.
+        if (meta.etag.empty() && partial.status >= 200 && partial.status < 300) {
+          meta.etag = partial.Header("etag");
+        }
       }
       ++failures;
       continue;

@@ -119,8 +119,9 @@ class S3Client {
     std::string what;        // "GET s3://b/k" for messages
   };
 
-  // One signed exchange.
-  absl::StatusOr<HttpResponse> SendOnce(const Call& call, const BodySink* sink, bool* sink_failed);
+  // One signed exchange (`partial`: as HttpClient::Send's).
+  absl::StatusOr<HttpResponse> SendOnce(const Call& call, const BodySink* sink, bool* sink_failed,
+                                        HttpResponse* partial = nullptr);
   // Sends with retries; returns a 2xx response or the final error.
   absl::StatusOr<HttpResponse> Send(const Call& call);
   absl::Duration Backoff(int attempt);
