@@ -492,6 +492,10 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
       source.rel = key.string_value();
       sources.push_back(std::move(source));
     }
+    if (sources.empty()) {
+      return absl::NotFoundError(
+          absl::StrCat("channel '", name, "': manifest ", uri, " lists no object"));
+    }
   } else {
     return absl::UnimplementedError(absl::StrCat("channel '", name, "': S3DataType ",
                                                  s3.s3_data_type(),
@@ -504,8 +508,11 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
           "', which would land outside /opt/ml/input/data/", name));
     }
   }
-  std::sort(sources.begin(), sources.end(),
-            [](const Source& a, const Source& b) { return a.uri < b.uri; });
+  // A listing in key order; a manifest keeps its own order.
+  if (s3.s3_data_type() == "S3Prefix") {
+    std::sort(sources.begin(), sources.end(),
+              [](const Source& a, const Source& b) { return a.uri < b.uri; });
+  }
   return sources;
 }
 
@@ -683,7 +690,7 @@ absl::Status LocalDataChannel::MakeViews(const v1::Channel& channel,
     return absl::InvalidArgumentError(absl::StrCat(
         "channel '", name, "': FastFile input mode supports only S3DataType S3Prefix"));
   }
-  if (s3.s3_data_distribution_type() == "ShardedByS3Key") {
+  if (s3.s3_data_distribution_type() == "ShardedByS3Key" && data_roots.size() > 1) {
     return absl::UnimplementedError(absl::StrCat(
         "channel '", name, "': the local backend's FastFile view shows the whole folder to every "
         "instance; use File or Pipe mode for ShardedByS3Key"));
@@ -822,7 +829,9 @@ absl::StatusOr<FifoWriter::Result> LocalDataChannel::StreamObject(FifoWriter& wr
     const std::string path = LocalPathOf(uri);
     if (!path.empty()) {
       // file://: the page cache's pages straight into the pipe.
-      int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+      // O_NONBLOCK: a FIFO put in the object's place must not block the
+      // open (and the job's end with it); it is refused below.
+      int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
       if (fd < 0) return internal::ErrnoStatus(errno, "open", path);
       struct stat st;
       absl::StatusOr<FifoWriter::Result> r;

@@ -479,6 +479,57 @@ TEST_F(LocalDataChannelTest, PipeGunzipsObjectsWhenCompressionTypeIsGzip) {
   }
 }
 
+// gzip -d reads zero bytes after a member as padding (tape blocks); so does
+// the Pipe stream.
+TEST_F(LocalDataChannelTest, PipeGzipReadsZeroPaddingAfterAMember) {
+  WriteFile(src_ + "/raw/a", "alpha\n");
+  ASSERT_TRUE(internal::MakeDirs(src_ + "/gz").ok());
+  ASSERT_EQ(std::system(absl::StrCat("cd ", src_, " && gzip -c raw/a > gz/a.gz",
+                                     " && head -c 4 /dev/zero >> gz/a.gz").c_str()), 0);
+  v1::Channel c = Channel("z", "S3Prefix", "file://" + src_ + "/gz/");
+  c.set_compression_type("Gzip");
+  ASSERT_TRUE(Deliver(c, "Pipe").ok());
+  EXPECT_EQ(ReadFifo(Fifo("algo-1", "z", 0)), "alpha\n");
+  EXPECT_EQ(ReadFifo(Fifo("algo-1", "z", 1)), "alpha\n");
+  channel_->EndJob("data-job");
+  EXPECT_TRUE(listener_.failures.empty()) << listener_.failures[0];
+}
+
+// A manifest's objects stream in the manifest's order, not in key order.
+TEST_F(LocalDataChannelTest, PipeManifestStreamsItsObjectsInItsOwnOrder) {
+  for (const char* key : {"z", "a", "m"}) WriteFile(src_ + "/m/" + key, key);
+  WriteFile(src_ + "/manifest.json",
+            absl::StrCat("[{\"prefix\": \"file://", src_, "/m/\"}, \"z\", \"a\", \"m\"]"));
+  ASSERT_TRUE(
+      Deliver(Channel("m", "ManifestFile", "file://" + src_ + "/manifest.json"), "Pipe").ok());
+  EXPECT_EQ(ReadFifo(Fifo("algo-1", "m", 0)), "zam");
+  channel_->EndJob("data-job");
+}
+
+TEST_F(LocalDataChannelTest, AManifestThatListsNoObjectIsNotFound) {
+  WriteFile(src_ + "/manifest.json", absl::StrCat("[{\"prefix\": \"file://", src_, "/m/\"}]"));
+  const absl::Status s = Deliver(Channel("m", "ManifestFile", "file://" + src_ + "/manifest.json"));
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("channel 'm': manifest file://"));
+  EXPECT_THAT(s.message(), HasSubstr("lists no object"));
+}
+
+// An object replaced by a FIFO after the listing: the writer must not block
+// opening it (nothing would ever end the job); the channel fails, naming it.
+TEST_F(LocalDataChannelTest, PipeObjectReplacedByAFifoFailsTheChannelInsteadOfHanging) {
+  WriteFile(src_ + "/p/a", "alpha\n");
+  WriteFile(src_ + "/p/b", "beta\n");
+  ASSERT_TRUE(Deliver(Channel("p", "S3Prefix", "file://" + src_ + "/p/"), "Pipe").ok());
+  EXPECT_EQ(ReadFifo(Fifo("algo-1", "p", 0)), "alpha\nbeta\n");
+  ASSERT_EQ(unlink((src_ + "/p/b").c_str()), 0);
+  ASSERT_EQ(mkfifo((src_ + "/p/b").c_str(), 0600), 0);
+  ReadFifo(Fifo("algo-1", "p", 1));
+  ASSERT_TRUE(RunUntil(*loop_, [&] { return !listener_.failures.empty(); }));
+  EXPECT_THAT(listener_.failures[0], HasSubstr("channel 'p'"));
+  EXPECT_THAT(listener_.failures[0], HasSubstr("/p/b"));
+  channel_->EndJob("data-job");
+}
+
 TEST_F(LocalDataChannelTest, PipeGzipOfAnObjectThatIsNotGzipFailsTheJob) {
   WriteFile(src_ + "/gz/a.gz", "this is not gzip at all");
   v1::Channel c = Channel("z", "S3Prefix", "file://" + src_ + "/gz/");

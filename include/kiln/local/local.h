@@ -262,9 +262,10 @@ struct LocalDataChannelOptions {
 // Sources: S3Prefix (every object whose URI starts with S3Uri; its path below
 // the prefix's directory is its path below the channel) or ManifestFile (a
 // JSON array whose first element is {"prefix": URI} and whose other elements
-// are keys relative to it), or AugmentedManifestFile (Pipe mode only; see
-// Pipe below). Objects are taken in URI order, augmented manifest lines in
-// the manifest's order; with
+// are keys relative to it; one that lists no key is NotFound), or
+// AugmentedManifestFile (Pipe mode only; see Pipe below). A prefix's objects
+// are taken in URI order, a manifest's objects and an augmented manifest's
+// lines in the manifest's order; with
 // ShuffleConfig.Seed that order is shuffled (per epoch in Pipe mode, the same
 // for the same seed and epoch everywhere). ShardedByS3Key gives instance i of
 // n the positions i, i+n, ... of that order (disjoint shares, together every
@@ -294,7 +295,8 @@ struct LocalDataChannelOptions {
 //   does the channel's destruction, before it returns. FUSE needs /dev/fuse
 //   and the right to mount (root, or CAP_SYS_ADMIN): without them Deliver
 //   fails with FailedPrecondition naming the mount point.
-//   ShardedByS3Key: Unimplemented (a view cannot shard). ManifestFile:
+//   ShardedByS3Key over more than one instance: Unimplemented (a view cannot
+//   shard; a single instance sees the whole folder, its share). ManifestFile:
 //   InvalidArgument.
 // - Pipe: Deliver makes the FIFO /opt/ml/input/data/<channel>_0 on every
 //   instance; a writer thread per instance then streams the instance's
@@ -302,7 +304,10 @@ struct LocalDataChannelOptions {
 //   pace (backpressure). When the reader has read the epoch to its end, or
 //   closed it early, <channel>_<e+1> appears and the old FIFO is removed; this
 //   goes on until EndJob. CompressionType Gzip: objects are gunzipped on the
-//   way (concatenated members too). RecordWrapperType RecordIO: each object
+//   way (concatenated members too, and zero bytes after a member as padding,
+//   as gzip -d reads them). An object that is no longer a regular file when
+//   its turn comes (a FIFO put in its place) fails that instance's stream,
+//   never blocks it. RecordWrapperType RecordIO: each object
 //   (after gunzip) is one dmlc/MXNet RecordIO record (objects of 2^29 bytes or
 //   more are refused: the format's limit); such objects are held in memory
 //   while framed. A failure after Deliver (an object that vanished, corrupt

@@ -236,6 +236,7 @@ struct Inflater::State {
   z_stream z{};
   bool ok = false;
   bool in_member = false;  // inside a gzip member (no end seen yet)
+  bool ended_one = false;  // a member has ended: zero bytes after one are padding
   std::unique_ptr<unsigned char[]> out{new unsigned char[256 * 1024]};
 };
 
@@ -256,6 +257,15 @@ absl::Status Inflater::Feed(std::string_view chunk,
   s.z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(chunk.data()));
   s.z.avail_in = static_cast<uInt>(chunk.size());
   while (s.z.avail_in > 0) {
+    if (!s.in_member && s.ended_one) {
+      // Between members: zero bytes are padding (as gzip -d reads them; a
+      // member starts with 0x1f), however the chunks split them.
+      while (s.z.avail_in > 0 && *s.z.next_in == 0) {
+        ++s.z.next_in;
+        --s.z.avail_in;
+      }
+      if (s.z.avail_in == 0) break;
+    }
     s.in_member = true;
     s.z.next_out = s.out.get();
     s.z.avail_out = kOut;
@@ -267,14 +277,14 @@ absl::Status Inflater::Feed(std::string_view chunk,
     }
     if (r == Z_STREAM_END) {
       s.in_member = false;
+      s.ended_one = true;
       inflateReset(&s.z);  // a concatenated member may follow
       continue;
     }
     if (r == Z_OK) continue;
     if (r == Z_BUF_ERROR && s.z.avail_in == 0) break;
-    return absl::InvalidArgumentError(
-        absl::StrCat("not valid gzip data (", s.z.msg != nullptr ? s.z.msg : "zlib error ", r,
-                     ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "not valid gzip data (", s.z.msg != nullptr ? s.z.msg : "zlib", ", error ", r, ")"));
   }
   // Output may still be pending with no input left.
   while (s.in_member) {
