@@ -282,7 +282,11 @@ struct LocalDataChannelOptions {
 //   process runtime the container sees the folder bind-mounted on itself
 //   read-only in a mount namespace of its own, so writes through the link or
 //   the folder's own path fail with EROFS (where this process can make no
-//   mount namespace, the link stays writable: see Runtimes). Any other scheme (s3://): Deliver lists
+//   mount namespace, the link stays writable: see Runtimes). The folder is
+//   shown as it is: under the process runtime a symbolic link inside it
+//   leads where it points, writable if that place is (only the folder is
+//   bound read-only; bwrap's read-only root covers the rest). Any other
+//   scheme (s3://): Deliver lists
 //   the prefix once and mounts a read-only FUSE file system of that listing
 //   at <state_dir>/fastfile/..., shared by the job's instances on this host;
 //   the channel directory is a link to it (a read-only bind mount of it under
