@@ -119,6 +119,23 @@ std::string WriteWhole(const std::string& path, const std::string& text) {
   return "";
 }
 
+// If args[i] is the option `name`, with its value in the next argument or as
+// `name=VALUE`: sets *value (empty when it is missing), moves `i` past what it
+// took and returns true. Returns false, changing nothing, for anything else.
+bool OptionValue(const std::vector<std::string>& args, size_t& i, const std::string& name,
+                 std::string* value) {
+  const std::string& a = args[i];
+  if (a == name) {
+    *value = i + 1 < args.size() ? args[++i] : "";
+    return true;
+  }
+  if (a.size() > name.size() && a.compare(0, name.size(), name) == 0 && a[name.size()] == '=') {
+    *value = a.substr(name.size() + 1);
+    return true;
+  }
+  return false;
+}
+
 // A seed as the scenario file takes it: decimal digits, at most INT64_MAX.
 bool ParseSeed(const std::string& text, uint64_t* seed) {
   if (text.empty() || text.size() > 19) return false;
@@ -140,35 +157,20 @@ int RunSimulateCommand(const std::vector<std::string>& args) {
   uint64_t seed = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
-    auto value = [&](std::string* out) {
-      if (i + 1 >= args.size()) return false;
-      *out = args[++i];
-      return true;
-    };
-    if (a == "--format" || a.rfind("--format=", 0) == 0) {
-      if (a != "--format") {
-        format = a.substr(9);
-      } else if (!value(&format)) {
-        format.clear();
-      }
+    std::string text;  // an option's value
+    if (OptionValue(args, i, "--format", &format)) {
       if (format.empty()) {
         std::cerr << "kiln simulate: --format needs a value (table, json or csv)\n"
                   << kSimulateUsage;
         return 2;
       }
-    } else if (a == "--report" || a.rfind("--report=", 0) == 0) {
-      if (a != "--report") {
-        report_path = a.substr(9);
-      } else if (!value(&report_path)) {
-        report_path.clear();
-      }
+    } else if (OptionValue(args, i, "--report", &report_path)) {
       if (report_path.empty()) {
         std::cerr << "kiln simulate: --report needs a file name\n" << kSimulateUsage;
         return 2;
       }
-    } else if (a == "--seed" || a.rfind("--seed=", 0) == 0) {
-      std::string text;
-      if (a == "--seed" ? !value(&text) : (text = a.substr(7), false)) {
+    } else if (OptionValue(args, i, "--seed", &text)) {
+      if (text.empty()) {
         std::cerr << "kiln simulate: --seed needs a number\n" << kSimulateUsage;
         return 2;
       }
