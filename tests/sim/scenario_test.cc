@@ -266,13 +266,7 @@ TEST(ScenarioRunTest, RefusedRequestsAreCountedWithTheFirstMessage) {
 // to its end untouched; once the first is gone, the name is free again.
 TEST(ScenarioRunTest, ASecondJobOfARunningJobsNameIsRefusedAndTheFirstRunsOn) {
   auto line = [](int arrival, const std::string& name) {
-    return absl::StrCat(
-        R"({"arrival": )", arrival, R"(, "request": {"TrainingJobName": ")", name,
-        R"(", "RoleArn": "arn:aws:iam::123456789012:role/R", )",
-        R"("AlgorithmSpecification": {"TrainingImage": "img", "TrainingInputMode": "File"}, )",
-        R"("OutputDataConfig": {"S3OutputPath": "s3://bucket/out"}, )",
-        R"("ResourceConfig": {"InstanceType": "ml.m5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 10}, )",
-        R"("StoppingCondition": {"MaxRuntimeInSeconds": 3600}}, "sim": {"work": 1200}})", "\n");
+    return TraceLine(arrival, name, "ml.m5.xlarge", R"({"work": 1200})");
   };
   // "a" runs from 0 s for 20 minutes plus its start-up; the second "a" comes
   // at 600 s, while it runs; the third a day later, long after it ended.
