@@ -107,7 +107,7 @@ double WorstCasePace(const SimModels& models, const v1::CreateTrainingJobRequest
   if (!pipe) return 1.0;
   // Channels stream side by side, each data_bytes, epochs times over.
   const absl::Duration stream =
-      models.data.pipe_rate.MaxTime(attributes.data_bytes * std::max<int64_t>(1, attributes.epochs));
+      models.data.pipe_rate.MaxTime(attributes.data_bytes) * std::max<int64_t>(1, attributes.epochs);
   return std::max(1.0, absl::FDivDuration(stream, attributes.work));
 }
 

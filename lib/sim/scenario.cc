@@ -208,6 +208,51 @@ std::string NeverStarts(const SimModels& models, const v1::CreateTrainingJobRequ
   return "";
 }
 
+// A job stage too long to simulate: the member at fault, and why.
+struct StageError {
+  std::string member;  // "image_bytes" or "data_bytes"; empty: none
+  std::string why;
+};
+
+// Whether a job of `r` with these byte counts would have a stage longer than
+// kMaxSimDuration at the models' slowest rates: its image pull on one of its
+// types (image_bytes), a channel's download or, in Pipe mode, its stream over
+// all the epochs (data_bytes). Stage times derived from bytes are bounded like
+// the durations a scenario gives: past them the virtual clock would overflow.
+StageError StageTooLong(const SimModels& models, const v1::CreateTrainingJobRequest& r,
+                        int64_t image_bytes, int64_t data_bytes, int32_t epochs) {
+  auto too_long = [&](absl::Duration d, std::string member, const std::string& what) {
+    if (d <= kMaxSimDuration) return StageError{};
+    return StageError{std::move(member), absl::StrCat(what, " takes up to ",
+                        d == absl::InfiniteDuration()
+                            ? std::string("ever")
+                            : absl::StrCat(absl::ToInt64Hours(d) / 24, " days"),
+                        " at the models' slowest rate; a stage may take at most ",
+                        absl::ToInt64Hours(kMaxSimDuration) / 24, " days")};
+  };
+  for (const auto& [type, count] : InstancesByType(r)) {
+    StageError error = too_long(models.Type(type).image_pull.MaxTime(image_bytes), "image_bytes",
+                                absl::StrCat("pulling ", image_bytes, " bytes on ", type));
+    if (!error.member.empty()) return error;
+  }
+  const std::string& default_mode = r.algorithm_specification().training_input_mode();
+  for (const v1::Channel& c : r.input_data_config()) {
+    if (c.data_source().has_file_system_data_source()) continue;  // a mount: no bytes moved
+    const std::string& mode = c.has_input_mode() ? c.input_mode() : default_mode;
+    StageError error =
+        mode == "Pipe"
+            ? too_long(models.data.pipe_rate.MaxTime(data_bytes) * std::max<int64_t>(1, epochs),
+                       "data_bytes",
+                       absl::StrCat("streaming ", data_bytes, " bytes ", epochs,
+                                    " times through channel '", c.channel_name(), "'"))
+            : too_long(models.data.Max(mode, data_bytes), "data_bytes",
+                       absl::StrCat("downloading ", data_bytes, " bytes to channel '",
+                                    c.channel_name(), "' in ", mode, " mode"));
+    if (!error.member.empty()) return error;
+  }
+  return {};
+}
+
 class Parser {
  public:
   explicit Parser(std::string_view base_dir) : base_dir_(base_dir) {}
@@ -540,6 +585,8 @@ class Parser {
     if (std::string never = NeverStarts(models, t.request, t.spot_eligible); !never.empty()) {
       return Bad(Member(path, from_request ? "request" : "instance_count"), never);
     }
+    const StageError slow = StageTooLong(models, t.request, t.image_bytes, t.data_bytes, t.epochs);
+    if (!slow.member.empty()) return Bad(Member(path, slow.member), slow.why);
     return t;
   }
 
@@ -664,6 +711,13 @@ class Parser {
         const std::string never =
             NeverStarts(models, *e.job.request, e.job.attributes.spot_eligible);
         if (!never.empty()) return Bad(Member(path, "file"), absl::StrCat(where, ": ", never));
+        const SimJobAttributes& a = e.job.attributes;
+        const StageError slow =
+            StageTooLong(models, *e.job.request, a.image_bytes, a.data_bytes, a.epochs);
+        if (!slow.member.empty()) {
+          return Bad(Member(path, "file"),
+                     absl::StrCat(where, ": sim.", slow.member, ": ", slow.why));
+        }
       }
       // A trace that gives the run nothing is a mistake (seconds read as
       // milliseconds, the wrong file, a horizon too short).

@@ -380,6 +380,39 @@ TEST(ScenarioParseTest, AJobThatCouldNeverStartIsAnError) {
       << trace_error;
 }
 
+// Stage times derived from byte counts and rates are bounded like the
+// durations a scenario gives: an image or a data set that would take more
+// than 3650 days at the models' slowest rate is an error at load, naming the
+// member (it used to overflow the clock, and bytes x epochs overflowed int64).
+TEST(ScenarioParseTest, StagesDerivedFromBytesAreBounded) {
+  const std::string image = ParseError(HpoScenario(R"({"work": "10m", "image_bytes": 9000000000000000000})"));
+  EXPECT_TRUE(absl::StrContains(image, "scenario.workloads[0].job.image_bytes: pulling "))
+      << image;
+  EXPECT_TRUE(absl::StrContains(image, "at most 3650 days")) << image;
+  const std::string file = ParseError(HpoScenario(R"({"work": "10m", "data_bytes": 9000000000000000000})"));
+  EXPECT_TRUE(absl::StrContains(file, "scenario.workloads[0].job.data_bytes: ")) << file;
+  // A Pipe stream is data_bytes once per epoch: each alone fits, their
+  // product does not (nor in int64).
+  const std::string pipe = ParseError(HpoScenario(
+      R"({"work": "10m", "input_mode": "Pipe", "data_bytes": 10000000000000, "epochs": 1000000})"));
+  EXPECT_TRUE(absl::StrContains(pipe, "scenario.workloads[0].job.data_bytes: streaming "))
+      << pipe;
+  EXPECT_EQ(ParseError(HpoScenario(
+                R"({"work": "10m", "input_mode": "Pipe", "data_bytes": 10000000000000, "epochs": 10})")),
+            "");
+  EXPECT_EQ(ParseError(HpoScenario(R"({"work": "10m", "image_bytes": 1000000000000, "data_bytes": 1000000000000})")),
+            "");
+  // A trace's job too, by its line.
+  const TempFiles files(TempFiles::Files{
+      {"t.jsonl", absl::StrCat(TraceLine(0, "a", "ml.m5.xlarge", "{}"),
+                               TraceLine(5, "b", "ml.m5.xlarge", R"({"image_bytes": 9000000000000000000})"))}});
+  const std::string trace_error = ParseError(
+      R"({"workloads": [{"kind": "trace", "file": "t.jsonl"}], "policies": [{}]})", files.dir());
+  EXPECT_TRUE(absl::StrContains(trace_error,
+                                "t.jsonl: job trace line 2: job 'b': sim.image_bytes: pulling "))
+      << trace_error;
+}
+
 // The adaptive keep-alive's histogram is allocated per cluster shape: its
 // bin count is bounded at load (an infinite range, or 1-ns bins over a week,
 // used to abort the run).
