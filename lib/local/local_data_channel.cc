@@ -89,6 +89,7 @@ struct CopyItem {
   std::string uri;
   std::string dest;        // file path
   std::string data_root;   // the instance's input/data, which must still exist
+  bool listed = true;      // seen in a listing; false: only named by a manifest
 };
 
 // One attribute of an augmented manifest line, as streamed.
@@ -633,7 +634,8 @@ absl::Status LocalDataChannel::Copy(const v1::Channel& channel,
                                          channel.shuffle_config().seed(), 0, sharded, i,
                                          data_roots.size())) {
       const Source& src = (*sources)[j];
-      items.push_back(CopyItem{src.uri, absl::StrCat(dir, "/", src.rel), data_roots[i]});
+      items.push_back(
+          CopyItem{src.uri, absl::StrCat(dir, "/", src.rel), data_roots[i], src.size >= 0});
     }
   }
   std::atomic<size_t> next{0};
@@ -653,8 +655,10 @@ absl::Status LocalDataChannel::Copy(const v1::Channel& channel,
         absl::StatusOr<ObjectStore*> store = stores_.For(item.uri);
         s = store.ok() ? (*store)->GetToFile(item.uri, item.dest) : store.status();
         if (absl::IsNotFound(s)) {
-          s = absl::NotFoundError(absl::StrCat("channel '", name, "': object '", item.uri,
-                                               "' disappeared during the copy (", s.message(), ")"));
+          s = absl::NotFoundError(absl::StrCat(
+              "channel '", name, "': object '", item.uri,
+              item.listed ? "' disappeared during the copy (" : "' named by the manifest: ",
+              s.message(), item.listed ? ")" : ""));
         } else if (!s.ok()) {
           s = absl::Status(s.code(), absl::StrCat("channel '", name, "': object '", item.uri,
                                                   "': ", s.message()));
@@ -968,7 +972,9 @@ void LocalDataChannel::RunPipe(std::shared_ptr<const PipeSpec> spec, size_t inst
                        ? absl::StrCat("channel '", s.channel, "': augmented manifest ", source.uri,
                                       " line ", source.line, " (epoch ", epoch, "): ", e.message())
                        : absl::StrCat("channel '", s.channel, "': object '", source.uri, "'",
-                                      absl::IsNotFound(e) ? " disappeared during the stream" : "",
+                                      !absl::IsNotFound(e)  ? ""
+                                      : source.size >= 0    ? " disappeared during the stream"
+                                                            : " named by the manifest",
                                       " (epoch ", epoch, "): ", e.message())));
         writer.Close();
         remove_fifo(fifo);

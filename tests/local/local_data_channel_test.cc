@@ -32,6 +32,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testing::CountingStore;
 using testing::ListDir;
 using testing::ReadFile;
@@ -182,15 +183,17 @@ TEST_F(LocalDataChannelTest, ChannelNamedDotDotIsRefused) {
   EXPECT_FALSE(internal::Exists(absl::StrCat(state_dir_, "/instances/c1/algo-1/ml/input/a")));
 }
 
-TEST_F(LocalDataChannelTest, ObjectThatDisappearsFailsNamingChannelAndObject) {
-  // Listed in the manifest, gone when copied.
+TEST_F(LocalDataChannelTest, ObjectMissingFromAManifestFailsNamingChannelAndObject) {
+  // Named by the manifest, never there.
   WriteFile(src_ + "/m/here", "1");
   WriteFile(src_ + "/manifest.json",
             absl::StrCat("[{\"prefix\": \"file://", src_, "/m/\"}, \"here\", \"gone\"]"));
   absl::Status s = Deliver(Channel("vanish", "ManifestFile", "file://" + src_ + "/manifest.json"));
   EXPECT_TRUE(absl::IsNotFound(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("channel 'vanish'"));
-  EXPECT_THAT(s.message(), HasSubstr(src_ + "/m/gone"));
+  EXPECT_THAT(s.message(), HasSubstr(src_ + "/m/gone' named by the manifest: "));
+  // It never was there: not "disappeared", which a listed object does.
+  EXPECT_THAT(s.message(), Not(HasSubstr("disappeared")));
 }
 
 TEST_F(LocalDataChannelTest, EmptyPrefixIsNotFound) {
@@ -662,15 +665,28 @@ TEST_F(LocalDataChannelTest, DestroyingTheChannelStopsItsWriters) {
   ASSERT_EQ(destroyed.wait_for(std::chrono::seconds(10)), std::future_status::ready);
 }
 
-TEST_F(LocalDataChannelTest, PipeObjectThatDisappearsMidStreamFailsTheJobNamingIt) {
+TEST_F(LocalDataChannelTest, PipeObjectMissingFromAManifestFailsTheJobNamingIt) {
   WriteFile(src_ + "/m/here", "here");
   WriteFile(src_ + "/manifest.json",
             absl::StrCat("[{\"prefix\": \"file://", src_, "/m/\"}, \"here\", \"then-gone\"]"));
   ASSERT_TRUE(Deliver(Channel("v", "ManifestFile", "file://" + src_ + "/manifest.json"), "Pipe").ok());
   EXPECT_EQ(ReadFifo(Fifo("algo-1", "v", 0)), "here");
   ASSERT_TRUE(RunUntil(*loop_, [&] { return !listener_.failures.empty(); }));
-  EXPECT_THAT(listener_.failures[0], HasSubstr("channel 'v': object 'file://" + src_ + "/m/then-gone'"));
-  EXPECT_THAT(listener_.failures[0], HasSubstr("disappeared"));
+  EXPECT_THAT(listener_.failures[0],
+              HasSubstr("channel 'v': object 'file://" + src_ + "/m/then-gone' named by the manifest"));
+  EXPECT_THAT(listener_.failures[0], Not(HasSubstr("disappeared")));
+}
+
+TEST_F(LocalDataChannelTest, PipeObjectThatDisappearsBetweenEpochsFailsTheJobNamingIt) {
+  WriteFile(src_ + "/p/a", "a");
+  WriteFile(src_ + "/p/b", "b");
+  ASSERT_TRUE(Deliver(Channel("v", "S3Prefix", "file://" + src_ + "/p/"), "Pipe").ok());
+  EXPECT_EQ(ReadFifo(Fifo("algo-1", "v", 0)), "ab");
+  ASSERT_EQ(std::remove((src_ + "/p/b").c_str()), 0);
+  ReadFifo(Fifo("algo-1", "v", 1));
+  ASSERT_TRUE(RunUntil(*loop_, [&] { return !listener_.failures.empty(); }));
+  EXPECT_THAT(listener_.failures[0], HasSubstr("channel 'v': object 'file://" + src_ +
+                                               "/p/b' disappeared during the stream (epoch 1)"));
 }
 
 TEST_F(LocalDataChannelTest, PipeOfAnEmptyPrefixFailsTheDelivery) {
