@@ -741,11 +741,23 @@ absl::Status LocalDataChannel::MountView(const v1::Channel& channel,
   std::vector<internal::FuseViewFile> files;
   files.reserve(sources->size());
   for (Source& s : *sources) files.push_back({std::move(s.rel), std::move(s.uri), s.size});
+  // A mount point of its own, made here: mkdir fails on a name already
+  // taken, by a crashed process of the same PID (a container's host process
+  // often has the same PID from one start to the next) or by a process of
+  // another PID namespace sharing the state directory, whose live view a
+  // mount on the same point would hide.
   static std::atomic<uint64_t> next_view{0};
-  const std::string mount_point =
-      absl::StrCat(options_.state_dir, "/fastfile/", getpid(), "-", ++next_view, "-", name);
-  absl::Status s = internal::MakeDirs(mount_point);
+  const std::string views_dir = absl::StrCat(options_.state_dir, "/fastfile");
+  absl::Status s = internal::MakeDirs(views_dir);
   if (!s.ok()) return InChannel(name, s);
+  std::string mount_point;
+  for (int tries = 1;; ++tries) {
+    mount_point = absl::StrCat(views_dir, "/", getpid(), "-", ++next_view, "-", name);
+    if (mkdir(mount_point.c_str(), 0755) == 0) break;
+    if (errno != EEXIST || tries == 1000) {
+      return InChannel(name, internal::ErrnoStatus(errno, "mkdir", mount_point));
+    }
+  }
   absl::StatusOr<std::unique_ptr<internal::FuseView>> view =
       internal::FuseView::Mount(**store, mount_point, std::move(files));
   if (!view.ok()) {

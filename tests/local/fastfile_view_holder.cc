@@ -6,6 +6,12 @@
 //
 // Prints "mounted" on stdout once the view is up, or "failed: <status>" and
 // exits 1.
+//
+//   fastfile_view_holder --clean STATE_DIR
+//
+// Makes a LocalDataChannel on STATE_DIR (which cleans up what crashed
+// processes left there), prints "cleaned" and exits: run in a new PID
+// namespace, it has the PID a crashed holder had.
 #include <unistd.h>
 
 #include <cstdio>
@@ -23,12 +29,19 @@
 #include "local/internal/fs.h"
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s STATE_DIR\n", argv[0]);
+  const bool clean = argc == 3 && std::string(argv[1]) == "--clean";
+  if (argc != 2 && !clean) {
+    std::fprintf(stderr, "usage: %s [--clean] STATE_DIR\n", argv[0]);
     return 2;
   }
-  const std::string state_dir = argv[1];
+  const std::string state_dir = argv[argc - 1];
   auto loop = kiln::NewRealTimeEventLoop();
+  if (clean) {
+    kiln::ObjectStores none;
+    auto channel = kiln::local::NewLocalDataChannel(*loop, none, {.state_dir = state_dir});
+    std::printf("cleaned\n");
+    return 0;
+  }
   auto store = kiln::NewInMemoryObjectStore();
   kiln::ObjectStores stores;
   stores.Register("mem", store.get());

@@ -6,16 +6,20 @@
 #include <spawn.h>
 #include <sys/wait.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <future>
 #include <memory>
 #include <optional>
-#include <thread>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
@@ -857,28 +861,38 @@ TEST_F(LocalDataChannelTest, AugmentedManifestInARemoteStoreReadsRefsThroughTheS
 #define KILN_FASTFILE_VIEW_HOLDER "fastfile_view_holder"
 #endif
 
-// Needs FUSE (root and /dev/fuse), like the other FUSE tests.
-TEST_F(LocalDataChannelTest, MountsOfAKilledProcessAreCleanedUpByTheNextChannel) {
+// Runs `argv` (its program looked up in PATH), and returns its pid and the
+// first line it writes on stdout (with the newline; what it wrote if it ended
+// or said nothing more within 20 s).
+std::pair<pid_t, std::string> SpawnAndReadLine(std::vector<std::string> argv) {
   int out[2];
-  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+  if (pipe2(out, O_CLOEXEC) != 0) return {-1, "pipe2 failed"};
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-  std::string program = KILN_FASTFILE_VIEW_HOLDER;
-  char* const argv[] = {program.data(), state_dir_.data(), nullptr};
+  std::vector<char*> args;
+  for (std::string& a : argv) args.push_back(a.data());
+  args.push_back(nullptr);
   pid_t pid = -1;
-  ASSERT_EQ(posix_spawn(&pid, program.c_str(), &actions, nullptr, argv, environ), 0);
+  if (posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ) != 0) pid = -1;
   posix_spawn_file_actions_destroy(&actions);
   close(out[1]);
   std::string said;
   struct pollfd p = {out[0], POLLIN, 0};
-  while (said.find('\n') == std::string::npos && poll(&p, 1, 20000) == 1) {
+  while (pid > 0 && said.find('\n') == std::string::npos && poll(&p, 1, 20000) == 1) {
     char buf[256];
     ssize_t n = read(out[0], buf, sizeof(buf));
     if (n <= 0) break;
     said.append(buf, static_cast<size_t>(n));
   }
   close(out[0]);
+  return {pid, said};
+}
+
+// Needs FUSE (root and /dev/fuse), like the other FUSE tests.
+TEST_F(LocalDataChannelTest, MountsOfAKilledProcessAreCleanedUpByTheNextChannel) {
+  const auto [pid, said] = SpawnAndReadLine({KILN_FASTFILE_VIEW_HOLDER, state_dir_});
+  ASSERT_GT(pid, 0);
   const std::string fastfile = state_dir_ + "/fastfile";
   const bool mounted = said == "mounted\n";
   std::vector<std::string> left = ListDir(fastfile);
@@ -903,6 +917,72 @@ TEST_F(LocalDataChannelTest, MountsOfAKilledProcessAreCleanedUpByTheNextChannel)
   channel_ = NewLocalDataChannel(*loop_, stores_, {.state_dir = state_dir_});
   EXPECT_FALSE(MountedBelow(fastfile)) << ReadFile("/proc/self/mountinfo");
   EXPECT_THAT(ListDir(fastfile), ElementsAre(mine));
+}
+
+// A host process in a container often has the same PID from one start to the
+// next, and processes of two PID namespaces may share a state directory. Each
+// holder here runs as PID 1 of a new PID namespace (`unshare`): the second
+// must mount its view beside the first's live one, not over it (which would
+// hide it), and a cleaner with the same PID must still clean up both dead
+// mounts. Needs FUSE and the right to make PID namespaces (root).
+TEST_F(LocalDataChannelTest, ViewsOfProcessesWithTheSamePidNeitherCollideNorOutliveThem) {
+  const std::string fastfile = state_dir_ + "/fastfile";
+  auto holder = [&](const std::string& mode) {
+    std::vector<std::string> argv = {"unshare", "--pid", "--fork", "--kill-child",
+                                     KILN_FASTFILE_VIEW_HOLDER};
+    if (!mode.empty()) argv.push_back(mode);
+    argv.push_back(state_dir_);
+    return SpawnAndReadLine(argv);
+  };
+  // Kills the holder (unshare's child; --kill-child would be too late to
+  // wait for) and waits for unshare, which waits for it.
+  auto end = [](pid_t pid) {
+    const std::string children = ReadFile(absl::StrCat("/proc/", pid, "/task/", pid, "/children"));
+    int64_t child = 0;
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(children), &child)) {
+      kill(static_cast<pid_t>(child), SIGKILL);
+    } else {
+      kill(pid, SIGKILL);
+    }
+    int status;
+    return waitpid(pid, &status, 0) == pid;
+  };
+  const auto [first, first_said] = holder("");
+  ASSERT_GT(first, 0);
+  if (first_said != "mounted\n") {
+    end(first);
+    GTEST_SKIP() << "no PID namespace with a FUSE view here: " << first_said;
+  }
+  const auto [second, second_said] = holder("");
+  const std::vector<std::string> both = ListDir(fastfile);
+  const bool second_mounted = second_said == "mounted\n";
+  // Reading a view leaves its root's attributes in the kernel's cache, from
+  // which stat answers even after its server is gone.
+  for (const std::string& name : both) {
+    struct stat st;
+    EXPECT_EQ(stat((fastfile + "/" + name).c_str(), &st), 0) << name;
+  }
+  ASSERT_TRUE(end(first));
+  ASSERT_TRUE(end(second));
+  ASSERT_TRUE(second_mounted) << second_said;
+  // Both are PID 1 in their namespaces, each with a mount point of its own.
+  ASSERT_EQ(both.size(), 2u);
+  for (const std::string& name : both) EXPECT_EQ(name.rfind("1-", 0), 0u) << name;
+  // What a crash leaves: mounts whose server is gone (statfs, unlike stat,
+  // always asks the server).
+  for (const std::string& name : both) {
+    struct statfs fs;
+    EXPECT_EQ(statfs((fastfile + "/" + name).c_str(), &fs), -1) << name;
+    EXPECT_TRUE(errno == ENOTCONN || errno == ECONNABORTED) << name << ": " << errno;
+  }
+  // The cleaner is PID 1 too.
+  const auto [cleaner, cleaner_said] = holder("--clean");
+  ASSERT_GT(cleaner, 0);
+  int status;
+  ASSERT_EQ(waitpid(cleaner, &status, 0), cleaner);
+  EXPECT_EQ(cleaner_said, "cleaned\n");
+  EXPECT_FALSE(MountedBelow(fastfile)) << ReadFile("/proc/self/mountinfo");
+  EXPECT_THAT(ListDir(fastfile), ElementsAre());
 }
 
 }  // namespace

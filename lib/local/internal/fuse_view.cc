@@ -11,6 +11,7 @@
 #include <sys/eventfd.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -478,7 +479,6 @@ StaleViewCleanup CleanStaleViews(const std::string& dir) {
     }
     closedir(d);
   }
-  const pid_t self = getpid();
   for (const std::string& name : names) {
     int64_t pid = 0;
     const size_t dash = name.find('-');
@@ -486,18 +486,31 @@ StaleViewCleanup CleanStaleViews(const std::string& dir) {
         !absl::SimpleAtoi(absl::string_view(name.data(), dash), &pid) || pid <= 0) {
       continue;  // not one of ours
     }
-    if (pid == self) continue;
+    // (A mount of this process's PID whose server is gone is stale too: a
+    // crashed process of the same PID left it. A live one is never touched.)
     const std::string path = absl::StrCat(dir, "/", name);
+    auto server_gone = [] { return errno == ENOTCONN || errno == ECONNABORTED; };
     struct stat st;
+    bool dead = false;
     if (stat(path.c_str(), &st) != 0) {
-      if (errno != ENOTCONN && errno != ECONNABORTED) continue;
+      if (!server_gone()) continue;
+      dead = true;
+    } else if (S_ISDIR(st.st_mode) && st.st_dev != dir_st.st_dev) {
+      // A mount. stat may answer from the attributes the kernel keeps of its
+      // root (kTimeout, a day) after its server is gone; statfs always asks
+      // the server.
+      struct statfs fs;
+      if (statfs(path.c_str(), &fs) == 0 || !server_gone()) continue;  // a live mount
+      dead = true;
+    }
+    if (dead) {
       // The server is gone: a crashed process's mount.
       if (!DetachMount(path)) continue;
       ++done.unmounted;
       if (rmdir(path.c_str()) == 0) ++done.removed;
       continue;
     }
-    if (!S_ISDIR(st.st_mode) || st.st_dev != dir_st.st_dev) continue;  // a live mount
+    if (!S_ISDIR(st.st_mode)) continue;
     const bool owner_alive = kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
     if (!owner_alive && rmdir(path.c_str()) == 0) ++done.removed;
   }

@@ -77,11 +77,13 @@ struct StaleViewCleanup {
 
 // Cleans up what crashed processes left in `dir` (a folder of mount points
 // named "<pid>-<n>-<name>", as LocalDataChannel makes them): a mount whose
-// server is gone (stat fails with ENOTCONN, "Transport endpoint is not
-// connected") is detached lazily (umount2 MNT_DETACH when this process may,
-// else `fusermount3 -u -z`) and its mount point removed; an empty mount
-// point of a process that no longer exists is removed. Mount points of this
-// process and live mounts of other processes are left alone. Best effort: a
+// server is gone (statfs fails with ENOTCONN, "Transport endpoint is not
+// connected"; stat may still answer from cached attributes) is detached lazily (umount2 MNT_DETACH when this process may,
+// else `fusermount3 -u -z`) and its mount point removed, whatever PID its name
+// gives (this process's too: a crashed process may have had the same PID); an
+// empty mount point of a process that no longer exists is removed. Live
+// mounts, and empty mount points of live processes (this one's included), are
+// left alone. Best effort: a
 // leftover that cannot be removed stays (the next cleanup tries again); a
 // missing `dir` is nothing to do. Blocks for the unmounts (and the
 // fusermount3 runs, if any). Thread-safe.
