@@ -11,7 +11,10 @@ namespace {
 
 // The model's patterns are Java regexes. PCRE2 reads them the same way except
 // for Java's POSIX property names (\p{Alnum} ...), which are ASCII-only in Java
-// and map onto PCRE2's POSIX bracket classes.
+// and map onto PCRE2's POSIX bracket classes, and for the dot, which in Java
+// matches no line terminator (\n, \r, U+0085, U+2028, U+2029) and in PCRE2
+// only no \n: the shape checks spell the model's dots out (shapes.cc,
+// JavaDots); a metric regex, run on log lines split at \n, keeps PCRE2's.
 std::string JavaToPcre2(std::string_view java) {
   static constexpr std::pair<std::string_view, std::string_view> kPosix[] = {
       {"Alnum", "alnum"}, {"Alpha", "alpha"}, {"Digit", "digit"}, {"Upper", "upper"},

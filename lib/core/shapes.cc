@@ -46,17 +46,68 @@ bool IsAscii(std::string_view s) {
 // Well-formed UTF-8 (utf8.h), which is what PCRE2 demands of a subject in UTF mode.
 bool WellFormed(std::string_view s) { return IsAscii(s) || IsValidUtf8(s); }
 
+// The model's patterns are Java regexes, and Java's `.` matches any character
+// but a line terminator: \n, \r, U+0085, U+2028 and U+2029. PCRE2's `.` (and
+// ByteDfa's, which follows PCRE2) excludes only \n. So a pattern with a dot is
+// given to PCRE2 with each dot spelled as Java means it (JavaDots), and its
+// automaton, which keeps PCRE2's dot, decides only values without the four
+// other terminators, where the two dots agree.
+constexpr std::string_view kJavaDot = "[^\\n\\r\\x{85}\\x{2028}\\x{2029}]";
+
+// `pattern` with every `.` outside a character class replaced by kJavaDot;
+// `*has_dot` tells whether there was one. (The model's patterns use no
+// nested classes or \Q...\E quoting.)
+std::string JavaDots(std::string_view pattern, bool* has_dot) {
+  std::string out;
+  *has_dot = false;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      out += c;
+      out += pattern[++i];
+      continue;
+    }
+    if (c == '[') in_class = true;
+    if (c == ']') in_class = false;
+    if (c == '.' && !in_class) {
+      out.append(kJavaDot);
+      *has_dot = true;
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
+// Whether `s` holds a line terminator of Java's other than \n: \r, U+0085
+// (C2 85), U+2028 (E2 80 A8) or U+2029 (E2 80 A9).
+bool HasOtherLineTerminator(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  for (size_t i = 0; i < n; ++i) {
+    const unsigned char c = p[i];
+    if (c == '\r') return true;
+    if (c == 0xC2 && i + 1 < n && p[i + 1] == 0x85) return true;
+    if (c == 0xE2 && i + 2 < n && p[i + 1] == 0x80 && (p[i + 2] == 0xA8 || p[i + 2] == 0xA9)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // How a pattern is decided. The model's catch-all patterns need no regex
 // engine: `[\S\s]*` accepts any well-formed text; `.*` any well-formed text
-// without a line feed (PCRE2's dot under its newline convention, checked at
-// start-up), `.+` the same when not empty. Most others are simple enough for
-// a byte automaton (kDfa); the rest (lookbehind, Unicode properties, very
-// long counted repeats) keep PCRE2.
+// without a line terminator (Java's dot), `.+` the same when not empty. Most
+// others are simple enough for a byte automaton (kDfa); the rest (lookbehind,
+// Unicode properties, very long counted repeats) keep PCRE2.
 enum class Rule { kRegex, kAnyText, kLine, kNonEmptyLine, kDfa };
 
 struct CompiledPattern {
   Rule rule = Rule::kRegex;
-  std::unique_ptr<Regex> regex;   // kRegex only
+  // kRegex: decides every value. kDfa: decides the values the automaton may
+  // not (set only when the pattern has a dot; see HasOtherLineTerminator).
+  std::unique_ptr<Regex> regex;
   std::unique_ptr<ByteDfa> dfa;   // kDfa only
 };
 
@@ -68,8 +119,9 @@ std::unique_ptr<Regex> CompileOrDie(std::string_view text) {
 }
 
 // True when PCRE2's `.` (as compiled here) matches every character but a line
-// feed, so that `.*` and `.+` can be decided by kLine rules. It does with the
-// default newline convention (LF); other builds keep PCRE2 for them.
+// feed, so that ByteDfa may compile `.` (as PCRE2's dot: see JavaDots). It
+// does with the default newline convention (LF); other builds keep PCRE2 for
+// patterns with a dot.
 bool DotIsAllButLineFeed() {
   std::unique_ptr<Regex> dot = CompileOrDie(".");
   static constexpr std::string_view kOthers[] = {
@@ -81,10 +133,10 @@ bool DotIsAllButLineFeed() {
   return !dot->Matches("\n");
 }
 
-Rule RuleFor(std::string_view text, bool dot_rules) {
+Rule RuleFor(std::string_view text) {
   if (text == "[\\S\\s]*" || text == "[\\s\\S]*") return Rule::kAnyText;
-  if (dot_rules && text == ".*") return Rule::kLine;
-  if (dot_rules && text == ".+") return Rule::kNonEmptyLine;
+  if (text == ".*") return Rule::kLine;
+  if (text == ".+") return Rule::kNonEmptyLine;
   return Rule::kRegex;
 }
 
@@ -96,9 +148,14 @@ bool Decide(const CompiledPattern& p, std::string_view value) {
       if (value.empty()) return false;
       [[fallthrough]];
     case Rule::kLine:
-      return std::memchr(value.data(), '\n', value.size()) == nullptr && WellFormed(value);
+      return std::memchr(value.data(), '\n', value.size()) == nullptr &&
+             !HasOtherLineTerminator(value) && WellFormed(value);
     case Rule::kDfa:
-      return WellFormed(value) && p.dfa->Matches(value);
+      if (!WellFormed(value)) return false;
+      if (p.regex != nullptr && HasOtherLineTerminator(value)) {
+        return p.regex->MatchesValidUtf8(value);
+      }
+      return p.dfa->Matches(value);
     case Rule::kRegex:
       break;
   }
@@ -112,14 +169,16 @@ struct CompiledPatterns {
 
 CompiledPattern CompilePattern(std::string_view text, bool dot_rules) {
   CompiledPattern p;
-  p.rule = RuleFor(text, dot_rules);
+  p.rule = RuleFor(text);
   // Compiled either way: a pattern of the model that PCRE2 rejects is a defect
   // to report at once, whichever rule decides it.
-  std::unique_ptr<Regex> regex = CompileOrDie(text);
+  bool has_dot = false;
+  std::unique_ptr<Regex> regex = CompileOrDie(JavaDots(text, &has_dot));
   if (p.rule == Rule::kRegex) {
     p.dfa = ByteDfa::Compile(text, dot_rules);
     if (p.dfa != nullptr) {
       p.rule = Rule::kDfa;
+      if (has_dot) p.regex = std::move(regex);
     } else {
       p.regex = std::move(regex);
     }
@@ -245,6 +304,19 @@ std::string QuoteValue(std::string_view value) {
 // ---------------------------------------------------------------------------
 // ShapeChecker
 
+namespace {
+
+// A string no pattern or enumeration constrains must still be well-formed
+// UTF-8 (a pattern never matches anything else): the service's JSON cannot
+// carry other bytes, and protobuf will not parse them back in a proto3 string.
+// (The generated checks look only at strings with some constraint: a string
+// of none, such as a response's StatusMessage, is not checked at all.)
+bool NeedsUtf8Check(const Shape& shape) {
+  return shape.pattern == nullptr && shape.enum_values == nullptr;
+}
+
+}  // namespace
+
 bool ShapeChecker::StringOk(std::string_view value, const Shape& shape, Pattern::Memo memo) const {
   if (shape.has_min || shape.has_max) {
     const int64_t length = Utf16Length(value);
@@ -252,6 +324,7 @@ bool ShapeChecker::StringOk(std::string_view value, const Shape& shape, Pattern:
       return false;
     }
   }
+  if (NeedsUtf8Check(shape) && !WellFormed(value)) return false;
   if (shape.pattern != nullptr && !shape.pattern->Matches(value, memo) &&
       !(allow_local_uris_ && shape.local_uri_alternative && LocalUriMatches(value))) {
     return false;
@@ -269,6 +342,7 @@ void ShapeChecker::StringViolations(std::string_view value, const Shape& shape,
     out.push_back("Member must have length greater than or equal to " +
                   std::to_string(shape.min));
   }
+  if (NeedsUtf8Check(shape) && !WellFormed(value)) out.push_back("Member must be valid UTF-8");
   if (shape.pattern != nullptr && !shape.pattern->Matches(value)) {
     const bool local = allow_local_uris_ && shape.local_uri_alternative;
     if (!(local && LocalUriMatches(value))) {

@@ -30,6 +30,28 @@
 
 namespace kiln::test {
 
+// A Java pattern of the model as PCRE2 must read it to give Java's answers:
+// Java's `.` excludes every line terminator (\n, \r, U+0085, U+2028,
+// U+2029), PCRE2's only \n, so each `.` outside a class becomes a class of
+// everything else. (The model's patterns have no nested classes or \Q...\E.)
+inline std::string JavaToPcre2Dots(const std::string& java) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < java.size(); ++i) {
+    if (java[i] == '\\' && i + 1 < java.size()) {
+      out += java.substr(i, 2);
+      ++i;
+    } else if (java[i] == '.' && !in_class) {
+      out += "[^\\x{2029}\\x{2028}\\x{85}\\r\\n]";
+    } else {
+      if (java[i] == '[') in_class = true;
+      if (java[i] == ']') in_class = false;
+      out += java[i];
+    }
+  }
+  return out;
+}
+
 // One shape of the model, as the JSON writes it.
 struct RefShape;
 
@@ -87,8 +109,8 @@ class ReferenceModel {
       if (const auto* v = field(def, "max")) shape.max = static_cast<int64_t>(v->number_value());
       if (const auto* v = field(def, "pattern")) {
         shape.pattern_text = v->string_value();
-        shape.pattern =
-            internal::Regex::Compile(v->string_value(), internal::Regex::Mode::kFullMatch, error);
+        shape.pattern = internal::Regex::Compile(JavaToPcre2Dots(v->string_value()),
+                                                 internal::Regex::Mode::kFullMatch, error);
         if (shape.pattern == nullptr) return;
       }
       if (const auto* v = field(def, "enum")) {
@@ -113,7 +135,8 @@ class ReferenceModel {
                   [](const RefMember& a, const RefMember& b) { return a.name < b.name; });
       }
     }
-    local_uri_ = internal::Regex::Compile("file://.+", internal::Regex::Mode::kFullMatch, error);
+    local_uri_ = internal::Regex::Compile(JavaToPcre2Dots("file://.+"),
+                                          internal::Regex::Mode::kFullMatch, error);
   }
 
   const RefShape* Find(const std::string& name) const {
@@ -170,6 +193,25 @@ class ReferenceValidator {
       i += len;
     }
     return n;
+  }
+  // Well-formed UTF-8: each sequence decodes to a scalar value (no surrogate,
+  // nothing above U+10FFFF) in its shortest form.
+  static bool IsUtf8(const std::string& s) {
+    for (size_t i = 0; i < s.size();) {
+      const unsigned char c = static_cast<unsigned char>(s[i]);
+      const size_t len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+      if (len == 0 || c > 0xF7 || i + len > s.size()) return false;
+      uint32_t cp = len == 1 ? c : c & (0x7F >> len);
+      for (size_t k = 1; k < len; ++k) {
+        const unsigned char b = static_cast<unsigned char>(s[i + k]);
+        if ((b & 0xC0) != 0x80) return false;
+        cp = (cp << 6) | (b & 0x3F);
+      }
+      const uint32_t shortest[] = {0, 0, 0x80, 0x800, 0x10000};
+      if (cp < shortest[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+      i += len;
+    }
+    return true;
   }
   static std::string Quote(const std::string& value) {
     if (value.size() <= 256) return absl::StrCat("'", value, "'");
@@ -257,6 +299,11 @@ class ReferenceValidator {
     }
     if (shape.min && length < *shape.min) {
       out.push_back(absl::StrCat("Member must have length greater than or equal to ", *shape.min));
+    }
+    // (A string of no constraint at all, like StatusMessage, is not checked.)
+    const bool constrained = shape.min || shape.max;
+    if (constrained && shape.pattern == nullptr && shape.enum_values.empty() && !IsUtf8(value)) {
+      out.push_back("Member must be valid UTF-8");
     }
     if (shape.pattern != nullptr && !shape.pattern->Matches(value)) {
       const bool local = options_.allow_local_uris && shape.name == "S3Uri";

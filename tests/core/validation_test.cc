@@ -2,7 +2,9 @@
 
 #include <functional>
 #include <string>
+#include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "core/internal/shapes.h"
 #include "google/protobuf/text_format.h"
@@ -423,6 +425,63 @@ TEST(ValidationTest, LengthCountsUtf16UnitsLikeTheService) {
   t->set_key(key);
   t->set_value("v");
   EXPECT_EQ(Validate(r), "OK");
+}
+
+// The model's patterns are Java regexes, and Java's `.` matches any character
+// but a line terminator: \n, \r, U+0085, U+2028 and U+2029 (not only \n, as
+// in PCRE2). Other control characters are ordinary characters to it.
+TEST(ValidationTest, PatternDotRejectsEveryJavaLineTerminator) {
+  const std::string dot_pattern = "Member must satisfy regular expression pattern: ^.*";
+  for (const std::string terminator : {"\n", "\r", "\r\n", "\xc2\x85", "\xe2\x80\xa8",
+                                       "\xe2\x80\xa9"}) {
+    SCOPED_TRACE(absl::CEscape(terminator));
+    CreateTrainingJobRequest r = BaseRequest();
+    const std::string value = "x" + terminator + "y";
+    (*r.mutable_hyper_parameters())["lr"] = value;
+    EXPECT_EQ(Validate(r), One(absl::StrCat("Value '", value,
+                                            "' at 'hyperParameters.lr' failed to satisfy "
+                                            "constraint: ",
+                                            dot_pattern)));
+    // A pattern decided by an automaton: (https|s3)://([^/]+)/?(.*).
+    r = BaseRequest();
+    r.mutable_output_data_config()->set_s3_output_path("s3://bucket/a" + terminator + "b");
+    EXPECT_NE(Validate(r).find("at 'outputDataConfig.s3OutputPath' failed to satisfy"),
+              std::string::npos);
+  }
+  for (const std::string& other : std::vector<std::string>{
+           "\t", "\v", "\f", std::string("\0", 1), "\xc2\xa0", "\xe2\x80\x8b"}) {
+    SCOPED_TRACE(absl::CEscape(other));
+    CreateTrainingJobRequest r = BaseRequest();
+    (*r.mutable_hyper_parameters())["lr"] = "x" + other + "y";
+    r.mutable_output_data_config()->set_s3_output_path("s3://bucket/a" + other + "b");
+    EXPECT_EQ(Validate(r), "OK");
+  }
+  // A line terminator where the pattern has a class, not a dot, is fine:
+  // [^/]+ takes the bucket's \r.
+  CreateTrainingJobRequest r = BaseRequest();
+  r.mutable_output_data_config()->set_s3_output_path("s3://buck\ret/key");
+  EXPECT_EQ(Validate(r), "OK");
+  // Kiln's own `file://.+` follows the same rule.
+  r.mutable_output_data_config()->set_s3_output_path("file:///tmp/a\xe2\x80\xa8" "b");
+  EXPECT_NE(Validate(r), "OK");
+}
+
+// A string no pattern constrains must still be text: the service's JSON
+// cannot carry other bytes, and a request holding them does not survive
+// protobuf serialization (proto3 strings are UTF-8).
+TEST(ValidationTest, StringWithoutPatternMustBeValidUtf8) {
+  CreateTrainingJobRequest r = BaseRequest();
+  auto* spec = r.mutable_resource_config()
+                   ->mutable_instance_placement_config()
+                   ->add_placement_specifications();
+  spec->set_instance_count(1);
+  spec->set_ultra_server_id("us-\xc3\xa9");
+  EXPECT_EQ(Validate(r), "OK");
+  spec->set_ultra_server_id("us-\xc3");
+  EXPECT_EQ(Validate(r),
+            One("Value 'us-\xc3' at "
+                "'resourceConfig.instancePlacementConfig.placementSpecifications.1.member."
+                "ultraServerId' failed to satisfy constraint: Member must be valid UTF-8"));
 }
 
 TEST(ValidationTest, OtherRequestsAreCheckedAgainstTheModel) {

@@ -24,11 +24,14 @@
 
 namespace kiln::internal {
 
-// A pattern of the model (a Java regex), matched against the whole value.
-// Patterns that accept any well-formed UTF-8 text with at most a newline rule
-// (`.*`, `.+`, `[\S\s]*`) are decided without PCRE2, and so are the simple
-// ones a byte automaton can decide (ByteDfa: 23 of the model's 27 patterns,
-// the job name among them), with the same answers; the rest use PCRE2.
+// A pattern of the model (a Java regex), matched against the whole value with
+// Java's answers: in particular its `.` matches no line terminator (\n, \r,
+// U+0085, U+2028, U+2029), where PCRE2's refuses only \n. Patterns that accept
+// any well-formed UTF-8 text with at most a line rule (`.*`, `.+`, `[\S\s]*`)
+// are decided without PCRE2, and so are the simple ones a byte automaton can
+// decide (ByteDfa: 23 of the model's 27 patterns, the job name among them;
+// values holding a line terminator other than \n go to PCRE2 when the pattern
+// has a dot); the rest use PCRE2, given each dot spelled as Java means it.
 class Pattern {
  public:
   constexpr Pattern(std::string_view text, int id) : text_(text), id_(id) {}
