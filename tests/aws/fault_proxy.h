@@ -1,8 +1,9 @@
 // FaultProxy: a TCP proxy on a free loopback port in front of an HTTP server
 // (moto), one request per connection, that injects faults on command:
-// answers with an error status instead of forwarding, cuts a response after
-// some bytes, refuses everything (the endpoint is down), tampers with the
-// request's signature, or calls a hook before forwarding.
+// answers with an error status (or any answer) instead of forwarding, cuts a
+// response after some bytes (every response, or those of chosen requests),
+// refuses everything (the endpoint is down), tampers with the request's
+// signature, or calls a hook before forwarding.
 #ifndef KILN_TESTS_AWS_FAULT_PROXY_H_
 #define KILN_TESTS_AWS_FAULT_PROXY_H_
 
@@ -17,6 +18,7 @@
 #include <list>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -91,9 +93,60 @@ class FaultProxy {
     absl::MutexLock lock(&mu_);
     hook_ = std::move(hook);
   }
+  // Rules for chosen requests: those whose head (request line and headers)
+  // starts with `method` and a space and contains `needle` ("": any). A rule
+  // serves the next `times` matching requests (-1: all of them). Rules apply
+  // in the order added (a request takes the first matching rule with uses
+  // left) and before FailNext, FailMatching and CutNextResponse.
+  //
+  // Forwards the request and cuts its response after `bytes` bytes (headers
+  // included): the server has acted on the request, the client never learns
+  // how it ended.
+  void CutMatching(std::string method, std::string needle, int64_t bytes, int times = 1) {
+    absl::MutexLock lock(&mu_);
+    rules_.push_back({std::move(method), std::move(needle), times, bytes, 0, ""});
+  }
+  // Answers `status` with `body` (an XML document) instead of forwarding.
+  void AnswerMatching(std::string method, std::string needle, int status, std::string body,
+                      int times = 1) {
+    absl::MutexLock lock(&mu_);
+    rules_.push_back({std::move(method), std::move(needle), times, -1, status, std::move(body)});
+  }
+  void ClearRules() {
+    absl::MutexLock lock(&mu_);
+    rules_.clear();
+  }
+  // How many requests so far (forwarded or not) matched `method` and `needle`
+  // as rules do.
+  int RequestsMatching(const std::string& method, const std::string& needle) {
+    absl::MutexLock lock(&mu_);
+    int n = 0;
+    for (const std::string& head : heads_) n += Matches(head, method, needle) ? 1 : 0;
+    return n;
+  }
+  // An S3 error document with `code`.
+  static std::string S3Error(const std::string& code) {
+    return absl::StrCat("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>", code,
+                        "</Code><Message>injected by the test</Message></Error>");
+  }
   int requests() const { return requests_.load(); }
 
  private:
+  struct Rule {
+    std::string method;
+    std::string needle;
+    int times;
+    int64_t cut;  // >= 0: forward and cut; else answer
+    int status;
+    std::string body;
+  };
+
+  static bool Matches(const std::string& head, const std::string& method,
+                      const std::string& needle) {
+    return head.compare(0, method.size() + 1, method + " ") == 0 &&
+           head.find(needle) != std::string::npos;
+  }
+
   void Accept() {
     while (!stop_.load()) {
       int fd = ::accept(listen_fd_, nullptr, nullptr);
@@ -147,23 +200,40 @@ class FaultProxy {
     }
     requests_.fetch_add(1);
     int status = 0;
-    std::string code;
+    std::string body;
     int64_t cut = -1;
     bool tamper = false;
     std::function<void(const std::string&)> hook;
     {
       absl::MutexLock lock(&mu_);
+      const std::string head = request.substr(0, head_end);
+      heads_.push_back(head);
       if (down_) {
         ::close(client);
         return;
       }
-      if (!fail_needle_.empty() && request.substr(0, head_end).find(fail_needle_) != std::string::npos) {
+      Rule* rule = nullptr;
+      for (Rule& r : rules_) {
+        if (r.times != 0 && Matches(head, r.method, r.needle)) {
+          rule = &r;
+          break;
+        }
+      }
+      if (rule != nullptr) {
+        if (rule->times > 0) --rule->times;
+        if (rule->cut >= 0) {
+          cut = rule->cut;
+        } else {
+          status = rule->status;
+          body = rule->body;
+        }
+      } else if (!fail_needle_.empty() && head.find(fail_needle_) != std::string::npos) {
         status = needle_status_;
-        code = needle_code_;
+        body = S3Error(needle_code_);
       } else if (fail_next_ > 0) {
         --fail_next_;
         status = fail_status_;
-        code = fail_code_;
+        body = S3Error(fail_code_);
       } else if (cut_after_ >= 0) {
         cut = cut_after_;
         cut_after_ = -1;
@@ -173,8 +243,6 @@ class FaultProxy {
       hook = hook_;
     }
     if (status != 0) {
-      std::string body = absl::StrCat("<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>", code,
-                                      "</Code><Message>injected by the test</Message></Error>");
       WriteAll(client, absl::StrCat("HTTP/1.1 ", status, " Injected\r\nContent-Type: application/xml\r\n"
                                     "Content-Length: ", body.size(), "\r\nConnection: close\r\n\r\n",
                                     body));
@@ -238,6 +306,8 @@ class FaultProxy {
   bool down_ ABSL_GUARDED_BY(mu_) = false;
   bool tamper_ ABSL_GUARDED_BY(mu_) = false;
   std::function<void(const std::string&)> hook_ ABSL_GUARDED_BY(mu_);
+  std::list<Rule> rules_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> heads_ ABSL_GUARDED_BY(mu_);  // of every request, in order
 };
 
 }  // namespace kiln::aws::testing

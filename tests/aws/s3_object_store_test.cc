@@ -100,6 +100,20 @@ class S3ObjectStoreTest : public ::testing::Test {
     return ReadFile(dest);
   }
   static std::string Uri(const std::string& key) { return absl::StrCat("s3://", kBucket, "/", key); }
+  // The multipart uploads in progress in kBucket, as the CLI lists them.
+  std::string MultipartUploads() {
+    std::string out;
+    EXPECT_EQ(moto_.Aws(key_, {"s3api", "list-multipart-uploads", "--bucket", kBucket, "--output",
+                               "json"},
+                        &out),
+              0)
+        << out;
+    return out;
+  }
+  // CompleteMultipartUpload requests the proxy has seen (POST ...?uploadId=;
+  // CreateMultipartUpload is POST ...?uploads).
+  int CompleteRequests() { return proxy_->RequestsMatching("POST", kComplete); }
+  static constexpr char kComplete[] = "?uploadId=";
 
   static MotoServer* shared_moto_;
   static absl::Status* start_status_;
@@ -432,6 +446,139 @@ TEST_F(S3ObjectStoreTest, AFailedMultipartUploadIsAbortedAndTheOldObjectStays) {
   // Then it goes through.
   ASSERT_TRUE(store->PutFromFile(Uri("atomic/model"), tmp_.path() + "/v2").ok());
   EXPECT_EQ(ReadWithCli("atomic/model"), data);
+}
+
+// S3's answer to CompleteMultipartUpload is lost after S3 completed the
+// upload, and the retry finds the upload gone (NoSuchUpload). moto 5.2.1
+// answers such a retry with its 200 again, so the proxy answers for it, as
+// S3 does. The object is the one uploaded: the upload succeeded.
+TEST_F(S3ObjectStoreTest, AnUploadCompletedWhoseAnswerWasLostSucceeds) {
+  ASSERT_TRUE(direct_->PutObject(kBucket, "lost/model", "v1").ok());
+  const std::string data = RandomBytes((12 << 20) + 7, 8);  // three parts
+  auto store = Store(true);
+  proxy_->CutMatching("POST", kComplete, 12);  // within the status line
+  proxy_->AnswerMatching("POST", kComplete, 404, FaultProxy::S3Error("NoSuchUpload"));
+  const absl::Status s = store->Put(Uri("lost/model"), data);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(CompleteRequests(), 2);
+  EXPECT_EQ(proxy_->RequestsMatching("HEAD", "/lost/model"), 1);  // the check
+  EXPECT_EQ(ReadWithCli("lost/model"), data);
+}
+
+// The same, but the object at the key when it is checked is another one (a
+// writer replaced it): not the upload's success.
+TEST_F(S3ObjectStoreTest, ALostCompleteAnswerWithAnotherObjectAtTheKeyFails) {
+  const std::string data = RandomBytes((12 << 20) + 7, 9);
+  auto store = Store(true);
+  proxy_->CutMatching("POST", kComplete, 12);
+  proxy_->AnswerMatching("POST", kComplete, 404, FaultProxy::S3Error("NoSuchUpload"));
+  proxy_->OnRequest([&](const std::string& head) {
+    if (absl::StartsWith(head, "HEAD ")) {
+      EXPECT_TRUE(direct_->PutObject(kBucket, "lost/other", "someone else's").ok());
+    }
+  });
+  const absl::Status s = store->Put(Uri("lost/other"), data);
+  EXPECT_TRUE(absl::IsAborted(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("CompleteMultipartUpload " + Uri("lost/other")));
+  EXPECT_THAT(s.message(), HasSubstr("is not the one uploaded"));
+  EXPECT_EQ(CompleteRequests(), 2);
+  proxy_->OnRequest(nullptr);
+  EXPECT_TRUE(store->Get(Uri("lost/other")).value_or("?") == "someone else's");
+  EXPECT_THAT(MultipartUploads(), ::testing::Not(HasSubstr("UploadId")));
+}
+
+// With part ETags that are not MD5s (SSE-KMS), the object cannot be checked:
+// a lost answer leaves the outcome unknown, and the error says so.
+TEST_F(S3ObjectStoreTest, ALostCompleteAnswerWithoutMd5PartEtagsIsAnUnknownOutcome) {
+  internal::S3ClientOptions c;
+  c.endpoint = proxy_->endpoint();
+  c.credentials = {key_.access_key_id, key_.secret_access_key, ""};
+  c.retry_base_delay = absl::Milliseconds(5);
+  c.retry_max_delay = absl::Milliseconds(50);
+  internal::S3Client client(c);
+  absl::StatusOr<std::string> id = client.CreateMultipartUpload(kBucket, "kms/obj");
+  ASSERT_TRUE(id.ok()) << id.status();
+  ASSERT_TRUE(client.UploadPart(kBucket, "kms/obj", *id, 1, "part").ok());
+  proxy_->CutMatching("POST", kComplete, 12);
+  proxy_->AnswerMatching("POST", kComplete, 404, FaultProxy::S3Error("NoSuchUpload"));
+  const absl::Status s =
+      client.CompleteMultipartUpload(kBucket, "kms/obj", *id, {"\"kms-0123456789abcdef\""});
+  EXPECT_TRUE(absl::IsUnknown(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("CompleteMultipartUpload " + Uri("kms/obj")));
+  EXPECT_THAT(s.message(), HasSubstr("the outcome is unknown"));
+  EXPECT_EQ(CompleteRequests(), 2);
+}
+
+TEST(MultipartEtagTest, IsTheMd5OfThePartMd5sAndTheirCount) {
+  // hashlib: md5(md5(b"a").digest() + md5(b"b").digest()).hexdigest() + "-2"
+  EXPECT_EQ(internal::MultipartEtag({"\"0cc175b9c0f1b6a831c399e269772661\"",
+                                     "92EB5FFEE6AE2FEC3AD71C777531578F"}),
+            "96e024ba2074fe77e8e965ba43a704be-2");
+  EXPECT_EQ(internal::MultipartEtag({}), "");
+  EXPECT_EQ(internal::MultipartEtag({"\"0cc175b9c0f1b6a831c399e26977266\""}), "");  // 31
+  EXPECT_EQ(internal::MultipartEtag({"\"0cc175b9c0f1b6a831c399e26977266x\""}), "");
+}
+
+// S3 may answer CompleteMultipartUpload with 200 and an <Error> body: a
+// retryable one (InternalError) is retried like a 5xx.
+TEST_F(S3ObjectStoreTest, AnErrorInTheBodyOfA200CompleteIsRetried) {
+  const std::string data = RandomBytes((12 << 20) + 7, 10);
+  auto store = Store(true);
+  proxy_->AnswerMatching("POST", kComplete, 200, FaultProxy::S3Error("InternalError"));
+  const absl::Status s = store->Put(Uri("body-error/model"), data);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(CompleteRequests(), 2);
+  EXPECT_EQ(ReadWithCli("body-error/model"), data);
+}
+
+// A non-retryable error in a 200's body fails at once; retryable ones fail
+// once the attempts are spent. Both name the call; the old object stays.
+TEST_F(S3ObjectStoreTest, ANonRetryableOrLastingErrorInA200CompleteFailsNamingTheCall) {
+  ASSERT_TRUE(direct_->PutObject(kBucket, "body-error/kept", "v1").ok());
+  const std::string data = RandomBytes((12 << 20) + 7, 11);
+  auto store = Store(true);
+  proxy_->AnswerMatching("POST", kComplete, 200, FaultProxy::S3Error("InvalidPart"));
+  absl::Status s = store->Put(Uri("body-error/kept"), data);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("CompleteMultipartUpload " + Uri("body-error/kept")));
+  EXPECT_THAT(s.message(), HasSubstr("InvalidPart"));
+  EXPECT_EQ(CompleteRequests(), 1);
+
+  proxy_->AnswerMatching("POST", kComplete, 200, FaultProxy::S3Error("InternalError"), -1);
+  s = store->Put(Uri("body-error/kept"), data);
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("CompleteMultipartUpload " + Uri("body-error/kept")));
+  EXPECT_THAT(s.message(), HasSubstr("failed after 5 attempts"));
+  EXPECT_THAT(s.message(), HasSubstr("InternalError"));
+  EXPECT_EQ(CompleteRequests(), 1 + 5);
+  proxy_->ClearRules();
+  EXPECT_EQ(*store->Get(Uri("body-error/kept")), "v1");
+  EXPECT_THAT(MultipartUploads(), ::testing::Not(HasSubstr("UploadId")));
+}
+
+// NoSuchUpload that follows no lost answer is a failure, even when the object
+// at the key is the very one the upload would make (the same bytes in the
+// same parts, put there before).
+TEST_F(S3ObjectStoreTest, NoSuchUploadWithoutALostAnswerIsAnError) {
+  const std::string data = RandomBytes((12 << 20) + 7, 12);
+  auto store = Store(true);
+  ASSERT_TRUE(store->Put(Uri("nsu/model"), data).ok());
+  // On the first attempt.
+  proxy_->AnswerMatching("POST", kComplete, 404, FaultProxy::S3Error("NoSuchUpload"));
+  absl::Status s = store->Put(Uri("nsu/model"), data);
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("CompleteMultipartUpload " + Uri("nsu/model")));
+  EXPECT_THAT(s.message(), HasSubstr("NoSuchUpload"));
+  EXPECT_EQ(CompleteRequests(), 1 + 1);
+  // After an attempt that was answered (503 SlowDown).
+  proxy_->AnswerMatching("POST", kComplete, 503, FaultProxy::S3Error("SlowDown"));
+  proxy_->AnswerMatching("POST", kComplete, 404, FaultProxy::S3Error("NoSuchUpload"));
+  s = store->Put(Uri("nsu/model"), data);
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("NoSuchUpload"));
+  EXPECT_EQ(CompleteRequests(), 2 + 2);
+  EXPECT_EQ(proxy_->RequestsMatching("HEAD", "/nsu/model"), 0);
+  EXPECT_THAT(MultipartUploads(), ::testing::Not(HasSubstr("UploadId")));
 }
 
 TEST_F(S3ObjectStoreTest, UrisThatNameNoObjectAreInvalid) {

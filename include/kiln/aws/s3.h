@@ -12,7 +12,14 @@
 // starts with the prefix (ListObjectsV2 with that key prefix, every page).
 // Put and PutFromFile of more than `multipart_threshold` bytes use a multipart
 // upload with parts of `part_size` uploaded in parallel; a failed upload is
-// aborted, and readers see the old object or the new one, never a part.
+// aborted, and readers see the old object or the new one, never a part. A
+// CompleteMultipartUpload answered 200 with a retryable error in its body
+// (InternalError, SlowDown) is retried like a 5xx. When its answer is lost
+// and the retry finds the upload gone (NoSuchUpload), the object is checked:
+// the upload succeeded if its ETag is the multipart ETag of the parts sent
+// (the MD5 of their MD5s); if not, the Put fails with Aborted (the object at
+// the key is not the one uploaded: put it again); with parts whose ETags are
+// not MD5s (SSE-KMS) it fails with Unknown (the outcome cannot be told).
 // GetToFile fetches objects larger than `part_size` as parallel ranged GETs
 // into a temporary file beside the target (pinned to one version with
 // If-Match), renamed over it at the end. Read streams the object to its sink
@@ -24,8 +31,9 @@
 // Errors name the object (s3://bucket/key) and the operation: NotFound for a
 // missing object or bucket; PermissionDenied for 403 (bad credentials or
 // signature, access denied); Unavailable once retries are exhausted (endpoint
-// down, 5xx); Aborted when an object changed during a parallel download;
-// InvalidArgument for a URI that is not s3://bucket/key.
+// down, 5xx); Aborted when an object changed during a parallel download, or
+// was not the one uploaded after a lost answer (above); InvalidArgument for a
+// URI that is not s3://bucket/key, and for a request S3 refused (other 4xx).
 //
 // Threading: the store is thread-safe (ObjectStore's contract) and blocks;
 // call it from worker threads. The functions here are thread-safe.

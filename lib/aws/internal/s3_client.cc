@@ -1,6 +1,8 @@
 // S3Client (see s3_client.h).
 #include "aws/internal/s3_client.h"
 
+#include <openssl/evp.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <string>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -41,9 +44,15 @@ int64_t TotalFromContentRange(std::string_view value) {
   return total;
 }
 
+// The error of a failed answer: `status` with the S3 error `code` and
+// `message` of its body. A 2xx status is an answer whose body is an <Error>
+// (CompleteMultipartUpload): retryable codes are Unavailable, the others are
+// the client's (InvalidArgument) unless their code says more.
 absl::Status ErrorFor(const std::string& what, int status, const std::string& code,
                       const std::string& message) {
+  const bool ok_status = status >= 200 && status < 300;
   std::string text = absl::StrCat(what, ": HTTP ", status);
+  if (ok_status) absl::StrAppend(&text, " with an error in the body:");
   if (!code.empty()) absl::StrAppend(&text, " ", code);
   if (!message.empty()) absl::StrAppend(&text, ": ", message);
   if (status == 404 || code == "NoSuchKey" || code == "NoSuchBucket" || code == "NoSuchUpload") {
@@ -55,8 +64,22 @@ absl::Status ErrorFor(const std::string& what, int status, const std::string& co
     return absl::AbortedError(absl::StrCat(text, " (the object changed while it was read)"));
   }
   if (IsRetryableS3Error(status, code)) return absl::UnavailableError(text);
-  if (status >= 400 && status < 500) return absl::InvalidArgumentError(text);
+  if ((status >= 400 && status < 500) || ok_status) return absl::InvalidArgumentError(text);
   return absl::UnknownError(text);
+}
+
+// Whether `body` is an XML document whose root is <Error>.
+bool IsErrorDocument(std::string_view body) {
+  size_t at = 0;
+  while (true) {
+    at = body.find_first_not_of(" \t\r\n", at);
+    if (at == std::string_view::npos) return false;
+    if (body.substr(at, 2) != "<?") break;
+    at = body.find("?>", at);  // a declaration or processing instruction
+    if (at == std::string_view::npos) return false;
+    at += 2;
+  }
+  return body.substr(at, 7) == "<Error>" || body.substr(at, 7) == "<Error ";
 }
 
 }  // namespace
@@ -69,6 +92,31 @@ bool IsRetryableS3Error(int http_status, std::string_view code) {
   return code == "SlowDown" || code == "RequestTimeout" || code == "InternalError" ||
          code == "ServiceUnavailable" || code == "Throttling" || code == "ThrottlingException" ||
          code == "RequestLimitExceeded" || code == "RequestThrottled";
+}
+
+std::string MultipartEtag(const std::vector<std::string>& part_etags) {
+  if (part_etags.empty()) return "";
+  std::string md5s;
+  md5s.reserve(16 * part_etags.size());
+  for (const std::string& part_etag : part_etags) {
+    std::string_view hex = part_etag;
+    if (hex.size() >= 2 && hex.front() == '"' && hex.back() == '"') {
+      hex = hex.substr(1, hex.size() - 2);
+    }
+    if (hex.size() != 32 ||
+        !std::all_of(hex.begin(), hex.end(), [](char c) { return absl::ascii_isxdigit(c); })) {
+      return "";
+    }
+    md5s += absl::HexStringToBytes(Av(hex));
+  }
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int length = 0;
+  if (EVP_Digest(md5s.data(), md5s.size(), digest, &length, EVP_md5(), nullptr) != 1) {
+    return "";  // no MD5 here (a FIPS provider): the ETag cannot be told
+  }
+  return absl::StrCat(
+      absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), length)),
+      "-", part_etags.size());
 }
 
 std::vector<std::string_view> XmlElements(std::string_view xml, std::string_view tag) {
@@ -227,7 +275,11 @@ absl::StatusOr<HttpResponse> S3Client::SendOnce(const Call& call, const BodySink
   return http_.Send(request, sink, sink_failed, partial);
 }
 
-absl::StatusOr<HttpResponse> S3Client::Send(const Call& call) {
+absl::StatusOr<HttpResponse> S3Client::Send(const Call& call, const ResponseCheck* check,
+                                            SendTrace* trace) {
+  SendTrace ignored;
+  if (trace == nullptr) trace = &ignored;
+  *trace = SendTrace();
   absl::Status last;
   const int attempts = std::max(1, options_.max_attempts);
   for (int attempt = 0; attempt < attempts; ++attempt) {
@@ -238,10 +290,23 @@ absl::StatusOr<HttpResponse> S3Client::Send(const Call& call) {
     absl::StatusOr<HttpResponse> r = SendOnce(call, nullptr, nullptr);
     if (!r.ok()) {
       last = r.status();
+      trace->unanswered = true;
+      trace->code.clear();
       continue;  // the exchange failed: retry
     }
-    if (r->status >= 200 && r->status < 300) return r;
+    if (r->status >= 200 && r->status < 300) {
+      absl::Status vetted = check != nullptr ? (*check)(*r) : absl::OkStatus();
+      if (vetted.ok()) {
+        trace->code.clear();
+        return r;
+      }
+      trace->code = XmlText(r->body, "Code");
+      if (!absl::IsUnavailable(vetted)) return vetted;
+      last = vetted;
+      continue;
+    }
     std::string code = XmlText(r->body, "Code");
+    trace->code = code;
     absl::Status error = ErrorFor(call.what, r->status, code, XmlText(r->body, "Message"));
     if (!IsRetryableS3Error(r->status, code)) return error;
     last = error;
@@ -394,11 +459,51 @@ absl::Status S3Client::CompleteMultipartUpload(std::string_view bucket, std::str
   Call call{"POST", std::string(bucket), std::string(key), {{"uploadId", std::string(upload_id)}},
             {{"content-type", "application/xml"}}, body,
             absl::StrCat("CompleteMultipartUpload ", ObjectUri(bucket, key))};
-  absl::StatusOr<HttpResponse> r = Send(call);
-  if (!r.ok()) return r.status();
-  // S3 may answer 200 and report the failure in the body.
-  if (absl::StrContains(r->body, "<Error>")) {
-    return ErrorFor(call.what, 500, XmlText(r->body, "Code"), XmlText(r->body, "Message"));
+  // S3 may answer 200 and report a failure in the body (it sends the status
+  // before it is done): retried like a 5xx when its code says so.
+  auto error_in_body = [&call](const HttpResponse& response) -> absl::Status {
+    if (!IsErrorDocument(response.body)) return absl::OkStatus();
+    return ErrorFor(call.what, response.status, XmlText(response.body, "Code"),
+                    XmlText(response.body, "Message"));
+  };
+  const ResponseCheck check = error_in_body;
+  SendTrace trace;
+  absl::StatusOr<HttpResponse> r = Send(call, &check, &trace);
+  if (r.ok()) return absl::OkStatus();
+  if (!absl::IsNotFound(r.status()) || trace.code != "NoSuchUpload" || !trace.unanswered) {
+    return r.status();
+  }
+
+  // An attempt got no answer and a later one found the upload gone: the
+  // first may have completed it. The object tells: it is the one uploaded
+  // when its ETag is the multipart ETag of these parts.
+  const std::string uri = ObjectUri(bucket, key);
+  const std::string lost = absl::StrCat(
+      call.what, ": an attempt got no answer and a retry found the upload gone (NoSuchUpload)");
+  const std::string expected = MultipartEtag(part_etags);
+  if (expected.empty()) {
+    return absl::UnknownError(absl::StrCat(
+        lost, "; the parts' ETags are not MD5s (as under SSE-KMS), so whether ", uri,
+        " is the object uploaded cannot be told: the outcome is unknown"));
+  }
+  absl::StatusOr<S3ObjectMeta> meta = HeadObject(bucket, key);
+  if (absl::IsNotFound(meta.status())) {
+    return absl::AbortedError(
+        absl::StrCat(lost, "; there is no object at ", uri, ", so it is not the one uploaded"));
+  }
+  if (!meta.ok()) {
+    return absl::Status(meta.status().code(),
+                        absl::StrCat(lost, "; checking the object failed, so the outcome is "
+                                           "unknown: ", meta.status().message()));
+  }
+  std::string_view etag = meta->etag;
+  if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') {
+    etag = etag.substr(1, etag.size() - 2);
+  }
+  if (!absl::EqualsIgnoreCase(Av(etag), expected)) {
+    return absl::AbortedError(absl::StrCat(lost, "; the object at ", uri,
+                                           " is not the one uploaded (its ETag is ", meta->etag,
+                                           ", the upload's would be \"", expected, "\")"));
   }
   return absl::OkStatus();
 }

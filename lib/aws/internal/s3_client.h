@@ -4,6 +4,8 @@
 // errors (5xx) and failed exchanges are retried with capped exponential
 // backoff and full jitter; a GET that fails midway resumes where it stopped,
 // pinned to the same object version by If-Match.
+// CompleteMultipartUpload also retries a 200 whose body is a retryable
+// <Error>, and checks the object when its answer was lost (see there).
 //
 // Errors name the object (s3://bucket/key) and the operation:
 //   NotFound            NoSuchKey, NoSuchBucket, NoSuchUpload
@@ -11,7 +13,7 @@
 //   OutOfRange          416 (a range past the end)
 //   Aborted             412 (the object changed during a read: read it again)
 //   Unavailable         retries exhausted (the message has the last failure)
-//   InvalidArgument     other 4xx
+//   InvalidArgument     other 4xx, and non-retryable errors in a 200's body
 //
 // Internal to kiln::aws: never installed. Thread-safe.
 #ifndef KILN_LIB_AWS_INTERNAL_S3_CLIENT_H_
@@ -24,6 +26,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -89,6 +92,20 @@ class S3Client {
   absl::StatusOr<std::string> UploadPart(std::string_view bucket, std::string_view key,
                                          std::string_view upload_id, int part_number,
                                          std::string_view data);
+  // Completes the upload of the parts with these ETags (part i + 1 has
+  // part_etags[i]). A 200 whose body is an <Error> is retried like a 5xx
+  // when its code is retryable (InternalError, SlowDown...); otherwise it is
+  // InvalidArgument (NotFound for NoSuchUpload).
+  //
+  // A lost answer: when an attempt got no answer (the exchange failed) and a
+  // later one gets NoSuchUpload, the first may have completed the upload. The
+  // object is then HEADed: OK when its ETag is the multipart ETag of these
+  // parts (MultipartEtag); Aborted when it is not, or there is no object
+  // (the object at the key is not the one uploaded: upload again); Unknown
+  // when the part ETags are not MD5s (SSE-KMS), so the outcome cannot be
+  // told; the HEAD's error (its code) when the HEAD fails otherwise.
+  // NoSuchUpload on the first attempt, or after attempts that were all
+  // answered, stays NotFound.
   absl::Status CompleteMultipartUpload(std::string_view bucket, std::string_view key,
                                        std::string_view upload_id,
                                        const std::vector<std::string>& part_etags);
@@ -119,11 +136,26 @@ class S3Client {
     std::string what;        // "GET s3://b/k" for messages
   };
 
+  // Vets a 2xx response: OK accepts it; Unavailable retries the call like a
+  // 5xx (same attempts and backoff); another error is returned as it is.
+  using ResponseCheck = absl::FunctionRef<absl::Status(const HttpResponse& response)>;
+
+  // What Send saw besides its result.
+  struct SendTrace {
+    // Some attempt failed without an answer (the exchange failed: the
+    // server may or may not have acted on the request).
+    bool unanswered = false;
+    // The S3 error code of the final answer, when it was an error ("" else).
+    std::string code;
+  };
+
   // One signed exchange (`partial`: as HttpClient::Send's).
   absl::StatusOr<HttpResponse> SendOnce(const Call& call, const BodySink* sink, bool* sink_failed,
                                         HttpResponse* partial = nullptr);
-  // Sends with retries; returns a 2xx response or the final error.
-  absl::StatusOr<HttpResponse> Send(const Call& call);
+  // Sends with retries; returns a 2xx response (that `check`, if any,
+  // accepted) or the final error. `trace`, if any, is filled in.
+  absl::StatusOr<HttpResponse> Send(const Call& call, const ResponseCheck* check = nullptr,
+                                    SendTrace* trace = nullptr);
   absl::Duration Backoff(int attempt);
 
   const S3ClientOptions options_;
@@ -136,6 +168,12 @@ class S3Client {
   std::atomic<int64_t> retries_{0};
   std::atomic<int64_t> resumed_gets_{0};
 };
+
+// The ETag S3 gives the object a multipart upload of parts with these ETags
+// makes: hex(MD5(the parts' binary MD5s, concatenated)) + "-" + the part
+// count, without quotes. "" when there is no part, or a part's ETag (quotes
+// allowed) is not an MD5 of 32 hex digits (SSE-KMS, SSE-C).
+std::string MultipartEtag(const std::vector<std::string>& part_etags);
 
 // Whether an S3 error response or HTTP status is worth retrying.
 bool IsRetryableS3Error(int http_status, std::string_view code);
