@@ -13,7 +13,10 @@ machines), and committed; the build never runs this script.
                                        (limits, pattern, enumeration with its lookup
                                        table) and, per structure shape, a check that
                                        walks the generated message through its
-                                       accessors in member (= proto field) order
+                                       accessors in member (= proto field) order;
+                                       and the list and map members with a minimum
+                                       size, for ParseJson (an empty repeated field
+                                       reads as absent, so only the JSON shows them)
   lib/core/schema/training_shapes.json the closure of shapes the training-job
                                        operations use, documentation removed: the
                                        model as data, for people and for the tests'
@@ -255,6 +258,11 @@ def string_constrained(s):
     return any(k in s for k in ("min", "max", "pattern", "enum"))
 
 
+def min_size(s):
+    """The least number of elements a list or map shape allows (0: any)."""
+    return s.get("min", 0) if s["type"] in ("list", "map") else 0
+
+
 def member_check(shapes, member, spec, required, has_checks):
     """C++ lines checking one member of `m`, or [] when nothing can be reported."""
     name = spec["shape"]
@@ -312,6 +320,15 @@ def member_check(shapes, member, spec, required, has_checks):
                    "c.Leave();"]
     else:
         raise SystemExit(f"member {member} of shape {name}: type {t} is not supported")
+    if min_size(s) > 0:
+        # A message cannot tell an empty list or map from an absent one; the
+        # checker can, when ParseJson tells it which the document held empty.
+        if required:
+            return ([f"if ({has}) {{"] + ["  " + l for l in present] +
+                    [f'}} else if (!c.EmptyList("{path}", {const})) {{',
+                     f'  c.Missing("{path}");', "}"])
+        return ([f"if ({has}) {{"] + ["  " + l for l in present] +
+                ["} else {", f'  c.EmptyList("{path}", {const});', "}"])
     if required and present:
         return ([f"if ({has}) {{"] + ["  " + l for l in present] + ["} else {",
                 f'  c.Missing("{path}");', "}"])
@@ -352,6 +369,7 @@ def checks_text(shapes, names, source):
         "",
         "#include <algorithm>",
         "#include <cstdint>",
+        "#include <string>",
         "#include <string_view>",
         "",
         '#include "core/internal/shapes.h"',
@@ -468,6 +486,26 @@ def checks_text(shapes, names, source):
         out.append("}")
         out.append("")
     out.extend([
+        "// The list and map members whose shape has a minimum size: what ParseJson",
+        "// looks up when the document holds one empty (see MinSize).",
+        "struct MinSized {",
+        "  const google::protobuf::Descriptor* (*message)();",
+        "  std::string_view member;  // json_name",
+        "  int64_t min;",
+        "};",
+        "",
+        "constexpr MinSized kMinSized[] = {",
+    ])
+    sized = [(n, member, integral(n, "min", min_size(shapes[spec["shape"]])))
+             for n in structures for member, spec in shapes[n]["members"].items()
+             if min_size(shapes[spec["shape"]]) > 0]
+    for n, member, least in sized:
+        out.append(f'    {{&v1::{n}::descriptor, "{member}", {least}}},')
+    if not sized:  # (an array must not be empty; no field has an empty json_name)
+        out.append('    {nullptr, "", 0},')
+    out.extend([
+        "};",
+        "",
         "// Any message of the model, by descriptor.",
         "template <typename T>",
         "void CheckMessage(ShapeChecker& c, const google::protobuf::Message& message) {",
@@ -500,6 +538,17 @@ def checks_text(shapes, names, source):
         "  const auto* it = std::lower_bound(std::begin(kShapesByName), end, name,",
         "                                    [](const Shape* s, std::string_view n) { return s->name < n; });",
         "  return it != end && (*it)->name == name ? *it : nullptr;",
+        "}",
+        "",
+        "int64_t MinSize(const google::protobuf::FieldDescriptor& field) {",
+        "  if (!field.is_repeated()) return 0;  // (map fields are repeated too)",
+        "  for (const MinSized& m : kMinSized) {",
+        "    // The generated message's own descriptor, as CheckShape dispatches on.",
+        "    if (m.member == field.json_name() && m.message() == field.containing_type()) {",
+        "      return m.min;",
+        "    }",
+        "  }",
+        "  return 0;",
         "}",
         "",
         "const Pattern* const* AllPatterns(int* count) {",

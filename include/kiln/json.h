@@ -30,7 +30,8 @@
 // - null as a member value means the member is absent.
 // This is the shape check botocore does before sending a request; the model's
 // other constraints (required members, lengths, patterns, enumeration values)
-// are kiln/validation.h's business.
+// are kiln/validation.h's business, but for one a message cannot carry: an
+// empty list or map where the model requires elements (see ParseJson).
 //
 // Thread-safe: no shared state. A message passed in is used only during the
 // call and must not be changed by another thread meanwhile.
@@ -58,6 +59,15 @@ namespace kiln {
 //     Invalid value for parameter ResourceConfig.VolumeSizeInGB, value: 3000000000, valid range: -2147483648 to 2147483647
 //   ("input" names the top level). The caller should show it to whoever
 //   wrote the document; retrying the same text cannot succeed.
+// - otherwise, the document holds an empty list or map ([] or {}) where the
+//   model requires at least one element ("InputDataConfig": [],
+//   "VpcConfig": {"Subnets": [], ...}). A message cannot hold that apart
+//   from an absent member (which the model may allow), so ParseJson reports
+//   it, with the request's other violations, in the ValidationException text
+//   of ValidateRequest (kiln/validation.h, with default options); same advice:
+//     2 validation errors detected: Value 'a_b' at 'trainingJobName' failed to
+//     satisfy constraint: ...; Value '[]' at 'inputDataConfig' failed to
+//     satisfy constraint: Member must have length greater than or equal to 1
 // On any error `message` is left cleared, never half filled.
 // Thread-safe.
 absl::Status ParseJson(std::string_view json, google::protobuf::Message& message);

@@ -20,6 +20,10 @@
 // Paths are camelCase; list elements are `inputDataConfig.1.member.channelName`
 // (1-based, as the service writes them); map entries are `hyperParameters.<key>`.
 //
+// An empty repeated or map field is an absent member to these checks (a
+// message cannot tell the two apart), so a list the model requires to be
+// non-empty is caught when empty only from JSON, by kiln::ParseJson.
+//
 // Example:
 //   kiln::v1::CreateTrainingJobRequest request;
 //   KILN_RETURN_IF_ERROR(kiln::ParseJson(text, request));

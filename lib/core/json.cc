@@ -1,6 +1,7 @@
 #include "kiln/json.h"
 
 #include <algorithm>
+#include <cassert>
 #include <charconv>
 #include <cmath>
 #include <cstdint>
@@ -12,15 +13,18 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "core/internal/json_value.h"
+#include "core/internal/shapes.h"
 #include "fmt/format.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
+#include "kiln/validation.h"
 
 namespace kiln {
 namespace {
@@ -154,6 +158,12 @@ class Decoder {
  public:
   std::vector<std::string>& errors() { return errors_; }
 
+  // The list and map members with a minimum size (internal::MinSize) that
+  // the document holds empty ([] or {}), by their paths in the service's form
+  // (ShapeChecker's: `algorithmSpecification.containerEntrypoint`,
+  // `inputDataConfig.2.member.x`), in document order.
+  std::vector<std::string>& empty_lists() { return empty_lists_; }
+
   void DecodeMessage(const JsonValue& json, pb::Message& message, const std::string& path) {
     const pb::Descriptor* descriptor = message.GetDescriptor();
     if (IsTimestamp(descriptor)) {
@@ -188,7 +198,9 @@ class Decoder {
             ". Can only set one of the following keys: ", absl::StrJoin(names, ", "), "."));
         continue;
       }
+      steps_.push_back(Step{field->json_name(), true, 0});
       DecodeField(*value, message, field, field_path);
+      steps_.pop_back();
     }
   }
 
@@ -202,6 +214,38 @@ class Decoder {
   }
 
   static std::string Name(const std::string& path) { return path.empty() ? "input" : path; }
+
+  // One step of the path to the value being decoded, for the service's form
+  // of it (botocore's, in `path` arguments, is built as the decoder goes).
+  struct Step {
+    std::string_view name;  // a member's json_name or a map key
+    bool member;            // name is a member's json_name (written camelCase)
+    size_t element;         // > 0: the 1-based element of a list (name unused)
+  };
+
+  // The path in the form of ShapeChecker::PathText.
+  std::string ServicePath() const {
+    std::string out;
+    for (const Step& step : steps_) {
+      if (step.element > 0) {
+        absl::StrAppend(&out, ".", step.element, ".member");
+        continue;
+      }
+      if (!out.empty()) out += '.';
+      if (step.member && !step.name.empty()) {
+        out += absl::ascii_tolower(step.name[0]);
+        out.append(step.name.substr(1));
+      } else {
+        out.append(step.name);
+      }
+    }
+    return out;
+  }
+
+  // `field` (entered) holds no element in the document.
+  void NoteEmpty(const FieldDescriptor* field) {
+    if (internal::MinSize(*field) > 0) empty_lists_.push_back(ServicePath());
+  }
 
   // The value as JSON, cut to a readable length.
   static std::string Quote(const JsonValue& json) {
@@ -267,8 +311,11 @@ class Decoder {
         TypeError(path, json, "array");
         return;
       }
+      if (json.elements().empty()) NoteEmpty(field);
       for (size_t i = 0; i < json.elements().size(); ++i) {
+        steps_.push_back(Step{{}, false, i + 1});
         DecodeValue(json.elements()[i], message, field, absl::StrCat(path, "[", i, "]"));
+        steps_.pop_back();
       }
     } else {
       DecodeValue(json, message, field, path);
@@ -284,6 +331,7 @@ class Decoder {
     const pb::Descriptor* entry_type = field->message_type();
     const FieldDescriptor* key_field = entry_type->map_key();
     const FieldDescriptor* value_field = entry_type->map_value();
+    if (json.members().empty()) NoteEmpty(field);
     for (const auto& [key, value] : json.members()) {
       pb::Message* entry = message.GetReflection()->AddMessage(&message, field);
       if (!SetMapKey(key, *entry, key_field)) {
@@ -291,7 +339,9 @@ class Decoder {
                                        "), valid types: ", AbslView(KeyTypeName(key_field))));
         continue;
       }
+      steps_.push_back(Step{key, false, 0});
       DecodeValue(value, *entry, value_field, absl::StrCat(path, ".", key));
+      steps_.pop_back();
     }
   }
 
@@ -498,6 +548,8 @@ class Decoder {
   }
 
   std::vector<std::string> errors_;
+  std::vector<Step> steps_;
+  std::vector<std::string> empty_lists_;
 };
 
 // ---------------------------------------------------------------------------
@@ -641,6 +693,23 @@ absl::Status ParseJson(std::string_view json, pb::Message& message) {
     message.Clear();
     return absl::InvalidArgumentError(
         absl::StrCat("Parameter validation failed:\n", absl::StrJoin(decoder.errors(), "\n")));
+  }
+  if (!decoder.empty_lists().empty()) {
+    // The document holds [] (or {}) where the model requires at least one
+    // element. The message cannot say so: an empty repeated field is absent,
+    // which the model may allow, so the validators would pass it or call it
+    // null. Only here is the difference known, so it is reported here, as
+    // ValidateRequest words it and with the request's other violations (the
+    // service's complete answer), by a checker told which lists were empty.
+    internal::ShapeChecker checker{ValidationOptions{}};
+    checker.SetEmptyLists(std::move(decoder.empty_lists()));
+    const std::vector<ValidationError> errors = internal::ValidateWith(checker, message);
+    message.Clear();
+    // The checks visit every member MinSize names (both are generated from
+    // the model), so each empty list was reported.
+    assert(!errors.empty());
+    if (errors.empty()) return absl::InternalError("kiln: an empty list went unreported");
+    return absl::InvalidArgumentError(FormatValidationErrors(errors));
   }
   return absl::OkStatus();
 }

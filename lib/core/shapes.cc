@@ -419,6 +419,17 @@ void ShapeChecker::ReportSize(int64_t size, const Shape& shape, const std::strin
   }
 }
 
+bool ShapeChecker::ReportEmpty(std::string_view member, const Shape& shape) {
+  const std::string path = PathText(member);
+  if (std::find(empty_lists_.begin(), empty_lists_.end(), path) == empty_lists_.end()) {
+    return false;
+  }
+  // As ReportSize words any other size; an empty value is shown exactly.
+  Add(member, shape.type == ShapeType::kMap ? "'{}'" : "'[]'",
+      "Member must have length greater than or equal to " + std::to_string(shape.min));
+  return true;
+}
+
 void ShapeChecker::StringList(const google::protobuf::RepeatedPtrField<std::string>& list,
                               const Shape& shape, const Shape& element) {
   const int size = list.size();

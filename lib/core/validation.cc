@@ -265,6 +265,17 @@ class CreateRules {
   std::vector<ValidationError> errors_;
 };
 
+// The model's constraints, then the cross-field rules.
+std::vector<ValidationError> CreateViolations(internal::ShapeChecker& checker,
+                                              const v1::CreateTrainingJobRequest& request) {
+  internal::CheckShape(checker, request);
+  std::vector<ValidationError> errors = checker.Take();
+  std::vector<ValidationError> rules = CreateRules(request).Check();
+  errors.insert(errors.end(), std::make_move_iterator(rules.begin()),
+                std::make_move_iterator(rules.end()));
+  return errors;
+}
+
 }  // namespace
 
 // The model's constraints are checked by code generated from the model
@@ -287,11 +298,7 @@ std::string FormatValidationErrors(const std::vector<ValidationError>& errors) {
 absl::Status ValidateCreateTrainingJobRequest(const v1::CreateTrainingJobRequest& request,
                                               const ValidationOptions& options) {
   internal::ShapeChecker checker(options);
-  internal::CheckShape(checker, request);
-  std::vector<ValidationError> errors = checker.Take();
-  std::vector<ValidationError> rules = CreateRules(request).Check();
-  errors.insert(errors.end(), std::make_move_iterator(rules.begin()),
-                std::make_move_iterator(rules.end()));
+  std::vector<ValidationError> errors = CreateViolations(checker, request);
   if (errors.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(FormatValidationErrors(errors));
 }
@@ -337,12 +344,23 @@ absl::Status ValidateRequest(const v1::DeleteTrainingJobRequest& request,
 
 absl::Status ValidateRequest(const google::protobuf::Message& request,
                              const ValidationOptions& options) {
-  if (const auto* create = dynamic_cast<const v1::CreateTrainingJobRequest*>(&request)) {
-    return ValidateCreateTrainingJobRequest(*create, options);
-  }
-  std::vector<ValidationError> errors = CheckShapeConstraints(request, options);
+  internal::ShapeChecker checker(options);
+  std::vector<ValidationError> errors = internal::ValidateWith(checker, request);
   if (errors.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(FormatValidationErrors(errors));
 }
+
+namespace internal {
+
+std::vector<ValidationError> ValidateWith(ShapeChecker& checker,
+                                          const google::protobuf::Message& request) {
+  if (const auto* create = dynamic_cast<const v1::CreateTrainingJobRequest*>(&request)) {
+    return CreateViolations(checker, *create);
+  }
+  CheckShape(checker, request);  // nothing to check outside the model
+  return checker.Take();
+}
+
+}  // namespace internal
 
 }  // namespace kiln

@@ -16,6 +16,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "kiln/v1/sagemaker.pb.h"
+#include "kiln/validation.h"
 
 namespace kiln {
 namespace {
@@ -480,6 +481,105 @@ TEST_F(JsonTest, AllErrorsOfADocumentAreReportedTogether) {
             "Invalid type for parameter Tags[0].Value, value: false, type: boolean, valid types: string");
 }
 
+// A valid CreateTrainingJob request with no list members; `extra` (members
+// with a leading comma) is added at the end, `algorithm` to
+// AlgorithmSpecification, and `name` is the job's name.
+std::string SmallRequest(const std::string& extra, const std::string& algorithm = "",
+                         const std::string& name = "job-1") {
+  return absl::StrCat(R"({"TrainingJobName":")", name,
+                      R"(","RoleArn":"arn:aws:iam::123456789012:role/R",)"
+                      R"("OutputDataConfig":{"S3OutputPath":"s3://b/o"},)"
+                      R"("AlgorithmSpecification":{"TrainingImage":"i","TrainingInputMode":"File")",
+                      algorithm,
+                      R"(},"ResourceConfig":{"InstanceType":"ml.m5.large","InstanceCount":1,)"
+                      R"("VolumeSizeInGB":10},"StoppingCondition":{"MaxRuntimeInSeconds":3600})",
+                      extra, "}");
+}
+
+// The error of ParseJson, or of ValidateCreateTrainingJobRequest when the
+// document parses: what `kiln validate` says of it.
+std::string ParseAndValidate(const std::string& json) {
+  v1::CreateTrainingJobRequest request;
+  absl::Status status = ParseJson(json, request);
+  if (!status.ok()) {
+    EXPECT_EQ(request.ByteSizeLong(), 0u) << "message not cleared on error";
+  } else {
+    status = ValidateCreateTrainingJobRequest(request);
+  }
+  return status.ok() ? "OK" : std::string(status.message());
+}
+
+constexpr char kEmptyInputDataConfig[] =
+    "Value '[]' at 'inputDataConfig' failed to satisfy constraint: Member must have length "
+    "greater than or equal to 1";
+
+TEST_F(JsonTest, EmptyListIsAViolationOnlyWhereTheModelRequiresElements) {
+  ASSERT_EQ(ParseAndValidate(SmallRequest("")), "OK");  // InputDataConfig absent
+  // A message cannot hold [] apart from an absent member, so ParseJson reports
+  // it, in the validator's words.
+  EXPECT_EQ(CreateError(SmallRequest(R"(,"InputDataConfig":[])")),
+            absl::StrCat("1 validation error detected: ", kEmptyInputDataConfig));
+  // Null, or elements: as before.
+  EXPECT_EQ(ParseAndValidate(SmallRequest(R"(,"InputDataConfig":null)")), "OK");
+  EXPECT_EQ(ParseAndValidate(SmallRequest(
+                R"(,"InputDataConfig":[{"ChannelName":"train","DataSource":{"S3DataSource":)"
+                R"({"S3DataType":"S3Prefix","S3Uri":"s3://b/d","InstanceGroupNames":[]}}}])")),
+            "OK");
+  // Lists and maps without a minimum (no map of the model has one), at the
+  // top, nested, and in a list's element (InstanceGroupNames above).
+  EXPECT_EQ(ParseAndValidate(SmallRequest(R"(,"Tags":[],"HyperParameters":{},"Environment":{})",
+                                          R"(,"MetricDefinitions":[])")),
+            "OK");
+  // Other requests: UpdateTrainingJob's lists have no minimum.
+  v1::UpdateTrainingJobRequest update;
+  EXPECT_TRUE(ParseJson(R"({"TrainingJobName":"j","ProfilerRuleConfigurations":[],)"
+                        R"("ResourceConfig":{"KeepAlivePeriodInSeconds":60}})",
+                        update)
+                  .ok());
+  EXPECT_TRUE(ValidateRequest(update).ok()) << ValidateRequest(update);
+}
+
+TEST_F(JsonTest, EmptyNestedListsAreViolationsInModelOrder) {
+  EXPECT_EQ(CreateError(SmallRequest("", R"(,"ContainerEntrypoint":[],"ContainerArguments":[])")),
+            "2 validation errors detected: Value '[]' at "
+            "'algorithmSpecification.containerEntrypoint' failed to satisfy constraint: Member "
+            "must have length greater than or equal to 1; Value '[]' at "
+            "'algorithmSpecification.containerArguments' failed to satisfy constraint: Member "
+            "must have length greater than or equal to 1");
+  EXPECT_EQ(ParseAndValidate(SmallRequest(
+                "", R"(,"ContainerEntrypoint":["python3"],"ContainerArguments":["train.py"])")),
+            "OK");
+  // A required list given empty is too short, not missing; an absent one is
+  // missing (and found by the validator).
+  EXPECT_EQ(CreateError(SmallRequest(R"(,"VpcConfig":{"SecurityGroupIds":["sg-1"],"Subnets":[]})")),
+            "1 validation error detected: Value '[]' at 'vpcConfig.subnets' failed to satisfy "
+            "constraint: Member must have length greater than or equal to 1");
+  EXPECT_EQ(ParseAndValidate(SmallRequest(R"(,"VpcConfig":{"SecurityGroupIds":["sg-1"]})")),
+            "1 validation error detected: Value null at 'vpcConfig.subnets' failed to satisfy "
+            "constraint: Member must not be null");
+  EXPECT_EQ(ParseAndValidate(
+                SmallRequest(R"(,"VpcConfig":{"SecurityGroupIds":["sg-1"],"Subnets":["s-1"]})")),
+            "OK");
+}
+
+TEST_F(JsonTest, EmptyListIsReportedWithTheRequestsOtherViolations) {
+  // The model's constraints in model order, then the cross-field rules: what
+  // ValidateCreateTrainingJobRequest says of the rest of the request.
+  EXPECT_EQ(CreateError(SmallRequest(R"(,"InputDataConfig":[],"EnableManagedSpotTraining":true)",
+                                     "", "a_b")),
+            absl::StrCat("3 validation errors detected: Value 'a_b' at 'trainingJobName' failed to "
+                         "satisfy constraint: Member must satisfy regular expression pattern: "
+                         "^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}; ",
+                         kEmptyInputDataConfig,
+                         "; Value null at 'stoppingCondition.maxWaitTimeInSeconds' failed to "
+                         "satisfy constraint: MaxWaitTimeInSeconds is required when "
+                         "EnableManagedSpotTraining is true"));
+  // botocore's errors come first: with them the request is not sent at all.
+  EXPECT_EQ(CreateError(R"({"InputDataConfig":[],"TrainingJobName":5})"),
+            "Parameter validation failed:\nInvalid type for parameter TrainingJobName, value: 5, "
+            "type: integer, valid types: string");
+}
+
 TEST_F(JsonTest, SyntaxErrorsNameLineAndColumn) {
   EXPECT_EQ(CreateError("{\n  \"TrainingJobName\": \"a\",\n  \"RoleArn\": \"r\"\n  \"Tags\": []\n}"),
             "Invalid JSON: line 4, column 3: expected ',' or '}' after object member, found '\"'");
@@ -556,6 +656,8 @@ TEST_F(JsonTest, MutatedRequestsNeverCrashAndRoundTripWhenAccepted) {
       const std::string message(status.message());
       if (message.rfind("Parameter validation failed:\n", 0) == 0) {
         ++rejected_by_shape;
+      } else if (message.find(" detected: Value '[]' at '") != std::string::npos) {
+        // an array emptied where the model requires elements
       } else {
         EXPECT_THAT(message, ::testing::StartsWith("Invalid JSON: line ")) << text;
       }

@@ -619,5 +619,123 @@ TEST(ShapeChecksTest, ShapeConstantsAreTheModel) {
   EXPECT_EQ(internal::FindShape(""), nullptr);
 }
 
+// A list or map member's minimum size when it is at least 1 (what ParseJson
+// must hold an empty one to), else 0, from the model as data.
+int64_t RefMinSize(const RefShape& structure, const FieldDescriptor* field) {
+  const RefMember* member = Model().MemberOf(structure, field);
+  if (member == nullptr) return -1;
+  const RefShape& shape = *member->shape;
+  if (shape.type != "list" && shape.type != "map") return 0;
+  return std::max<int64_t>(shape.min.value_or(0), 0);
+}
+
+// The kiln.v1 message of a structure shape, or nullptr.
+const Descriptor* ModelMessage(const std::string& shape) {
+  return google::protobuf::DescriptorPool::generated_pool()->FindMessageTypeByName("kiln.v1." +
+                                                                                   shape);
+}
+
+std::string Camel(const std::string& name) {
+  return std::string(1, absl::ascii_tolower(name[0])) + name.substr(1);
+}
+
+TEST(ShapeChecksTest, MinSizeIsTheModels) {
+  int sized = 0;
+  for (const auto& [name, ref] : Model().shapes()) {
+    const Descriptor* d = ModelMessage(name);
+    if (ref->type != "structure" || d == nullptr) continue;
+    for (int i = 0; i < d->field_count(); ++i) {
+      const FieldDescriptor* field = d->field(i);
+      SCOPED_TRACE(field->full_name());
+      EXPECT_EQ(internal::MinSize(*field), RefMinSize(*ref, field));
+      if (internal::MinSize(*field) > 0) ++sized;
+    }
+  }
+  EXPECT_GE(sized, 6);  // InputDataConfig (twice), the entrypoint and arguments, VPC's two lists
+  EXPECT_EQ(internal::MinSize(*google::protobuf::Struct::descriptor()->FindFieldByName("fields")),
+            0);
+}
+
+// Every list and map member the model gives a minimum size, held empty in a
+// document of any message, directly or in a list's element: ParseJson must
+// refuse it with the validator's words and path (it is too short, not
+// missing), and accept every other empty list and map.
+TEST(ShapeChecksTest, ParseJsonRefusesEveryEmptyListTheModelForbids) {
+  int refused = 0;
+  int accepted = 0;
+  const auto expect = [&](const Descriptor* d, const std::string& json, int64_t min,
+                          const std::string& path, bool map) {
+    SCOPED_TRACE(absl::StrCat(d->full_name(), " ", json));
+    std::unique_ptr<Message> m(
+        google::protobuf::MessageFactory::generated_factory()->GetPrototype(d)->New());
+    const absl::Status status = ParseJson(json, *m);
+    if (min == 0) {
+      EXPECT_TRUE(status.ok()) << status;
+      ++accepted;
+      return;
+    }
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    const std::string message(status.message());
+    EXPECT_NE(message.find(absl::StrCat("Value '", map ? "{}" : "[]", "' at '", path,
+                                        "' failed to satisfy constraint: Member must have "
+                                        "length greater than or equal to ",
+                                        min)),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(message.find(absl::StrCat("Value null at '", path, "'")), std::string::npos)
+        << message;
+    EXPECT_EQ(m->ByteSizeLong(), 0u);
+    ++refused;
+  };
+  for (const auto& [name, ref] : Model().shapes()) {
+    const Descriptor* d = ModelMessage(name);
+    if (ref->type != "structure" || d == nullptr) continue;
+    for (int i = 0; i < d->field_count(); ++i) {
+      const FieldDescriptor* field = d->field(i);
+      if (!field->is_repeated()) continue;
+      const std::string empty = field->is_map() ? "{}" : "[]";
+      expect(d, absl::StrCat("{\"", field->json_name(), "\":", empty, "}"),
+             RefMinSize(*ref, field), Camel(field->json_name()), field->is_map());
+      // One level down, in an element of a list of structures.
+      const FieldDescriptor* list = field;
+      if (list->is_map() || list->message_type() == nullptr) continue;
+      const RefShape* element = Model().MemberOf(*ref, list)->shape->element;
+      const Descriptor* e = list->message_type();
+      if (element == nullptr || element->type != "structure") continue;
+      for (int k = 0; k < e->field_count(); ++k) {
+        const FieldDescriptor* inner = e->field(k);
+        if (!inner->is_repeated()) continue;
+        expect(d,
+               absl::StrCat("{\"", list->json_name(), "\":[{\"", inner->json_name(), "\":",
+                            inner->is_map() ? "{}" : "[]", "}]}"),
+               RefMinSize(*element, inner),
+               absl::StrCat(Camel(list->json_name()), ".1.member.", Camel(inner->json_name())),
+               inner->is_map());
+      }
+    }
+  }
+  EXPECT_GE(refused, 6);
+  EXPECT_GT(accepted, 30);
+}
+
+// No map of the model has a minimum size, so the checker's map case is
+// checked on a shape made for it.
+TEST(ShapeChecksTest, EmptyMapWithAMinimumIsReportedAsTooShort) {
+  constexpr internal::Shape kMap{.name = "M", .type = internal::ShapeType::kMap, .has_min = true,
+                                 .min = 2};
+  internal::ShapeChecker checker(ValidationOptions{});
+  EXPECT_FALSE(checker.EmptyList("environment", kMap));  // no document: absent
+  checker.SetEmptyLists({"outer.environment"});
+  checker.Enter("outer");
+  EXPECT_FALSE(checker.EmptyList("hyperParameters", kMap));
+  EXPECT_TRUE(checker.EmptyList("environment", kMap));
+  checker.Leave();
+  EXPECT_EQ(Render(checker.Take()),
+            Render({ValidationError{"outer.environment",
+                                    "Value '{}' at 'outer.environment' failed to satisfy "
+                                    "constraint: Member must have length greater than or equal "
+                                    "to 2"}}));
+}
+
 }  // namespace
 }  // namespace kiln

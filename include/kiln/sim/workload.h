@@ -186,9 +186,10 @@ struct TraceEntry {
 // `arrival` is seconds after the start; "sim" and each of its members are
 // optional (defaults of SimJobAttributes). Every duration (arrival, work,
 // checkpoint_every, deadline, upload) is at most kMaxSimDuration. The request
-// is read with kiln::ParseJson; it must name the job, and is not validated
-// otherwise (a replay shows how the engine refuses invalid requests;
-// kiln::sim::ParseScenario validates them at load). Entries are returned
+// is read with kiln::ParseJson (which refuses an empty list where the model
+// requires elements, with the request's other violations); it must name the
+// job, and is not validated otherwise (a replay shows how the engine refuses
+// invalid requests; kiln::sim::ParseScenario validates them at load). Entries are returned
 // sorted by arrival (ties keep file order).
 // Errors: InvalidArgument naming the line and the problem.
 absl::StatusOr<std::vector<TraceEntry>> ParseJobTrace(std::string_view jsonl);

@@ -4,7 +4,8 @@
 // for every shape (limits, pattern, enumeration) and, per structure shape, a
 // check that walks the generated kiln.v1 message through its accessors in
 // member order and reports violations to a ShapeChecker, which is defined
-// here and does the string, number, list and map work for all of them.
+// here and does the string, number, list and map work for all of them; and
+// it tells ParseJson which list and map members need elements (MinSize).
 // Shapes and patterns are immutable (thread-safe); a ShapeChecker is one
 // check's state (thread-compatible).
 #ifndef KILN_LIB_CORE_INTERNAL_SHAPES_H_
@@ -14,8 +15,10 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/map.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/repeated_ptr_field.h"
@@ -94,6 +97,11 @@ const Shape* FindShape(std::string_view name);
 // The model's patterns in id order. (GENERATED)
 const Pattern* const* AllPatterns(int* count);
 
+// The least number of elements the model allows in `field` when it is a list
+// or map member, with a minimum size of at least 1, of a kiln.v1 message as
+// generated (the descriptors CheckShape knows); otherwise 0. (GENERATED)
+int64_t MinSize(const google::protobuf::FieldDescriptor& field);
+
 // The state of one check: where in the message the walk is and what it found.
 // The path is a stack of views into the model's member names (and map keys),
 // turned into text only when a violation is reported: a valid message costs
@@ -115,6 +123,20 @@ class ShapeChecker {
 
   // A required member is absent.
   void Missing(std::string_view member);
+
+  // The paths (as violations name them: `vpcConfig.subnets`) of the list and
+  // map members with a minimum size that the JSON document the message was
+  // read from held empty. A message cannot carry that (an
+  // empty repeated field is absent), so only ParseJson knows it and sets it.
+  void SetEmptyLists(std::vector<std::string> paths) { empty_lists_ = std::move(paths); }
+
+  // A list or map member with a minimum size that the message holds no
+  // element of. When its path is among SetEmptyLists', reports the minimum
+  // (the value quoted as '[]' or '{}') and returns true; otherwise the member
+  // is absent and it returns false.
+  bool EmptyList(std::string_view member, const Shape& shape) {
+    return !empty_lists_.empty() && ReportEmpty(member, shape);
+  }
 
   // A string member; `member` empty for a list element (already entered).
   void String(const std::string& value, const Shape& shape, std::string_view member) {
@@ -164,6 +186,7 @@ class ShapeChecker {
   void ReportString(std::string_view value, const Shape& shape, std::string_view member);
   void ReportNumber(int64_t value, const Shape& shape, std::string_view member);
   void ReportSize(int64_t size, const Shape& shape, const std::string& rendered);
+  bool ReportEmpty(std::string_view member, const Shape& shape);
   void ReportMap(const google::protobuf::Map<std::string, std::string>& map, const Shape& key,
                  const Shape& value);
   std::string PathText(std::string_view member) const;
@@ -173,6 +196,7 @@ class ShapeChecker {
   int depth_ = 0;
   std::array<PathPart, kMaxDepth> path_;
   std::vector<ValidationError> errors_;
+  std::vector<std::string> empty_lists_;  // see SetEmptyLists
 };
 
 // Checks `message` if it is a kiln.v1 message of the model (by descriptor);
@@ -186,6 +210,13 @@ void CheckShape(ShapeChecker& checker, const v1::ListTrainingJobsRequest& messag
 void CheckShape(ShapeChecker& checker, const v1::StopTrainingJobRequest& message);
 void CheckShape(ShapeChecker& checker, const v1::UpdateTrainingJobRequest& message);
 void CheckShape(ShapeChecker& checker, const v1::DeleteTrainingJobRequest& message);
+
+// The violations ValidateRequest reports for `request` (the model's
+// constraints, and for a v1::CreateTrainingJobRequest the service's
+// cross-field rules), found with `checker`, which holds the options and the
+// empty lists ParseJson saw. Defined in validation.cc.
+std::vector<ValidationError> ValidateWith(ShapeChecker& checker,
+                                          const google::protobuf::Message& request);
 
 // The value as error messages show it: quoted, cut after 256 bytes (on a
 // UTF-8 boundary) with "...".

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 #include "core/internal/shapes.h"
@@ -1520,11 +1521,15 @@ void Check(ShapeChecker& c, const v1::AlgorithmSpecification& m) {
     c.Enter("containerEntrypoint");
     c.StringList(m.container_entrypoint(), kShapeTrainingContainerEntrypoint, kShapeTrainingContainerEntrypointString);
     c.Leave();
+  } else {
+    c.EmptyList("containerEntrypoint", kShapeTrainingContainerEntrypoint);
   }
   if (m.container_arguments_size() > 0) {
     c.Enter("containerArguments");
     c.StringList(m.container_arguments(), kShapeTrainingContainerArguments, kShapeTrainingContainerArgument);
     c.Leave();
+  } else {
+    c.EmptyList("containerArguments", kShapeTrainingContainerArguments);
   }
   if (m.has_training_image_config()) {
     c.Enter("trainingImageConfig");
@@ -1617,6 +1622,8 @@ void Check(ShapeChecker& c, const v1::CreateTrainingJobRequest& m) {
       c.Leave();
     }
     c.Leave();
+  } else {
+    c.EmptyList("inputDataConfig", kShapeInputDataConfig);
   }
   if (m.has_output_data_config()) {
     c.Enter("outputDataConfig");
@@ -1905,6 +1912,8 @@ void Check(ShapeChecker& c, const v1::DescribeTrainingJobResponse& m) {
       c.Leave();
     }
     c.Leave();
+  } else {
+    c.EmptyList("inputDataConfig", kShapeInputDataConfig);
   }
   if (m.has_output_data_config()) {
     c.Enter("outputDataConfig");
@@ -2633,14 +2642,14 @@ void Check(ShapeChecker& c, const v1::VpcConfig& m) {
     c.Enter("securityGroupIds");
     c.StringList(m.security_group_ids(), kShapeVpcSecurityGroupIds, kShapeSecurityGroupId);
     c.Leave();
-  } else {
+  } else if (!c.EmptyList("securityGroupIds", kShapeVpcSecurityGroupIds)) {
     c.Missing("securityGroupIds");
   }
   if (m.subnets_size() > 0) {
     c.Enter("subnets");
     c.StringList(m.subnets(), kShapeSubnets, kShapeSubnetId);
     c.Leave();
-  } else {
+  } else if (!c.EmptyList("subnets", kShapeSubnets)) {
     c.Missing("subnets");
   }
 }
@@ -2658,6 +2667,23 @@ void Check(ShapeChecker& c, const v1::WarmPoolStatus& m) {
     c.String(m.reused_by_job(), kShapeTrainingJobName, "reusedByJob");
   }
 }
+
+// The list and map members whose shape has a minimum size: what ParseJson
+// looks up when the document holds one empty (see MinSize).
+struct MinSized {
+  const google::protobuf::Descriptor* (*message)();
+  std::string_view member;  // json_name
+  int64_t min;
+};
+
+constexpr MinSized kMinSized[] = {
+    {&v1::AlgorithmSpecification::descriptor, "ContainerEntrypoint", 1},
+    {&v1::AlgorithmSpecification::descriptor, "ContainerArguments", 1},
+    {&v1::CreateTrainingJobRequest::descriptor, "InputDataConfig", 1},
+    {&v1::DescribeTrainingJobResponse::descriptor, "InputDataConfig", 1},
+    {&v1::VpcConfig::descriptor, "SecurityGroupIds", 1},
+    {&v1::VpcConfig::descriptor, "Subnets", 1},
+};
 
 // Any message of the model, by descriptor.
 template <typename T>
@@ -2744,6 +2770,17 @@ const Shape* FindShape(std::string_view name) {
   const auto* it = std::lower_bound(std::begin(kShapesByName), end, name,
                                     [](const Shape* s, std::string_view n) { return s->name < n; });
   return it != end && (*it)->name == name ? *it : nullptr;
+}
+
+int64_t MinSize(const google::protobuf::FieldDescriptor& field) {
+  if (!field.is_repeated()) return 0;  // (map fields are repeated too)
+  for (const MinSized& m : kMinSized) {
+    // The generated message's own descriptor, as CheckShape dispatches on.
+    if (m.member == field.json_name() && m.message() == field.containing_type()) {
+      return m.min;
+    }
+  }
+  return 0;
 }
 
 const Pattern* const* AllPatterns(int* count) {
