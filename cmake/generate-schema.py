@@ -329,6 +329,11 @@ def member_check(shapes, member, spec, required, has_checks):
                      f'  c.Missing("{path}");', "}"])
         return ([f"if ({has}) {{"] + ["  " + l for l in present] +
                 ["} else {", f'  c.EmptyList("{path}", {const});', "}"])
+    if required and t in ("list", "map"):
+        # Required but allowed empty (ListTrainingJobsResponse's summaries): a
+        # message cannot tell an empty list from an absent one, and empty is
+        # valid, so neither is a violation (ToJson writes the member always).
+        required = False
     if required and present:
         return ([f"if ({has}) {{"] + ["  " + l for l in present] + ["} else {",
                 f'  c.Missing("{path}");', "}"])
@@ -486,23 +491,34 @@ def checks_text(shapes, names, source):
         out.append("}")
         out.append("")
     out.extend([
-        "// The list and map members whose shape has a minimum size: what ParseJson",
-        "// looks up when the document holds one empty (see MinSize).",
-        "struct MinSized {",
+        "// The list and map members whose shape has a minimum size, or that their",
+        "// structure requires while allowing them empty: what ParseJson looks up",
+        "// when the document holds one empty (MinSize), and ToJson when the",
+        "// message does (WrittenWhenEmpty).",
+        "struct SizedMember {",
         "  const google::protobuf::Descriptor* (*message)();",
         "  std::string_view member;  // json_name",
         "  int64_t min;",
+        "  bool written_when_empty;  // required, with no minimum",
         "};",
         "",
-        "constexpr MinSized kMinSized[] = {",
+        "constexpr SizedMember kSizedMembers[] = {",
     ])
-    sized = [(n, member, integral(n, "min", min_size(shapes[spec["shape"]])))
-             for n in structures for member, spec in shapes[n]["members"].items()
-             if min_size(shapes[spec["shape"]]) > 0]
-    for n, member, least in sized:
-        out.append(f'    {{&v1::{n}::descriptor, "{member}", {least}}},')
+    sized = []
+    for n in structures:
+        for member, spec in shapes[n]["members"].items():
+            shape = shapes[spec["shape"]]
+            if shape["type"] not in ("list", "map"):
+                continue
+            least = min_size(shape)
+            always = least == 0 and member in shapes[n].get("required", [])
+            if least > 0 or always:
+                sized.append((n, member, integral(n, "min", least), always))
+    for n, member, least, always in sized:
+        out.append(f'    {{&v1::{n}::descriptor, "{member}", {least}, '
+                   f'{"true" if always else "false"}}},')
     if not sized:  # (an array must not be empty; no field has an empty json_name)
-        out.append('    {nullptr, "", 0},')
+        out.append('    {nullptr, "", 0, false},')
     out.extend([
         "};",
         "",
@@ -531,6 +547,18 @@ def checks_text(shapes, names, source):
     out.extend([
         "};",
         "",
+        "// `field`'s entry in kSizedMembers, or null.",
+        "const SizedMember* FindSized(const google::protobuf::FieldDescriptor& field) {",
+        "  if (!field.is_repeated()) return nullptr;  // (map fields are repeated too)",
+        "  for (const SizedMember& m : kSizedMembers) {",
+        "    // The generated message's own descriptor, as CheckShape dispatches on.",
+        "    if (m.member == field.json_name() && m.message() == field.containing_type()) {",
+        "      return &m;",
+        "    }",
+        "  }",
+        "  return nullptr;",
+        "}",
+        "",
         "}  // namespace",
         "",
         "const Shape* FindShape(std::string_view name) {",
@@ -541,14 +569,13 @@ def checks_text(shapes, names, source):
         "}",
         "",
         "int64_t MinSize(const google::protobuf::FieldDescriptor& field) {",
-        "  if (!field.is_repeated()) return 0;  // (map fields are repeated too)",
-        "  for (const MinSized& m : kMinSized) {",
-        "    // The generated message's own descriptor, as CheckShape dispatches on.",
-        "    if (m.member == field.json_name() && m.message() == field.containing_type()) {",
-        "      return m.min;",
-        "    }",
-        "  }",
-        "  return 0;",
+        "  const SizedMember* m = FindSized(field);",
+        "  return m != nullptr ? m->min : 0;",
+        "}",
+        "",
+        "bool WrittenWhenEmpty(const google::protobuf::FieldDescriptor& field) {",
+        "  const SizedMember* m = FindSized(field);",
+        "  return m != nullptr && m->written_when_empty;",
         "}",
         "",
         "const Pattern* const* AllPatterns(int* count) {",

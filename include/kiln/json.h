@@ -79,7 +79,8 @@ struct JsonPrintOptions {
 
 // Writes `message` as the service's wire JSON: fields in declaration order;
 // unset optional scalars, unset messages and empty repeated and map fields
-// left out; map keys sorted so equal messages give equal text. The result is
+// left out, except lists the model requires, written `[]` (a List response
+// with no job has "TrainingJobSummaries": [], as the service's has); map keys sorted so equal messages give equal text. The result is
 // always valid JSON, and ParseJson reads it back to an equal message, except
 // where the message holds what the wire cannot: bytes of a string field that
 // are not valid UTF-8 are written as U+FFFD, and a Timestamp outside

@@ -661,11 +661,11 @@ JsonValue EncodeMessage(const pb::Message& message) {
     const FieldDescriptor* field = descriptor->field(i);
     JsonValue value;
     if (field->is_map()) {
-      if (r->FieldSize(message, field) == 0) continue;
+      if (r->FieldSize(message, field) == 0 && !internal::WrittenWhenEmpty(*field)) continue;
       value = EncodeMap(message, field);
     } else if (field->is_repeated()) {
       const int n = r->FieldSize(message, field);
-      if (n == 0) continue;
+      if (n == 0 && !internal::WrittenWhenEmpty(*field)) continue;
       value = JsonValue::Array();
       for (int k = 0; k < n; ++k) value.Push(EncodeValue(message, field, k));
     } else {

@@ -509,6 +509,24 @@ std::string ParseAndValidate(const std::string& json) {
   return status.ok() ? "OK" : std::string(status.message());
 }
 
+// A list the model requires is always on the wire, `[]` when empty, as the
+// service writes a List answer with no job; reading it back, the empty list
+// is valid (a message cannot tell it from an absent one).
+TEST_F(JsonTest, ARequiredListIsWrittenEvenWhenEmpty) {
+  v1::ListTrainingJobsResponse none;
+  EXPECT_EQ(ToJson(none), R"({"TrainingJobSummaries":[]})");
+  v1::ListTrainingJobsResponse back;
+  ASSERT_TRUE(ParseJson(ToJson(none), back).ok());
+  EXPECT_TRUE(ValidateRequest(back).ok()) << ValidateRequest(back);
+  none.set_next_token("t");
+  EXPECT_EQ(ToJson(none), R"({"TrainingJobSummaries":[],"NextToken":"t"})");
+  // Lists the model does not require stay out when empty.
+  EXPECT_EQ(ToJson(v1::DescribeTrainingJobRequest()), "{}");
+  v1::CreateTrainingJobRequest request;
+  request.set_training_job_name("a");
+  EXPECT_EQ(ToJson(request), R"({"TrainingJobName":"a"})");
+}
+
 constexpr char kEmptyInputDataConfig[] =
     "Value '[]' at 'inputDataConfig' failed to satisfy constraint: Member must have length "
     "greater than or equal to 1";

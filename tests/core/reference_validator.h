@@ -240,7 +240,10 @@ class ReferenceValidator {
       const bool present =
           field->is_repeated() ? r->FieldSize(message, field) > 0 : r->HasField(message, field);
       if (!present) {
-        if (member->required) Add(member_path, "null", "Member must not be null");
+        // A list or map the model allows empty is empty, not absent, to a
+        // message (the two look the same), so it is never null.
+        const bool may_be_empty = field->is_repeated() && member->shape->min.value_or(0) == 0;
+        if (member->required && !may_be_empty) Add(member_path, "null", "Member must not be null");
         continue;
       }
       CheckField(message, field, *member->shape, member_path);

@@ -639,8 +639,10 @@ std::string Camel(const std::string& name) {
   return std::string(1, absl::ascii_tolower(name[0])) + name.substr(1);
 }
 
+// And the lists written even when empty: required, with no minimum.
 TEST(ShapeChecksTest, MinSizeIsTheModels) {
   int sized = 0;
+  int always = 0;
   for (const auto& [name, ref] : Model().shapes()) {
     const Descriptor* d = ModelMessage(name);
     if (ref->type != "structure" || d == nullptr) continue;
@@ -649,9 +651,15 @@ TEST(ShapeChecksTest, MinSizeIsTheModels) {
       SCOPED_TRACE(field->full_name());
       EXPECT_EQ(internal::MinSize(*field), RefMinSize(*ref, field));
       if (internal::MinSize(*field) > 0) ++sized;
+      const RefMember* member = Model().MemberOf(*ref, field);
+      const bool written_when_empty = member != nullptr && member->required &&
+                                      field->is_repeated() && RefMinSize(*ref, field) == 0;
+      EXPECT_EQ(internal::WrittenWhenEmpty(*field), written_when_empty);
+      if (written_when_empty) ++always;
     }
   }
   EXPECT_GE(sized, 6);  // InputDataConfig (twice), the entrypoint and arguments, VPC's two lists
+  EXPECT_GE(always, 1);  // ListTrainingJobsResponse's TrainingJobSummaries
   EXPECT_EQ(internal::MinSize(*google::protobuf::Struct::descriptor()->FindFieldByName("fields")),
             0);
 }

@@ -102,6 +102,12 @@ const Pattern* const* AllPatterns(int* count);
 // generated (the descriptors CheckShape knows); otherwise 0. (GENERATED)
 int64_t MinSize(const google::protobuf::FieldDescriptor& field);
 
+// Whether `field` is a list or map member that its structure requires and
+// allows empty, of a kiln.v1 message as generated: the wire always carries
+// it, `[]` when empty (ListTrainingJobsResponse's TrainingJobSummaries).
+// (GENERATED)
+bool WrittenWhenEmpty(const google::protobuf::FieldDescriptor& field);
+
 // The state of one check: where in the message the walk is and what it found.
 // The path is a stack of views into the model's member names (and map keys),
 // turned into text only when a violation is reported: a valid message costs

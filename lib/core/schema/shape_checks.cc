@@ -2194,8 +2194,6 @@ void Check(ShapeChecker& c, const v1::ListTrainingJobsResponse& m) {
       c.Leave();
     }
     c.Leave();
-  } else {
-    c.Missing("trainingJobSummaries");
   }
   if (m.has_next_token()) {
     c.String(m.next_token(), kShapeNextToken, "nextToken");
@@ -2668,21 +2666,25 @@ void Check(ShapeChecker& c, const v1::WarmPoolStatus& m) {
   }
 }
 
-// The list and map members whose shape has a minimum size: what ParseJson
-// looks up when the document holds one empty (see MinSize).
-struct MinSized {
+// The list and map members whose shape has a minimum size, or that their
+// structure requires while allowing them empty: what ParseJson looks up
+// when the document holds one empty (MinSize), and ToJson when the
+// message does (WrittenWhenEmpty).
+struct SizedMember {
   const google::protobuf::Descriptor* (*message)();
   std::string_view member;  // json_name
   int64_t min;
+  bool written_when_empty;  // required, with no minimum
 };
 
-constexpr MinSized kMinSized[] = {
-    {&v1::AlgorithmSpecification::descriptor, "ContainerEntrypoint", 1},
-    {&v1::AlgorithmSpecification::descriptor, "ContainerArguments", 1},
-    {&v1::CreateTrainingJobRequest::descriptor, "InputDataConfig", 1},
-    {&v1::DescribeTrainingJobResponse::descriptor, "InputDataConfig", 1},
-    {&v1::VpcConfig::descriptor, "SecurityGroupIds", 1},
-    {&v1::VpcConfig::descriptor, "Subnets", 1},
+constexpr SizedMember kSizedMembers[] = {
+    {&v1::AlgorithmSpecification::descriptor, "ContainerEntrypoint", 1, false},
+    {&v1::AlgorithmSpecification::descriptor, "ContainerArguments", 1, false},
+    {&v1::CreateTrainingJobRequest::descriptor, "InputDataConfig", 1, false},
+    {&v1::DescribeTrainingJobResponse::descriptor, "InputDataConfig", 1, false},
+    {&v1::ListTrainingJobsResponse::descriptor, "TrainingJobSummaries", 0, true},
+    {&v1::VpcConfig::descriptor, "SecurityGroupIds", 1, false},
+    {&v1::VpcConfig::descriptor, "Subnets", 1, false},
 };
 
 // Any message of the model, by descriptor.
@@ -2763,6 +2765,18 @@ constexpr Dispatch kDispatch[] = {
     {&v1::WarmPoolStatus::descriptor, &CheckMessage<v1::WarmPoolStatus>},
 };
 
+// `field`'s entry in kSizedMembers, or null.
+const SizedMember* FindSized(const google::protobuf::FieldDescriptor& field) {
+  if (!field.is_repeated()) return nullptr;  // (map fields are repeated too)
+  for (const SizedMember& m : kSizedMembers) {
+    // The generated message's own descriptor, as CheckShape dispatches on.
+    if (m.member == field.json_name() && m.message() == field.containing_type()) {
+      return &m;
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 const Shape* FindShape(std::string_view name) {
@@ -2773,14 +2787,13 @@ const Shape* FindShape(std::string_view name) {
 }
 
 int64_t MinSize(const google::protobuf::FieldDescriptor& field) {
-  if (!field.is_repeated()) return 0;  // (map fields are repeated too)
-  for (const MinSized& m : kMinSized) {
-    // The generated message's own descriptor, as CheckShape dispatches on.
-    if (m.member == field.json_name() && m.message() == field.containing_type()) {
-      return m.min;
-    }
-  }
-  return 0;
+  const SizedMember* m = FindSized(field);
+  return m != nullptr ? m->min : 0;
+}
+
+bool WrittenWhenEmpty(const google::protobuf::FieldDescriptor& field) {
+  const SizedMember* m = FindSized(field);
+  return m != nullptr && m->written_when_empty;
 }
 
 const Pattern* const* AllPatterns(int* count) {
