@@ -15,9 +15,10 @@
 // advises. Regular files are synced; symbolic links, to files or directories,
 // are skipped, never followed (a link could show the store a file from
 // outside the directory); the object stores' own `.kiln-tmp-*` files are
-// skipped both ways. The directory is walked down by file descriptor and
-// each file uploaded from the descriptor it was opened as, so a link put in
-// place of a directory while a sync runs is not followed either.
+// skipped both ways. The directory is walked down by file descriptor (a
+// few at a time, however deep the tree) and each file uploaded from the
+// descriptor it was opened as, so a link put in place of a directory while a
+// sync runs is not followed either.
 //
 // Used by backends that have real files (the local backend); the simulation
 // backend models checkpoints instead.
@@ -71,21 +72,30 @@ class CheckpointSync {
   // directory on the way to a file is a symbolic link (never written
   // through), or, with a trusted root, when one on the way to the directory
   // is; InvalidArgument when `local_dir` is not at or below `trusted_root`.
+  // When it wrote a file, it returns no sooner than 20 ms (one timestamp tick
+  // of the file system) after the last write, so that a same-size rewrite the
+  // container makes as soon as it starts gets a stamp of its own and is
+  // uploaded.
   absl::Status Restore();
 
   // Uploads new and changed files (by size and modification time since the
   // last sync) and deletes from the store the files removed locally: only
-  // keys this object uploaded or restored are ever deleted. Returns what it
-  // did. Errors name the file; the other files are still processed, the first
-  // error is returned, and a failed file is retried on the next call. When
-  // the directory cannot be read completely nothing is uploaded or deleted;
-  // so it is, with a trusted root, when the directory or one on the way to it
-  // is a symbolic link (FailedPrecondition naming it) or when `local_dir` is
-  // not at or below `trusted_root` (InvalidArgument). A file that is gone,
-  // or has become a link, when its turn to upload comes counts as removed.
-  // A file modified within 20 ms of the call (one timestamp tick of the file
-  // system) is uploaded again by the next call, since a rewrite in the same
-  // tick would keep its size and modification time.
+  // keys this object restored or uploaded (or tried to, with a failure other
+  // than InvalidArgument or NotFound: the store may have taken the object
+  // before failing) are ever deleted. Deletions come after the uploads, so
+  // that a crash during an upload leaves the store the checkpoint the new
+  // file replaces (except a key that is now a directory holding files,
+  // deleted first to make way). Returns what it did. Errors name the file;
+  // the other files are still processed, the first error is returned, and a
+  // failed file is retried on the next call. When the directory cannot be
+  // read completely nothing is uploaded or deleted; so it is, with a trusted
+  // root, when the directory or one on the way to it is a symbolic link
+  // (FailedPrecondition naming it) or when `local_dir` is not at or below
+  // `trusted_root` (InvalidArgument). A file that is gone, or has become a
+  // link, when its turn to upload comes counts as removed. A file modified
+  // within 20 ms of the call (one timestamp tick of the file system) is
+  // uploaded again by the next call, since a rewrite in the same tick would
+  // keep its size and modification time.
   absl::StatusOr<CheckpointSyncStats> SyncOnce();
 
  private:
@@ -97,7 +107,9 @@ class CheckpointSync {
   std::string prefix_;
   std::string local_dir_;
   std::string trusted_root_;  // empty: none
-  std::map<std::string, Stamp> synced_;  // relative path -> state last uploaded/restored
+  // Relative path -> state last uploaded or restored; size -1: to upload
+  // again (a racy stamp, or a failed upload that may have stored the object).
+  std::map<std::string, Stamp> synced_;
 };
 
 }  // namespace kiln

@@ -60,8 +60,8 @@ struct PoolShape {
   int32_t instance_count = 0;
   int32_t volume_size_in_gb = 0;
   std::string volume_kms_key_id;
-  std::vector<std::string> subnets;          // sorted
-  std::vector<std::string> security_groups;  // sorted
+  std::vector<std::string> subnets;          // sorted, no repeats (a set)
+  std::vector<std::string> security_groups;  // sorted, no repeats (a set)
   bool inter_container_traffic_encryption = false;
   bool network_isolation = false;
 
@@ -97,7 +97,9 @@ class KeepAlivePolicy {
   virtual ~KeepAlivePolicy() = default;
   // Whether the job takes part in warm pools at all (may reuse a pool, shows
   // a WarmPoolStatus). Default: it requested a keep-alive, as the service does.
-  virtual bool Participates(const KeepAliveQuery& query) { return query.requested > absl::ZeroDuration(); }
+  virtual bool Participates(const KeepAliveQuery& query) {
+    return query.requested > absl::ZeroDuration();
+  }
   // How long to keep the job's cluster; zero releases it at once.
   virtual absl::Duration KeepAlive(const KeepAliveQuery& query) = 0;
   // A pool of `shape` became Available at `time`.
@@ -141,7 +143,8 @@ struct AdaptiveHistogramOptions {
 // "Serverless in the Wild", ATC'20, applied to clusters). Every eligible job
 // takes part. REQUIRES: options.Check() is OK (checked: a failing one aborts with its message,
 // rather than sizing a histogram from nonsense).
-std::unique_ptr<KeepAlivePolicy> NewAdaptiveHistogramKeepAlive(AdaptiveHistogramOptions options = {});
+std::unique_ptr<KeepAlivePolicy> NewAdaptiveHistogramKeepAlive(
+    AdaptiveHistogramOptions options = {});
 
 // What the engine tells the manager about a job, at creation.
 struct WarmPoolJob {

@@ -13,7 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -25,6 +27,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "core/internal/files.h"
 #include "core/internal/status_macros.h"
 
@@ -147,23 +151,29 @@ absl::StatusOr<UniqueFd> OpenLocalDir(const std::string& local_dir,
   return dir;
 }
 
-// Opens the file `key` below the directory open as `root` for reading, every
-// directory on the way and the file itself with O_NOFOLLOW. Invalid, errno
-// set, on failure (ELOOP or ENOTDIR: a symbolic link on the way or at `key`).
-UniqueFd OpenBelow(int root, std::string_view key) {
+// Opens `key` below the directory open as `root`: every directory on the way
+// with O_NOFOLLOW, each closed once the next is open, and `key` itself with
+// `flags` (which should hold O_NOFOLLOW). At most two descriptors are open at
+// once, however deep `key` is. Invalid, errno set, on failure (ELOOP or
+// ENOTDIR: a symbolic link on the way or at `key`).
+UniqueFd OpenBelow(int root, std::string_view key, int flags) {
   UniqueFd dir;
   int at = root;
   for (;;) {
     const size_t slash = key.find('/');
     const std::string name(key.substr(0, slash));
-    if (slash == std::string_view::npos) {
-      return UniqueFd(::openat(at, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-    }
+    if (slash == std::string_view::npos) return UniqueFd(::openat(at, name.c_str(), flags));
     dir = UniqueFd(::openat(at, name.c_str(), kDirFlags));
     if (!dir.valid()) return UniqueFd();
     at = dir.get();
     key = key.substr(slash + 1);
   }
+}
+
+// Opens the file `key` below the directory open as `root` for reading,
+// without following a symbolic link (see OpenBelow).
+UniqueFd OpenFileBelow(int root, std::string_view key) {
+  return OpenBelow(root, key, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
 }
 
 // Refuses to restore `key` through a symbolic link (or a non-directory) in
@@ -196,50 +206,53 @@ struct LocalFile {
   int64_t mtime_ns = 0;
 };
 
-// Adds the regular files below the directory open as `dir_fd` (`rel` below
-// the checkpoint directory `root`) to `out`, keyed by relative path.
-// Directories are walked down by file descriptor; symbolic links are
-// skipped, never followed; temporary files are skipped.
-absl::Status WalkLocal(int dir_fd, const std::string& root, const std::string& rel,
+// Adds the regular files below the checkpoint directory `root`, open as
+// `root_fd`, to `out`, keyed by relative path. Symbolic links are skipped,
+// never followed; temporary files are skipped. Each directory is listed
+// whole, then closed, and reopened from `root_fd` (OpenBelow) when its turn
+// comes: the walk holds at most three descriptors and no stack frame per
+// level, however deep the tree a container made.
+absl::Status WalkLocal(int root_fd, const std::string& root,
                        std::map<std::string, LocalFile>& out) {
-  const std::string dir = rel.empty() ? root : absl::StrCat(root, "/", rel);
-  const int copy = ::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
-  if (copy < 0) return ErrnoError(errno, absl::StrCat("list directory '", dir, "'"));
-  DIR* d = ::fdopendir(copy);
-  if (d == nullptr) {
-    const int err = errno;
-    ::close(copy);
-    return ErrnoError(err, absl::StrCat("list directory '", dir, "'"));
-  }
-  std::unique_ptr<DIR, int (*)(DIR*)> closer(d, &::closedir);
-  for (;;) {
-    errno = 0;
-    struct dirent* entry = ::readdir(d);
-    if (entry == nullptr) {
-      if (errno != 0) return ErrnoError(errno, absl::StrCat("list directory '", dir, "'"));
-      return absl::OkStatus();
+  std::vector<std::string> pending = {""};  // directories to list, by relative path
+  while (!pending.empty()) {
+    const std::string rel = std::move(pending.back());
+    pending.pop_back();
+    const std::string dir = rel.empty() ? root : absl::StrCat(root, "/", rel);
+    UniqueFd dir_fd(rel.empty() ? ::fcntl(root_fd, F_DUPFD_CLOEXEC, 0)
+                                : OpenBelow(root_fd, rel, kDirFlags).release());
+    if (!dir_fd.valid()) {
+      // Removed, or replaced by a link, since it was listed: not walked.
+      if (!rel.empty() && (errno == ENOENT || errno == ELOOP || errno == ENOTDIR)) continue;
+      return ErrnoError(errno, absl::StrCat("list directory '", dir, "'"));
     }
-    std::string_view name = entry->d_name;
-    if (name == "." || name == ".." || IsTempName(name)) continue;
-    std::string key = rel.empty() ? std::string(name) : absl::StrCat(rel, "/", AbslView(name));
-    struct stat st;
-    if (::fstatat(dir_fd, entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-      if (errno == ENOENT) continue;
-      return ErrnoError(errno, absl::StrCat("stat '", root, "/", key, "'"));
-    }
-    if (S_ISDIR(st.st_mode)) {
-      UniqueFd child(::openat(dir_fd, entry->d_name, kDirFlags));
-      if (!child.valid()) {
-        // Removed, or replaced by a link, meanwhile: not walked.
-        if (errno == ENOENT || errno == ELOOP || errno == ENOTDIR) continue;
-        return ErrnoError(errno, absl::StrCat("list directory '", root, "/", key, "'"));
+    DIR* d = ::fdopendir(dir_fd.get());
+    if (d == nullptr) return ErrnoError(errno, absl::StrCat("list directory '", dir, "'"));
+    dir_fd.release();  // closedir closes it
+    std::unique_ptr<DIR, int (*)(DIR*)> closer(d, &::closedir);
+    for (;;) {
+      errno = 0;
+      struct dirent* entry = ::readdir(d);
+      if (entry == nullptr) {
+        if (errno != 0) return ErrnoError(errno, absl::StrCat("list directory '", dir, "'"));
+        break;
       }
-      KILN_RETURN_IF_ERROR(WalkLocal(child.get(), root, key, out));
-      continue;
+      std::string_view name = entry->d_name;
+      if (name == "." || name == ".." || IsTempName(name)) continue;
+      std::string key = rel.empty() ? std::string(name) : absl::StrCat(rel, "/", AbslView(name));
+      struct stat st;
+      if (::fstatat(::dirfd(d), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) continue;
+        return ErrnoError(errno, absl::StrCat("stat '", root, "/", key, "'"));
+      }
+      if (S_ISDIR(st.st_mode)) {
+        pending.push_back(std::move(key));
+      } else if (S_ISREG(st.st_mode)) {  // not links (never followed), FIFOs, devices
+        out[std::move(key)] = LocalFile{static_cast<int64_t>(st.st_size), MtimeNs(st)};
+      }
     }
-    if (!S_ISREG(st.st_mode)) continue;  // links (never followed), FIFOs, devices
-    out[key] = LocalFile{static_cast<int64_t>(st.st_size), MtimeNs(st)};
   }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -283,22 +296,39 @@ absl::Status CheckpointSync::Restore() {
     todo.emplace_back(info.uri, std::move(key));
   }
   synced_.clear();
-  for (const auto& [uri, key] : todo) {
-    std::string path = absl::StrCat(local_dir_, "/", key);
-    KILN_RETURN_IF_ERROR(CheckParentsAreDirectories(root->get(), local_dir_, key, uri));
-    absl::Status status = store_.GetToFile(uri, path);
-    if (absl::IsNotFound(status)) continue;  // deleted since the listing
-    if (!status.ok()) {
-      return Annotate(status, absl::StrCat("checkpoint restore of '", uri, "' to '", path, "'"));
+  // The latest modification time of a file written here: Restore returns
+  // only once a write can no longer be stamped with it (below).
+  int64_t latest_mtime_ns = std::numeric_limits<int64_t>::min();
+  absl::Status status = [&]() -> absl::Status {
+    for (const auto& [uri, key] : todo) {
+      std::string path = absl::StrCat(local_dir_, "/", key);
+      KILN_RETURN_IF_ERROR(CheckParentsAreDirectories(root->get(), local_dir_, key, uri));
+      absl::Status got = store_.GetToFile(uri, path);
+      if (absl::IsNotFound(got)) continue;  // deleted since the listing
+      if (!got.ok()) {
+        return Annotate(got, absl::StrCat("checkpoint restore of '", uri, "' to '", path, "'"));
+      }
+      struct stat st;
+      if (::fstatat(root->get(), key.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        return ErrnoError(errno,
+                          absl::StrCat("checkpoint restore of '", uri, "': stat '", path, "'"));
+      }
+      synced_[key] = Stamp{static_cast<int64_t>(st.st_size), MtimeNs(st)};
+      latest_mtime_ns = std::max(latest_mtime_ns, MtimeNs(st));
     }
-    struct stat st;
-    if (::fstatat(root->get(), key.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-      return ErrnoError(errno,
-                        absl::StrCat("checkpoint restore of '", uri, "': stat '", path, "'"));
-    }
-    synced_[key] = Stamp{static_cast<int64_t>(st.st_size), MtimeNs(st)};
+    return absl::OkStatus();
+  }();
+  // The container starts as soon as this returns (a warm local start takes a
+  // few ms) and may rewrite a restored file at once: in the tick of the
+  // restore, with the same size, the file would keep the stamp recorded here
+  // and never be uploaded. So wait until the file system's clock has left
+  // that tick (at most kRacyWindowNs).
+  if (!synced_.empty()) {
+    const int64_t wait_ns =
+        std::min(kRacyWindowNs, latest_mtime_ns + kRacyWindowNs - RealtimeNs());
+    if (wait_ns > 0) absl::SleepFor(absl::Nanoseconds(wait_ns));
   }
-  return absl::OkStatus();
+  return status;
 }
 
 absl::StatusOr<CheckpointSyncStats> CheckpointSync::SyncOnce() {
@@ -309,7 +339,7 @@ absl::StatusOr<CheckpointSyncStats> CheckpointSync::SyncOnce() {
   if (!root.ok()) return Annotate(root.status(), "checkpoint sync");
   std::map<std::string, LocalFile> local;
   int64_t walk_start_ns = RealtimeNs();
-  absl::Status walked = WalkLocal(root->get(), local_dir_, "", local);
+  absl::Status walked = WalkLocal(root->get(), local_dir_, local);
   int64_t walk_end_ns = RealtimeNs();
   // Without a complete picture nothing may be deleted: give up this round.
   if (!walked.ok()) return Annotate(walked, absl::StrCat("checkpoint sync of '", local_dir_, "'"));
@@ -321,24 +351,37 @@ absl::StatusOr<CheckpointSyncStats> CheckpointSync::SyncOnce() {
     if (failures++ == 0) first_error = std::move(status);
   };
 
-  // Deletions first, so that a file replaced by a directory of the same name
-  // is gone from a file store before the directory's files arrive.
-  for (auto it = synced_.begin(); it != synced_.end();) {
-    if (local.count(it->first) > 0) {
-      ++it;
-      continue;
+  // Deletes the known keys gone from the directory: with `in_the_way`, only
+  // those that are now a directory holding files (a file replaced by a
+  // directory of the same name must be gone from a file store before the
+  // directory's files arrive); without, the others.
+  auto delete_gone = [&](bool in_the_way) {
+    for (auto it = synced_.begin(); it != synced_.end();) {
+      if (local.count(it->first) > 0) {
+        ++it;
+        continue;
+      }
+      const std::string below = absl::StrCat(it->first, "/");
+      auto next = local.lower_bound(below);
+      const bool is_directory =
+          next != local.end() && next->first.compare(0, below.size(), below) == 0;
+      if (is_directory != in_the_way) {
+        ++it;
+        continue;
+      }
+      std::string uri = absl::StrCat(prefix_, it->first);
+      absl::Status status = store_.Delete(uri);
+      if (status.ok()) {
+        ++stats.deleted;
+        it = synced_.erase(it);
+      } else {
+        fail(Annotate(status, absl::StrCat("checkpoint sync: delete '", uri, "' (removed from '",
+                                           local_dir_, "/", it->first, "')")));
+        ++it;
+      }
     }
-    std::string uri = absl::StrCat(prefix_, it->first);
-    absl::Status status = store_.Delete(uri);
-    if (status.ok()) {
-      ++stats.deleted;
-      it = synced_.erase(it);
-    } else {
-      fail(Annotate(status, absl::StrCat("checkpoint sync: delete '", uri, "' (removed from '",
-                                         local_dir_, "/", it->first, "')")));
-      ++it;
-    }
-  }
+  };
+  delete_gone(/*in_the_way=*/true);
 
   for (const auto& [key, file] : local) {
     auto known = synced_.find(key);
@@ -350,7 +393,7 @@ absl::StatusOr<CheckpointSyncStats> CheckpointSync::SyncOnce() {
     std::string uri = absl::StrCat(prefix_, key);
     // Uploaded from the descriptor opened here (by its /proc name), so that
     // a link put in its place, or on its way, since the walk is not followed.
-    UniqueFd opened = OpenBelow(root->get(), key);
+    UniqueFd opened = OpenFileBelow(root->get(), key);
     struct stat st;
     if (!opened.valid() || ::fstat(opened.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
       const int err = opened.valid() ? 0 : errno;
@@ -362,6 +405,13 @@ absl::StatusOr<CheckpointSyncStats> CheckpointSync::SyncOnce() {
     }
     absl::Status status = store_.PutFromFile(uri, absl::StrCat("/proc/self/fd/", opened.get()));
     if (!status.ok()) {
+      // A failure other than a refusal (the URI) or a missing file may come
+      // after the store took the object (an answer lost, a timeout): a new
+      // key is then known, with a stamp no file has, so that it is uploaded
+      // again, or deleted if the file goes meanwhile.
+      if (!absl::IsInvalidArgument(status) && !absl::IsNotFound(status)) {
+        synced_.try_emplace(key, Stamp{-1, -1});
+      }
       fail(Annotate(status, absl::StrCat("checkpoint sync: upload '", path, "' to '", uri, "'")));
       continue;
     }
@@ -373,6 +423,11 @@ absl::StatusOr<CheckpointSyncStats> CheckpointSync::SyncOnce() {
     // once more, when its stamp can be trusted.
     synced_[key] = Stamp{racy ? -1 : file.size, file.mtime_ns};
   }
+
+  // The other deletions come last: a checkpoint the script replaced (wrote
+  // the new one, deleted the old) stays in the store until the new one is
+  // there, so a crash during the upload leaves one of them.
+  delete_gone(/*in_the_way=*/false);
 
   if (failures > 0) {
     if (failures == 1) return first_error;

@@ -50,7 +50,9 @@ class FixedKeepAlive final : public KeepAlivePolicy {
   explicit FixedKeepAlive(absl::Duration d) : keep_alive_(d) {}
   bool Participates(const KeepAliveQuery&) override { return keep_alive_ > absl::ZeroDuration(); }
   absl::Duration KeepAlive(const KeepAliveQuery&) override { return keep_alive_; }
-  std::string Name() const override { return absl::StrCat("Fixed(", SecondsText(keep_alive_), ")"); }
+  std::string Name() const override {
+    return absl::StrCat("Fixed(", SecondsText(keep_alive_), ")");
+  }
 
  private:
   absl::Duration keep_alive_;
@@ -118,20 +120,32 @@ class AdaptiveHistogramKeepAlive final : public KeepAlivePolicy {
 };
 
 // A request's shape before any PoolShape is built from it: the members as the
-// request holds them. Only a request whose VPC lists are already sorted has a
-// view (a PoolShape keeps them sorted); the others build their PoolShape.
+// request holds them. Only a request whose VPC lists are already sorted sets
+// (ascending, no repeats) has a view (a PoolShape keeps them so); the others
+// build their PoolShape.
 struct ShapeView {
   const v1::CreateTrainingJobRequest* request;
 };
 
+template <typename Strings>
+bool IsSortedSet(const Strings& strings) {
+  return std::adjacent_find(strings.begin(), strings.end(),
+                            [](const std::string& a, const std::string& b) { return a >= b; }) ==
+         strings.end();
+}
+
 std::optional<ShapeView> ViewOf(const v1::CreateTrainingJobRequest& request) {
-  const auto& subnets = request.vpc_config().subnets();
-  const auto& groups = request.vpc_config().security_group_ids();
-  if (!std::is_sorted(subnets.begin(), subnets.end()) ||
-      !std::is_sorted(groups.begin(), groups.end())) {
+  if (!IsSortedSet(request.vpc_config().subnets()) ||
+      !IsSortedSet(request.vpc_config().security_group_ids())) {
     return std::nullopt;
   }
   return ShapeView{&request};
+}
+
+// `strings` as a set: sorted, each once.
+void SortedSet(std::vector<std::string>& strings) {
+  std::sort(strings.begin(), strings.end());
+  strings.erase(std::unique(strings.begin(), strings.end()), strings.end());
 }
 
 // One hash for a PoolShape and for the view of a request of that shape.
@@ -358,7 +372,9 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     const JobState& s = it->second;
     v1::WarmPoolStatus status;
     status.set_status(s.status);
-    if (s.retained_seconds) status.set_resource_retained_billable_time_in_seconds(*s.retained_seconds);
+    if (s.retained_seconds) {
+      status.set_resource_retained_billable_time_in_seconds(*s.retained_seconds);
+    }
     if (!s.reused_by.empty()) status.set_reused_by_job(s.reused_by);
     return status;
   }
@@ -500,8 +516,8 @@ PoolShape PoolShape::Of(const v1::CreateTrainingJobRequest& request) {
   s.subnets.assign(request.vpc_config().subnets().begin(), request.vpc_config().subnets().end());
   s.security_groups.assign(request.vpc_config().security_group_ids().begin(),
                            request.vpc_config().security_group_ids().end());
-  std::sort(s.subnets.begin(), s.subnets.end());
-  std::sort(s.security_groups.begin(), s.security_groups.end());
+  SortedSet(s.subnets);
+  SortedSet(s.security_groups);
   s.inter_container_traffic_encryption = request.enable_inter_container_traffic_encryption();
   s.network_isolation = request.enable_network_isolation();
   return s;

@@ -299,7 +299,8 @@ TEST_F(WarmPoolTest, EachMatchingCriterionChangedAlonePreventsReuse) {
   const std::vector<std::pair<std::string, std::function<void(v1::CreateTrainingJobRequest&)>>>
       changes = {
           {"role", [](auto& r) { r.set_role_arn("arn:aws:iam::123456789012:role/Other"); }},
-          {"type", [](auto& r) { r.mutable_resource_config()->set_instance_type("ml.m5.2xlarge"); }},
+          {"type",
+           [](auto& r) { r.mutable_resource_config()->set_instance_type("ml.m5.2xlarge"); }},
           {"count", [](auto& r) { r.mutable_resource_config()->set_instance_count(3); }},
           {"volume", [](auto& r) { r.mutable_resource_config()->set_volume_size_in_gb(31); }},
           {"kms", [](auto& r) { r.mutable_resource_config()->set_volume_kms_key_id("key-1"); }},
@@ -355,6 +356,30 @@ TEST_F(WarmPoolTest, EachMatchingCriterionChangedAlonePreventsReuse) {
   base.set_training_job_name("c");
   CreateAt(800, base);
   EXPECT_EQ(Pool("b"), "Reused by c after 105 s");
+}
+
+// VpcConfig's lists are compared as sets: a subnet or group named twice is
+// the same set as one naming it once, whichever job's list is sorted.
+TEST_F(WarmPoolTest, VpcListsWithARepeatedEntryMatchAsSets) {
+  auto once = Request("a");
+  once.mutable_vpc_config()->add_subnets("subnet-1");
+  once.mutable_vpc_config()->add_subnets("subnet-2");
+  once.mutable_vpc_config()->add_security_group_ids("sg-1");
+  auto twice = once;
+  twice.set_training_job_name("b");
+  twice.mutable_vpc_config()->add_subnets("subnet-2");  // sorted, with a repeat
+  twice.mutable_vpc_config()->add_security_group_ids("sg-1");
+  CreateAt(0, once);
+  CreateAt(800, twice);
+  EXPECT_EQ(Pool("a"), "Reused by b after 105 s");
+  // The other way round, and with the repeat out of order.
+  Build({});
+  twice.mutable_vpc_config()->add_subnets("subnet-1");
+  twice.set_training_job_name("c");
+  CreateAt(0, twice);
+  once.set_training_job_name("d");
+  CreateAt(800, once);
+  EXPECT_EQ(Pool("c"), "Reused by d after 105 s");
 }
 
 TEST_F(WarmPoolTest, ReusingJobWithoutKeepAliveDoesNotTakeThePool) {
