@@ -1239,6 +1239,10 @@ absl::StatusOr<v1::UpdateTrainingJobResponse> EngineImpl::Update(
     job->last_modified_ = Now();
   }
   v1::CreateTrainingJobRequest updated = job->LoadRequest();
+  if (request.has_resource_config()) {  // what Describe's ResourceConfig shows from now on
+    updated.mutable_resource_config()->set_keep_alive_period_in_seconds(
+        request.resource_config().keep_alive_period_in_seconds());
+  }
   if (request.has_profiler_config()) {
     EchoFields(request.profiler_config(), *updated.mutable_profiler_config());
   }

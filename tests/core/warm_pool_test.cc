@@ -504,6 +504,8 @@ TEST_F(WarmPoolTest, UpdateKeepAliveOnlyWhileAvailable) {
   RunUntil(700);
   // Extend: counted from when it became Available (695).
   ASSERT_TRUE(Update("a", 1000).ok());
+  // Describe shows the job's resource configuration as updated.
+  EXPECT_EQ(Describe("a").resource_config().keep_alive_period_in_seconds(), 1000);
   RunUntil(1600);
   EXPECT_EQ(Pool("a"), "Available");
   RunUntil(1695);
