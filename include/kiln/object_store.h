@@ -110,7 +110,9 @@ class ObjectStore {
 // path). List walks the tree below the prefix: regular files and symbolic
 // links to them, never into linked directories, never the temporary files.
 // A directory is not an object: Get says NotFound, Delete does nothing.
-// Removing the last object of a directory leaves the directory.
+// Removing the last object of a directory leaves the directory; a Put or
+// PutFromFile of that directory's own key replaces it while it is empty (the
+// key can be an object again, as on S3), and fails while it holds anything.
 std::unique_ptr<ObjectStore> NewFileObjectStore();
 
 // Objects in memory, for any scheme (tests, simulation); a URI without

@@ -259,6 +259,7 @@ class FileObjectStore final : public ObjectStore {
 
   absl::Status Put(std::string_view uri, std::string_view data) override {
     KILN_ASSIGN_OR_RETURN(std::string path, PathOf(uri, /*object=*/true));
+    RemoveIfEmptyDirectory(path);
     return WriteFileAtomically(path, data, /*durable=*/true);
   }
 
@@ -322,12 +323,20 @@ class FileObjectStore final : public ObjectStore {
   absl::Status PutFromFile(std::string_view uri, const std::string& path) override {
     KILN_ASSIGN_OR_RETURN(std::string target, PathOf(uri, /*object=*/true));
     KILN_ASSIGN_OR_RETURN(UniqueFd in, OpenRegularFile(path, path, nullptr));
+    RemoveIfEmptyDirectory(target);
     return ReplaceFile(target, /*durable=*/true, [&](int out, const std::string& name) {
       return CopyFd(in.get(), out, path, name);
     });
   }
 
  private:
+  // An empty directory where an object is to be written holds no object (the
+  // objects once below it were deleted, which leaves their directories): it
+  // goes, so that the key can be an object again, as on S3. A directory
+  // holding anything stays, and the write fails naming it. (rmdir removes
+  // only an empty directory; any other outcome leaves things as they were.)
+  static void RemoveIfEmptyDirectory(const std::string& path) { ::rmdir(path.c_str()); }
+
   // The absolute path of a file:// URI. `object`: the URI names an object, so
   // it may not end in '/'.
   static absl::StatusOr<std::string> PathOf(std::string_view uri, bool object) {

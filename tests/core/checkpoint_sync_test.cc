@@ -530,6 +530,27 @@ TEST_F(CheckpointSyncTest, WorksWithTheFileStoreIncludingAFileReplacedByADirecto
                                                                Pair("n/m/deep.bin", ::testing::_)));
 }
 
+// And back: a directory replaced by a file of its name. The file cannot go
+// up while the directory's objects are in the file store; once they are
+// deleted (the same round), the next round puts it over the emptied directory.
+TEST_F(CheckpointSyncTest, WorksWithTheFileStoreIncludingADirectoryReplacedByAFile) {
+  std::unique_ptr<ObjectStore> files = NewFileObjectStore();
+  std::string prefix = absl::StrCat("file://", tmp_.Sub("bucket/ckpt/"));
+  CheckpointSync sync(*files, prefix, tmp_.Sub("dir"));
+  WriteLocal(tmp_.Sub("dir/a/inside"), "a directory");
+  ASSERT_EQ(sync.SyncOnce().value().uploaded, 1);
+  fs::remove_all(tmp_.Sub("dir/a"));
+  WriteLocal(tmp_.Sub("dir/a"), "now a file");
+  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  ASSERT_FALSE(stats.ok());
+  EXPECT_THAT(stats.status().message(), HasSubstr("upload '" + tmp_.Sub("dir/a") + "'"));
+  stats = sync.SyncOnce();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->uploaded, 1);
+  EXPECT_EQ(Tree(tmp_.Sub("bucket/ckpt")), Tree(tmp_.Sub("dir")));
+  EXPECT_EQ(sync.SyncOnce().value().uploaded, 0);
+}
+
 TEST_F(CheckpointSyncTest, StoreErrorOnRestoreNamesThePrefix) {
   std::unique_ptr<ObjectStore> files = NewFileObjectStore();
   CheckpointSync sync(*files, "s3://bucket/ckpt", tmp_.Sub("dir"));

@@ -196,6 +196,22 @@ TYPED_TEST(ObjectStoreConformanceTest, DeleteRemovesTheObject) {
   EXPECT_THAT(Uris(this->store_->List(this->root_).value()), ElementsAre(this->Uri("kept")));
 }
 
+// A key whose objects below were all deleted can be an object itself (as
+// on S3; a file store is left with an empty directory there).
+TYPED_TEST(ObjectStoreConformanceTest, AKeyCanBeAnObjectOnceTheObjectsBelowItAreDeleted) {
+  ASSERT_TRUE(this->store_->Put(this->Uri("a/inside"), "1").ok());
+  ASSERT_TRUE(this->store_->Delete(this->Uri("a/inside")).ok());
+  ASSERT_TRUE(this->store_->Put(this->Uri("a"), "2").ok());
+  EXPECT_EQ(this->store_->Get(this->Uri("a")).value_or(""), "2");
+  ASSERT_TRUE(this->store_->Put(this->Uri("b/inside"), "1").ok());
+  ASSERT_TRUE(this->store_->Delete(this->Uri("b/inside")).ok());
+  const std::string local = this->LocalPath("b");
+  ASSERT_TRUE(this->store_->Put(this->Uri("local-b"), "3").ok());
+  ASSERT_TRUE(this->store_->GetToFile(this->Uri("local-b"), local).ok());
+  ASSERT_TRUE(this->store_->PutFromFile(this->Uri("b"), local).ok());
+  EXPECT_EQ(this->store_->Get(this->Uri("b")).value_or(""), "3");
+}
+
 TYPED_TEST(ObjectStoreConformanceTest, DeleteOfMissingObjectIsOk) {
   EXPECT_TRUE(this->store_->Delete(this->Uri("never/was")).ok());
 }
@@ -470,8 +486,15 @@ TEST_F(FileObjectStoreTest, DirectoryIsNotAnObject) {
   EXPECT_EQ(store_->Get(Uri("dir/sub")).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(store_->Delete(Uri("dir/sub")).ok());
   EXPECT_TRUE(fs::is_directory(Path("dir/sub")));
+  // A Put of a directory's own key fails while it holds anything...
+  fs::create_directories(Path("dir/sub/deeper"));
   EXPECT_FALSE(store_->Put(Uri("dir/sub"), "x").ok());
+  EXPECT_TRUE(fs::is_directory(Path("dir/sub/deeper")));
   EXPECT_THAT(DirEntries(Path("dir")), ElementsAre("sub"));
+  // ...and replaces it once it is empty (it holds no object).
+  fs::remove(Path("dir/sub/deeper"));
+  EXPECT_TRUE(store_->Put(Uri("dir/sub"), "x").ok());
+  EXPECT_EQ(store_->Get(Uri("dir/sub")).value_or(""), "x");
 }
 
 TEST_F(FileObjectStoreTest, FifoIsNotReadAndDoesNotBlock) {
