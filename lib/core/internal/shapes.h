@@ -5,7 +5,8 @@
 // check that walks the generated kiln.v1 message through its accessors in
 // member order and reports violations to a ShapeChecker, which is defined
 // here and does the string, number, list and map work for all of them; and
-// it tells ParseJson which list and map members need elements (MinSize).
+// it tells ParseJson which list and map members need elements (MinSize), and
+// ToJson which it writes even when empty (WrittenWhenEmpty).
 // Shapes and patterns are immutable (thread-safe); a ShapeChecker is one
 // check's state (thread-compatible).
 #ifndef KILN_LIB_CORE_INTERNAL_SHAPES_H_
