@@ -230,19 +230,11 @@ absl::Status WalkLocal(int root_fd, const std::string& root,
     if (d == nullptr) return ErrnoError(errno, absl::StrCat("list directory '", dir, "'"));
     dir_fd.release();  // closedir closes it
     std::unique_ptr<DIR, int (*)(DIR*)> closer(d, &::closedir);
-    for (;;) {
-      errno = 0;
-      struct dirent* entry = ::readdir(d);
-      if (entry == nullptr) {
-        if (errno != 0) return ErrnoError(errno, absl::StrCat("list directory '", dir, "'"));
-        break;
-      }
-      std::string_view name = entry->d_name;
-      if (name == "." || name == ".." || IsTempName(name)) continue;
+    KILN_RETURN_IF_ERROR(internal::ForEachEntry(d, dir, [&](std::string_view name) {
       std::string key = rel.empty() ? std::string(name) : absl::StrCat(rel, "/", AbslView(name));
       struct stat st;
-      if (::fstatat(::dirfd(d), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-        if (errno == ENOENT) continue;
+      if (::fstatat(::dirfd(d), name.data(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) return absl::OkStatus();
         return ErrnoError(errno, absl::StrCat("stat '", root, "/", key, "'"));
       }
       if (S_ISDIR(st.st_mode)) {
@@ -250,7 +242,8 @@ absl::Status WalkLocal(int root_fd, const std::string& root,
       } else if (S_ISREG(st.st_mode)) {  // not links (never followed), FIFOs, devices
         out[std::move(key)] = LocalFile{static_cast<int64_t>(st.st_size), MtimeNs(st)};
       }
-    }
+      return absl::OkStatus();
+    }));
   }
   return absl::OkStatus();
 }

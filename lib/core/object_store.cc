@@ -41,7 +41,7 @@ using internal::CheckMaxObjects;
 using internal::CheckRange;
 
 using internal::ErrnoError;
-using internal::IsTempName;
+using internal::ForEachEntry;
 using internal::kTempPrefix;
 using internal::MakeDirs;
 
@@ -370,41 +370,31 @@ class FileObjectStore final : public ObjectStore {
       return ErrnoError(err, absl::StrCat("list directory '", dir, "'"));
     }
     std::unique_ptr<DIR, int (*)(DIR*)> closer(d, &::closedir);
-    for (;;) {
-      errno = 0;
-      struct dirent* entry = ::readdir(d);
-      if (entry == nullptr) {
-        if (errno != 0) return ErrnoError(errno, absl::StrCat("list directory '", dir, "'"));
-        break;
-      }
-      std::string_view name = entry->d_name;
-      if (name == "." || name == ".." || IsTempName(name)) continue;
+    return ForEachEntry(d, dir, [&](std::string_view name) -> absl::Status {
       std::string full = absl::StrCat(dir, AbslView(name));
       // Only a name that can still lead to the prefix (or already has it).
       size_t common = std::min(full.size(), prefix.size());
-      if (full.compare(0, common, prefix, 0, common) != 0) continue;
+      if (full.compare(0, common, prefix, 0, common) != 0) return absl::OkStatus();
       struct stat st;
-      if (::fstatat(::dirfd(d), entry->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
-        if (errno == ENOENT) continue;  // removed meanwhile
+      if (::fstatat(::dirfd(d), name.data(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        if (errno == ENOENT) return absl::OkStatus();  // removed meanwhile
         return ErrnoError(errno, absl::StrCat("stat '", full, "'"));
       }
       if (S_ISDIR(st.st_mode)) {
         // Symbolic links to directories are not followed (no cycles).
         std::string sub = absl::StrCat(full, "/");
         common = std::min(sub.size(), prefix.size());
-        if (sub.compare(0, common, prefix, 0, common) == 0) {
-          KILN_RETURN_IF_ERROR(Walk(sub, prefix, /*top=*/false, out));
-        }
-        continue;
+        if (sub.compare(0, common, prefix, 0, common) != 0) return absl::OkStatus();
+        return Walk(sub, prefix, /*top=*/false, out);
       }
-      if (S_ISLNK(st.st_mode) && ::fstatat(::dirfd(d), entry->d_name, &st, 0) != 0) {
-        continue;  // dangling link
+      if (S_ISLNK(st.st_mode) && ::fstatat(::dirfd(d), name.data(), &st, 0) != 0) {
+        return absl::OkStatus();  // dangling link
       }
-      if (!S_ISREG(st.st_mode) || full.size() < prefix.size()) continue;
+      if (!S_ISREG(st.st_mode) || full.size() < prefix.size()) return absl::OkStatus();
       out.push_back(
           ObjectInfo{absl::StrCat(AbslView(kFileScheme), full), static_cast<int64_t>(st.st_size)});
-    }
-    return absl::OkStatus();
+      return absl::OkStatus();
+    });
   }
 };
 

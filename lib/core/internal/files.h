@@ -5,6 +5,7 @@
 #ifndef KILN_LIB_CORE_INTERNAL_FILES_H_
 #define KILN_LIB_CORE_INTERNAL_FILES_H_
 
+#include <dirent.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +13,8 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 
 namespace kiln::internal {
 
@@ -67,6 +70,28 @@ class UniqueFd {
 // ENOSPC and EDQUOT give ResourceExhausted, ENOENT NotFound, EACCES/EPERM
 // PermissionDenied (absl::ErrnoToStatus's mapping).
 absl::Status ErrnoError(int err, std::string_view what);
+
+// Calls `visit(name)` for each entry of the directory open as `d`, in
+// readdir's order, but ".", ".." and temporary files; `name` views the
+// entry's NUL-terminated d_name (so name.data() may go to an *at call) and is
+// valid during the call only. The first error `visit` returns ends the
+// listing and is returned; a readdir error is ErrnoError naming `dir`.
+template <typename Visit>
+absl::Status ForEachEntry(DIR* d, std::string_view dir, Visit visit) {
+  for (;;) {
+    errno = 0;
+    const struct dirent* entry = ::readdir(d);
+    if (entry == nullptr) {
+      if (errno == 0) return absl::OkStatus();
+      const absl::string_view named(dir.data(), dir.size());
+      return ErrnoError(errno, absl::StrCat("list directory '", named, "'"));
+    }
+    const std::string_view name = entry->d_name;
+    if (name == "." || name == ".." || IsTempName(name)) continue;
+    absl::Status status = visit(name);
+    if (!status.ok()) return status;
+  }
+}
 
 // mkdir -p: creates `dir` and its missing parents (mode 0777 before umask).
 // OK when it exists already as a directory, or when `dir` is empty. Errors:
