@@ -9,6 +9,22 @@ if(KILN_SANITIZE)
     -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
   target_link_options(kiln_compile_options INTERFACE -fsanitize=address,undefined)
 endif()
+# ThreadSanitizer cannot be combined with AddressSanitizer. Debian's Abseil,
+# protobuf, libcurl and libstdc++ are not instrumented: TSan does not see the
+# happens-before of an absl::Mutex, so expect reports on data it guards.
+if(KILN_SANITIZE_THREAD)
+  if(KILN_SANITIZE)
+    message(FATAL_ERROR "KILN_SANITIZE_THREAD and KILN_SANITIZE cannot both be ON")
+  endif()
+  # Debian's libprotobuf was built without TSan, and protobuf's map_field.h
+  # adds members to MapFieldBase when __SANITIZE_THREAD__ is defined: our
+  # inline and generated code would disagree with the library on its layout.
+  # libstdc++ keys its TSan-safe shared_ptr release on the same macro, so it
+  # is told directly (_GLIBCXX_TSAN).
+  target_compile_options(kiln_compile_options INTERFACE
+    -fsanitize=thread -fno-omit-frame-pointer -U__SANITIZE_THREAD__ -D_GLIBCXX_TSAN=1)
+  target_link_options(kiln_compile_options INTERFACE -fsanitize=thread)
+endif()
 
 function(kiln_target_options target)
   target_link_libraries(${target} PRIVATE $<BUILD_INTERFACE:kiln_compile_options>)
