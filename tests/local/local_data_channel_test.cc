@@ -97,6 +97,16 @@ class LocalDataChannelTest : public ::testing::Test {
     return *result;
   }
 
+  // Runs `commands` in the source directory (they write gz/'s objects from
+  // raw/), then delivers gz/ as the Gzip-compressed Pipe channel "z".
+  void DeliverGzipPipe(const std::string& commands) {
+    ASSERT_TRUE(internal::MakeDirs(src_ + "/gz").ok());
+    ASSERT_EQ(std::system(absl::StrCat("cd ", src_, " && ", commands).c_str()), 0) << commands;
+    v1::Channel c = Channel("z", "S3Prefix", "file://" + src_ + "/gz/");
+    c.set_compression_type("Gzip");
+    ASSERT_TRUE(Deliver(c, "Pipe").ok());
+  }
+
   std::string Fifo(const std::string& host, const std::string& channel, int epoch) const {
     return absl::StrCat(DataDir(absl::StrCat("c1/", host)), "/", channel, "_", epoch);
   }
@@ -473,13 +483,9 @@ TEST_F(LocalDataChannelTest, PipeGunzipsObjectsWhenCompressionTypeIsGzip) {
   WriteFile(src_ + "/raw/b", big);
   WriteFile(src_ + "/raw/c1", "one-");
   WriteFile(src_ + "/raw/c2", "two");
-  ASSERT_TRUE(internal::MakeDirs(src_ + "/gz").ok());
   // gzip(1) writes the objects; c is two gzip members back to back.
-  ASSERT_EQ(std::system(absl::StrCat("cd ", src_, " && gzip -c raw/a > gz/a.gz && gzip -c raw/b > gz/b.gz",
-                                     " && gzip -c raw/c1 > gz/c.gz && gzip -c raw/c2 >> gz/c.gz").c_str()), 0);
-  v1::Channel c = Channel("z", "S3Prefix", "file://" + src_ + "/gz/");
-  c.set_compression_type("Gzip");
-  ASSERT_TRUE(Deliver(c, "Pipe").ok());
+  ASSERT_NO_FATAL_FAILURE(DeliverGzipPipe("gzip -c raw/a > gz/a.gz && gzip -c raw/b > gz/b.gz"
+                                          " && gzip -c raw/c1 > gz/c.gz && gzip -c raw/c2 >> gz/c.gz"));
   for (int epoch = 0; epoch < 2; ++epoch) {
     std::string got = ReadFifo(Fifo("algo-1", "z", epoch));
     EXPECT_TRUE(got == "alpha\n" + big + "one-two") << "epoch " << epoch << " size " << got.size();
@@ -490,12 +496,7 @@ TEST_F(LocalDataChannelTest, PipeGunzipsObjectsWhenCompressionTypeIsGzip) {
 // the Pipe stream.
 TEST_F(LocalDataChannelTest, PipeGzipReadsZeroPaddingAfterAMember) {
   WriteFile(src_ + "/raw/a", "alpha\n");
-  ASSERT_TRUE(internal::MakeDirs(src_ + "/gz").ok());
-  ASSERT_EQ(std::system(absl::StrCat("cd ", src_, " && gzip -c raw/a > gz/a.gz",
-                                     " && head -c 4 /dev/zero >> gz/a.gz").c_str()), 0);
-  v1::Channel c = Channel("z", "S3Prefix", "file://" + src_ + "/gz/");
-  c.set_compression_type("Gzip");
-  ASSERT_TRUE(Deliver(c, "Pipe").ok());
+  ASSERT_NO_FATAL_FAILURE(DeliverGzipPipe("gzip -c raw/a > gz/a.gz && head -c 4 /dev/zero >> gz/a.gz"));
   EXPECT_EQ(ReadFifo(Fifo("algo-1", "z", 0)), "alpha\n");
   EXPECT_EQ(ReadFifo(Fifo("algo-1", "z", 1)), "alpha\n");
   channel_->EndJob("data-job");
