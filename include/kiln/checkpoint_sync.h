@@ -68,7 +68,9 @@ class CheckpointSync {
   // the listing and its copy is skipped. Errors: from the store or the file
   // system, naming the object; InvalidArgument for an object key that is not
   // a clean relative path (absolute, "..", "." or empty segments), checked
-  // for every key before anything is written; FailedPrecondition when a
+  // for every key before anything is written, and so is InvalidArgument for
+  // two objects that would need one path to be both a file and a directory
+  // (`a` and `a/b`: S3 can hold both), naming both; FailedPrecondition when a
   // directory on the way to a file is a symbolic link (never written
   // through), or, with a trusted root, when one on the way to the directory
   // is; InvalidArgument when `local_dir` is not at or below `trusted_root`.
@@ -84,18 +86,29 @@ class CheckpointSync {
   // than InvalidArgument or NotFound: the store may have taken the object
   // before failing) are ever deleted. Deletions come after the uploads, so
   // that a crash during an upload leaves the store the checkpoint the new
-  // file replaces (except a key that is now a directory holding files,
-  // deleted first to make way). Returns what it did. Errors name the file;
-  // the other files are still processed, the first error is returned, and a
-  // failed file is retried on the next call. When the directory cannot be
-  // read completely nothing is uploaded or deleted; so it is, with a trusted
-  // root, when the directory or one on the way to it is a symbolic link
-  // (FailedPrecondition naming it) or when `local_dir` is not at or below
-  // `trusted_root` (InvalidArgument). A file that is gone, or has become a
-  // link, when its turn to upload comes counts as removed. A file modified
-  // within 20 ms of the call (one timestamp tick of the file system) is
-  // uploaded again by the next call, since a rewrite in the same tick would
-  // keep its size and modification time.
+  // file replaces, except for keys in the way of a new file: a file replaced
+  // by a directory of its name, or a directory replaced by a file, has its
+  // old keys deleted first and the new file(s) uploaded in the same call (so
+  // that no sync leaves the store holding `a` and `a/b`, which Restore
+  // refuses, a new file whose old keys could not be deleted waits for the
+  // next call).
+  // Returns what it did. Errors name the file; the other files are still
+  // processed, the first error is returned, and a failed file is retried on
+  // the next call.
+  // A folder below the directory that cannot be read (listed, or an entry
+  // in it examined: EACCES, EMFILE, ...) does not stop the call: files
+  // elsewhere are uploaded as usual, but no key at or below that folder is
+  // deleted from the store (its files may still be there, unseen) and those
+  // keys stay recorded as synced; the call then returns the error (code from
+  // errno, e.g. PermissionDenied) naming the folder. When the directory
+  // itself cannot be listed that means nothing is uploaded or deleted; so it
+  // is, with a trusted root, when the directory or one on the way to it is
+  // a symbolic link (FailedPrecondition naming it) or when `local_dir` is not
+  // at or below `trusted_root` (InvalidArgument). A file that is gone, or has
+  // become a link, when its turn to upload comes counts as removed. A file
+  // modified within 20 ms of the call (one timestamp tick of the file
+  // system) is uploaded again by the next call, since a rewrite in the same
+  // tick would keep its size and modification time.
   absl::StatusOr<CheckpointSyncStats> SyncOnce();
 
  private:

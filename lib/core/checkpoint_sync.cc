@@ -18,6 +18,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -212,8 +213,14 @@ struct LocalFile {
 // whole, then closed, and reopened from `root_fd` (OpenBelow) when its turn
 // comes: the walk holds at most three descriptors and no stack frame per
 // level, however deep the tree a container made.
-absl::Status WalkLocal(int root_fd, const std::string& root,
-                       std::map<std::string, LocalFile>& out) {
+//
+// A folder that cannot be listed (EACCES, EMFILE, a readdir error), or an
+// entry that cannot be examined (its type unknown), does not end the walk:
+// the rest of the tree still counts, and `unread` gets its relative path
+// ("" for the directory itself) and the error, so that no key at or below
+// it is taken for deleted.
+void WalkLocal(int root_fd, const std::string& root, std::map<std::string, LocalFile>& out,
+               std::map<std::string, absl::Status>& unread) {
   std::vector<std::string> pending = {""};  // directories to list, by relative path
   while (!pending.empty()) {
     const std::string rel = std::move(pending.back());
@@ -224,18 +231,25 @@ absl::Status WalkLocal(int root_fd, const std::string& root,
     if (!dir_fd.valid()) {
       // Removed, or replaced by a link, since it was listed: not walked.
       if (!rel.empty() && (errno == ENOENT || errno == ELOOP || errno == ENOTDIR)) continue;
-      return ErrnoError(errno, absl::StrCat("list directory '", dir, "'"));
+      unread.emplace(rel, ErrnoError(errno, absl::StrCat("list directory '", dir, "'")));
+      continue;
     }
     DIR* d = ::fdopendir(dir_fd.get());
-    if (d == nullptr) return ErrnoError(errno, absl::StrCat("list directory '", dir, "'"));
+    if (d == nullptr) {
+      unread.emplace(rel, ErrnoError(errno, absl::StrCat("list directory '", dir, "'")));
+      continue;
+    }
     dir_fd.release();  // closedir closes it
     std::unique_ptr<DIR, int (*)(DIR*)> closer(d, &::closedir);
-    KILN_RETURN_IF_ERROR(internal::ForEachEntry(d, dir, [&](std::string_view name) {
+    absl::Status listed = internal::ForEachEntry(d, dir, [&](std::string_view name) {
       std::string key = rel.empty() ? std::string(name) : absl::StrCat(rel, "/", AbslView(name));
       struct stat st;
       if (::fstatat(::dirfd(d), name.data(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-        if (errno == ENOENT) return absl::OkStatus();
-        return ErrnoError(errno, absl::StrCat("stat '", root, "/", key, "'"));
+        if (errno != ENOENT) {
+          absl::Status error = ErrnoError(errno, absl::StrCat("stat '", root, "/", key, "'"));
+          unread.emplace(std::move(key), std::move(error));
+        }
+        return absl::OkStatus();
       }
       if (S_ISDIR(st.st_mode)) {
         pending.push_back(std::move(key));
@@ -243,9 +257,44 @@ absl::Status WalkLocal(int root_fd, const std::string& root,
         out[std::move(key)] = LocalFile{static_cast<int64_t>(st.st_size), MtimeNs(st)};
       }
       return absl::OkStatus();
-    }));
+    });
+    // The entries seen before a readdir error stand; the folder's others are unknown.
+    if (!listed.ok()) unread.emplace(rel, std::move(listed));
   }
-  return absl::OkStatus();
+}
+
+// The relative path an element of a std::set or std::map of them holds.
+const std::string& KeyOf(const std::string& key) { return key; }
+template <typename Value>
+const std::string& KeyOf(const std::pair<const std::string, Value>& entry) {
+  return entry.first;
+}
+
+// Whether the sorted `keys` (a std::set or a std::map keyed by relative path)
+// hold a proper ancestor of `key` ("a" or "a/b" for "a/b/c").
+template <typename Keys>
+bool HoldsAncestor(const Keys& keys, std::string_view key) {
+  for (size_t slash = key.find('/'); slash != std::string_view::npos;
+       slash = key.find('/', slash + 1)) {
+    if (keys.count(std::string(key.substr(0, slash))) > 0) return true;
+  }
+  return false;
+}
+
+// The first of the sorted `keys` below `key` ("a/b" for "a"), or null.
+template <typename Keys>
+const std::string* FirstBelow(const Keys& keys, const std::string& key) {
+  const std::string below = absl::StrCat(key, "/");
+  auto next = keys.lower_bound(below);
+  if (next == keys.end() || KeyOf(*next).compare(0, below.size(), below) != 0) return nullptr;
+  return &KeyOf(*next);
+}
+
+// Whether `key` is at or below one of the `unread` paths of WalkLocal: it may
+// still exist locally, unseen.
+bool IsUnseen(const std::map<std::string, absl::Status>& unread, const std::string& key) {
+  return !unread.empty() &&
+         (unread.count("") > 0 || unread.count(key) > 0 || HoldsAncestor(unread, key));
 }
 
 }  // namespace
@@ -287,6 +336,19 @@ absl::Status CheckpointSync::Restore() {
     }
     if (HasTempSegment(key)) continue;
     todo.emplace_back(info.uri, std::move(key));
+  }
+  // `a` and `a/b` cannot both be restored: a path is a file or a directory.
+  // Found here, or the restore would stop halfway, with part of the files
+  // written. (S3 holds both; SyncOnce takes care not to leave both there.)
+  std::map<std::string, const std::string*> uri_of;  // key -> uri, in todo
+  for (const auto& [uri, key] : todo) uri_of.emplace(key, &uri);
+  for (const auto& [key, uri] : uri_of) {
+    const std::string* below = FirstBelow(uri_of, key);
+    if (below == nullptr) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "checkpoint restore: objects '", *uri, "' and '", *uri_of.at(*below), "' cannot both be ",
+        "restored: key '", key, "' would be a file in '", local_dir_,
+        "' and the directory holding key '", *below, "'"));
   }
   synced_.clear();
   // The latest modification time of a file written here: Restore returns
@@ -331,11 +393,12 @@ absl::StatusOr<CheckpointSyncStats> CheckpointSync::SyncOnce() {
   absl::StatusOr<UniqueFd> root = OpenLocalDir(local_dir_, trusted_root_, /*create=*/true);
   if (!root.ok()) return Annotate(root.status(), "checkpoint sync");
   std::map<std::string, LocalFile> local;
+  // Folders (or entries) that could not be read, by relative path: what lies
+  // there is unknown, so nothing at or below them is deleted this round.
+  std::map<std::string, absl::Status> unread;
   int64_t walk_start_ns = RealtimeNs();
-  absl::Status walked = WalkLocal(root->get(), local_dir_, local);
+  WalkLocal(root->get(), local_dir_, local, unread);
   int64_t walk_end_ns = RealtimeNs();
-  // Without a complete picture nothing may be deleted: give up this round.
-  if (!walked.ok()) return Annotate(walked, absl::StrCat("checkpoint sync of '", local_dir_, "'"));
 
   CheckpointSyncStats stats;
   absl::Status first_error;
@@ -343,22 +406,30 @@ absl::StatusOr<CheckpointSyncStats> CheckpointSync::SyncOnce() {
   auto fail = [&](absl::Status status) {
     if (failures++ == 0) first_error = std::move(status);
   };
+  for (const auto& [rel, error] : unread) {
+    fail(absl::Status(error.code(), absl::StrCat("checkpoint sync of '", local_dir_, "': ",
+                                                 error.message(),
+                                                 "; nothing at or below it is deleted from the "
+                                                 "store until it can be read")));
+  }
 
-  // Deletes the known keys gone from the directory: with `in_the_way`, only
-  // those that are now a directory holding files (a file replaced by a
-  // directory of the same name must be gone from a file store before the
-  // directory's files arrive); without, the others.
-  auto delete_gone = [&](bool in_the_way) {
+  // A known key gone from the directory is in the way of a local file now
+  // below it (a file replaced by a directory of the same name) or above it (a
+  // directory replaced by a file): a file store cannot take the new file
+  // while the old key is there, and a store that can (S3) would hold both a
+  // file and a directory at one path, which Restore refuses. So these keys are
+  // deleted before the uploads, and a file whose way could not be cleared
+  // waits for a later round (`blocked`).
+  auto in_the_way = [&](const std::string& key) {
+    return FirstBelow(local, key) != nullptr || HoldsAncestor(local, key);
+  };
+  std::set<std::string> blocked;  // keys in the way whose deletion failed
+  // Deletes the known keys gone from the directory (but the unseen ones):
+  // with `first`, those in the way; without, the others.
+  auto delete_gone = [&](bool first) {
     for (auto it = synced_.begin(); it != synced_.end();) {
-      if (local.count(it->first) > 0) {
-        ++it;
-        continue;
-      }
-      const std::string below = absl::StrCat(it->first, "/");
-      auto next = local.lower_bound(below);
-      const bool is_directory =
-          next != local.end() && next->first.compare(0, below.size(), below) == 0;
-      if (is_directory != in_the_way) {
+      if (local.count(it->first) > 0 || IsUnseen(unread, it->first) ||
+          in_the_way(it->first) != first) {
         ++it;
         continue;
       }
@@ -370,11 +441,12 @@ absl::StatusOr<CheckpointSyncStats> CheckpointSync::SyncOnce() {
       } else {
         fail(Annotate(status, absl::StrCat("checkpoint sync: delete '", uri, "' (removed from '",
                                            local_dir_, "/", it->first, "')")));
+        if (first) blocked.insert(it->first);
         ++it;
       }
     }
   };
-  delete_gone(/*in_the_way=*/true);
+  delete_gone(/*first=*/true);
 
   for (const auto& [key, file] : local) {
     auto known = synced_.find(key);
@@ -382,6 +454,9 @@ absl::StatusOr<CheckpointSyncStats> CheckpointSync::SyncOnce() {
         known->second.mtime_ns == file.mtime_ns) {
       continue;
     }
+    // A key in its way could not be deleted (reported above): uploaded now,
+    // the store would hold both. Both are retried next round.
+    if (HoldsAncestor(blocked, key) || FirstBelow(blocked, key) != nullptr) continue;
     std::string path = absl::StrCat(local_dir_, "/", key);
     std::string uri = absl::StrCat(prefix_, key);
     // Uploaded from the descriptor opened here (by its /proc name), so that
@@ -420,7 +495,7 @@ absl::StatusOr<CheckpointSyncStats> CheckpointSync::SyncOnce() {
   // The other deletions come last: a checkpoint the script replaced (wrote
   // the new one, deleted the old) stays in the store until the new one is
   // there, so a crash during the upload leaves one of them.
-  delete_gone(/*in_the_way=*/false);
+  delete_gone(/*first=*/false);
 
   if (failures > 0) {
     if (failures == 1) return first_error;

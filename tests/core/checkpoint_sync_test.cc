@@ -5,9 +5,11 @@
 #include "kiln/checkpoint_sync.h"
 
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <time.h>
 #include <unistd.h>
@@ -394,6 +396,101 @@ TEST_F(CheckpointSyncTest, DeeplyNestedDirectoriesNeedNoDescriptorPerLevel) {
                              {absl::StrCat(deep, "/bottom"), "b"}, {"top", "t"}}));
 }
 
+// While it lives, takes CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH out of the
+// calling thread's effective capabilities, so that root (as which these tests
+// run) is refused a folder its mode denies to its owner, as any user would
+// be. capset(2) changes the calling thread only, and the permitted set keeps
+// both, so the destructor can raise them again. (A user without them loses
+// nothing.)
+class WithoutPermissionOverride {
+ public:
+  WithoutPermissionOverride() {
+    if (::syscall(SYS_capget, &header_, saved_) != 0) return;
+    struct __user_cap_data_struct lowered[2] = {saved_[0], saved_[1]};
+    lowered[0].effective &= ~((1u << CAP_DAC_OVERRIDE) | (1u << CAP_DAC_READ_SEARCH));
+    lowered_ = ::syscall(SYS_capset, &header_, lowered) == 0;
+  }
+  ~WithoutPermissionOverride() {
+    if (lowered_) {
+      EXPECT_EQ(::syscall(SYS_capset, &header_, saved_), 0);
+    }
+  }
+  WithoutPermissionOverride(const WithoutPermissionOverride&) = delete;
+  WithoutPermissionOverride& operator=(const WithoutPermissionOverride&) = delete;
+
+ private:
+  struct __user_cap_header_struct header_ = {_LINUX_CAPABILITY_VERSION_3, 0};
+  struct __user_cap_data_struct saved_[2] = {};
+  bool lowered_ = false;
+};
+
+// A folder the sync cannot read (a container made it mode 000, or 0400:
+// listable, but its entries cannot be examined) hides what it holds: its
+// keys may not be deleted, but the files elsewhere must still go up, or one
+// odd folder stops every checkpoint of the job from being saved.
+TEST_F(CheckpointSyncTest, AnUnreadableFolderKeepsItsKeysAndTheRestIsStillSynced) {
+  for (const mode_t mode : {0000, 0400}) {
+    SCOPED_TRACE(mode);
+    store_ = NewInMemoryObjectStore();
+    const std::string dir = tmp_.Sub(absl::StrCat("dir-", mode));
+    const std::string locked = absl::StrCat(dir, "/locked");
+    CheckpointSync sync(*store_, kPrefix, dir);
+    WriteLocal(absl::StrCat(locked, "/kept"), "k");
+    WriteLocal(absl::StrCat(locked, "/deeper/also"), "d");
+    WriteLocal(absl::StrCat(dir, "/old"), "o");
+    ASSERT_EQ(sync.SyncOnce().value().uploaded, 3);
+
+    WriteLocal(absl::StrCat(dir, "/new"), "n");
+    WriteLocal(absl::StrCat(dir, "/sub/newer"), "s");
+    fs::remove(absl::StrCat(dir, "/old"));
+    ASSERT_EQ(::chmod(locked.c_str(), mode), 0);
+    absl::StatusOr<CheckpointSyncStats> stats;
+    bool denied;
+    {
+      WithoutPermissionOverride guard;
+      struct stat st;
+      denied = ::fstatat(AT_FDCWD, absl::StrCat(locked, "/kept").c_str(), &st, 0) != 0 &&
+               errno == EACCES;
+      if (denied) stats = sync.SyncOnce();
+    }
+    ASSERT_EQ(::chmod(locked.c_str(), 0700), 0);
+    if (!denied) GTEST_SKIP() << "this process cannot be denied access to '" << locked << "'";
+    EXPECT_EQ(stats.status().code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_THAT(stats.status().message(), HasSubstr(absl::StrCat("'", locked)));
+    // "old" went, the new files came, the unseen ones stayed.
+    EXPECT_EQ(StoreTree(), (std::map<std::string, std::string>{{"locked/deeper/also", "d"},
+                                                               {"locked/kept", "k"},
+                                                               {"new", "n"},
+                                                               {"sub/newer", "s"}}));
+
+    // Readable again, its keys are still known: removed now, they are deleted.
+    fs::remove_all(locked);
+    stats = sync.SyncOnce();
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->uploaded, 0);
+    EXPECT_EQ(stats->deleted, 2);
+    EXPECT_EQ(StoreTree(),
+              (std::map<std::string, std::string>{{"new", "n"}, {"sub/newer", "s"}}));
+  }
+}
+
+// S3 can hold an object `a` and an object `a/b`; a directory cannot hold
+// both a file and a directory named `a`. Found before anything is written,
+// or a restart is left with half a checkpoint restored.
+TEST_F(CheckpointSyncTest, RestoreRefusesAKeyThatIsAlsoADirectoryAndWritesNothing) {
+  ASSERT_TRUE(store_->Put(absl::StrCat(kPrefix, "a"), "file").ok());
+  ASSERT_TRUE(store_->Put(absl::StrCat(kPrefix, "a.txt"), "sorts between").ok());
+  ASSERT_TRUE(store_->Put(absl::StrCat(kPrefix, "a/b"), "below").ok());
+  ASSERT_TRUE(store_->Put(absl::StrCat(kPrefix, "z"), "fine").ok());
+  const std::string dir = tmp_.Sub("restored/inner");
+  CheckpointSync sync(*store_, kPrefix, dir);
+  absl::Status status = sync.Restore();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("'", kPrefix, "a'")));
+  EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("'", kPrefix, "a/b'")));
+  EXPECT_THAT(Tree(tmp_.Sub("restored")), IsEmpty());
+}
+
 // Fails the next `failing_puts` uploads and `failing_deletes` deletes; the
 // next `lost_put_answers` uploads are stored but reported as failed (the
 // answer was lost on the way). `before_put` sees each upload start.
@@ -531,24 +628,63 @@ TEST_F(CheckpointSyncTest, WorksWithTheFileStoreIncludingAFileReplacedByADirecto
 }
 
 // And back: a directory replaced by a file of its name. The file cannot go
-// up while the directory's objects are in the file store; once they are
-// deleted (the same round), the next round puts it over the emptied directory.
+// up while the directory's objects are in the file store: they are deleted
+// first, and the file goes up in the same round.
 TEST_F(CheckpointSyncTest, WorksWithTheFileStoreIncludingADirectoryReplacedByAFile) {
   std::unique_ptr<ObjectStore> files = NewFileObjectStore();
   std::string prefix = absl::StrCat("file://", tmp_.Sub("bucket/ckpt/"));
   CheckpointSync sync(*files, prefix, tmp_.Sub("dir"));
   WriteLocal(tmp_.Sub("dir/a/inside"), "a directory");
-  ASSERT_EQ(sync.SyncOnce().value().uploaded, 1);
+  WriteLocal(tmp_.Sub("dir/a/second"), "also");
+  ASSERT_EQ(sync.SyncOnce().value().uploaded, 2);
   fs::remove_all(tmp_.Sub("dir/a"));
   WriteLocal(tmp_.Sub("dir/a"), "now a file");
   absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
-  ASSERT_FALSE(stats.ok());
-  EXPECT_THAT(stats.status().message(), HasSubstr("upload '" + tmp_.Sub("dir/a") + "'"));
-  stats = sync.SyncOnce();
   ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->deleted, 2);
   EXPECT_EQ(stats->uploaded, 1);
   EXPECT_EQ(Tree(tmp_.Sub("bucket/ckpt")), Tree(tmp_.Sub("dir")));
   EXPECT_EQ(sync.SyncOnce().value().uploaded, 0);
+
+  CheckpointSync restarted(*files, prefix, tmp_.Sub("restored"));
+  ASSERT_TRUE(restarted.Restore().ok());
+  EXPECT_EQ(Tree(tmp_.Sub("restored")),
+            (std::map<std::string, std::string>{{"a", "now a file"}}));
+}
+
+// On a store that can hold `a` beside `a/inside` (S3, the in-memory store),
+// a path that changed kind (file to directory, or back) must not end a round
+// with both in the store, or the next Restore refuses the prefix: when the
+// old key cannot be deleted, the new file waits, and the store keeps the old
+// checkpoint whole until the next round replaces it.
+TEST_F(CheckpointSyncTest, APathThatChangedKindIsNeverLeftAsBothFileAndDirectory) {
+  for (const bool to_file : {true, false}) {
+    SCOPED_TRACE(to_file ? "directory to file" : "file to directory");
+    store_ = NewInMemoryObjectStore();
+    FlakyStore flaky(*store_);
+    const std::string dir = tmp_.Sub(to_file ? "to-file" : "to-dir");
+    const std::string old_key = to_file ? "a/inside" : "a";
+    const std::string new_key = to_file ? "a" : "a/inside";
+    CheckpointSync sync(flaky, kPrefix, dir);
+    WriteLocal(absl::StrCat(dir, "/", old_key), "old");
+    ASSERT_EQ(sync.SyncOnce().value().uploaded, 1);
+    fs::remove_all(absl::StrCat(dir, "/a"));
+    WriteLocal(absl::StrCat(dir, "/", new_key), "new");
+
+    flaky.failing_deletes = 1;
+    absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+    EXPECT_EQ(stats.status().code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(stats.status().message(), HasSubstr(absl::StrCat(kPrefix, old_key)));
+    EXPECT_EQ(StoreTree(), (std::map<std::string, std::string>{{old_key, "old"}}));
+    CheckpointSync restarted(*store_, kPrefix, absl::StrCat(dir, "-restored"));
+    EXPECT_TRUE(restarted.Restore().ok());
+
+    stats = sync.SyncOnce();
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->deleted, 1);
+    EXPECT_EQ(stats->uploaded, 1);
+    EXPECT_EQ(StoreTree(), (std::map<std::string, std::string>{{new_key, "new"}}));
+  }
 }
 
 TEST_F(CheckpointSyncTest, StoreErrorOnRestoreNamesThePrefix) {
