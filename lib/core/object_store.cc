@@ -10,6 +10,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -330,12 +331,27 @@ class FileObjectStore final : public ObjectStore {
   }
 
  private:
-  // An empty directory where an object is to be written holds no object (the
-  // objects once below it were deleted, which leaves their directories): it
-  // goes, so that the key can be an object again, as on S3. A directory
-  // holding anything stays, and the write fails naming it. (rmdir removes
-  // only an empty directory; any other outcome leaves things as they were.)
-  static void RemoveIfEmptyDirectory(const std::string& path) { ::rmdir(path.c_str()); }
+  // A directory where an object is to be written that holds only
+  // directories holds no object (the objects once below it were deleted,
+  // which leaves their folders): it goes, so that the key can be an object
+  // again, as on S3. A directory holding anything else (a file, a link) stays
+  // whole, and the write fails naming it. Only rmdir removes anything, so a
+  // file that appears meanwhile stops the removal where it is, and what is
+  // gone by then was empty.
+  static void RemoveIfEmptyDirectory(const std::string& path) {
+    if (::rmdir(path.c_str()) == 0 || (errno != ENOTEMPTY && errno != EEXIST)) return;
+    // Only folders below? (FTW_PHYS: a link is an entry, never followed.)
+    auto folders_only = [](const char*, const struct stat*, int type, struct FTW*) {
+      return type == FTW_D || type == FTW_DP ? 0 : 1;
+    };
+    if (::nftw(path.c_str(), folders_only, kWalkDescriptors, FTW_PHYS) != 0) return;
+    auto remove = [](const char* folder, const struct stat*, int, struct FTW*) {
+      return ::rmdir(folder);
+    };
+    ::nftw(path.c_str(), remove, kWalkDescriptors, FTW_PHYS | FTW_DEPTH);
+  }
+  // Directories nftw keeps open at once, however deep the tree.
+  static constexpr int kWalkDescriptors = 8;
 
   // The absolute path of a file:// URI. `object`: the URI names an object, so
   // it may not end in '/'.

@@ -635,7 +635,7 @@ TEST_F(CheckpointSyncTest, WorksWithTheFileStoreIncludingADirectoryReplacedByAFi
   std::string prefix = absl::StrCat("file://", tmp_.Sub("bucket/ckpt/"));
   CheckpointSync sync(*files, prefix, tmp_.Sub("dir"));
   WriteLocal(tmp_.Sub("dir/a/inside"), "a directory");
-  WriteLocal(tmp_.Sub("dir/a/second"), "also");
+  WriteLocal(tmp_.Sub("dir/a/deeper/second"), "also");  // (a folder is left in the store)
   ASSERT_EQ(sync.SyncOnce().value().uploaded, 2);
   fs::remove_all(tmp_.Sub("dir/a"));
   WriteLocal(tmp_.Sub("dir/a"), "now a file");

@@ -210,6 +210,17 @@ TYPED_TEST(ObjectStoreConformanceTest, AKeyCanBeAnObjectOnceTheObjectsBelowItAre
   ASSERT_TRUE(this->store_->GetToFile(this->Uri("local-b"), local).ok());
   ASSERT_TRUE(this->store_->PutFromFile(this->Uri("b"), local).ok());
   EXPECT_EQ(this->store_->Get(this->Uri("b")).value_or(""), "3");
+  // Deeper: the objects were further down (a file store keeps their folders).
+  for (const char* key : {"c/x/y", "c/x/z/w", "c/v"}) {
+    ASSERT_TRUE(this->store_->Put(this->Uri(key), "1").ok());
+    ASSERT_TRUE(this->store_->Delete(this->Uri(key)).ok());
+  }
+  ASSERT_TRUE(this->store_->Put(this->Uri("c"), "4").ok());
+  EXPECT_EQ(this->store_->Get(this->Uri("c")).value_or(""), "4");
+  ASSERT_TRUE(this->store_->Put(this->Uri("d/x/y"), "1").ok());
+  ASSERT_TRUE(this->store_->Delete(this->Uri("d/x/y")).ok());
+  ASSERT_TRUE(this->store_->PutFromFile(this->Uri("d"), local).ok());
+  EXPECT_EQ(this->store_->Get(this->Uri("d")).value_or(""), "3");
 }
 
 TYPED_TEST(ObjectStoreConformanceTest, DeleteOfMissingObjectIsOk) {
@@ -431,6 +442,19 @@ class FileObjectStoreTest : public ::testing::Test {
   std::unique_ptr<ObjectStore> store_ = NewFileObjectStore();
 };
 
+// While an object lies below a key, the key cannot be an object in a file
+// store (a file and a directory at one path), and the write leaves the
+// objects below as they were.
+TEST_F(FileObjectStoreTest, AKeyWithAnObjectDeepBelowIsNotReplaced) {
+  ASSERT_TRUE(store_->Put(Uri("a/x/gone"), "1").ok());
+  ASSERT_TRUE(store_->Put(Uri("a/y/z/kept"), "2").ok());
+  ASSERT_TRUE(store_->Delete(Uri("a/x/gone")).ok());
+  absl::Status put = store_->Put(Uri("a"), "3");
+  EXPECT_FALSE(put.ok());
+  EXPECT_THAT(put.message(), HasSubstr(Path("a")));
+  EXPECT_EQ(store_->Get(Uri("a/y/z/kept")).value_or(""), "2");
+}
+
 TEST_F(FileObjectStoreTest, PutWritesTheFileAtThePathAndLeavesNoTemporary) {
   ASSERT_TRUE(store_->Put(Uri("out/model.tar.gz"), "payload").ok());
   EXPECT_EQ(ReadLocal(Path("out/model.tar.gz")), "payload");
@@ -486,13 +510,19 @@ TEST_F(FileObjectStoreTest, DirectoryIsNotAnObject) {
   EXPECT_EQ(store_->Get(Uri("dir/sub")).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(store_->Delete(Uri("dir/sub")).ok());
   EXPECT_TRUE(fs::is_directory(Path("dir/sub")));
-  // A Put of a directory's own key fails while it holds anything...
-  fs::create_directories(Path("dir/sub/deeper"));
+  // A Put of a directory's own key fails while it holds anything but
+  // folders (a file, a link), however deep...
+  WriteLocal(Path("dir/sub/deeper/file"), "f");
+  fs::create_directories(Path("dir/sub/empty"));
   EXPECT_FALSE(store_->Put(Uri("dir/sub"), "x").ok());
-  EXPECT_TRUE(fs::is_directory(Path("dir/sub/deeper")));
+  EXPECT_EQ(ReadLocal(Path("dir/sub/deeper/file")), "f");
   EXPECT_THAT(DirEntries(Path("dir")), ElementsAre("sub"));
-  // ...and replaces it once it is empty (it holds no object).
-  fs::remove(Path("dir/sub/deeper"));
+  fs::remove(Path("dir/sub/deeper/file"));
+  fs::create_symlink("/", Path("dir/sub/deeper/link"));
+  EXPECT_FALSE(store_->Put(Uri("dir/sub"), "x").ok());
+  EXPECT_TRUE(fs::is_symlink(Path("dir/sub/deeper/link")));
+  // ...and replaces it once it holds only folders (so no object).
+  fs::remove(Path("dir/sub/deeper/link"));
   EXPECT_TRUE(store_->Put(Uri("dir/sub"), "x").ok());
   EXPECT_EQ(store_->Get(Uri("dir/sub")).value_or(""), "x");
 }
