@@ -2,8 +2,9 @@
 // (moto), one request per connection, that injects faults on command:
 // answers with an error status (or any answer) instead of forwarding, cuts a
 // response after some bytes (every response, or those of chosen requests),
-// refuses everything (the endpoint is down), tampers with the request's
-// signature, or calls a hook before forwarding.
+// drops chosen requests unanswered, refuses everything (the endpoint is
+// down), tampers with the request's signature, or calls a hook before
+// forwarding.
 #ifndef KILN_TESTS_AWS_FAULT_PROXY_H_
 #define KILN_TESTS_AWS_FAULT_PROXY_H_
 
@@ -104,13 +105,20 @@ class FaultProxy {
   // how it ended.
   void CutMatching(std::string method, std::string needle, int64_t bytes, int times = 1) {
     absl::MutexLock lock(&mu_);
-    rules_.push_back({std::move(method), std::move(needle), times, bytes, 0, ""});
+    rules_.push_back({std::move(method), std::move(needle), times, bytes, 0, "", false});
+  }
+  // Resets the connection without forwarding the request: the server never
+  // acted on it, and the client cannot tell this from a cut answer.
+  void DropMatching(std::string method, std::string needle, int times = 1) {
+    absl::MutexLock lock(&mu_);
+    rules_.push_back({std::move(method), std::move(needle), times, -1, 0, "", true});
   }
   // Answers `status` with `body` (an XML document) instead of forwarding.
   void AnswerMatching(std::string method, std::string needle, int status, std::string body,
                       int times = 1) {
     absl::MutexLock lock(&mu_);
-    rules_.push_back({std::move(method), std::move(needle), times, -1, status, std::move(body)});
+    rules_.push_back(
+        {std::move(method), std::move(needle), times, -1, status, std::move(body), false});
   }
   void ClearRules() {
     absl::MutexLock lock(&mu_);
@@ -136,9 +144,10 @@ class FaultProxy {
     std::string method;
     std::string needle;
     int times;
-    int64_t cut;  // >= 0: forward and cut; else answer
+    int64_t cut;  // >= 0: forward and cut; else answer (or drop)
     int status;
     std::string body;
+    bool drop;  // neither forward nor answer
   };
 
   static bool Matches(const std::string& head, const std::string& method,
@@ -203,6 +212,7 @@ class FaultProxy {
     std::string body;
     int64_t cut = -1;
     bool tamper = false;
+    bool drop = false;
     std::function<void(const std::string&)> hook;
     {
       absl::MutexLock lock(&mu_);
@@ -221,7 +231,9 @@ class FaultProxy {
       }
       if (rule != nullptr) {
         if (rule->times > 0) --rule->times;
-        if (rule->cut >= 0) {
+        if (rule->drop) {
+          drop = true;
+        } else if (rule->cut >= 0) {
           cut = rule->cut;
         } else {
           status = rule->status;
@@ -241,6 +253,12 @@ class FaultProxy {
       }
       tamper = tamper_;
       hook = hook_;
+    }
+    if (drop) {
+      linger l{1, 0};  // an abortive close: the client sees a reset
+      ::setsockopt(client, SOL_SOCKET, SO_LINGER, &l, sizeof(l));
+      ::close(client);
+      return;
     }
     if (status != 0) {
       WriteAll(client, absl::StrCat("HTTP/1.1 ", status, " Injected\r\nContent-Type: application/xml\r\n"

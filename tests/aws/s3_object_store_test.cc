@@ -114,6 +114,11 @@ class S3ObjectStoreTest : public ::testing::Test {
   // CreateMultipartUpload is POST ...?uploads).
   int CompleteRequests() { return proxy_->RequestsMatching("POST", kComplete); }
   static constexpr char kComplete[] = "?uploadId=";
+  // Retries that wait milliseconds, for tests that spend every attempt.
+  static void FastRetries(S3Options& o) {
+    o.retry_base_delay = absl::Milliseconds(5);
+    o.retry_max_delay = absl::Milliseconds(50);
+  }
 
   static MotoServer* shared_moto_;
   static absl::Status* start_status_;
@@ -509,6 +514,73 @@ TEST_F(S3ObjectStoreTest, ALostCompleteAnswerWithoutMd5PartEtagsIsAnUnknownOutco
   EXPECT_EQ(CompleteRequests(), 2);
 }
 
+// Every answer to CompleteMultipartUpload is lost, though the first attempt
+// completed the upload (moto answers the retries with 200 again, and the
+// proxy cuts every answer). When the attempts run out, the object at the key
+// is the one uploaded: the Put succeeded.
+TEST_F(S3ObjectStoreTest, AnUploadCompletedWhoseEveryAnswerWasLostSucceeds) {
+  ASSERT_TRUE(direct_->PutObject(kBucket, "all-lost/model", "v1").ok());
+  const std::string data = RandomBytes((5 << 20) + 7, 13);
+  auto store = Store(true, FastRetries);
+  proxy_->CutMatching("POST", kComplete, 12, /*times=*/-1);
+  const absl::Status s = store->Put(Uri("all-lost/model"), data);
+  ASSERT_TRUE(s.ok()) << s;
+  EXPECT_EQ(CompleteRequests(), 5);
+  EXPECT_EQ(proxy_->RequestsMatching("HEAD", "/all-lost/model"), 1);  // the check
+  EXPECT_EQ(ReadWithCli("all-lost/model"), data);
+}
+
+// Every attempt of CompleteMultipartUpload is dropped before it reaches S3:
+// the upload never completed, the old object stays, and the Put fails with
+// Unavailable, the upload aborted. So does one that completed but whose
+// object another writer replaced before the check: only the exact ETag counts.
+TEST_F(S3ObjectStoreTest, AnUploadNeverCompletedWhoseEveryAttemptWasLostIsUnavailable) {
+  ASSERT_TRUE(direct_->PutObject(kBucket, "all-lost/kept", "v1").ok());
+  const std::string data = RandomBytes((5 << 20) + 7, 14);
+  auto store = Store(true, FastRetries);
+  proxy_->DropMatching("POST", kComplete, /*times=*/-1);
+  absl::Status s = store->Put(Uri("all-lost/kept"), data);
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("CompleteMultipartUpload " + Uri("all-lost/kept")));
+  EXPECT_THAT(s.message(), HasSubstr("failed after 5 attempts"));
+  EXPECT_THAT(s.message(), HasSubstr("is not the one uploaded"));
+  EXPECT_EQ(CompleteRequests(), 5);
+  EXPECT_EQ(proxy_->RequestsMatching("HEAD", "/all-lost/kept"), 1);
+  proxy_->ClearRules();
+  EXPECT_TRUE(store->Get(Uri("all-lost/kept")).value_or("?") == "v1");
+  EXPECT_THAT(MultipartUploads(), ::testing::Not(HasSubstr("UploadId")));
+
+  proxy_->CutMatching("POST", kComplete, 12, /*times=*/-1);
+  proxy_->OnRequest([&](const std::string& head) {
+    if (absl::StartsWith(head, "HEAD ")) {
+      EXPECT_TRUE(direct_->PutObject(kBucket, "all-lost/kept", "someone else's").ok());
+    }
+  });
+  s = store->Put(Uri("all-lost/kept"), data);
+  EXPECT_TRUE(absl::IsUnavailable(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("is not the one uploaded"));
+  EXPECT_EQ(proxy_->RequestsMatching("HEAD", "/all-lost/kept"), 2);
+  proxy_->OnRequest(nullptr);
+  EXPECT_TRUE(store->Get(Uri("all-lost/kept")).value_or("?") == "someone else's");
+}
+
+// The key already holds these very bytes, uploaded in the same parts, and no
+// Complete gets through: the check finds the right object, so the Put is OK,
+// and the upload that never completed is aborted rather than left with its
+// parts stored (and billed).
+TEST_F(S3ObjectStoreTest, AnIdenticalObjectFoundByTheCheckLeavesNoUploadBehind) {
+  const std::string data = RandomBytes((5 << 20) + 7, 15);
+  auto store = Store(true, FastRetries);
+  ASSERT_TRUE(store->Put(Uri("same/model"), data).ok());
+  proxy_->DropMatching("POST", kComplete, /*times=*/-1);
+  const absl::Status s = store->Put(Uri("same/model"), data);
+  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(proxy_->RequestsMatching("HEAD", "/same/model"), 1);
+  proxy_->ClearRules();
+  EXPECT_THAT(MultipartUploads(), ::testing::Not(HasSubstr("UploadId")));
+  EXPECT_EQ(ReadWithCli("same/model"), data);
+}
+
 TEST(MultipartEtagTest, IsTheMd5OfThePartMd5sAndTheirCount) {
   // hashlib: md5(md5(b"a").digest() + md5(b"b").digest()).hexdigest() + "-2"
   EXPECT_EQ(internal::MultipartEtag({"\"0cc175b9c0f1b6a831c399e269772661\"",
@@ -554,6 +626,57 @@ TEST_F(S3ObjectStoreTest, ANonRetryableOrLastingErrorInA200CompleteFailsNamingTh
   proxy_->ClearRules();
   EXPECT_EQ(*store->Get(Uri("body-error/kept")), "v1");
   EXPECT_THAT(MultipartUploads(), ::testing::Not(HasSubstr("UploadId")));
+}
+
+// A non-retryable error in a 200's body fails as the same error does in an
+// answer with its own status: AccessDenied is PermissionDenied, not retried,
+// and the upload is aborted.
+TEST_F(S3ObjectStoreTest, AnAccessDeniedInA200CompleteIsPermissionDenied) {
+  ASSERT_TRUE(direct_->PutObject(kBucket, "body-error/denied", "v1").ok());
+  const std::string data = RandomBytes((5 << 20) + 7, 15);
+  auto store = Store(true);
+  proxy_->AnswerMatching("POST", kComplete, 200, FaultProxy::S3Error("AccessDenied"));
+  const absl::Status s = store->Put(Uri("body-error/denied"), data);
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("CompleteMultipartUpload " + Uri("body-error/denied")));
+  EXPECT_THAT(s.message(), HasSubstr("AccessDenied"));
+  EXPECT_EQ(CompleteRequests(), 1);
+  EXPECT_TRUE(store->Get(Uri("body-error/denied")).value_or("?") == "v1");
+  EXPECT_THAT(MultipartUploads(), ::testing::Not(HasSubstr("UploadId")));
+}
+
+// Each error code means the same in a 200's body as with the status S3 sends
+// it with. The proxy answers every CompleteMultipartUpload: none reaches moto.
+TEST_F(S3ObjectStoreTest, AnErrorInA200BodyMapsAsWithItsOwnStatus) {
+  internal::S3ClientOptions options;
+  options.endpoint = proxy_->endpoint();
+  options.credentials = {key_.access_key_id, key_.secret_access_key, ""};
+  options.retry_base_delay = absl::Milliseconds(1);
+  options.retry_max_delay = absl::Milliseconds(5);
+  internal::S3Client client(options);
+  const std::vector<std::string> parts = {"\"0cc175b9c0f1b6a831c399e269772661\""};
+  const struct {
+    const char* code;
+    int status;
+  } kCases[] = {
+      {"AccessDenied", 403},   {"SignatureDoesNotMatch", 403}, {"InvalidAccessKeyId", 403},
+      {"NoSuchBucket", 404},   {"NoSuchUpload", 404},          {"PreconditionFailed", 412},
+      {"InvalidPart", 400},    {"MalformedXML", 400},          {"NotImplemented", 501},
+      {"SlowDown", 503},       {"SomeFutureCode", 400},
+  };
+  for (const auto& c : kCases) {
+    proxy_->ClearRules();
+    proxy_->AnswerMatching("POST", kComplete, c.status, FaultProxy::S3Error(c.code), -1);
+    const absl::Status with_status =
+        client.CompleteMultipartUpload(kBucket, "map/obj", "id", parts);
+    proxy_->ClearRules();
+    proxy_->AnswerMatching("POST", kComplete, 200, FaultProxy::S3Error(c.code), -1);
+    const absl::Status in_body = client.CompleteMultipartUpload(kBucket, "map/obj", "id", parts);
+    EXPECT_FALSE(in_body.ok()) << c.code;
+    EXPECT_EQ(in_body.code(), with_status.code())
+        << c.code << ": " << in_body << " vs " << with_status;
+    EXPECT_THAT(in_body.message(), HasSubstr(c.code));
+  }
 }
 
 // NoSuchUpload that follows no lost answer is a failure, even when the object

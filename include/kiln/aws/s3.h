@@ -14,12 +14,15 @@
 // upload with parts of `part_size` uploaded in parallel; a failed upload is
 // aborted, and readers see the old object or the new one, never a part. A
 // CompleteMultipartUpload answered 200 with a retryable error in its body
-// (InternalError, SlowDown) is retried like a 5xx. When its answer is lost
-// and the retry finds the upload gone (NoSuchUpload), the object is checked:
-// the upload succeeded if its ETag is the multipart ETag of the parts sent
-// (the MD5 of their MD5s); if not, the Put fails with Aborted (the object at
-// the key is not the one uploaded: put it again); with parts whose ETags are
-// not MD5s (SSE-KMS) it fails with Unknown (the outcome cannot be told).
+// (InternalError, SlowDown) is retried like a 5xx; another error there fails
+// as it would with its own status (AccessDenied: PermissionDenied). When an
+// answer is lost and a retry finds the upload gone (NoSuchUpload), or every
+// retry fails too, the object is checked once: the upload succeeded if its
+// ETag is the multipart ETag of the parts sent (the MD5 of their MD5s). If
+// not, after NoSuchUpload the Put fails with Aborted (the object at the key
+// is not the one uploaded: put it again), or with Unknown for parts whose
+// ETags are not MD5s (SSE-KMS: the outcome cannot be told); when the retries
+// ran out it fails with Unavailable, as without the check.
 // GetToFile fetches objects larger than `part_size` as parallel ranged GETs
 // into a temporary file beside the target (pinned to one version with
 // If-Match), renamed over it at the end. Read streams the object to its sink

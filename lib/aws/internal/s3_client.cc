@@ -44,10 +44,33 @@ int64_t TotalFromContentRange(std::string_view value) {
   return total;
 }
 
+// The HTTP status S3 sends an error `code` with (S3's error code table), so
+// that an error in a 200's body maps as the same error with its own status
+// does; 400 (the client's) for a code not listed here.
+int HttpStatusOfS3Code(std::string_view code) {
+  struct Entry {
+    std::string_view code;
+    int status;
+  };
+  static constexpr Entry kStatuses[] = {
+      {"AccessDenied", 403}, {"AccountProblem", 403}, {"AllAccessDisabled", 403},
+      {"InvalidAccessKeyId", 403}, {"InvalidObjectState", 403}, {"InvalidSecurity", 403},
+      {"NotSignedUp", 403}, {"RequestTimeTooSkewed", 403}, {"SignatureDoesNotMatch", 403},
+      {"NoSuchBucket", 404}, {"NoSuchKey", 404}, {"NoSuchUpload", 404}, {"NoSuchVersion", 404},
+      {"MethodNotAllowed", 405}, {"PreconditionFailed", 412}, {"InvalidRange", 416},
+      {"InternalError", 500}, {"NotImplemented", 501},
+      {"ServiceUnavailable", 503}, {"SlowDown", 503},
+  };
+  for (const Entry& e : kStatuses) {
+    if (e.code == code) return e.status;
+  }
+  return 400;
+}
+
 // The error of a failed answer: `status` with the S3 error `code` and
 // `message` of its body. A 2xx status is an answer whose body is an <Error>
-// (CompleteMultipartUpload): retryable codes are Unavailable, the others are
-// the client's (InvalidArgument) unless their code says more.
+// (CompleteMultipartUpload): it is mapped as its code would be with the status
+// S3 sends that code with (AccessDenied as a 403), so both kinds agree.
 absl::Status ErrorFor(const std::string& what, int status, const std::string& code,
                       const std::string& message) {
   const bool ok_status = status >= 200 && status < 300;
@@ -55,6 +78,7 @@ absl::Status ErrorFor(const std::string& what, int status, const std::string& co
   if (ok_status) absl::StrAppend(&text, " with an error in the body:");
   if (!code.empty()) absl::StrAppend(&text, " ", code);
   if (!message.empty()) absl::StrAppend(&text, ": ", message);
+  if (ok_status) status = HttpStatusOfS3Code(code);
   if (status == 404 || code == "NoSuchKey" || code == "NoSuchBucket" || code == "NoSuchUpload") {
     return absl::NotFoundError(text);
   }
@@ -64,7 +88,7 @@ absl::Status ErrorFor(const std::string& what, int status, const std::string& co
     return absl::AbortedError(absl::StrCat(text, " (the object changed while it was read)"));
   }
   if (IsRetryableS3Error(status, code)) return absl::UnavailableError(text);
-  if ((status >= 400 && status < 500) || ok_status) return absl::InvalidArgumentError(text);
+  if (status >= 400 && status < 500) return absl::InvalidArgumentError(text);
   return absl::UnknownError(text);
 }
 
@@ -470,38 +494,63 @@ absl::Status S3Client::CompleteMultipartUpload(std::string_view bucket, std::str
   SendTrace trace;
   absl::StatusOr<HttpResponse> r = Send(call, &check, &trace);
   if (r.ok()) return absl::OkStatus();
-  if (!absl::IsNotFound(r.status()) || trace.code != "NoSuchUpload" || !trace.unanswered) {
-    return r.status();
-  }
+  if (!trace.unanswered) return r.status();
 
-  // An attempt got no answer and a later one found the upload gone: the
-  // first may have completed it. The object tells: it is the one uploaded
-  // when its ETag is the multipart ETag of these parts.
+  // Some attempt got no answer: the server may have acted on it and completed
+  // the upload. The object tells (CheckUploadedObject).
+  if (absl::IsUnavailable(r.status())) {
+    // The retries ran out (every attempt unanswered, or the last answers
+    // retryable errors). Only the exact ETag of these parts makes it a
+    // success; otherwise the upload may or may not complete later (an
+    // attempt may still be under way): still Unavailable.
+    const absl::Status check_object = CheckUploadedObject(bucket, key, part_etags);
+    if (check_object.ok()) {
+      // Completed, or the key already held these very bytes, split the same
+      // way, and no attempt got through: then the parts would stay stored
+      // (and billed) until aborted. (A completed upload answers NoSuchUpload.)
+      AbortMultipartUpload(bucket, key, upload_id).IgnoreError();
+      return absl::OkStatus();
+    }
+    return absl::UnavailableError(absl::StrCat(r.status().message(), "; ",
+                                               check_object.message()));
+  }
+  if (!absl::IsNotFound(r.status()) || trace.code != "NoSuchUpload") return r.status();
+  // A later attempt found the upload gone: the unanswered one completed it,
+  // or it was aborted; the object is ours only if the check says so.
+  const absl::Status check_object = CheckUploadedObject(bucket, key, part_etags);
+  if (check_object.ok()) return absl::OkStatus();
+  return absl::Status(check_object.code(),
+                      absl::StrCat(call.what,
+                                   ": an attempt got no answer and a retry found the upload gone "
+                                   "(NoSuchUpload); ",
+                                   check_object.message()));
+}
+
+absl::Status S3Client::CheckUploadedObject(std::string_view bucket, std::string_view key,
+                                           const std::vector<std::string>& part_etags) {
   const std::string uri = ObjectUri(bucket, key);
-  const std::string lost = absl::StrCat(
-      call.what, ": an attempt got no answer and a retry found the upload gone (NoSuchUpload)");
   const std::string expected = MultipartEtag(part_etags);
   if (expected.empty()) {
     return absl::UnknownError(absl::StrCat(
-        lost, "; the parts' ETags are not MD5s (as under SSE-KMS), so whether ", uri,
+        "the parts' ETags are not MD5s (as under SSE-KMS), so whether ", uri,
         " is the object uploaded cannot be told: the outcome is unknown"));
   }
   absl::StatusOr<S3ObjectMeta> meta = HeadObject(bucket, key);
   if (absl::IsNotFound(meta.status())) {
     return absl::AbortedError(
-        absl::StrCat(lost, "; there is no object at ", uri, ", so it is not the one uploaded"));
+        absl::StrCat("there is no object at ", uri, ", so it is not the one uploaded"));
   }
   if (!meta.ok()) {
     return absl::Status(meta.status().code(),
-                        absl::StrCat(lost, "; checking the object failed, so the outcome is "
-                                           "unknown: ", meta.status().message()));
+                        absl::StrCat("checking the object failed, so the outcome is unknown: ",
+                                     meta.status().message()));
   }
   std::string_view etag = meta->etag;
   if (etag.size() >= 2 && etag.front() == '"' && etag.back() == '"') {
     etag = etag.substr(1, etag.size() - 2);
   }
   if (!absl::EqualsIgnoreCase(Av(etag), expected)) {
-    return absl::AbortedError(absl::StrCat(lost, "; the object at ", uri,
+    return absl::AbortedError(absl::StrCat("the object at ", uri,
                                            " is not the one uploaded (its ETag is ", meta->etag,
                                            ", the upload's would be \"", expected, "\")"));
   }

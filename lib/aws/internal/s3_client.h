@@ -5,7 +5,9 @@
 // backoff and full jitter; a GET that fails midway resumes where it stopped,
 // pinned to the same object version by If-Match.
 // CompleteMultipartUpload also retries a 200 whose body is a retryable
-// <Error>, and checks the object when its answer was lost (see there).
+// <Error>, and checks the object when its answer was lost (see there). An
+// error in a 200's body maps as its code would with the status S3 sends it
+// with (AccessDenied: PermissionDenied).
 //
 // Errors name the object (s3://bucket/key) and the operation:
 //   NotFound            NoSuchKey, NoSuchBucket, NoSuchUpload
@@ -13,7 +15,7 @@
 //   OutOfRange          416 (a range past the end)
 //   Aborted             412 (the object changed during a read: read it again)
 //   Unavailable         retries exhausted (the message has the last failure)
-//   InvalidArgument     other 4xx, and non-retryable errors in a 200's body
+//   InvalidArgument     other 4xx
 //
 // Internal to kiln::aws: never installed. Thread-safe.
 #ifndef KILN_LIB_AWS_INTERNAL_S3_CLIENT_H_
@@ -95,17 +97,23 @@ class S3Client {
   // Completes the upload of the parts with these ETags (part i + 1 has
   // part_etags[i]). A 200 whose body is an <Error> is retried like a 5xx
   // when its code is retryable (InternalError, SlowDown...); otherwise it is
-  // InvalidArgument (NotFound for NoSuchUpload).
+  // the error its code is with its usual status (AccessDenied:
+  // PermissionDenied, NoSuchUpload: NotFound, InvalidPart: InvalidArgument).
   //
-  // A lost answer: when an attempt got no answer (the exchange failed) and a
-  // later one gets NoSuchUpload, the first may have completed the upload. The
-  // object is then HEADed: OK when its ETag is the multipart ETag of these
-  // parts (MultipartEtag); Aborted when it is not, or there is no object
-  // (the object at the key is not the one uploaded: upload again); Unknown
-  // when the part ETags are not MD5s (SSE-KMS), so the outcome cannot be
-  // told; the HEAD's error (its code) when the HEAD fails otherwise.
-  // NoSuchUpload on the first attempt, or after attempts that were all
-  // answered, stays NotFound.
+  // A lost answer: when an attempt got no answer (the exchange failed), it
+  // may have completed the upload. Then, if a later attempt gets
+  // NoSuchUpload, or the attempts run out (Unavailable), the object is
+  // HEADed (CheckUploadedObject: one HeadObject, retried as any request):
+  // OK when its ETag is the multipart ETag of these parts (after the attempts
+  // ran out, the upload is then aborted, best effort, in case it was not the
+  // one that made the object). Otherwise, after NoSuchUpload: Aborted when
+  // the object is another one, or there is none (the object at the key is
+  // not the one uploaded: upload again); Unknown when the part ETags are not
+  // MD5s (SSE-KMS), so the outcome cannot be told; the HEAD's error (its
+  // code) when the HEAD fails otherwise. After the attempts ran out it stays
+  // Unavailable, with what the check found in the message (an attempt may
+  // still complete the upload: abort it, then retry). NoSuchUpload on the
+  // first attempt, or after attempts that were all answered, stays NotFound.
   absl::Status CompleteMultipartUpload(std::string_view bucket, std::string_view key,
                                        std::string_view upload_id,
                                        const std::vector<std::string>& part_etags);
@@ -157,6 +165,13 @@ class S3Client {
   absl::StatusOr<HttpResponse> Send(const Call& call, const ResponseCheck* check = nullptr,
                                     SendTrace* trace = nullptr);
   absl::Duration Backoff(int attempt);
+  // Whether the object at the key is the one a multipart upload of parts
+  // with these ETags makes (its ETag is their MultipartEtag): OK when it is;
+  // Aborted when it is another one, or there is none; Unknown when the part
+  // ETags are not MD5s; the HEAD's error when it fails. Messages say what was
+  // found, without the operation's name.
+  absl::Status CheckUploadedObject(std::string_view bucket, std::string_view key,
+                                   const std::vector<std::string>& part_etags);
 
   const S3ClientOptions options_;
   std::string scheme_;     // "http" or "https"
