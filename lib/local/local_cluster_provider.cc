@@ -824,8 +824,15 @@ void LocalClusterProvider::Provision(const ClusterSpec& spec, ClusterCallback do
       if (netns_denied) netns_unavailable_ = true;
       if (!status.ok()) {
         instances_in_use_ -= static_cast<int64_t>(cluster->instances.size());
-        done(absl::Status(status.code(), absl::StrCat("could not create local instances: ",
-                                                      status.message())));
+        // ResourceExhausted tells the engine that capacity is short and to
+        // ask again later, keeping the job Pending: a full file system is
+        // not that, and asking again would keep the job Pending for as long
+        // as the disk stays full.
+        const absl::StatusCode code = absl::IsResourceExhausted(status)
+                                          ? absl::StatusCode::kFailedPrecondition
+                                          : status.code();
+        done(absl::Status(code, absl::StrCat("could not create local instances: ",
+                                             status.message())));
         return;
       }
       dirs->committed = true;

@@ -659,6 +659,13 @@ absl::Status LocalDataChannel::Copy(const v1::Channel& channel,
               "channel '", name, "': object '", item.uri,
               item.listed ? "' disappeared during the copy (" : "' named by the manifest: ",
               s.message(), item.listed ? ")" : ""));
+        } else if (absl::IsResourceExhausted(s)) {
+          // A full disk (GetToFile's file-system error, which names the
+          // file): in the words the service uses for a volume too small for
+          // the channel's data.
+          s = absl::ResourceExhaustedError(absl::StrCat(
+              "channel '", name, "': Data download failed: Insufficient disk space: object '",
+              item.uri, "': ", s.message()));
         } else if (!s.ok()) {
           s = absl::Status(s.code(), absl::StrCat("channel '", name, "': object '", item.uri,
                                                   "': ", s.message()));

@@ -1,8 +1,12 @@
 // The local backend under kiln::Engine on a real-time loop: real jobs, from
 // CreateTrainingJob to the model in a file:// output path.
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <future>
 #include <memory>
 #include <optional>
@@ -53,6 +57,7 @@ class LocalEngineTest : public ::testing::Test {
     options.state_dir = tmp_.path() + "/state";
     options.object_stores = &stores_;
     options.runtime = runtime;
+    options.shared_image_cache = shared_image_cache_;
     auto provider = NewLocalClusterProvider(*loop_, options);
     ASSERT_TRUE(provider.ok()) << provider.status();
     provider_ = *std::move(provider);
@@ -124,6 +129,7 @@ class LocalEngineTest : public ::testing::Test {
   };
 
   TempDir tmp_;
+  bool shared_image_cache_ = false;  // (LocalOptions::shared_image_cache of UseRuntime)
   Lines lines_;
   std::string image_, data_, out_;
   std::unique_ptr<EventLoop> loop_;
@@ -421,6 +427,310 @@ TEST_F(LocalEngineTest, PipeObjectThatVanishesFailsTheRunningJobNamingIt) {
   v1::DescribeTrainingJobResponse d = Describe("e2e-vanish");
   EXPECT_EQ(d.training_job_status(), "Failed");
   EXPECT_THAT(d.failure_reason(), HasSubstr("ClientError: channel 'train': object 'file://" + data_ + "/m/second'"));
+}
+
+// ---------------------------------------------------------------------------
+// A full disk. Each test runs its engine in a child process with a small
+// tmpfs of its own (testing::RunWithSmallDisks) at the state directory or
+// the output path: what does not fit fails the job, naming the file and the
+// system's reason, leaves nothing half-written behind and does not stop the
+// provider from running the next job.
+
+class LocalEngineFullDiskTest : public LocalEngineTest {
+ protected:
+  void SetUp() override {
+    LocalEngineTest::SetUp();
+    // The engine runs in the child: this process keeps no thread to fork.
+    engine_.reset();
+    channel_.reset();
+    provider_.reset();
+  }
+
+  std::string StateDir() const { return tmp_.path() + "/state"; }
+
+  // Runs `body` with an engine whose state directory (and, with
+  // `out_kib` > 0, output path) is a tmpfs of that many KiB.
+  testing::Facts OnSmallDisk(int state_kib, int out_kib,
+                             const std::function<void(testing::Facts&)>& body,
+                             int state_inodes = 0) {
+    std::vector<testing::SmallDisk> disks = {{StateDir(), state_kib, state_inodes}};
+    if (out_kib > 0) disks.push_back({out_, out_kib});
+    testing::Facts facts = testing::RunWithSmallDisks(disks, [&] {
+      testing::Facts f;
+      UseRuntime(LocalRuntime::kProcess);
+      if (engine_ == nullptr) {
+        f["ERROR"] = "no engine";
+        return f;
+      }
+      body(f);
+      engine_.reset();
+      channel_.reset();
+      provider_.reset();
+      return f;
+    });
+    return facts;
+  }
+
+  // Runs job `name` to its end; records its status and failure reason.
+  void RunJob(const v1::CreateTrainingJobRequest& r, testing::Facts& f,
+              absl::Duration timeout = absl::Seconds(20)) {
+    const std::string& name = r.training_job_name();
+    auto created = engine_->CreateTrainingJob(r);
+    if (!created.ok()) {
+      f[name + ".create"] = created.status().ToString();
+      return;
+    }
+    if (!WaitEnded(name, timeout)) f[name + ".hang"] = Describe(name).secondary_status();
+    v1::DescribeTrainingJobResponse d = Describe(name);
+    f[name + ".status"] = d.training_job_status();
+    f[name + ".reason"] = d.failure_reason();
+  }
+
+  // The facts, one a line (for failure messages).
+  static std::string FactsText(const testing::Facts& f) {
+    std::string out = "what the child found:\n";
+    for (const auto& [name, value] : f) absl::StrAppend(&out, name, " = ", value, "\n");
+    return out;
+  }
+
+  // The files below `dir`, one a line.
+  static std::string Files(const std::string& dir) {
+    std::string out;
+    for (const std::string& file : testing::FilesBelow(dir)) absl::StrAppend(&out, file, "\n");
+    return out;
+  }
+};
+
+TEST_F(LocalEngineFullDiskTest, FileChannelThatDoesNotFitFailsTheJobNamingTheChannel) {
+  WriteFile(data_ + "/big/data.bin", std::string(1 << 20, 'x'));
+  WriteFile(data_ + "/small/rows.csv", "1\n2\n");
+  AddScript("read.sh", "wc -l < \"$SM_CHANNEL_TRAIN/rows.csv\"\n");
+  testing::Facts f = OnSmallDisk(512, 0, [&](testing::Facts& f) {
+    v1::CreateTrainingJobRequest big = Request("full-channel", "read.sh");
+    *big.add_input_data_config() = PrefixChannel("train", "file://" + data_ + "/big/");
+    RunJob(big, f);
+    // The failed job's files are gone once its cluster is released.
+    RunUntil(*loop_, [&] { return testing::ListDir(StateDir() + "/instances").empty(); },
+             absl::Seconds(5));
+    f["left"] = Files(StateDir() + "/instances");
+    v1::CreateTrainingJobRequest small = Request("after-full-channel", "read.sh");
+    *small.add_input_data_config() = PrefixChannel("train", "file://" + data_ + "/small/");
+    RunJob(small, f);
+  });
+  if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
+  SCOPED_TRACE(FactsText(f));
+  EXPECT_EQ(f["CHILD"], "");
+  EXPECT_EQ(f["full-channel.status"], "Failed");
+  // The service's words, then which object, which file and why.
+  EXPECT_THAT(f["full-channel.reason"],
+              HasSubstr("ClientError: channel 'train': Data download failed: Insufficient disk "
+                        "space: object 'file://" + data_ + "/big/data.bin': write '"));
+  EXPECT_THAT(f["full-channel.reason"],
+              HasSubstr("/input/data/train/data.bin': No space left on device"));
+  EXPECT_EQ(f["left"], "");
+  EXPECT_EQ(f["after-full-channel.status"], "Completed") << f["after-full-channel.reason"];
+}
+
+TEST_F(LocalEngineFullDiskTest, ModelThatCannotBePackedFailsTheJobNamingTheArchive) {
+  // The model fits in the instance's tree; the archive beside it does not.
+  AddScript("model.sh", "head -c 200000 /dev/urandom > \"$SM_MODEL_DIR/model.bin\"\n");
+  AddScript("small.sh", "echo ok > \"$SM_MODEL_DIR/model.txt\"\n");
+  testing::Facts f = OnSmallDisk(384, 0, [&](testing::Facts& f) {
+    RunJob(Request("full-model", "model.sh"), f);
+    f["tmp"] = Files(StateDir() + "/tmp");
+    f["out"] = Files(out_);
+    RunJob(Request("after-full-model", "small.sh"), f);
+  });
+  if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
+  SCOPED_TRACE(FactsText(f));
+  EXPECT_EQ(f["CHILD"], "");
+  EXPECT_EQ(f["full-model.status"], "Failed");
+  EXPECT_THAT(f["full-model.reason"],
+              HasSubstr("could not upload the model artifacts: file://" + out_ +
+                        "/full-model/output/model.tar.gz: "));
+  EXPECT_THAT(f["full-model.reason"], HasSubstr("No space left on device"));
+  EXPECT_EQ(f["tmp"], "");
+  EXPECT_EQ(f["out"], "");
+  EXPECT_EQ(f["after-full-model.status"], "Completed") << f["after-full-model.reason"];
+}
+
+TEST_F(LocalEngineFullDiskTest, FullOutputStoreFailsTheJobAndLeavesNoPartialObject) {
+  AddScript("model.sh", "head -c 200000 /dev/urandom > \"$SM_MODEL_DIR/model.bin\"\n");
+  AddScript("small.sh", "echo ok > \"$SM_MODEL_DIR/model.txt\"\n");
+  testing::Facts f = OnSmallDisk(4096, 64, [&](testing::Facts& f) {
+    RunJob(Request("full-out", "model.sh"), f);
+    f["out"] = Files(out_);
+    f["tmp"] = Files(StateDir() + "/tmp");
+    RunJob(Request("after-full-out", "small.sh"), f);
+  });
+  if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
+  SCOPED_TRACE(FactsText(f));
+  EXPECT_EQ(f["CHILD"], "");
+  EXPECT_EQ(f["full-out.status"], "Failed");
+  EXPECT_THAT(f["full-out.reason"],
+              HasSubstr("could not upload the model artifacts: file://" + out_ +
+                        "/full-out/output/model.tar.gz: "));
+  EXPECT_THAT(f["full-out.reason"], HasSubstr("No space left on device"));
+  EXPECT_EQ(f["out"], "");
+  EXPECT_EQ(f["tmp"], "");
+  EXPECT_EQ(f["after-full-out.status"], "Completed") << f["after-full-out.reason"];
+}
+
+TEST_F(LocalEngineFullDiskTest, CheckpointsThatDoNotFitFailTheJobNamingTheCheckpoint) {
+  const std::string ckpt = tmp_.path() + "/ckpt";
+  WriteFile(ckpt + "/step-1.bin", std::string(1 << 20, 'c'));
+  AddScript("train.sh", "ls \"$SAGEMAKER_BASE_DIR/checkpoints\"\n");
+  testing::Facts f = OnSmallDisk(512, 0, [&](testing::Facts& f) {
+    v1::CreateTrainingJobRequest r = Request("full-ckpt", "train.sh");
+    r.mutable_checkpoint_config()->set_s3_uri("file://" + ckpt + "/");
+    RunJob(r, f);
+    RunUntil(*loop_, [&] { return testing::ListDir(StateDir() + "/instances").empty(); },
+             absl::Seconds(5));
+    f["left"] = Files(StateDir() + "/instances");
+    RunJob(Request("after-full-ckpt", "train.sh"), f);
+  });
+  if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
+  SCOPED_TRACE(FactsText(f));
+  EXPECT_EQ(f["CHILD"], "");
+  EXPECT_EQ(f["full-ckpt.status"], "Failed");
+  EXPECT_THAT(f["full-ckpt.reason"], HasSubstr("file://" + ckpt + "/step-1.bin"));
+  EXPECT_THAT(f["full-ckpt.reason"], HasSubstr("No space left on device"));
+  EXPECT_EQ(f["left"], "");
+  EXPECT_EQ(f["after-full-ckpt.status"], "Completed") << f["after-full-ckpt.reason"];
+  // The source is untouched.
+  EXPECT_EQ(testing::FilesBelow(ckpt), std::vector<std::string>{"step-1.bin"});
+}
+
+TEST_F(LocalEngineFullDiskTest, FailureFileIsReadAndLinesArriveWhenTheContainerFillsTheDisk) {
+  // Says why it fails, fills the disk, then writes lines that the log
+  // stream (on the same disk) can no longer hold.
+  AddScript("fill.sh",
+            "echo 'disk full at step 3' > \"$SAGEMAKER_BASE_DIR/output/failure\"\n"
+            "head -c 4000000 /dev/zero > \"$SM_MODEL_DIR/filler\" 2>/dev/null\n"
+            "i=0; while [ $i -lt 100 ]; do echo \"line $i of a log nobody can store\"; "
+            "i=$((i+1)); done\n"
+            "exit 3\n");
+  AddScript("small.sh", "echo ok > \"$SM_MODEL_DIR/model.txt\"\n");
+  testing::Facts f = OnSmallDisk(384, 0, [&](testing::Facts& f) {
+    RunJob(Request("full-container", "fill.sh"), f);
+    f["last-line"] = lines_.HasLine("algo-1", "line 99 of a log nobody can store") ? "yes" : "no";
+    RunJob(Request("after-full-container", "small.sh"), f);
+  });
+  if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
+  SCOPED_TRACE(FactsText(f));
+  EXPECT_EQ(f["CHILD"], "");
+  EXPECT_EQ(f["full-container.status"], "Failed");
+  EXPECT_EQ(f["full-container.reason"], "AlgorithmError: disk full at step 3\n");
+  EXPECT_EQ(f["last-line"], "yes");
+  EXPECT_EQ(f["after-full-container.status"], "Completed") << f["after-full-container.reason"];
+}
+
+TEST_F(LocalEngineFullDiskTest, FullStateDirectoryFailsTheJobInsteadOfKeepingItPending) {
+  AddScript("small.sh", "echo ok > \"$SM_MODEL_DIR/model.txt\"\n");
+  // Takes every inode (empty files), or every block (one file).
+  auto fill = [&](bool inodes) {
+    const std::string chunk(4096, 'f');
+    for (int i = 0; i < 1000; ++i) {
+      const std::string p = absl::StrCat(StateDir(), "/filler-", i);
+      const int fd = open(p.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+      if (fd < 0) return;
+      while (!inodes && write(fd, chunk.data(), chunk.size()) > 0) {
+      }
+      close(fd);
+      if (!inodes) return;
+    }
+  };
+  auto unfill = [&] {
+    for (const std::string& name : testing::ListDir(StateDir())) {
+      if (absl::StartsWith(name, "filler-")) unlink((StateDir() + "/" + name).c_str());
+    }
+  };
+  auto gone = [&](testing::Facts& f, const std::string& job) {
+    RunUntil(*loop_, [&] { return testing::ListDir(StateDir() + "/instances").empty(); },
+             absl::Seconds(5));
+    f[job + ".left"] = Files(StateDir() + "/instances") + Files(StateDir() + "/locks") +
+                       Files(StateDir() + "/tmp");
+  };
+  testing::Facts f = OnSmallDisk(256, 0, [&](testing::Facts& f) {
+    // No file can be made: not even the cluster's lock.
+    fill(/*inodes=*/true);
+    RunJob(Request("no-inodes", "small.sh"), f, absl::Seconds(10));
+    gone(f, "no-inodes");
+    unfill();
+    // No byte can be written: the image does not fit on the instance.
+    fill(/*inodes=*/false);
+    RunJob(Request("no-blocks", "small.sh"), f, absl::Seconds(10));
+    gone(f, "no-blocks");
+    unfill();
+    RunJob(Request("room-again", "small.sh"), f);
+  }, /*state_inodes=*/64);
+  if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
+  SCOPED_TRACE(FactsText(f));
+  EXPECT_EQ(f["CHILD"], "");
+  EXPECT_EQ(f["no-inodes.hang"], "");
+  EXPECT_EQ(f["no-inodes.status"], "Failed");
+  EXPECT_THAT(f["no-inodes.reason"],
+              HasSubstr("InternalServerError: could not provision instances: could not create "
+                        "local instances: "));
+  EXPECT_THAT(f["no-inodes.reason"], HasSubstr("No space left on device"));
+  EXPECT_EQ(f["no-inodes.left"], "");
+  EXPECT_EQ(f["no-blocks.status"], "Failed");
+  EXPECT_THAT(f["no-blocks.reason"],
+              HasSubstr("ClientError: could not prepare training image 'file://" + image_));
+  EXPECT_THAT(f["no-blocks.reason"], HasSubstr("small.sh': No space left on device"));
+  EXPECT_EQ(f["no-blocks.left"], "");
+  EXPECT_EQ(f["room-again.status"], "Completed") << f["room-again.reason"];
+}
+
+TEST_F(LocalEngineFullDiskTest, ImageTarballThatDoesNotFitIsNotCachedCutShort) {
+  // A tarball image whose program checks the weights beside it against
+  // their checksum (random bytes: the tarball is as large as they are).
+  // (libarchive extends a file cut short by a failed write to its full
+  // size with zeros: only the contents tell.)
+  std::ifstream urandom("/dev/urandom", std::ios::binary);
+  std::string weights(300000, '\0');
+  urandom.read(weights.data(), static_cast<std::streamsize>(weights.size()));
+  WriteFile(image_ + "/weights.bin", weights);
+  AddScript("train.sh",
+            "cd \"$(dirname \"$0\")\"\n"
+            "if cksum weights.bin | cmp -s - weights.cksum; then echo weights intact; "
+            "else echo weights corrupt; fi\n");
+  const std::string tarball = tmp_.path() + "/image.tar.gz";
+  ASSERT_EQ(std::system(("cd " + image_ + " && cksum weights.bin > weights.cksum && tar -czf " +
+                         tarball + " .").c_str()),
+            0);
+  // One unpack serves every later job of the provider: a cut one would too.
+  shared_image_cache_ = true;
+  testing::Facts f = OnSmallDisk(1024, 0, [&](testing::Facts& f) {
+    // Leaves about 200 KiB.
+    const std::string filler = StateDir() + "/filler";
+    {
+      std::ofstream(filler, std::ios::binary) << std::string(800 << 10, 'f');
+    }
+    v1::CreateTrainingJobRequest r = Request("full-image", "train.sh");
+    r.mutable_algorithm_specification()->set_training_image("file://" + tarball);
+    RunJob(r, f);
+    f["full-image.weights"] = lines_.lines.empty() ? "" : lines_.lines.back();
+    unlink(filler.c_str());
+    RunUntil(*loop_, [&] { return testing::ListDir(StateDir() + "/instances").empty(); },
+             absl::Seconds(5));
+    f["cache"] = Files(StateDir() + "/image-cache");
+    lines_.lines.clear();
+    r.set_training_job_name("room-for-image");
+    RunJob(r, f);
+    f["room-for-image.weights"] = lines_.lines.empty() ? "" : lines_.lines.back();
+  });
+  if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
+  SCOPED_TRACE(FactsText(f));
+  EXPECT_EQ(f["CHILD"], "");
+  EXPECT_EQ(f["full-image.status"], "Failed");
+  EXPECT_THAT(f["full-image.reason"],
+              HasSubstr("ClientError: could not prepare training image 'file://" + tarball +
+                        "': "));
+  EXPECT_THAT(f["full-image.reason"], HasSubstr("/weights.bin': No space left on device"));
+  EXPECT_EQ(f["cache"], "");
+  EXPECT_EQ(f["room-for-image.status"], "Completed") << f["room-for-image.reason"];
+  EXPECT_EQ(f["room-for-image.weights"], "algo-1: weights intact");
 }
 
 }  // namespace

@@ -7,11 +7,15 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -21,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -188,6 +193,103 @@ inline std::vector<int> ProcessesInNamespace(const std::string& ns) {
       out.push_back(pid);
     }
   }
+  return out;
+}
+
+// What a child process (RunWithSmallDisks) found out: name -> value.
+using Facts = std::map<std::string, std::string>;
+
+// A small file system: a tmpfs of `kib` KiB mounted at `path`, with room
+// for `inodes` files and directories (0: the kernel's default).
+struct SmallDisk {
+  std::string path;
+  int kib = 0;
+  int inodes = 0;
+};
+
+// Runs `body` in a forked child process that has a mount namespace of its
+// own, in which each of `disks` is mounted (the host sees none of them, and
+// they vanish with the child), and returns the facts `body` gathered. A
+// fact "SKIP" means the machine cannot do this (no CAP_SYS_ADMIN): the
+// caller skips. The child dies after a minute whatever it does, so that a
+// hang fails the test instead of stalling it (the fact "CHILD" says how the
+// child ended when it was not a clean exit).
+// REQUIRES: this process runs no other thread (they would not survive the
+// fork): make the engine and the provider in `body`.
+inline Facts RunWithSmallDisks(const std::vector<SmallDisk>& disks,
+                               const std::function<Facts()>& body) {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return {{"SKIP", "pipe2"}};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    alarm(60);
+    Facts facts;
+    if (unshare(CLONE_NEWNS) != 0) {
+      facts["SKIP"] = "unshare(CLONE_NEWNS) is not permitted";
+    } else if (mount("none", "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+      facts["SKIP"] = "mount --make-rprivate / failed";
+    }
+    for (const SmallDisk& d : disks) {
+      if (!facts.empty()) break;
+      const std::string options = absl::StrCat(
+          "size=", d.kib, "k", d.inodes > 0 ? absl::StrCat(",nr_inodes=", d.inodes) : "");
+      if (internal::MakeDirs(d.path).ok() &&
+          mount("tmpfs", d.path.c_str(), "tmpfs", 0, options.c_str()) == 0) {
+        continue;
+      }
+      facts["SKIP"] = absl::StrCat("cannot mount a tmpfs at ", d.path);
+    }
+    if (facts.empty()) facts = body();
+    std::string out;
+    for (const auto& [name, value] : facts) {
+      absl::StrAppend(&out, absl::CEscape(name), "\t", absl::CEscape(value), "\n");
+    }
+    for (size_t done = 0; done < out.size();) {
+      const ssize_t n = write(fds[1], out.data() + done, out.size() - done);
+      if (n <= 0) break;
+      done += static_cast<size_t>(n);
+    }
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string out;
+  char buffer[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buffer, sizeof buffer)) > 0) out.append(buffer, static_cast<size_t>(n));
+  close(fds[0]);
+  int wstatus = 0;
+  while (waitpid(pid, &wstatus, 0) < 0 && errno == EINTR) {
+  }
+  Facts facts;
+  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
+    std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(line, '\t');
+    std::string name, value;
+    absl::CUnescape(kv.first, &name);
+    absl::CUnescape(kv.second, &value);
+    facts[name] = value;
+  }
+  if (!WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
+    facts["CHILD"] = absl::StrCat("ended with wait status ", wstatus);
+  }
+  return facts;
+}
+
+// Regular files at any depth below `dir` (paths relative to it), sorted.
+inline std::vector<std::string> FilesBelow(const std::string& dir, const std::string& rel = "") {
+  std::vector<std::string> out;
+  const std::string here = rel.empty() ? dir : absl::StrCat(dir, "/", rel);
+  for (const std::string& name : ListDir(here)) {
+    const std::string child = rel.empty() ? name : absl::StrCat(rel, "/", name);
+    struct stat st;
+    if (lstat(absl::StrCat(dir, "/", child).c_str(), &st) != 0) continue;
+    if (S_ISDIR(st.st_mode)) {
+      for (std::string& f : FilesBelow(dir, child)) out.push_back(std::move(f));
+    } else if (S_ISREG(st.st_mode)) {
+      out.push_back(child);
+    }
+  }
+  std::sort(out.begin(), out.end());
   return out;
 }
 

@@ -67,7 +67,10 @@
 // finds the tree ready and only checks its image.
 //
 // Errors the engine sees (besides those of ObjectStore and the file system,
-// which name the path): Provision: ResourceExhausted beyond max_instances.
+// which name the path): Provision: ResourceExhausted beyond max_instances,
+// and only then (the engine keeps the job Pending and asks again): a state
+// directory without room for the cluster's files is FailedPrecondition,
+// naming the file and the system's reason (the engine fails the job).
 // PrepareImage: InvalidArgument for an image that is not a local directory or
 // tarball, NotFound when it does not exist. StartContainers:
 // FailedPrecondition for an image without an executable `train` when no
@@ -336,9 +339,13 @@ struct LocalDataChannelOptions {
 // Errors of Deliver: a key that would land outside the channel's directory
 // ("..", absolute) is InvalidArgument; a prefix with no objects is NotFound
 // ("No S3 objects found under S3 URL ..."); an object that disappears during
-// the copy is NotFound naming channel and object; AugmentedManifestFile in
-// File or FastFile mode is InvalidArgument; sources other than S3DataSource
-// are Unimplemented.
+// the copy is NotFound naming channel and object; a File-mode copy that does
+// not fit on the disk is ResourceExhausted naming channel, object and file
+// ("Data download failed: Insufficient disk space", the service's words,
+// then the system's "No space left on device"), leaving no half-written
+// file (each object is copied through a temporary file).
+// AugmentedManifestFile in File or FastFile mode is InvalidArgument; sources
+// other than S3DataSource are Unimplemented.
 //
 // CheckChannel (at CreateTrainingJob, on its caller's thread) refuses as
 // InvalidArgument an S3Prefix without objects (the service's "No S3 objects

@@ -48,6 +48,43 @@ std::string NormalizeEntryName(std::string_view name) {
   return std::string(name);
 }
 
+// Where WriteTar's archive goes: its own write callback rather than
+// archive_write_open_fd, so that a failed write keeps its errno. libarchive
+// would report it as "Write error", or, from the gzip filter's close, as
+// "Failed to clean up compressor" with no errno at all, and a full disk would
+// not say so.
+struct FdSink {
+  int fd = -1;
+  int error = 0;  // errno of the first failed write
+};
+
+la_ssize_t WriteToSink(struct archive* a, void* client, const void* buf, size_t n) {
+  FdSink& sink = *static_cast<FdSink*>(client);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t w = write(sink.fd, static_cast<const char*>(buf) + done, n - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      const int err = errno;
+      if (sink.error == 0) sink.error = err;
+      archive_set_error(a, err, "%s", std::strerror(err));
+      return -1;
+    }
+    done += static_cast<size_t>(w);
+  }
+  return static_cast<la_ssize_t>(n);
+}
+
+// The status of a failed libarchive call of WriteTar: the write's own error
+// when the output could not be written (a full disk is ResourceExhausted
+// naming the archive), else Internal with libarchive's message after
+// `context`.
+absl::Status WriteFailure(struct archive* a, const FdSink& sink, const std::string& out_name,
+                          const std::string& context) {
+  if (sink.error != 0) return ErrnoStatus(sink.error, "write", out_name);
+  return absl::InternalError(absl::StrCat(context, ArchiveError(a)));
+}
+
 ReadArchivePtr OpenForRead(const std::string& path, absl::Status& status) {
   ReadArchivePtr a(archive_read_new());
   archive_read_support_filter_all(a.get());
@@ -209,11 +246,19 @@ absl::Status ExtractArchive(const std::string& archive_path, const std::string& 
                                                      raw_name, "': ", ArchiveError(out.get())));
     }
     if (archive_entry_size(entry) > 0) {
+      const std::string dest = archive_entry_pathname(entry);
       const void* buf;
       size_t size;
       la_int64_t offset;
       while ((r = archive_read_data_block(in.get(), &buf, &size, &offset)) == ARCHIVE_OK) {
-        if (archive_write_data_block(out.get(), buf, size, offset) < ARCHIVE_WARN) {
+        const la_ssize_t w = archive_write_data_block(out.get(), buf, size, offset);
+        // A failed write(2) is only a warning to libarchive, which goes on
+        // with the next block: the file would be cut short, and the image
+        // taken as complete by every later job that finds it in the cache.
+        if (w == ARCHIVE_WARN && archive_errno(out.get()) > 0) {
+          return ErrnoStatus(archive_errno(out.get()), "write", dest);
+        }
+        if (w < ARCHIVE_WARN) {
           return absl::InternalError(absl::StrCat("archive '", archive_path, "': writing '",
                                                   raw_name, "': ", ArchiveError(out.get())));
         }
@@ -239,12 +284,16 @@ absl::Status WriteTar(const std::vector<TreeRoot>& roots, int out_fd, const std:
                       bool gzip) {
   absl::StatusOr<MergedTrees> trees = OpenTrees(roots);
   if (!trees.ok()) return trees.status();
+  FdSink sink{out_fd};  // (outlives `out`, whose destruction may still write)
   WriteArchivePtr out(archive_write_new());
   if (gzip) archive_write_add_filter_gzip(out.get());
   archive_write_set_format_pax_restricted(out.get());
-  if (archive_write_open_fd(out.get(), out_fd) != ARCHIVE_OK) {
-    return absl::InternalError(
-        absl::StrCat("cannot create archive '", out_name, "': ", ArchiveError(out.get())));
+  // As archive_write_open_fd does for a regular file: no padding of the last
+  // block.
+  archive_write_set_bytes_in_last_block(out.get(), 1);
+  if (archive_write_open(out.get(), &sink, nullptr, WriteToSink, nullptr) != ARCHIVE_OK) {
+    return WriteFailure(out.get(), sink, out_name,
+                        absl::StrCat("cannot create archive '", out_name, "': "));
   }
   std::unique_ptr<struct archive_entry, decltype(&archive_entry_free)> entry(archive_entry_new(),
                                                                             &archive_entry_free);
@@ -267,8 +316,8 @@ absl::Status WriteTar(const std::vector<TreeRoot>& roots, int out_fd, const std:
     archive_entry_copy_stat(entry.get(), &st);
     if (link_target.has_value()) archive_entry_copy_symlink(entry.get(), link_target->c_str());
     if (archive_write_header(out.get(), entry.get()) != ARCHIVE_OK) {
-      return absl::InternalError(absl::StrCat("archive '", out_name, "': entry '", rel,
-                                              "': ", ArchiveError(out.get())));
+      return WriteFailure(out.get(), sink, out_name,
+                          absl::StrCat("archive '", out_name, "': entry '", rel, "': "));
     }
     if (!fd.valid()) continue;
     // Exactly the size the header announced, even if the file changes.
@@ -283,15 +332,15 @@ absl::Status WriteTar(const std::vector<TreeRoot>& roots, int out_fd, const std:
         n = static_cast<ssize_t>(std::min<int64_t>(left, buf.size()));
       }
       if (archive_write_data(out.get(), buf.data(), static_cast<size_t>(n)) < 0) {
-        return absl::InternalError(absl::StrCat("archive '", out_name, "': writing '", rel,
-                                                "': ", ArchiveError(out.get())));
+        return WriteFailure(out.get(), sink, out_name,
+                            absl::StrCat("archive '", out_name, "': writing '", rel, "': "));
       }
       left -= n;
     }
   }
   if (archive_write_close(out.get()) != ARCHIVE_OK) {
-    return absl::InternalError(
-        absl::StrCat("closing archive '", out_name, "': ", ArchiveError(out.get())));
+    return WriteFailure(out.get(), sink, out_name,
+                        absl::StrCat("closing archive '", out_name, "': "));
   }
   return absl::OkStatus();
 }

@@ -20,7 +20,10 @@ namespace kiln::local::internal {
 // reads) into `dest_dir` (created when missing). Entries that are absolute,
 // contain "..", or would write through a symbolic link are refused: the
 // archive is untrusted. Errors: InvalidArgument for an unreadable or unsafe
-// archive (naming the entry); file-system errors as ErrnoStatus gives them.
+// archive (naming the entry); file-system errors as ErrnoStatus gives them,
+// among them a file that cannot be written in full (ResourceExhausted for a
+// full disk, naming the file), which libarchive alone would leave cut short.
+// On error, what was unpacked so far stays in `dest_dir`.
 absl::Status ExtractArchive(const std::string& archive_path, const std::string& dest_dir);
 
 // A tree of artifacts: the directory `rel` below `base`, which a container
@@ -44,7 +47,9 @@ struct TreeRoot {
 // the archive is written is left out. Errors: FailedPrecondition naming the
 // root's `display` when the root, or a directory on the way to it, is a
 // symbolic link or not a directory (a container replaced it); file-system
-// errors as ErrnoStatus; Internal for libarchive's. `out_fd` stays open.
+// errors as ErrnoStatus, a failed write of the archive too (naming
+// `out_name`: ResourceExhausted for a full disk); Internal for libarchive's.
+// `out_fd` stays open.
 absl::Status WriteTar(const std::vector<TreeRoot>& roots, int out_fd, const std::string& out_name,
                       bool gzip);
 
