@@ -176,7 +176,8 @@ class Engine {
   // with the service's wording); FailedPrecondition when the engine lacks a
   // component the job needs (e.g. a DataChannel); what else the data
   // channel's CheckChannel returns (e.g. Unavailable for an unreachable
-  // store). Nothing is kept on error.
+  // store), and what a custom WarmPoolManager's OnJobCreated returns.
+  // Nothing is kept on error.
   // Threading: validation and each channel's DataChannel::CheckChannel run on
   // the caller's thread, which they may block for a bounded look at the
   // sources (the local backend sends one listing request per s3:// channel);

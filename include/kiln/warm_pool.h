@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kiln/cluster_provider.h"
 #include "kiln/event_loop.h"
@@ -152,20 +153,38 @@ struct WarmPoolJob {
   const v1::CreateTrainingJobRequest& request;
 };
 
-// Holds retained clusters. The engine calls it at each step of a job.
+// Holds retained clusters. The engine calls it at each step of a job; a
+// custom orchestrator may call it directly, in any order.
+//
+// Records: the manager keeps one record per job name, from an OnJobCreated
+// that returns true until OnJobDeleted. A record is InUse until the job ends,
+// then Available, Reused or Terminated; it never goes back to InUse. A call
+// naming a job with no record (never created, taking no part, or deleted) is
+// answered as each method says and changes nothing; so is a call that does
+// not fit the record's state (a second OnJobEnded, Acquire after the end).
 // Loop thread only.
 class WarmPoolManager {
  public:
   virtual ~WarmPoolManager() = default;
 
-  // A job was accepted. Returns whether it takes part in warm pools.
-  virtual bool OnJobCreated(const WarmPoolJob& job) = 0;
+  // A job was accepted. Returns whether it takes part in warm pools (true: the
+  // manager now holds its record, InUse).
+  // Errors: AlreadyExists when the manager holds a record of `job.name`, in
+  // any state (a name is unique until OnJobDeleted, as the service's are):
+  // nothing changes; delete the earlier job first (releasing an Available
+  // pool first, as OnJobDeleted requires). The engine never makes this call
+  // for a name it holds; it fails CreateTrainingJob with any error returned.
+  virtual absl::StatusOr<bool> OnJobCreated(const WarmPoolJob& job) = 0;
 
   // For a taking-part job about to provision: returns a retained cluster that
   // matches (now InUse by `job`; the previous owner shows Reused), or nullopt.
+  // Also nullopt, changing nothing, when `job` has no InUse record (unknown,
+  // or already ended). A job whose attempt ended early may call it again for
+  // its next attempt.
   virtual std::optional<Cluster> Acquire(std::string_view job) = 0;
 
-  // The job's cluster was provisioned cold.
+  // The job's cluster was provisioned cold. Ignored unless `job` has an InUse
+  // record.
   virtual void OnClusterLaunched(std::string_view job, const Cluster& cluster) = 0;
 
   // The job ended. `cluster` is its cluster (empty if it never had one);
@@ -174,7 +193,9 @@ class WarmPoolManager {
   // (moved it out of `cluster`, leaving it empty) and told the provider
   // (ClusterProvider::Recycle), and it releases it with the provider when the
   // pool ends. Returns false, with `cluster` untouched, when the engine should
-  // release it.
+  // release it. Only the first end counts: for a job with no InUse record
+  // (unknown, or ended already) it returns false and changes nothing, so a
+  // second call never makes a second pool or revives a final status.
   virtual bool OnJobEnded(std::string_view job, std::optional<Cluster>& cluster,
                           bool healthy) = 0;
 
@@ -188,18 +209,21 @@ class WarmPoolManager {
   // UpdateTrainingJob: sets the keep-alive of the job's Available pool,
   // counted from when it became Available; zero (or a time already past)
   // terminates it now. Errors: FailedPrecondition when the job's pool is not
-  // Available (the message says why).
+  // Available, or the job has no record (the message says which).
   virtual absl::Status UpdateKeepAlive(std::string_view job, absl::Duration keep_alive) = 0;
 
-  // The job's WarmPoolStatus, or nullopt when it takes no part.
+  // The job's WarmPoolStatus, or nullopt when it has no record (takes no
+  // part, unknown, or deleted).
   virtual std::optional<v1::WarmPoolStatus> Status(std::string_view job) const = 0;
 
   // Why the job's cluster was not kept, when a cap or quota prevented it
   // (empty otherwise). Describe shows it in the final status message.
   virtual std::string NotKeptReason(std::string_view job) const { return ""; }
 
-  // The job's record is being erased (DeleteTrainingJob). Errors:
-  // FailedPrecondition while the job's pool is Available.
+  // The job's record is being erased (DeleteTrainingJob); its name may then
+  // be created again. OK, changing nothing, for a job with no record (unknown,
+  // or deleted already). Errors: FailedPrecondition while the job's pool is
+  // Available (nothing changes; release it with UpdateKeepAlive 0 first).
   virtual absl::Status OnJobDeleted(std::string_view job) = 0;
 
   // Releases every retained cluster (engine shutdown).

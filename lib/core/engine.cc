@@ -721,7 +721,9 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   // can number no more jobs.
   absl::Status CheckNewJob(const std::string& name);
   // Starts an accepted job (in jobs_): records it and asks for its cluster.
-  v1::CreateTrainingJobResponse Accept(Job& job);
+  // `pooled`: what the warm-pool manager's OnJobCreated answered, asked
+  // before the job was added so that its error leaves nothing behind.
+  v1::CreateTrainingJobResponse Accept(Job& job, bool pooled);
   absl::StatusOr<v1::DescribeTrainingJobResponse> Describe(
       const v1::DescribeTrainingJobRequest& request);
   absl::StatusOr<v1::ListTrainingJobsResponse> List(const v1::ListTrainingJobsRequest& request);
@@ -982,18 +984,20 @@ absl::Status EngineImpl::CheckNewJob(const std::string& name) {
 absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
     const v1::CreateTrainingJobRequest& request) {
   KILN_RETURN_IF_ERROR(CheckNewJob(request.training_job_name()));
+  KILN_ASSIGN_OR_RETURN(const bool pooled,
+                        pools().OnJobCreated(WarmPoolJob{request.training_job_name(), request}));
   // Accepted: the job keeps a copy of the request.
-  return Accept(jobs_.Add(*this, next_seq_++, request, Now(), TakeStore()));
+  return Accept(jobs_.Add(*this, next_seq_++, request, Now(), TakeStore()), pooled);
 }
 
 absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
     std::string name, std::shared_ptr<const v1::CreateTrainingJobRequest> shared) {
   KILN_RETURN_IF_ERROR(CheckNewJob(name));
-  return Accept(
-      jobs_.Add(*this, next_seq_++, std::move(name), std::move(shared), Now()));
+  KILN_ASSIGN_OR_RETURN(const bool pooled, pools().OnJobCreated(WarmPoolJob{name, *shared}));
+  return Accept(jobs_.Add(*this, next_seq_++, std::move(name), std::move(shared), Now()), pooled);
 }
 
-v1::CreateTrainingJobResponse EngineImpl::Accept(Job& ref) {
+v1::CreateTrainingJobResponse EngineImpl::Accept(Job& ref, bool pooled) {
   const v1::CreateTrainingJobRequest& request = ref.request();
   for (const auto& def : request.algorithm_specification().metric_definitions()) {
     MetricState m;
@@ -1004,7 +1008,7 @@ v1::CreateTrainingJobResponse EngineImpl::Accept(Job& ref) {
   }
   ref.next_retry_delay_ = options_.capacity_retry_initial;
   by_seq_.Add(ref.seq_, &ref);
-  ref.warm_pool_ = pools().OnJobCreated(WarmPoolJob{ref.name(), request});
+  ref.warm_pool_ = pooled;
   ref.on_spot_ = request.enable_managed_spot_training();
   if (ref.on_spot_ && request.stopping_condition().has_max_wait_time_in_seconds()) {
     // MaxWaitTimeInSeconds: waiting and running together, from creation.

@@ -216,7 +216,17 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
 
   ~DefaultWarmPoolManager() override { ReleaseAll(); }
 
-  bool OnJobCreated(const WarmPoolJob& job) override {
+  absl::StatusOr<bool> OnJobCreated(const WarmPoolJob& job) override {
+    // Before anything else: replacing a record would leave its pool (owned
+    // by name) billing the new job, and drop its shape under that pool.
+    if (auto it = jobs_.find(Key(job.name)); it != jobs_.end()) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "the warm-pool manager already holds a record of training job '",
+          std::string(job.name), "' (", it->second.status,
+          "); a job name is unique until OnJobDeleted",
+          it->second.status == kAvailable ? ", which needs the Available pool released first"
+                                          : ""));
+    }
     const auto& rc = job.request.resource_config();
     // Heterogeneous clusters and spot jobs never use warm pools.
     if (rc.instance_groups_size() > 0 || job.request.enable_managed_spot_training()) return false;
@@ -236,21 +246,15 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     const absl::Duration requested = absl::Seconds(rc.keep_alive_period_in_seconds());
     if (!options_.policy->Participates({job.name, shape, requested, loop_.Now()})) return false;
     options_.policy->OnJobArrived(shape, loop_.Now());
-    // Counted before a previous job of the same name lets go of its shape,
-    // which may be this one.
-    const Shape counted = interned != nullptr ? Retain(interned) : InternShape(*last_built_);
-    auto [it, inserted] = jobs_.try_emplace(std::string(job.name));
-    JobState& s = it->second;
-    if (!inserted) ReleaseShape(s.shape);
-    s = JobState();
-    s.shape = counted;
+    JobState& s = jobs_[std::string(job.name)];  // new: refused above otherwise
+    s.shape = interned != nullptr ? Retain(interned) : InternShape(*last_built_);
     s.requested = requested;
     s.status = kInUse;
     return true;
   }
 
   std::optional<Cluster> Acquire(std::string_view job) override {
-    JobState* s = Find(job);
+    JobState* s = FindInUse(job);
     if (s == nullptr) return std::nullopt;
     const absl::Time now = loop_.Now();
     auto available = available_.find(s->shape);
@@ -280,11 +284,11 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
   }
 
   void OnClusterLaunched(std::string_view job, const Cluster& cluster) override {
-    if (JobState* s = Find(job)) s->chain_start = loop_.Now();
+    if (JobState* s = FindInUse(job)) s->chain_start = loop_.Now();
   }
 
   bool OnJobEnded(std::string_view job, std::optional<Cluster>& cluster, bool healthy) override {
-    JobState* s = Find(job);
+    JobState* s = FindInUse(job);
     if (s == nullptr) return false;
     const absl::Time now = loop_.Now();
     auto terminate = [&](std::string reason) {
@@ -465,6 +469,12 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
   JobState* Find(std::string_view job) {
     auto it = jobs_.find(Key(job));
     return it == jobs_.end() ? nullptr : &it->second;
+  }
+  // The job's record while the job runs: only then may it take a pool, launch
+  // or end (an ended job's record is final, and an Available one owns a pool).
+  JobState* FindInUse(std::string_view job) {
+    JobState* s = Find(job);
+    return s != nullptr && s->status == kInUse ? s : nullptr;
   }
 
   void Schedule(Pool& pool, absl::Time expires) {

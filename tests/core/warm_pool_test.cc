@@ -7,12 +7,14 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/text_format.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kiln/engine.h"
 #include "kiln/data_channel.h"
@@ -60,6 +62,7 @@ class WarmPoolTest : public testing::Test {
     engine_options.cluster_provider = forward_.get();
     engine_options.data_channel = channel_.get();
     engine_options.warm_pools = std::move(options);
+    engine_options.warm_pool_manager = manager_;
     engine_ = NewEngine(std::move(engine_options)).value();
   }
 
@@ -129,6 +132,7 @@ class WarmPoolTest : public testing::Test {
   }
 
   std::map<std::string, sim::SimJobBehavior> behaviors_;
+  WarmPoolManager* manager_ = nullptr;  // the engine's own when null
   std::unique_ptr<EventLoop> loop_;
   absl::Time start_;
   std::unique_ptr<ClusterProvider> provider_;
@@ -634,6 +638,194 @@ TEST_F(WarmPoolTest, NeverPolicyPoolsNothing) {
   loop_->RunUntilIdle();
   EXPECT_EQ(Pool("a"), "none");
   EXPECT_EQ(Startup("b"), 90);
+}
+
+// A manager that refuses every job with one status; the engine's own for nothing.
+class RefusingManager : public WarmPoolManager {
+ public:
+  absl::StatusOr<bool> OnJobCreated(const WarmPoolJob& job) override {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("no warm-pool record left for '", std::string(job.name), "'"));
+  }
+  std::optional<Cluster> Acquire(std::string_view) override { return std::nullopt; }
+  void OnClusterLaunched(std::string_view, const Cluster&) override {}
+  bool OnJobEnded(std::string_view, std::optional<Cluster>&, bool) override { return false; }
+  void OnClusterLost(const Cluster&) override {}
+  absl::Status UpdateKeepAlive(std::string_view, absl::Duration) override {
+    return absl::FailedPreconditionError("no pools");
+  }
+  std::optional<v1::WarmPoolStatus> Status(std::string_view) const override {
+    return std::nullopt;
+  }
+  absl::Status OnJobDeleted(std::string_view) override { return absl::OkStatus(); }
+  void ReleaseAll() override {}
+};
+
+TEST_F(WarmPoolTest, AManagerRefusingAJobFailsCreateTrainingJobAndLeavesNoJob) {
+  RefusingManager refusing;
+  manager_ = &refusing;
+  Build({});
+  const absl::Status created = engine_->CreateTrainingJob(Request("a")).status();
+  EXPECT_EQ(created, absl::ResourceExhaustedError("no warm-pool record left for 'a'"));
+  v1::DescribeTrainingJobRequest d;
+  d.set_training_job_name("a");
+  EXPECT_TRUE(absl::IsNotFound(engine_->DescribeTrainingJob(d).status()));
+  loop_->RunUntilIdle();
+  EXPECT_EQ(forward_->containers_started, 0);
+  manager_ = nullptr;
+  Build({});  // the engine goes before `refusing`
+}
+
+// The default manager called directly, as a custom orchestrator may: calls
+// that do not fit a job's record are refused or ignored, never corrupt it.
+class RecordingProvider : public ClusterProvider {
+ public:
+  void Provision(const ClusterSpec&, ClusterCallback) override {}
+  void PrepareImage(const Cluster&, std::string_view, DoneCallback) override {}
+  void StartContainers(const JobContext&, ContainerEvents&, DoneCallback) override {}
+  void Signal(const Cluster&, int) override {}
+  void UploadArtifacts(const JobContext&, ArtifactsCallback) override {}
+  void Release(const Cluster& cluster) override { released.push_back(cluster.id); }
+  std::vector<std::string> released;
+};
+
+class WarmPoolManagerTest : public testing::Test {
+ protected:
+  static v1::CreateTrainingJobRequest Request(int instance_count = 2) {
+    v1::CreateTrainingJobRequest r;
+    r.set_role_arn("arn:aws:iam::123456789012:role/SageMakerRole");
+    r.mutable_resource_config()->set_instance_type("ml.m5.xlarge");
+    r.mutable_resource_config()->set_instance_count(instance_count);
+    r.mutable_resource_config()->set_keep_alive_period_in_seconds(600);
+    return r;
+  }
+  static std::optional<Cluster> ClusterNamed(const std::string& id) {
+    Cluster c;
+    c.id = id;
+    return c;
+  }
+  absl::StatusOr<bool> Create(const std::string& name, int instance_count = 2) {
+    const v1::CreateTrainingJobRequest r = Request(instance_count);
+    return manager_->OnJobCreated(WarmPoolJob{name, r});
+  }
+  // Creates `name`, which takes part.
+  void Join(const std::string& name) {
+    const absl::StatusOr<bool> joined = Create(name);
+    ASSERT_TRUE(joined.ok()) << joined.status();
+    ASSERT_TRUE(*joined) << name << " takes no part";
+  }
+  // Creates `name` and ends it with cluster `cluster_id`: its pool is Available.
+  void MakeAvailable(const std::string& name, const std::string& cluster_id) {
+    ASSERT_NO_FATAL_FAILURE(Join(name));
+    manager_->OnClusterLaunched(name, *ClusterNamed(cluster_id));
+    std::optional<Cluster> cluster = ClusterNamed(cluster_id);
+    ASSERT_TRUE(manager_->OnJobEnded(name, cluster, /*healthy=*/true));
+    ASSERT_EQ(State(name), "Available");
+  }
+  void RunFor(absl::Duration d) { loop_->RunUntil(loop_->Now() + d); }
+  // "Available", "Reused by b", "Terminated after 600 s", "none".
+  std::string State(const std::string& name) const {
+    std::optional<v1::WarmPoolStatus> w = manager_->Status(name);
+    if (!w) return "none";
+    std::string out = w->status();
+    if (w->has_reused_by_job()) absl::StrAppend(&out, " by ", w->reused_by_job());
+    if (w->has_resource_retained_billable_time_in_seconds()) {
+      absl::StrAppend(&out, " after ", w->resource_retained_billable_time_in_seconds(), " s");
+    }
+    return out;
+  }
+
+  std::unique_ptr<EventLoop> loop_ = NewVirtualEventLoop();
+  RecordingProvider provider_;
+  std::unique_ptr<WarmPoolManager> manager_ = NewWarmPoolManager(*loop_, provider_);
+};
+
+TEST_F(WarmPoolManagerTest, CreatingANameTwiceIsAlreadyExistsAndKeepsTheFirstRecord) {
+  MakeAvailable("a", "c1");
+  // Another shape: replacing the record would also forget the shape the pool is filed under.
+  const absl::StatusOr<bool> again = Create("a", 4);
+  EXPECT_TRUE(absl::IsAlreadyExists(again.status())) << again.status();
+  EXPECT_THAT(std::string(again.status().message()),
+              testing::HasSubstr("training job 'a' (Available)"));
+  EXPECT_EQ(State("a"), "Available");
+  ASSERT_NO_FATAL_FAILURE(Join("b"));
+  std::optional<Cluster> taken = manager_->Acquire("b");
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(taken->id, "c1");
+  EXPECT_EQ(State("a"), "Reused by b after 0 s");
+  // InUse (b) and final (a) records are refused the same way.
+  EXPECT_TRUE(absl::IsAlreadyExists(Create("b").status()));
+  EXPECT_TRUE(absl::IsAlreadyExists(Create("a").status()));
+  EXPECT_EQ(State("b"), "InUse");
+  EXPECT_EQ(State("a"), "Reused by b after 0 s");
+}
+
+TEST_F(WarmPoolManagerTest, ANameCanBeCreatedAgainOnceDeleted) {
+  MakeAvailable("a", "c1");
+  EXPECT_TRUE(absl::IsFailedPrecondition(manager_->OnJobDeleted("a")));
+  ASSERT_TRUE(manager_->UpdateKeepAlive("a", absl::ZeroDuration()).ok());
+  EXPECT_EQ(provider_.released, std::vector<std::string>{"c1"});
+  ASSERT_TRUE(manager_->OnJobDeleted("a").ok());
+  EXPECT_EQ(State("a"), "none");
+  ASSERT_NO_FATAL_FAILURE(Join("a"));
+  EXPECT_EQ(State("a"), "InUse");
+}
+
+TEST_F(WarmPoolManagerTest, ASecondEndMakesNoSecondPoolAndKeepsTheFinalStatus) {
+  MakeAvailable("a", "c1");
+  std::optional<Cluster> other = ClusterNamed("c2");
+  EXPECT_FALSE(manager_->OnJobEnded("a", other, /*healthy=*/true));
+  ASSERT_TRUE(other.has_value()) << "taken although refused";
+  EXPECT_EQ(other->id, "c2");
+  ASSERT_NO_FATAL_FAILURE(Join("b"));
+  std::optional<Cluster> taken = manager_->Acquire("b");
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(taken->id, "c1");
+  ASSERT_NO_FATAL_FAILURE(Join("c"));
+  EXPECT_FALSE(manager_->Acquire("c").has_value()) << "a second pool of a's";
+  RunFor(absl::Seconds(700));  // past every keep-alive a's end could have set
+  EXPECT_EQ(State("a"), "Reused by b after 0 s");
+  EXPECT_TRUE(provider_.released.empty());
+  // Ending a job after its pool is Terminated does not make it Available again.
+  EXPECT_TRUE(absl::IsFailedPrecondition(manager_->UpdateKeepAlive("a", absl::Seconds(1))));
+  std::optional<Cluster> c3 = ClusterNamed("c3");
+  std::optional<Cluster> c4 = ClusterNamed("c4");
+  ASSERT_TRUE(manager_->OnJobEnded("b", c3, /*healthy=*/true));
+  ASSERT_TRUE(manager_->UpdateKeepAlive("b", absl::ZeroDuration()).ok());
+  EXPECT_EQ(State("b"), "Terminated after 0 s");
+  EXPECT_FALSE(manager_->OnJobEnded("b", c4, /*healthy=*/true));
+  EXPECT_EQ(State("b"), "Terminated after 0 s");
+}
+
+TEST_F(WarmPoolManagerTest, AnEndedJobCannotAcquireAPoolNotEvenItsOwn) {
+  MakeAvailable("a", "c1");
+  EXPECT_FALSE(manager_->Acquire("a").has_value());
+  EXPECT_EQ(State("a"), "Available");
+  ASSERT_NO_FATAL_FAILURE(Join("b"));
+  std::optional<Cluster> taken = manager_->Acquire("b");
+  ASSERT_TRUE(taken.has_value());
+  EXPECT_EQ(State("a"), "Reused by b after 0 s");
+}
+
+TEST_F(WarmPoolManagerTest, CallsForAnUnknownJobChangeNothing) {
+  MakeAvailable("a", "c1");
+  EXPECT_FALSE(manager_->Acquire("x").has_value());
+  manager_->OnClusterLaunched("x", *ClusterNamed("c9"));
+  std::optional<Cluster> c9 = ClusterNamed("c9");
+  EXPECT_FALSE(manager_->OnJobEnded("x", c9, /*healthy=*/true));
+  ASSERT_TRUE(c9.has_value());
+  EXPECT_EQ(c9->id, "c9");
+  const absl::Status update = manager_->UpdateKeepAlive("x", absl::Seconds(60));
+  EXPECT_TRUE(absl::IsFailedPrecondition(update)) << update;
+  EXPECT_THAT(std::string(update.message()), testing::HasSubstr("'x' is absent"));
+  EXPECT_EQ(State("x"), "none");
+  EXPECT_TRUE(manager_->OnJobDeleted("x").ok());
+  EXPECT_TRUE(manager_->OnJobDeleted("x").ok());  // twice
+  EXPECT_EQ(State("a"), "Available");
+  EXPECT_TRUE(provider_.released.empty());
+  // a's pool is still there for a matching job.
+  ASSERT_NO_FATAL_FAILURE(Join("b"));
+  EXPECT_TRUE(manager_->Acquire("b").has_value());
 }
 
 TEST(AdaptiveHistogramTest, FallsBackUntilEnoughSamplesThenKeepsTheTailPercentile) {

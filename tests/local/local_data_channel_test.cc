@@ -84,10 +84,16 @@ class LocalDataChannelTest : public ::testing::Test {
   }
 
   absl::Status Deliver(const v1::Channel& channel, std::string_view mode = "File") {
-    JobContext job{"data-job", "arn:aws:sagemaker:us-east-1:000000000000:training-job/data-job",
-                   request_, cluster_, 1};
     std::vector<const Instance*> receivers;
     for (const Instance& i : cluster_.instances) receivers.push_back(&i);
+    return DeliverTo(channel, mode, std::move(receivers));
+  }
+
+  // Deliver to some of the instances only (a channel's InstanceGroupNames).
+  absl::Status DeliverTo(const v1::Channel& channel, std::string_view mode,
+                         std::vector<const Instance*> receivers) {
+    JobContext job{"data-job", "arn:aws:sagemaker:us-east-1:000000000000:training-job/data-job",
+                   request_, cluster_, 1};
     std::optional<absl::Status> result;
     channel_->Deliver(ChannelDelivery{job, channel, mode, receivers},
                       [&](absl::Status s) { result = s; });
@@ -195,6 +201,103 @@ TEST_F(LocalDataChannelTest, ChannelNamedDotDotIsRefused) {
   absl::Status s = Deliver(Channel("..", "S3Prefix", "file://" + src_ + "/d/"));
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   EXPECT_FALSE(internal::Exists(absl::StrCat(state_dir_, "/instances/c1/algo-1/ml/input/a")));
+}
+
+TEST_F(LocalDataChannelTest, KeyWithAnEmptySegmentIsRefusedNamingTheKeyAndTheRule) {
+  WriteFile(src_ + "/m/x/one", "1");
+  WriteFile(src_ + "/manifest.json",
+            absl::StrCat("[{\"prefix\": \"file://", src_, "/m/\"}, \"x/one\", \"x//one\"]"));
+  const absl::Status s =
+      Deliver(Channel("m", "ManifestFile", "file://" + src_ + "/manifest.json"));
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_EQ(s.message(),
+            absl::StrCat("channel 'm': object 'file://", src_, "/m/x//one' has the key 'x//one', "
+                         "which is not a path below /opt/ml/input/data/m: it has an empty "
+                         "segment ('//') (a key must be a relative path of segments that are "
+                         "not empty, '.' or '..')"));
+  EXPECT_FALSE(internal::Exists(DataDir("c1/algo-1") + "/m/x/one")) << "copied before refusing";
+}
+
+// The job's request lists `channels` (name, InputMode or "" for the default).
+void SetChannels(v1::CreateTrainingJobRequest& request, std::string_view default_mode,
+                 const std::vector<std::pair<std::string, std::string>>& channels) {
+  request.mutable_algorithm_specification()->set_training_input_mode(std::string(default_mode));
+  request.clear_input_data_config();
+  for (const auto& [name, mode] : channels) {
+    v1::Channel* c = request.add_input_data_config();
+    c->set_channel_name(name);
+    if (!mode.empty()) c->set_input_mode(mode);
+  }
+}
+
+TEST_F(LocalDataChannelTest, AFileChannelNamedAsAPipeChannelsFifoFailsNamingBoth) {
+  WriteFile(src_ + "/d/x", "x");
+  SetChannels(request_, "File", {{"a_1", ""}, {"a", "Pipe"}});
+  const std::string expected =
+      "channels 'a_1' (File mode) and 'a' (Pipe mode) collide in /opt/ml/input/data: 'a_1' is "
+      "both the directory of channel 'a_1' and the FIFO of channel 'a' for epoch 1 (Pipe mode "
+      "names its FIFOs <channel>_<epoch>); rename one of the channels";
+  // Whichever is delivered first fails, before anything is made.
+  const absl::Status pipe = Deliver(Channel("a", "S3Prefix", "file://" + src_ + "/d/"), "Pipe");
+  EXPECT_TRUE(absl::IsInvalidArgument(pipe)) << pipe;
+  EXPECT_EQ(pipe.message(), expected);
+  EXPECT_FALSE(internal::Exists(Fifo("algo-1", "a", 0)));
+  const absl::Status file = Deliver(Channel("a_1", "S3Prefix", "file://" + src_ + "/d/"));
+  EXPECT_TRUE(absl::IsInvalidArgument(file)) << file;
+  EXPECT_EQ(file.message(), expected);
+  EXPECT_FALSE(internal::Exists(DataDir("c1/algo-1") + "/a_1"));
+}
+
+TEST_F(LocalDataChannelTest, AFastFileChannelCollidesWithThePipeChannelsFirstFifo) {
+  WriteFile(src_ + "/d/x", "x");
+  SetChannels(request_, "Pipe", {{"a", ""}, {"a_0", "FastFile"}});
+  const absl::Status s =
+      Deliver(Channel("a_0", "S3Prefix", "file://" + src_ + "/d/"), "FastFile");
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("channels 'a_0' (FastFile mode) and 'a' (Pipe mode)"));
+  EXPECT_THAT(s.message(), HasSubstr("for epoch 0"));
+}
+
+TEST_F(LocalDataChannelTest, ChannelsWhoseNamesCannotMeetAreDelivered) {
+  WriteFile(src_ + "/d/x", "x");
+  // "a_1" as a Pipe channel makes a_1_<e>, never a_<e>; an epoch is written
+  // without leading zero and is below 2^64.
+  const std::vector<std::string> files = {"a_01", "a_x", "a_", "a_18446744073709551616"};
+  std::vector<std::pair<std::string, std::string>> channels = {{"a", "Pipe"}, {"a_1", "Pipe"}};
+  for (const std::string& f : files) channels.push_back({f, "File"});
+  SetChannels(request_, "File", channels);
+  for (const char* pipe : {"a", "a_1"}) {
+    const absl::Status s = Deliver(Channel(pipe, "S3Prefix", "file://" + src_ + "/d/"), "Pipe");
+    EXPECT_TRUE(s.ok()) << pipe << ": " << s;
+  }
+  for (const std::string& f : files) {
+    const absl::Status s = Deliver(Channel(f, "S3Prefix", "file://" + src_ + "/d/"));
+    EXPECT_TRUE(s.ok()) << f << ": " << s;
+  }
+  channel_->EndJob("data-job");
+}
+
+TEST_F(LocalDataChannelTest, ChannelsOfDisjointInstanceGroupsNeverCollide) {
+  WriteFile(src_ + "/d/x", "x");
+  cluster_.instances[0].group_name = "g1";
+  cluster_.instances[1].group_name = "g2";
+  cluster_.instances[2].group_name = "g2";
+  SetChannels(request_, "File", {{"a_1", ""}, {"a", "Pipe"}});
+  auto groups = [&](int channel, std::vector<std::string> names) {
+    auto* s3 = request_.mutable_input_data_config(channel)
+                   ->mutable_data_source()
+                   ->mutable_s3_data_source();
+    s3->clear_instance_group_names();
+    for (const std::string& n : names) s3->add_instance_group_names(n);
+  };
+  groups(0, {"g1"});
+  groups(1, {"g2"});
+  v1::Channel file = Channel("a_1", "S3Prefix", "file://" + src_ + "/d/");
+  const absl::Status s = DeliverTo(file, "File", {&cluster_.instances[0]});
+  EXPECT_TRUE(s.ok()) << s;
+  // Once the Pipe channel reaches g1 too, the two meet on algo-1.
+  groups(1, {"g2", "g1"});
+  EXPECT_TRUE(absl::IsInvalidArgument(DeliverTo(file, "File", {&cluster_.instances[0]})));
 }
 
 TEST_F(LocalDataChannelTest, ObjectMissingFromAManifestFailsNamingChannelAndObject) {

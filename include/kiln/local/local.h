@@ -336,16 +336,30 @@ struct LocalDataChannelOptions {
 //   when reached (NotFound to the listener, naming channel, line, attribute
 //   and object).
 //
-// Errors of Deliver: a key that would land outside the channel's directory
-// ("..", absolute) is InvalidArgument; a prefix with no objects is NotFound
-// ("No S3 objects found under S3 URL ..."); an object that disappears during
-// the copy is NotFound naming channel and object; a File-mode copy that does
-// not fit on the disk is ResourceExhausted naming channel, object and file
-// ("Data download failed: Insufficient disk space", the service's words,
-// then the system's "No space left on device"), leaving no half-written
-// file (each object is copied through a temporary file).
-// AugmentedManifestFile in File or FastFile mode is InvalidArgument; sources
-// other than S3DataSource are Unimplemented.
+// Errors of Deliver, each InvalidArgument unless said:
+// - A key that is not a relative path of segments other than empty, "." and
+//   "..", in any mode, naming the object, the key and why: one that would
+//   land outside the channel's directory ("..", absolute), and one the file
+//   system would read as another key ("a//b" is "a/b", "a/./b" too; "a/" is
+//   no file). Such keys are legal in S3, but File and FastFile write each
+//   object at its key: mapping them would show the object under a name it
+//   does not have, and "a//b" and "a/b" would race for one file.
+// - A channel whose directory (File, FastFile) has the name of a Pipe
+//   channel's FIFO on an instance that receives both: File channel "a_1" and
+//   Pipe channel "a" (its epoch 1). The error names both channels, whichever
+//   of the two is delivered, before any data moves, rather than when that
+//   epoch comes (the service's behaviour is not documented). Channels that
+//   cannot meet ("a_01", "a_x", two Pipe channels, disjoint
+//   InstanceGroupNames) are delivered.
+// - A File-mode copy that does not fit on the disk is ResourceExhausted
+//   naming channel, object and file ("Data download failed: Insufficient disk
+//   space", the service's words, then the system's "No space left on
+//   device"), leaving no half-written file (each object is copied through a
+//   temporary file).
+// - A prefix with no objects is NotFound ("No S3 objects found under S3 URL
+//   ..."); an object that disappears during the copy is NotFound naming
+//   channel and object; AugmentedManifestFile in File or FastFile mode is
+//   InvalidArgument; sources other than S3DataSource are Unimplemented.
 //
 // CheckChannel (at CreateTrainingJob, on its caller's thread) refuses as
 // InvalidArgument an S3Prefix without objects (the service's "No S3 objects
