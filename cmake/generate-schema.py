@@ -103,7 +103,10 @@ SCALARS = {
     "integer": "int32",
     "long": "int64",
     "boolean": "bool",
-    "float": "double",
+    # The model's float is 32 bits (the service holds a Java Float): kept as
+    # a proto float, kiln/json.h reads it rounded to a float and writes it as
+    # the service does (0.1, not 0.10000000149011612 as a widened double).
+    "float": "float",
     "double": "double",
 }
 

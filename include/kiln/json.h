@@ -17,14 +17,21 @@
 //   member names), exactly; nothing else is accepted;
 // - int32/int64 are JSON integers (no fraction or exponent, within the
 //   field's range) and are written as numbers, not strings; double fields
-//   take any number; bool takes true/false; strings, enumerations (by name)
+//   take any number; float fields (the model's "float", 32 bits, such as
+//   MetricData.Value) take a number within float range (+-3.4028235e38),
+//   rounded to the nearest float, and are written as the shortest text that
+//   reads back as that float (0.1, as the service prints it, not
+//   0.100000001); bool takes true/false; strings, enumerations (by name)
 //   take strings; bytes are base64 strings;
 // - repeated fields are arrays, map fields objects (written with keys sorted),
 //   message fields objects;
 // - google.protobuf.Timestamp is a number of seconds since the Unix epoch with
 //   up to 9 fraction digits (converted exactly, not through a double) or an
-//   RFC 3339 string such as "2026-11-21T09:25:52.163Z"; it is written as a
-//   number with the fraction trimmed (1795253152.163, or 1795253152);
+//   RFC 3339 date-time string (section 5.6's grammar exactly, nothing around
+//   it: "2026-11-21T09:25:52.163Z", "2026-11-21T11:25:52+02:00"; lower-case
+//   t and z allowed; no spaces, one-digit fields or offsets such as +0200);
+//   it is written as a number with the fraction trimmed (1795253152.163, or
+//   1795253152);
 // - non-finite doubles are the strings "NaN", "Infinity" and "-Infinity", as
 //   the service's JSON protocol writes them;
 // - null as a member value means the member is absent.
@@ -58,13 +65,21 @@ namespace kiln {
 //     Invalid type for parameter ResourceConfig.InstanceCount, value: "2", type: string, valid types: integer
 //     Invalid value for parameter ResourceConfig.VolumeSizeInGB, value: 3000000000, valid range: -2147483648 to 2147483647
 //   ("input" names the top level). The caller should show it to whoever
-//   wrote the document; retrying the same text cannot succeed.
+//   wrote the document; retrying the same text cannot succeed. Input the
+//   message shows (member names, map keys, values) is escaped as JSON
+//   strings are, and DEL, C1 controls, U+2028 and U+2029 as \u escapes too,
+//   so that no input can add a line to the message, and is cut after 200
+//   bytes ("aaaa...) so that none can make it long. A map key in a path is
+//   shown as it is unless it needs escaping or cutting, then quoted:
+//   HyperParameters."a\nb".
 // - otherwise, the document holds an empty list or map ([] or {}) where the
 //   model requires at least one element ("InputDataConfig": [],
 //   "VpcConfig": {"Subnets": [], ...}). A message cannot hold that apart
 //   from an absent member (which the model may allow), so ParseJson reports
 //   it, with the request's other violations, in the ValidationException text
-//   of ValidateRequest (kiln/validation.h, with default options); same advice:
+//   of ValidateRequest (kiln/validation.h, with default options; it escapes
+//   control characters in values and paths too, and cuts values after 256
+//   bytes); same advice:
 //     2 validation errors detected: Value 'a_b' at 'trainingJobName' failed to
 //     satisfy constraint: ...; Value '[]' at 'inputDataConfig' failed to
 //     satisfy constraint: Member must have length greater than or equal to 1

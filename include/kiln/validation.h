@@ -52,7 +52,11 @@ struct ValidationOptions {
 
 // One violation: the camelCase path of the offending member and the complete
 // sentence the service would print for it ("Value 'x' at 'path' failed to
-// satisfy constraint: ...", or a cross-field sentence).
+// satisfy constraint: ...", or a cross-field sentence). The sentence shows
+// input escaped so that it stays one line: control characters as \n, \t,
+// \u0085..., U+2028/U+2029 as \u2028/\u2029, bytes that are not UTF-8 as
+// \xC3; a value is cut after 256 bytes and a path after 1024, with "...".
+// `path` itself holds map keys as they are.
 struct ValidationError {
   std::string path;
   std::string message;

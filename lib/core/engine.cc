@@ -1077,7 +1077,9 @@ absl::StatusOr<v1::DescribeTrainingJobResponse> EngineImpl::Describe(
     if (!m.value) continue;
     auto* out = d.add_final_metric_data_list();
     out->set_metric_name(m.name);
-    out->set_value(*m.value);
+    // The model's Value is a 32-bit float, as the service holds it: rounded
+    // here (a value beyond float range becomes infinity, written "Infinity").
+    out->set_value(static_cast<float>(*m.value));
     *out->mutable_timestamp() = ToProto(m.time);
   }
   return d;

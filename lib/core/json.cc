@@ -13,11 +13,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/civil_time.h"
 #include "absl/time/time.h"
 #include "core/internal/json_value.h"
 #include "core/internal/shapes.h"
@@ -39,8 +41,8 @@ constexpr std::string_view kTimestampType = "google.protobuf.Timestamp";
 constexpr int64_t kMinTimestampSeconds = -62'135'596'800;
 constexpr int64_t kMaxTimestampSeconds = 253'402'300'799;
 constexpr int64_t kNanosPerSecond = 1'000'000'000;
-// Values quoted in error messages are cut after this many bytes.
-constexpr size_t kMaxQuotedValue = 200;
+constexpr std::string_view kTimestampRange =
+    "out of range for a timestamp (0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z)";
 
 bool IsTimestamp(const pb::Descriptor* descriptor) {
   return descriptor->full_name() == kTimestampType;
@@ -75,10 +77,8 @@ bool TimestampFromLexeme(std::string_view lexeme, int64_t& seconds, int32_t& nan
     return false;
   }
   const int64_t integer_digits = static_cast<int64_t>(digits.size()) + exponent;
-  const std::string range_reason =
-      "out of range for a timestamp (0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z)";
   if (integer_digits > 12) {
-    reason = range_reason;
+    reason = kTimestampRange;
     return false;
   }
   std::string whole;
@@ -105,7 +105,7 @@ bool TimestampFromLexeme(std::string_view lexeme, int64_t& seconds, int32_t& nan
     }
   }
   if (s < kMinTimestampSeconds || s > kMaxTimestampSeconds) {
-    reason = range_reason;
+    reason = kTimestampRange;
     return false;
   }
   seconds = s;
@@ -113,19 +113,150 @@ bool TimestampFromLexeme(std::string_view lexeme, int64_t& seconds, int32_t& nan
   return true;
 }
 
-// Parses an RFC 3339 date-time with a zone ("2026-11-21T09:25:52.163Z",
-// "2026-11-21T11:25:52.163+02:00").
-bool TimestampFromRfc3339(const std::string& text, int64_t& seconds, int32_t& nanos) {
-  absl::Time time;
-  std::string error;
-  if (!absl::ParseTime(absl::RFC3339_full, text, &time, &error)) return false;
-  if (time < absl::FromUnixSeconds(kMinTimestampSeconds) ||
-      time >= absl::FromUnixSeconds(kMaxTimestampSeconds + 1)) {
-    return false;
+// How a character of a timestamp string that breaks the grammar is named:
+// 'x', a space, or by code point (the message must stay on one line).
+std::string DescribeFound(std::string_view text, size_t pos) {
+  if (pos >= text.size()) return "the end of the string";
+  const unsigned char c = static_cast<unsigned char>(text[pos]);
+  if (c == ' ') return "a space";
+  if (c > 0x20 && c < 0x7F) return absl::StrCat("'", AbslView(text.substr(pos, 1)), "'");
+  if (c < 0x80) return fmt::format("character U+{:04X}", c);
+  // Not ASCII: the code point of the UTF-8 sequence (JSON strings are valid).
+  const size_t n = (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+  if (n == 0 || pos + n > text.size()) return fmt::format("byte 0x{:02X}", c);
+  uint32_t cp = c & (0x7Fu >> n);
+  for (size_t k = 1; k < n; ++k) {
+    cp = (cp << 6) | (static_cast<unsigned char>(text[pos + k]) & 0x3Fu);
   }
-  seconds = absl::ToUnixSeconds(time);  // rounds toward the past
-  nanos = static_cast<int32_t>((time - absl::FromUnixSeconds(seconds)) / absl::Nanoseconds(1));
-  return true;
+  return fmt::format("character U+{:04X}", cp);
+}
+
+// What TimestampFromRfc3339 made of a string.
+enum class TextTimestamp {
+  kOk,
+  kNotRfc3339,  // breaks RFC 3339's grammar: not a timestamp-string at all
+  kBadValue,    // a date-time Kiln cannot hold: too precise or out of range
+};
+
+// Parses an RFC 3339 date-time (section 5.6), the whole string and nothing
+// else:
+//   date-time = full-date "T" full-time
+//   full-date = 4DIGIT "-" 2DIGIT "-" 2DIGIT          ; 01-12, 01-28..31
+//   full-time = 2DIGIT ":" 2DIGIT ":" 2DIGIT ["." 1*DIGIT] time-offset
+//                                                     ; 00-23, 00-59, 00-60
+//   time-offset = "Z" / ("+" / "-") 2DIGIT ":" 2DIGIT  ; 00-23, 00-59
+// "T" and "Z" may be lower case (5.6, NOTE). No whitespace anywhere, no one-
+// digit fields, no other offset forms (+02, +0200): absl::ParseTime, used
+// before, took all of those. A leap second (:60) is the next minute's :00.
+// Returns kNotRfc3339 or kBadValue with `reason` set on failure.
+TextTimestamp TimestampFromRfc3339(std::string_view text, int64_t& seconds, int32_t& nanos,
+                                   std::string& reason) {
+  size_t pos = 0;
+  const auto fail = [&](std::string_view what) {
+    reason = absl::StrCat(AbslView(what), " at character ", pos + 1, ", found ",
+                          DescribeFound(text, pos));
+    return TextTimestamp::kNotRfc3339;
+  };
+  const auto digit_at = [&](size_t i) {
+    return i < text.size() && absl::ascii_isdigit(static_cast<unsigned char>(text[i]));
+  };
+  // Reads exactly `n` digits; on failure `pos` is at the first non-digit.
+  const auto number = [&](size_t n, int& out) {
+    out = 0;
+    for (size_t k = 0; k < n; ++k, ++pos) {
+      if (!digit_at(pos)) return false;
+      out = out * 10 + (text[pos] - '0');
+    }
+    return true;
+  };
+  const auto literal = [&](char lower, char upper = 0) {
+    if (pos < text.size() && (text[pos] == lower || (upper != 0 && text[pos] == upper))) {
+      ++pos;
+      return true;
+    }
+    return false;
+  };
+  // A field read whole but outside its range.
+  const auto out_of_range = [&](size_t start, std::string_view what) {
+    pos = start;
+    reason = absl::StrCat(AbslView(what), " at character ", start + 1);
+    return TextTimestamp::kNotRfc3339;
+  };
+
+  int year, month, day, hour, minute, second;
+  size_t start = pos;
+  if (!number(4, year)) return fail("expected a 4-digit year");
+  if (!literal('-')) return fail("expected '-' after the year");
+  start = pos;
+  if (!number(2, month)) return fail("expected a 2-digit month");
+  if (month < 1 || month > 12) return out_of_range(start, "month must be 01-12");
+  if (!literal('-')) return fail("expected '-' after the month");
+  start = pos;
+  if (!number(2, day)) return fail("expected a 2-digit day");
+  const bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
+  constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  const int month_days = month == 2 && leap ? 29 : kDays[month - 1];
+  if (day < 1 || day > month_days) {
+    return out_of_range(start, fmt::format("day must be 01-{} in {:04d}-{:02d}", month_days,
+                                           year, month));
+  }
+  if (!literal('T', 't')) return fail("expected 'T' between the date and the time");
+  start = pos;
+  if (!number(2, hour)) return fail("expected a 2-digit hour");
+  if (hour > 23) return out_of_range(start, "hour must be 00-23");
+  if (!literal(':')) return fail("expected ':' after the hour");
+  start = pos;
+  if (!number(2, minute)) return fail("expected 2-digit minutes");
+  if (minute > 59) return out_of_range(start, "minutes must be 00-59");
+  if (!literal(':')) return fail("expected ':' after the minutes");
+  start = pos;
+  if (!number(2, second)) return fail("expected 2-digit seconds");
+  if (second > 60) return out_of_range(start, "seconds must be 00-60");
+  int64_t fraction_nanos = 0;
+  if (literal('.')) {
+    const size_t first = pos;
+    while (digit_at(pos)) ++pos;
+    if (pos == first) return fail("expected a digit after '.'");
+    const std::string_view digits = text.substr(first, pos - first);
+    // As for numbers: nanoseconds are all a Timestamp holds, and a value is
+    // refused rather than silently cut (trailing zeros lose nothing).
+    if (digits.size() > 9 && digits.find_first_not_of('0', 9) != std::string_view::npos) {
+      reason = "timestamps take at most 9 fraction digits";
+      return TextTimestamp::kBadValue;
+    }
+    for (size_t k = 0; k < 9; ++k) {
+      fraction_nanos = fraction_nanos * 10 + (k < digits.size() ? digits[k] - '0' : 0);
+    }
+  }
+  int offset_minutes = 0;
+  if (!literal('Z', 'z')) {
+    const bool negative = pos < text.size() && text[pos] == '-';
+    if (!literal('+') && !literal('-')) {
+      return fail("expected the offset: 'Z', or '+' or '-' and hh:mm");
+    }
+    int offset_hour, offset_minute;
+    start = pos;
+    if (!number(2, offset_hour)) return fail("expected a 2-digit offset hour");
+    if (offset_hour > 23) return out_of_range(start, "offset hour must be 00-23");
+    if (!literal(':')) return fail("expected ':' in the offset");
+    start = pos;
+    if (!number(2, offset_minute)) return fail("expected 2-digit offset minutes");
+    if (offset_minute > 59) return out_of_range(start, "offset minutes must be 00-59");
+    offset_minutes = (negative ? -1 : 1) * (offset_hour * 60 + offset_minute);
+  }
+  if (pos != text.size()) return fail("unexpected text after the offset");
+
+  // CivilSecond carries second 60 into the next minute.
+  const absl::CivilSecond civil(year, month, day, hour, minute, second);
+  const int64_t s = absl::ToUnixSeconds(absl::FromCivil(civil, absl::UTCTimeZone())) -
+                    int64_t{offset_minutes} * 60;
+  if (s < kMinTimestampSeconds || s > kMaxTimestampSeconds) {
+    reason = kTimestampRange;
+    return TextTimestamp::kBadValue;
+  }
+  seconds = s;
+  nanos = static_cast<int32_t>(fraction_nanos);
+  return TextTimestamp::kOk;
 }
 
 // Seconds since the epoch as a decimal number, fraction trimmed of trailing
@@ -247,16 +378,25 @@ class Decoder {
     if (internal::MinSize(*field) > 0) empty_lists_.push_back(ServicePath());
   }
 
-  // The value as JSON, cut to a readable length.
-  static std::string Quote(const JsonValue& json) {
-    std::string text = internal::WriteJson(json);
-    if (text.size() > kMaxQuotedValue) {
-      size_t cut = kMaxQuotedValue;
-      while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-      text.resize(cut);
-      text += "...";
-    }
-    return text;
+  // Input as messages show it: JSON, escaped so it cannot break the line,
+  // cut after internal::kMaxJsonInMessage bytes.
+  static std::string Quote(const JsonValue& json) { return internal::JsonForMessage(json); }
+  static std::string Quote(const std::string& text) { return Quote(JsonValue::String(text)); }
+
+  // A map key as a step of a path in messages: as it is when that is safe
+  // (botocore's form, HyperParameters.epochs), else quoted like a value
+  // (HyperParameters."a\nb"), so no key can break the message's line.
+  static std::string PathKey(const std::string& key) {
+    // Every key of every map passes here: printable ASCII, the usual case,
+    // needs no escape and takes the short way.
+    const bool plain = key.size() + 2 <= internal::kMaxJsonInMessage &&
+                       std::all_of(key.begin(), key.end(), [](char c) {
+                         return c >= 0x20 && c < 0x7F && c != '"' && c != '\\';
+                       });
+    if (plain) return key;
+    std::string quoted = Quote(key);
+    if (quoted.size() == key.size() + 2 && quoted.compare(1, key.size(), key) == 0) return key;
+    return quoted;
   }
 
   // The JSON type of a value as the messages name it; "integer" for numbers
@@ -279,8 +419,8 @@ class Decoder {
   void UnknownError(const std::string& path, const std::string& key, const pb::Descriptor* descriptor) {
     std::vector<std::string> names;
     for (int i = 0; i < descriptor->field_count(); ++i) names.push_back(descriptor->field(i)->json_name());
-    errors_.push_back(absl::StrCat("Unknown parameter in ", Name(path), ": \"", key,
-                                   "\", must be one of: ", absl::StrJoin(names, ", ")));
+    errors_.push_back(absl::StrCat("Unknown parameter in ", Name(path), ": ", Quote(key),
+                                   ", must be one of: ", absl::StrJoin(names, ", ")));
   }
 
   void DecodeTimestamp(const JsonValue& json, pb::Message& message, const std::string& path) {
@@ -292,7 +432,21 @@ class Decoder {
         ValueError(path, json, reason);
         return;
       }
-    } else if (!json.is_string() || !TimestampFromRfc3339(json.string_value(), seconds, nanos)) {
+    } else if (json.is_string()) {
+      std::string reason;
+      switch (TimestampFromRfc3339(json.string_value(), seconds, nanos, reason)) {
+        case TextTimestamp::kOk:
+          break;
+        case TextTimestamp::kNotRfc3339:
+          // botocore's words for a string that is no timestamp, and the rule.
+          TypeError(path, json,
+                    absl::StrCat("number, timestamp-string (RFC 3339 date-time: ", reason, ")"));
+          return;
+        case TextTimestamp::kBadValue:
+          ValueError(path, json, reason);
+          return;
+      }
+    } else {
       TypeError(path, json, "number, timestamp-string");
       return;
     }
@@ -335,12 +489,13 @@ class Decoder {
     for (const auto& [key, value] : json.members()) {
       pb::Message* entry = message.GetReflection()->AddMessage(&message, field);
       if (!SetMapKey(key, *entry, key_field)) {
-        errors_.push_back(absl::StrCat("Invalid type for parameter ", path, " (key: ", key,
-                                       "), valid types: ", AbslView(KeyTypeName(key_field))));
+        errors_.push_back(absl::StrCat("Invalid type for parameter ", path,
+                                       " (key: ", PathKey(key), "), valid types: ",
+                                       AbslView(KeyTypeName(key_field))));
         continue;
       }
       steps_.push_back(Step{key, false, 0});
-      DecodeValue(value, *entry, value_field, absl::StrCat(path, ".", key));
+      DecodeValue(value, *entry, value_field, absl::StrCat(path, ".", PathKey(key)));
       steps_.pop_back();
     }
   }
@@ -418,22 +573,27 @@ class Decoder {
     return true;
   }
 
+  // The strings the service's JSON protocol uses for non-finite values.
+  static bool NonFinite(const std::string& s, double& out) {
+    if (s == "NaN") {
+      out = std::numeric_limits<double>::quiet_NaN();
+    } else if (s == "Infinity") {
+      out = std::numeric_limits<double>::infinity();
+    } else if (s == "-Infinity") {
+      out = -std::numeric_limits<double>::infinity();
+    } else {
+      return false;
+    }
+    return true;
+  }
+
   // Reads a double: any JSON number, or the strings the service's JSON
   // protocol uses for non-finite values.
   bool ReadDouble(const JsonValue& json, const std::string& path, double& out) {
     if (json.is_string()) {
-      const std::string& s = json.string_value();
-      if (s == "NaN") {
-        out = std::numeric_limits<double>::quiet_NaN();
-      } else if (s == "Infinity") {
-        out = std::numeric_limits<double>::infinity();
-      } else if (s == "-Infinity") {
-        out = -std::numeric_limits<double>::infinity();
-      } else {
-        TypeError(path, json, "number");
-        return false;
-      }
-      return true;
+      if (NonFinite(json.string_value(), out)) return true;
+      TypeError(path, json, "number");
+      return false;
     }
     if (!json.is_number()) {
       TypeError(path, json, "number");
@@ -446,6 +606,41 @@ class Decoder {
     }
     out = *value;
     return true;
+  }
+
+  // Reads a float (the model's "float", 32 bits): a JSON number rounded once,
+  // straight from its text, to the nearest float (so 3.4028235e38, which is
+  // how FLT_MAX is written, reads back as FLT_MAX), or a non-finite string.
+  // A number beyond the float range is refused rather than made infinite;
+  // one too small for a float becomes a subnormal or 0, as for doubles.
+  bool ReadFloat(const JsonValue& json, const std::string& path, float& out) {
+    if (json.is_string()) {
+      double v;
+      if (!NonFinite(json.string_value(), v)) {
+        TypeError(path, json, "number");
+        return false;
+      }
+      out = static_cast<float>(v);
+      return true;
+    }
+    if (!json.is_number()) {
+      TypeError(path, json, "number");
+      return false;
+    }
+    const std::string& lexeme = json.number_lexeme();
+    const char* end = lexeme.data() + lexeme.size();
+    const auto [ptr, ec] = std::from_chars(lexeme.data(), end, out);
+    if (ec == std::errc() && ptr == end) return true;
+    // from_chars reports overflow and underflow alike and leaves `out` as it
+    // was. Below 1 in magnitude it was underflow: round the double (at worst
+    // one subnormal step off where the double lands on a float midpoint).
+    if (const absl::StatusOr<double> v = json.AsDouble(); v.ok() && std::fabs(*v) < 1) {
+      out = static_cast<float>(*v);
+      return true;
+    }
+    constexpr float kMax = std::numeric_limits<float>::max();
+    ValueError(path, json, fmt::format("out of range for a float ({} to {})", -kMax, kMax));
+    return false;
   }
 
   // Decodes one value (a singular field, one element of a repeated field, or
@@ -491,14 +686,9 @@ class Decoder {
         return;
       }
       case FieldDescriptor::CPPTYPE_FLOAT: {
-        double v;
-        if (!ReadDouble(json, path, v)) return;
-        if (std::isfinite(v) && std::fabs(v) > std::numeric_limits<float>::max()) {
-          ValueError(path, json, "out of range for a float");
-          return;
-        }
-        const float f = static_cast<float>(v);
-        repeated ? r->AddFloat(&message, field, f) : r->SetFloat(&message, field, f);
+        float v;
+        if (!ReadFloat(json, path, v)) return;
+        repeated ? r->AddFloat(&message, field, v) : r->SetFloat(&message, field, v);
         return;
       }
       case FieldDescriptor::CPPTYPE_BOOL: {

@@ -1,5 +1,6 @@
 #include "kiln/json.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -12,8 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "core/internal/json_value.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/field_comparator.h"
 #include "google/protobuf/util/message_differencer.h"
+#include "google/protobuf/wrappers.pb.h"
 #include "gtest/gtest.h"
 #include "kiln/v1/sagemaker.pb.h"
 #include "kiln/validation.h"
@@ -130,7 +133,7 @@ constexpr std::string_view kDescribeTrainingJob = R"json({
   ],
   "FinalMetricDataList": [
     {"MetricName": "train:loss", "Value": 0.0123, "Timestamp": 1795256700},
-    {"MetricName": "val:acc", "Value": 0.7634999999999998, "Timestamp": 1795256700.5},
+    {"MetricName": "val:acc", "Value": 0.7635, "Timestamp": 1795256700.5},
     {"MetricName": "weird", "Value": "NaN", "Timestamp": 1795256700.5}
   ],
   "EnableNetworkIsolation": false,
@@ -333,10 +336,13 @@ TEST_F(JsonTest, BadTimestampsAreReported) {
   };
   EXPECT_EQ(error("\"yesterday\""),
             "Parameter validation failed:\nInvalid type for parameter StartTime, value: \"yesterday\", "
-            "type: string, valid types: number, timestamp-string");
+            "type: string, valid types: number, timestamp-string (RFC 3339 date-time: expected a "
+            "4-digit year at character 1, found 'y')");
   EXPECT_EQ(error("\"2026-11-21T09:25:52\""),  // no zone
             "Parameter validation failed:\nInvalid type for parameter StartTime, value: "
-            "\"2026-11-21T09:25:52\", type: string, valid types: number, timestamp-string");
+            "\"2026-11-21T09:25:52\", type: string, valid types: number, timestamp-string (RFC "
+            "3339 date-time: expected the offset: 'Z', or '+' or '-' and hh:mm at character 20, "
+            "found the end of the string)");
   EXPECT_EQ(error("1795253152.1630000001"),
             "Parameter validation failed:\nInvalid value for parameter StartTime, value: 1795253152.1630000001, "
             "timestamps take at most 9 fraction digits");
@@ -352,23 +358,185 @@ TEST_F(JsonTest, BadTimestampsAreReported) {
             "valid types: number, timestamp-string");
 }
 
-TEST_F(JsonTest, NonFiniteDoublesAreWrittenAsTheProtocolsStrings) {
-  v1::MetricData metric;
-  metric.set_value(std::numeric_limits<double>::infinity());
+// RFC 3339, section 5.6, is the grammar of a timestamp-string: what it does
+// not allow is refused with the member and the rule, not read leniently.
+TEST_F(JsonTest, TimestampStringsFollowRfc3339Exactly) {
+  const auto error = [](std::string_view text) {
+    v1::SecondaryStatusTransition transition;
+    const std::string member = internal::WriteJson(internal::JsonValue::String(std::string(text)));
+    const absl::Status status =
+        ParseJson(absl::StrCat(R"({"StartTime":)", member, "}"), transition);
+    return status.ok() ? "OK" : std::string(status.message());
+  };
+  struct Case {
+    std::string_view text;
+    std::string_view rule;  // after "(RFC 3339 date-time: "
+  };
+  const Case refused[] = {
+      // Whitespace: absl::ParseTime skipped it before and after the text.
+      {" 2026-11-21T09:25:52Z", "expected a 4-digit year at character 1, found a space"},
+      {"2026-11-21T09:25:52Z ", "unexpected text after the offset at character 21, found a space"},
+      {"\t2026-11-21T09:25:52Z", "expected a 4-digit year at character 1, found character U+0009"},
+      {"2026-11-21T09:25:52Z\n", "unexpected text after the offset at character 21, found "
+                                 "character U+000A"},
+      {"2026-11-21 09:25:52Z", "expected 'T' between the date and the time at character 11, "
+                               "found a space"},
+      {"2026-11-21T09:25:52 Z", "expected the offset: 'Z', or '+' or '-' and hh:mm at character "
+                                "20, found a space"},
+      {"2026-11-21T09:25:52.163 Z", "expected the offset: 'Z', or '+' or '-' and hh:mm at "
+                                    "character 24, found a space"},
+      // One-digit fields and longer years.
+      {"2026-1-21T09:25:52Z", "expected a 2-digit month at character 7, found '-'"},
+      {"2026-11-2T09:25:52Z", "expected a 2-digit day at character 10, found 'T'"},
+      {"2026-11-21T9:25:52Z", "expected a 2-digit hour at character 13, found ':'"},
+      {"2026-11-21T09:25:2Z", "expected 2-digit seconds at character 19, found 'Z'"},
+      {"02026-11-21T09:25:52Z", "expected '-' after the year at character 5, found '6'"},
+      {"10000-01-01T00:00:00Z", "expected '-' after the year at character 5, found '0'"},
+      // Offsets other than Z and +-hh:mm.
+      {"2026-11-21T09:25:52+02", "expected ':' in the offset at character 23, found the end of "
+                                 "the string"},
+      {"2026-11-21T09:25:52+0200", "expected ':' in the offset at character 23, found '0'"},
+      {"2026-11-21T09:25:52+02:00:30", "unexpected text after the offset at character 26, "
+                                       "found ':'"},
+      {"2026-11-21T09:25:52+24:00", "offset hour must be 00-23 at character 21"},
+      // Fields out of range, an empty fraction, anything else.
+      {"2026-13-01T00:00:00Z", "month must be 01-12 at character 6"},
+      {"2026-02-29T00:00:00Z", "day must be 01-28 in 2026-02 at character 9"},
+      {"2026-11-21T24:00:00Z", "hour must be 00-23 at character 12"},
+      {"2026-11-21T09:60:00Z", "minutes must be 00-59 at character 15"},
+      {"2026-11-21T09:25:61Z", "seconds must be 00-60 at character 18"},
+      {"2026-11-21T09:25:52.Z", "expected a digit after '.' at character 21, found 'Z'"},
+      {"infinite-future", "expected a 4-digit year at character 1, found 'i'"},
+      {"2026-11-21T09:25:52\u2028", "expected the offset: 'Z', or '+' or '-' and hh:mm at "
+                                     "character 20, found character U+2028"},
+  };
+  for (const Case& c : refused) {
+    const std::string shown =
+        internal::JsonForMessage(internal::JsonValue::String(std::string(c.text)));
+    EXPECT_EQ(error(c.text),
+              absl::StrCat("Parameter validation failed:\nInvalid type for parameter StartTime, "
+                           "value: ",
+                           shown,
+                           ", type: string, valid types: number, timestamp-string (RFC 3339 "
+                           "date-time: ",
+                           std::string(c.rule), ")"))
+        << c.text;
+  }
+  // What Kiln cannot hold: refused as values, as numbers are.
+  EXPECT_EQ(error("2026-11-21T09:25:52.1234567891Z"),
+            "Parameter validation failed:\nInvalid value for parameter StartTime, value: "
+            "\"2026-11-21T09:25:52.1234567891Z\", timestamps take at most 9 fraction digits");
+  EXPECT_EQ(error("0000-12-31T23:59:59Z"),
+            "Parameter validation failed:\nInvalid value for parameter StartTime, value: "
+            "\"0000-12-31T23:59:59Z\", out of range for a timestamp (0001-01-01T00:00:00Z to "
+            "9999-12-31T23:59:59.999999999Z)");
+  EXPECT_THAT(error("9999-12-31T23:59:59-00:01"), HasSubstr("out of range for a timestamp"));
+
+  // What the grammar allows, read exactly.
+  struct Accepted {
+    std::string_view text;
+    int64_t seconds;
+    int32_t nanos;
+  };
+  const Accepted accepted[] = {
+      {"2026-11-21T09:25:52Z", 1795253152, 0},
+      {"2026-11-21t09:25:52z", 1795253152, 0},
+      {"2026-11-21T09:25:52.1630000000000Z", 1795253152, 163000000},  // zeros lose nothing
+      {"2026-11-21T09:25:52.000000001Z", 1795253152, 1},
+      {"2026-11-21T09:25:52-00:00", 1795253152, 0},
+      {"2026-11-21T00:25:52-09:00", 1795253152, 0},
+      {"2026-11-22T08:25:52+23:00", 1795253152, 0},
+      {"2024-02-29T00:00:00Z", 1709164800, 0},
+      {"2016-12-31T23:59:60Z", 1483228800, 0},  // a leap second: the next minute's :00
+      {"0001-01-01T00:00:00Z", -62135596800, 0},
+      {"0000-12-31T23:59:59-01:00", -62135593201, 0},
+      {"9999-12-31T23:59:59.999999999Z", 253402300799, 999999999},
+  };
+  for (const Accepted& a : accepted) {
+    v1::SecondaryStatusTransition transition;
+    const std::string json = absl::StrCat(R"({"StartTime":")", std::string(a.text), R"("})");
+    ASSERT_TRUE(ParseJson(json, transition).ok()) << json << ": " << ParseJson(json, transition);
+    EXPECT_EQ(transition.start_time().seconds(), a.seconds) << a.text;
+    EXPECT_EQ(transition.start_time().nanos(), a.nanos) << a.text;
+  }
+}
+
+TEST_F(JsonTest, NonFiniteNumbersAreWrittenAsTheProtocolsStrings) {
+  v1::MetricData metric;  // a float member
+  metric.set_value(std::numeric_limits<float>::infinity());
   EXPECT_EQ(ToJson(metric), R"({"Value":"Infinity"})");
-  metric.set_value(-std::numeric_limits<double>::infinity());
+  metric.set_value(-std::numeric_limits<float>::infinity());
   EXPECT_EQ(ToJson(metric), R"({"Value":"-Infinity"})");
-  metric.set_value(std::nan(""));
+  metric.set_value(std::nanf(""));
   EXPECT_EQ(ToJson(metric), R"({"Value":"NaN"})");
   v1::MetricData back;
   ASSERT_TRUE(ParseJson(ToJson(metric), back).ok());
   EXPECT_TRUE(std::isnan(back.value()));
-  metric.set_value(0.1);
-  EXPECT_EQ(ToJson(metric), R"({"Value":0.1})");
-  metric.set_value(1e300);
-  EXPECT_EQ(ToJson(metric), R"({"Value":1e+300})");
-  ASSERT_TRUE(ParseJson(R"({"Value": 3})", back).ok());  // doubles take integers too
+  ASSERT_TRUE(ParseJson(R"({"Value":"-Infinity"})", back).ok());
+  EXPECT_EQ(back.value(), -std::numeric_limits<float>::infinity());
+  // The model has no double member; the codec's doubles, on a well-known type.
+  google::protobuf::DoubleValue d;
+  d.set_value(-std::numeric_limits<double>::infinity());
+  EXPECT_EQ(ToJson(d), R"({"value":"-Infinity"})");
+  d.set_value(std::nan(""));
+  EXPECT_EQ(ToJson(d), R"({"value":"NaN"})");
+}
+
+TEST_F(JsonTest, DoublesAreWrittenShortestAndTakeAnyNumber) {
+  google::protobuf::DoubleValue d;
+  d.set_value(0.1);
+  EXPECT_EQ(ToJson(d), R"({"value":0.1})");
+  d.set_value(1e300);
+  EXPECT_EQ(ToJson(d), R"({"value":1e+300})");
+  google::protobuf::DoubleValue back;
+  ASSERT_TRUE(ParseJson(R"({"value": 3})", back).ok());  // doubles take integers too
   EXPECT_EQ(back.value(), 3.0);
+  ASSERT_TRUE(ParseJson(R"({"value": 0.7634999999999998})", back).ok());
+  EXPECT_EQ(ToJson(back), R"({"value":0.7634999999999998})");
+}
+
+// The model's "float" is 32 bits (MetricData.Value, the only one): the proto
+// keeps a float, so values read as the service holds them and are written as
+// it prints them (Java's Float.toString: shortest text that reads back).
+TEST_F(JsonTest, FloatMembersAreThirtyTwoBitsAsTheModelSays) {
+  const google::protobuf::FieldDescriptor* value =
+      v1::MetricData::descriptor()->FindFieldByName("value");
+  ASSERT_NE(value, nullptr);
+  EXPECT_EQ(value->cpp_type(), google::protobuf::FieldDescriptor::CPPTYPE_FLOAT);
+
+  v1::MetricData metric;
+  metric.set_value(0.1f);
+  EXPECT_EQ(ToJson(metric), R"({"Value":0.1})");  // not 0.10000000149011612
+  metric.set_value(std::numeric_limits<float>::max());
+  EXPECT_EQ(ToJson(metric), R"({"Value":3.4028235e+38})");
+  metric.set_value(std::numeric_limits<float>::denorm_min());
+  EXPECT_EQ(ToJson(metric), R"({"Value":1e-45})");
+
+  const auto read = [](std::string_view json) {
+    v1::MetricData m;
+    const absl::Status status = ParseJson(absl::StrCat(R"({"Value":)", std::string(json), "}"), m);
+    return status.ok() ? ToJson(m) : std::string(status.message());
+  };
+  // Read rounded to the nearest float, written as the service would.
+  EXPECT_EQ(read("0.1"), R"({"Value":0.1})");
+  EXPECT_EQ(read("0.123456789"), R"({"Value":0.12345679})");
+  EXPECT_EQ(read("0.7634999999999998"), R"({"Value":0.7635})");
+  EXPECT_EQ(read("16777217"), R"({"Value":16777216})");
+  // FLT_MAX as written above reads back, though 3.4028235e38 > FLT_MAX: it
+  // rounds to it. Only what rounds beyond the largest float is refused.
+  EXPECT_EQ(read("3.4028235e38"), R"({"Value":3.4028235e+38})");
+  EXPECT_EQ(read("-3.40282356e38"), R"({"Value":-3.4028235e+38})");
+  const std::string range = "out of range for a float (-3.4028235e+38 to 3.4028235e+38)";
+  for (std::string_view big : {"3.4028236e38", "1e39", "-1e39", "1e400"}) {
+    EXPECT_EQ(read(big), absl::StrCat("Parameter validation failed:\nInvalid value for parameter "
+                                      "Value, value: ",
+                                      std::string(big), ", ", range))
+        << big;
+  }
+  // Too small for a float: the nearest float, as for any float parser.
+  EXPECT_EQ(read("8e-46"), R"({"Value":1e-45})");
+  EXPECT_EQ(read("1e-50"), R"({"Value":0})");
+  EXPECT_EQ(read("-1e-400"), R"({"Value":-0})");
 }
 
 TEST_F(JsonTest, UnknownMemberIsReportedInBotocoresWords) {
@@ -443,10 +611,11 @@ TEST_F(JsonTest, IntegersOutOfTheFieldsRangeAreReported) {
             "value: 9223372036854775808, valid range: -9223372036854775808 to 9223372036854775807");
   EXPECT_EQ(CreateError(R"({"ResourceConfig":{"InstanceCount":-2147483648}})"), "OK");
   EXPECT_EQ(CreateError(R"({"InputDataConfig":[{"ShuffleConfig":{"Seed":-9223372036854775808}}]})"), "OK");
+  google::protobuf::DoubleValue d;
+  EXPECT_EQ(ParseJson(R"({"value":1e400})", d).message(),
+            "Parameter validation failed:\nInvalid value for parameter value, value: 1e400, out "
+            "of range for a double");
   v1::MetricData metric;
-  EXPECT_EQ(ParseJson(R"({"Value":1e400})", metric).message(),
-            "Parameter validation failed:\nInvalid value for parameter Value, value: 1e400, out of range for "
-            "a double");
   EXPECT_EQ(ParseJson(R"({"Value":"Inf"})", metric).message(),
             "Parameter validation failed:\nInvalid type for parameter Value, value: \"Inf\", type: string, "
             "valid types: number");
@@ -643,6 +812,71 @@ TEST_F(JsonTest, LongValuesInMessagesAreCut) {
   const std::string long_name(500, 'n');
   const std::string message = CreateError(absl::StrCat(R"({"RoleArn":[")", long_name, R"("]})"));
   EXPECT_THAT(message, HasSubstr(absl::StrCat("value: [\"", std::string(198, 'n'), "..., type: array")));
+}
+
+// Messages get logged as they are. What they show of the input (member
+// names, map keys, values, in botocore's lines and in the validator's) is
+// escaped, so that no input adds a line to them or forges one, and cut after
+// internal::kMaxJsonInMessage bytes, so that no input makes them long.
+TEST_F(JsonTest, InputShownInErrorsIsEscapedAndCut) {
+  const auto lines = [](const std::string& message) {
+    return std::count(message.begin(), message.end(), '\n') + 1;
+  };
+  const std::string names =
+      ", must be one of: TrainingJobName, HyperParameters, AlgorithmSpecification, RoleArn";
+  // A member name that would forge a second error line.
+  std::string message = CreateError(R"({"Foo\nInvalid type for parameter RoleArn":1})");
+  EXPECT_THAT(message,
+              HasSubstr(absl::StrCat(R"(Unknown parameter in input: )",
+                                     R"("Foo\nInvalid type for parameter RoleArn")", names)));
+  EXPECT_EQ(lines(message), 2);
+  // Line breaks beyond C0 (DEL, NEL U+0085, U+2028, U+2029), quotes, backslashes.
+  message = CreateError(R"({"a\u2028b\u0085c\u007fd\u2029e\u0000\"\\":1})");
+  EXPECT_THAT(message, HasSubstr(R"(input: "a\u2028b\u0085c\u007fd\u2029e\u0000\"\\", must)"));
+  EXPECT_EQ(message.find("\xE2\x80\xA8"), std::string::npos);
+  EXPECT_EQ(message.find("\xC2\x85"), std::string::npos);
+  // A long name: cut, and never inside an escape.
+  message = CreateError(absl::StrCat(R"({")", std::string(100000, 'k'), R"(":1})"));
+  EXPECT_THAT(message, HasSubstr(absl::StrCat(": \"", std::string(199, 'k'), "...", names)));
+  EXPECT_LT(message.size(), 1000u);
+  std::string tabs;  // 40 JSON escapes of a tab
+  for (int i = 0; i < 40; ++i) tabs += R"(\t)";
+  message = CreateError(absl::StrCat(R"({")", std::string(150, 'k'), tabs, R"(":1})"));
+  // '"' and 150 k take 151 bytes; 24 escapes (48 bytes) fit in 200, the 25th
+  // does not: the cut comes before it, not in it.
+  EXPECT_THAT(message, HasSubstr(absl::StrCat(": \"", std::string(150, 'k'), tabs.substr(0, 48),
+                                              "...", names)));
+
+  // A map key in a path: as it is when safe, else quoted; values escaped.
+  EXPECT_EQ(CreateError(R"({"HyperParameters":{"a\nb":1,"c.d":2},"TrainingJobName":["x\u2028y"]})"),
+            "Parameter validation failed:\n"
+            "Invalid type for parameter HyperParameters.\"a\\nb\", value: 1, type: integer, "
+            "valid types: string\n"
+            "Invalid type for parameter HyperParameters.c.d, value: 2, type: integer, "
+            "valid types: string\n"
+            "Invalid type for parameter TrainingJobName, value: [\"x\\u2028y\"], type: array, "
+            "valid types: string");
+  message = CreateError(absl::StrCat(R"({"HyperParameters":{")", std::string(5000, 'k'),
+                                     R"(":1}})"));
+  EXPECT_THAT(message, HasSubstr(absl::StrCat("parameter HyperParameters.\"",
+                                              std::string(199, 'k'), "..., value: 1,")));
+
+  // The validator's messages, which ParseJson returns when a list is empty:
+  // an enumeration value and a map key, escaped in the service's quotes.
+  message = CreateError(SmallRequest(
+      R"(,"InputDataConfig":[],"DebugRuleConfigurations":[{"RuleConfigurationName":"r",)"
+      R"("RuleEvaluatorImage":"i","InstanceType":"ml.m5.large\n2 validation errors detected: x"}],)"
+      R"("HyperParameters":{"k\u2028":")" + std::string(2501, 'v') + R"("})"));
+  EXPECT_EQ(lines(message), 1) << message;
+  EXPECT_THAT(message, HasSubstr("Value 'ml.m5.large\\n2 validation errors detected: x' at "
+                                 "'debugRuleConfigurations.1.member.instanceType' failed to "
+                                 "satisfy constraint: Member must satisfy enum value set: ["));
+  EXPECT_THAT(message, HasSubstr("Value 'k\\u2028' at 'hyperParameters' failed to satisfy "
+                                 "constraint: Map keys must satisfy constraint: [Member must "
+                                 "satisfy regular expression pattern: ^.*]"));
+  EXPECT_THAT(message, HasSubstr("...' at 'hyperParameters.k\\u2028' failed to satisfy constraint: "
+                                 "Member must have length less than or equal to 2500"));
+  EXPECT_EQ(message.find("\xE2\x80\xA8"), std::string::npos);
 }
 
 TEST_F(JsonTest, InvalidUtf8InStringFieldsStillGivesValidJson) {

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -270,6 +271,64 @@ TEST_F(JsonValueTest, WriterReplacesInvalidUtf8SoOutputStaysValid) {
   JsonValue object = JsonValue::Object();
   object.Set("k\"\n\xC0", JsonValue::Null());
   EXPECT_EQ(WriteJson(object), "{\"k\\\"\\n\xEF\xBF\xBD\":null}");
+}
+
+// Error messages show input through JsonForMessage and EscapeForMessage: no
+// character of it may start a line in a log, and JsonForMessage bounds it.
+TEST_F(JsonValueTest, JsonForMessageEscapesEveryLineBreakAndCutsBetweenUnits) {
+  // C0 as JSON escapes it; DEL, C1 (NEL), U+2028, U+2029 as well, unlike WriteJson.
+  const std::string text = "a\nb\x7F" "c\xC2\x85" "d\xE2\x80\xA8" "e\xE2\x80\xA9" "f\"\\ \xC3\xA9"s;
+  EXPECT_EQ(JsonForMessage(JsonValue::String(text)),
+            R"("a\nb\u007fc\u0085d\u2028e\u2029f\"\\ )" "\xC3\xA9\"");
+  absl::StatusOr<JsonValue> back = ParseJsonValue(JsonForMessage(JsonValue::String(text)));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->string_value(), text);  // still JSON, and the same string
+  // Inside arrays and objects, keys too.
+  JsonValue object = JsonValue::Object();
+  object.Set("k\xE2\x80\xA8", JsonValue::Array().Push(JsonValue::String("\xC2\x9F")));
+  EXPECT_EQ(JsonForMessage(object), R"({"k\u2028":["\u009f"]})");
+  // Short enough: whole. Longer: cut at max_bytes or before, never inside an
+  // escape or a character, and "..." appended.
+  EXPECT_EQ(JsonForMessage(JsonValue::String("abcd"), 6), "\"abcd\"");
+  EXPECT_EQ(JsonForMessage(JsonValue::String("abcde"), 6), "\"abcde...");
+  EXPECT_EQ(JsonForMessage(JsonValue::String("abc\nd"), 5), "\"abc...");
+  EXPECT_EQ(JsonForMessage(JsonValue::String("abc\xE2\x80\xA8"), 9), "\"abc...");
+  EXPECT_EQ(JsonForMessage(JsonValue::String("abc\xE2\x80\xA8"), 10), "\"abc\\u2028...");
+  EXPECT_EQ(JsonForMessage(JsonValue::String("ab\xC3\xA9\xC3\xA9"), 4), "\"ab...");
+  EXPECT_EQ(JsonForMessage(JsonValue::String("ab\xC3\xA9\xC3\xA9"), 6), "\"ab\xC3\xA9...");
+  EXPECT_EQ(JsonForMessage(JsonValue::String(std::string(1000, 'x'))).size(),
+            kMaxJsonInMessage + 3);
+}
+
+TEST_F(JsonValueTest, EscapeForMessageKeepsQuotesAndEscapesLineBreaksAndBadBytes) {
+  EXPECT_EQ(EscapeForMessage("it's \"re\\d+\""), "it's \"re\\d+\"");
+  EXPECT_EQ(EscapeForMessage("a\r\nb\tc\x01\x7F" "d\xC2\x85" "e\xE2\x80\xA8\xE2\x80\xA9"),
+            R"(a\r\nb\tc\u0001\u007fd\u0085e\u2028\u2029)");
+  EXPECT_EQ(EscapeForMessage("us-\xC3 \x85 \xC3\xA9"), "us-\\xC3 \\x85 \xC3\xA9");
+}
+
+TEST_F(JsonValueTest, ErrorsShowInputEscapedAndCut) {
+  // Outside strings, a character that breaks lines is named by code point.
+  EXPECT_EQ(ErrorOf("[1,\xE2\x80\xA8]"),
+            "line 1, column 4: expected a value, found character U+2028");
+  EXPECT_EQ(ErrorOf("1\xC2\x85"),
+            "line 1, column 2: unexpected character U+0085 after the JSON value");
+  // Duplicate keys: escaped and cut.
+  EXPECT_EQ(ErrorOf("{\"a\xE2\x80\xA8\":1,\"a\\u2028\":2}"),
+            "line 1, column 9: duplicate key \"a\\u2028\" in object");
+  const std::string key(100000, 'k');
+  EXPECT_EQ(ErrorOf(absl::StrCat("{\"", key, "\":1,\"", key, "\":2}")),
+            absl::StrCat("line 1, column 100007: duplicate key \"", std::string(199, 'k'),
+                         "... in object"));
+  // What the builders and converters are given.
+  EXPECT_EQ(JsonValue::Number("1\n2").status().message(), "\"1\\n2\" is not a JSON number");
+  std::string digits(501, '0');  // 1e500
+  digits[0] = '1';
+  EXPECT_EQ(JsonValue::Number(digits)->AsDouble().status().message(),
+            absl::StrCat(digits.substr(0, kMaxJsonInMessage), "... is out of range for a double"));
+  EXPECT_EQ(JsonValue::Number(digits)->AsInt64().status().message(),
+            absl::StrCat(digits.substr(0, kMaxJsonInMessage), "... is out of range for a 64-bit "
+                         "integer"));
 }
 
 TEST_F(JsonValueTest, BuildersMakeDocumentsAndSetReplacesInPlace) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "core/internal/regex.h"
 #include "google/protobuf/descriptor.h"
@@ -213,17 +214,49 @@ class ReferenceValidator {
     }
     return true;
   }
-  static std::string Quote(const std::string& value) {
-    if (value.size() <= 256) return absl::StrCat("'", value, "'");
-    size_t cut = 256;
+  // Input in a message: control characters JSON-style, U+2028 and U+2029 as
+  // \u escapes, bytes that are not UTF-8 as \xHH; the rest as it is.
+  static std::string Escape(const std::string& s) {
+    std::string out;
+    for (size_t i = 0; i < s.size();) {
+      const unsigned char c = static_cast<unsigned char>(s[i]);
+      const size_t len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
+      if (len == 0 || !IsUtf8(s.substr(i, len))) {
+        absl::StrAppend(&out, absl::StrFormat("\\x%02X", c));
+        ++i;
+        continue;
+      }
+      uint32_t cp = len == 1 ? c : c & (0x7F >> len);
+      for (size_t k = 1; k < len; ++k) {
+        cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+      }
+      static const std::map<uint32_t, std::string> named = {
+          {'\b', "\\b"}, {'\f', "\\f"}, {'\n', "\\n"}, {'\r', "\\r"}, {'\t', "\\t"}};
+      if (named.count(cp) > 0) {
+        out += named.at(cp);
+      } else if (cp < 0x20 || (cp >= 0x7F && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029) {
+        absl::StrAppend(&out, "\\u", absl::Hex(cp, absl::kZeroPad4));
+      } else {
+        out += s.substr(i, len);
+      }
+      i += len;
+    }
+    return out;
+  }
+  static std::string Cut(const std::string& value, size_t max) {
+    if (value.size() <= max) return Escape(value);
+    size_t cut = max;
     while (cut > 0 && (static_cast<unsigned char>(value[cut]) & 0xC0) == 0x80) --cut;
-    return absl::StrCat("'", value.substr(0, cut), "...'");
+    return Escape(value.substr(0, cut)) + "...";
+  }
+  static std::string Quote(const std::string& value) {
+    return absl::StrCat("'", Cut(value, 256), "'");
   }
 
   void Add(const std::string& path, const std::string& value, const std::string& constraint) {
     errors_.push_back(ValidationError{
-        path, absl::StrCat("Value ", value, " at '", path, "' failed to satisfy constraint: ",
-                           constraint)});
+        path, absl::StrCat("Value ", value, " at '", Cut(path, 1024),
+                           "' failed to satisfy constraint: ", constraint)});
   }
 
   void CheckMessage(const Message& message, const std::string& path) {

@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -432,14 +433,17 @@ TEST(ValidationTest, LengthCountsUtf16UnitsLikeTheService) {
 // in PCRE2). Other control characters are ordinary characters to it.
 TEST(ValidationTest, PatternDotRejectsEveryJavaLineTerminator) {
   const std::string dot_pattern = "Member must satisfy regular expression pattern: ^.*";
-  for (const std::string terminator : {"\n", "\r", "\r\n", "\xc2\x85", "\xe2\x80\xa8",
-                                       "\xe2\x80\xa9"}) {
+  // Each terminator, and how the message shows it (escaped: see
+  // InputInMessagesCannotBreakTheLine).
+  const std::pair<std::string, std::string> terminators[] = {
+      {"\n", "\\n"},           {"\r", "\\r"},           {"\r\n", "\\r\\n"},
+      {"\xc2\x85", "\\u0085"}, {"\xe2\x80\xa8", "\\u2028"}, {"\xe2\x80\xa9", "\\u2029"}};
+  for (const auto& [terminator, shown] : terminators) {
     SCOPED_TRACE(absl::CEscape(terminator));
     CreateTrainingJobRequest r = BaseRequest();
-    const std::string value = "x" + terminator + "y";
-    (*r.mutable_hyper_parameters())["lr"] = value;
-    EXPECT_EQ(Validate(r), One(absl::StrCat("Value '", value,
-                                            "' at 'hyperParameters.lr' failed to satisfy "
+    (*r.mutable_hyper_parameters())["lr"] = "x" + terminator + "y";
+    EXPECT_EQ(Validate(r), One(absl::StrCat("Value 'x", shown,
+                                            "y' at 'hyperParameters.lr' failed to satisfy "
                                             "constraint: ",
                                             dot_pattern)));
     // A pattern decided by an automaton: (https|s3)://([^/]+)/?(.*).
@@ -466,6 +470,40 @@ TEST(ValidationTest, PatternDotRejectsEveryJavaLineTerminator) {
   EXPECT_NE(Validate(r), "OK");
 }
 
+// Messages get logged as they are. A value or map key they show is escaped
+// (control characters JSON-style, U+2028/U+2029, bytes that are not UTF-8),
+// so that none can break the line or forge another one, and cut.
+TEST(ValidationTest, InputInMessagesCannotBreakTheLine) {
+  CreateTrainingJobRequest r = BaseRequest();
+  r.mutable_algorithm_specification()->set_training_input_mode(
+      "File\n1 validation error detected: Value 'x'");
+  EXPECT_EQ(Validate(r),
+            One("Value 'File\\n1 validation error detected: Value 'x'' at "
+                "'algorithmSpecification.trainingInputMode' failed to satisfy constraint: Member "
+                "must satisfy enum value set: [Pipe, File, FastFile]"));
+  // A map key, both as a value and in a path; quotes and backslashes stay as
+  // the service shows them.
+  r = BaseRequest();
+  (*r.mutable_hyper_parameters())["a\x85\xE2\x80\xA8\tb\\'"] = std::string(2501, 'v');
+  EXPECT_EQ(Validate(r),
+            absl::StrCat("2 validation errors detected: Value 'a\\x85\\u2028\\tb\\'' at "
+                         "'hyperParameters' failed to satisfy constraint: Map keys must satisfy "
+                         "constraint: [Member must satisfy regular expression pattern: ^.*]; "
+                         "Value '",
+                         std::string(256, 'v'),
+                         "...' at 'hyperParameters.a\\x85\\u2028\\tb\\'' failed to satisfy "
+                         "constraint: Member must have length less than or equal to 2500"));
+  // A long key in a path is cut too (after 1024 bytes).
+  r = BaseRequest();
+  (*r.mutable_hyper_parameters())[std::string(5000, 'k')] = std::string(2501, 'v');
+  const std::string message = Validate(r);
+  EXPECT_NE(message.find(absl::StrCat("at 'hyperParameters.", std::string(1024 - 16, 'k'),
+                                      "...' failed")),
+            std::string::npos)
+      << message;
+  EXPECT_LT(message.size(), 2000u);
+}
+
 // A string no pattern constrains must still be text: the service's JSON
 // cannot carry other bytes, and a request holding them does not survive
 // protobuf serialization (proto3 strings are UTF-8).
@@ -479,7 +517,7 @@ TEST(ValidationTest, StringWithoutPatternMustBeValidUtf8) {
   EXPECT_EQ(Validate(r), "OK");
   spec->set_ultra_server_id("us-\xc3");
   EXPECT_EQ(Validate(r),
-            One("Value 'us-\xc3' at "
+            One("Value 'us-\\xC3' at "
                 "'resourceConfig.instancePlacementConfig.placementSpecifications.1.member."
                 "ultraServerId' failed to satisfy constraint: Member must be valid UTF-8"));
 }

@@ -49,6 +49,71 @@ size_t Utf8SequenceLength(std::string_view s, size_t i) {
 }
 
 
+// How AppendEscaped writes a string.
+enum class Escape {
+  kJson,            // a JSON string literal: '"', '\\' and C0 controls escaped
+  kJsonForMessage,  // kJson, and DEL, C1 controls, U+2028, U+2029 escaped too
+  kMessage,         // no quotes; controls and separators escaped, bad bytes \xHH
+};
+
+// The code point of the valid UTF-8 sequence of length n (2 to 4) at s[i].
+uint32_t DecodeUtf8(std::string_view s, size_t i, size_t n) {
+  uint32_t cp = static_cast<unsigned char>(s[i]) & (0x7Fu >> n);
+  for (size_t k = 1; k < n; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3Fu);
+  return cp;
+}
+
+// Characters beyond C0 that a message must not carry raw: DEL and the C1
+// controls (U+0085 NEL among them) and the line and paragraph separators,
+// which Python's splitlines, JavaScript and some log viewers break lines at.
+bool BreaksLines(uint32_t cp) {
+  return (cp >= 0x7F && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029;
+}
+
+// Appends `text` to `out` written as `mode` says.
+void AppendEscaped(std::string_view text, Escape mode, std::string& out) {
+  const bool json = mode != Escape::kMessage;
+  if (json) out.push_back('"');
+  size_t i = 0;
+  while (i < text.size()) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    const size_t n = c < 0x80 ? 1 : Utf8SequenceLength(text, i);
+    if (n == 0) {
+      if (json) {
+        out += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER: the output stays valid JSON
+      } else {
+        out += absl::StrFormat("\\x%02X", c);
+      }
+      ++i;
+      continue;
+    }
+    const uint32_t cp = n == 1 ? c : DecodeUtf8(text, i, n);
+    if (mode != Escape::kJson && BreaksLines(cp)) {
+      out += absl::StrFormat("\\u%04x", cp);
+    } else if (n > 1) {
+      out.append(text.substr(i, n));
+    } else {
+      switch (c) {
+        case '"': out += json ? "\\\"" : "\""; break;
+        case '\\': out += json ? "\\\\" : "\\"; break;
+        case '\b': out += "\\b"; break;
+        case '\f': out += "\\f"; break;
+        case '\n': out += "\\n"; break;
+        case '\r': out += "\\r"; break;
+        case '\t': out += "\\t"; break;
+        default:
+          if (c < 0x20) {
+            out += absl::StrFormat("\\u%04x", c);
+          } else {
+            out.push_back(static_cast<char>(c));
+          }
+      }
+    }
+    i += n;
+  }
+  if (json) out.push_back('"');
+}
+
 // Scans a JSON number starting at text[pos]. On success returns the position
 // just past it; on failure returns the position of the offending character
 // and sets `*error`.
@@ -95,6 +160,10 @@ std::string Describe(std::string_view text, size_t pos) {
   if (c < 0x80) return absl::StrFormat("character U+%04X", c);
   const size_t n = Utf8SequenceLength(text, pos);
   if (n == 0) return absl::StrFormat("invalid UTF-8 byte 0x%02X", c);
+  // Shown by number, not as itself: the message must stay on one line.
+  if (const uint32_t cp = DecodeUtf8(text, pos, n); BreaksLines(cp)) {
+    return absl::StrFormat("character U+%04X", cp);
+  }
   return absl::StrCat("'", std::string(text.substr(pos, n)), "'");
 }
 
@@ -365,9 +434,8 @@ class Parser {
         duplicate = !index.emplace(key, members.size()).second;
       }
       if (duplicate) {
-        std::string quoted;
-        AppendJsonString(key, quoted);
-        return Fail(key_pos, absl::StrCat("duplicate key ", quoted, " in object"));
+        return Fail(key_pos, absl::StrCat("duplicate key ", JsonForMessage(JsonValue::String(key)),
+                                          " in object"));
       }
       SkipWhitespace();
       if (Peek() != ':') {
@@ -405,7 +473,7 @@ void AppendIndent(int level, std::string& out) {
   out.append(static_cast<size_t>(level) * 2, ' ');
 }
 
-void Write(const JsonValue& value, bool indent, int level, std::string& out) {
+void Write(const JsonValue& value, bool indent, int level, Escape escape, std::string& out) {
   switch (value.kind()) {
     case JsonValue::Kind::kNull:
       out += "null";
@@ -417,7 +485,7 @@ void Write(const JsonValue& value, bool indent, int level, std::string& out) {
       out += value.number_lexeme();
       return;
     case JsonValue::Kind::kString:
-      AppendJsonString(value.string_value(), out);
+      AppendEscaped(value.string_value(), escape, out);
       return;
     case JsonValue::Kind::kArray: {
       out.push_back('[');
@@ -426,7 +494,7 @@ void Write(const JsonValue& value, bool indent, int level, std::string& out) {
         if (!first) out.push_back(',');
         first = false;
         if (indent) AppendIndent(level + 1, out);
-        Write(element, indent, level + 1, out);
+        Write(element, indent, level + 1, escape, out);
       }
       if (indent && !first) AppendIndent(level, out);
       out.push_back(']');
@@ -439,9 +507,9 @@ void Write(const JsonValue& value, bool indent, int level, std::string& out) {
         if (!first) out.push_back(',');
         first = false;
         if (indent) AppendIndent(level + 1, out);
-        AppendJsonString(key, out);
+        AppendEscaped(key, escape, out);
         out += indent ? ": " : ":";
-        Write(member, indent, level + 1, out);
+        Write(member, indent, level + 1, escape, out);
       }
       if (indent && !first) AppendIndent(level, out);
       out.push_back('}');
@@ -505,8 +573,8 @@ absl::StatusOr<JsonValue> JsonValue::Number(std::string_view lexeme) {
   std::string error;
   const size_t end = lexeme.empty() ? 0 : ScanNumber(lexeme, 0, &error);
   if (lexeme.empty() || !error.empty() || end != lexeme.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", std::string(lexeme), "' is not a JSON number"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        JsonForMessage(JsonValue::String(std::string(lexeme))), " is not a JSON number"));
   }
   JsonValue v;
   v.kind_ = Kind::kNumber;
@@ -544,13 +612,13 @@ absl::StatusOr<int64_t> JsonValue::AsInt64() const {
   }
   if (!IsIntegerLexeme()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(text_, " is not an integer (it has a fraction or exponent)"));
+        absl::StrCat(JsonForMessage(*this), " is not an integer (it has a fraction or exponent)"));
   }
   int64_t result = 0;
   const auto [ptr, ec] = std::from_chars(text_.data(), text_.data() + text_.size(), result);
   if (ec != std::errc() || ptr != text_.data() + text_.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(text_, " is out of range for a 64-bit integer"));
+        absl::StrCat(JsonForMessage(*this), " is out of range for a 64-bit integer"));
   }
   return result;
 }
@@ -574,10 +642,11 @@ absl::StatusOr<double> JsonValue::AsDouble() const {
       magnitude = first == std::string_view::npos ? -1 : -static_cast<int64_t>(first) - 1 + parts.exponent;
     }
     if (magnitude < 0) return parts.negative ? -0.0 : 0.0;
-    return absl::InvalidArgumentError(absl::StrCat(text_, " is out of range for a double"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(JsonForMessage(*this), " is out of range for a double"));
   }
   if (ec != std::errc() || ptr != text_.data() + text_.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(text_, " is not a number"));
+    return absl::InvalidArgumentError(absl::StrCat(JsonForMessage(*this), " is not a number"));
   }
   return result;
 }
@@ -679,44 +748,41 @@ absl::StatusOr<JsonValue> ParseJsonValue(std::string_view text) { return Parser(
 
 std::string WriteJson(const JsonValue& value, bool indent) {
   std::string out;
-  Write(value, indent, 0, out);
+  Write(value, indent, 0, Escape::kJson, out);
   return out;
 }
 
 void AppendJsonString(std::string_view text, std::string& out) {
-  out.push_back('"');
-  size_t i = 0;
-  while (i < text.size()) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x80) {
-      const size_t n = Utf8SequenceLength(text, i);
-      if (n == 0) {
-        out += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
-        ++i;
-      } else {
-        out.append(text.substr(i, n));
-        i += n;
-      }
-      continue;
+  AppendEscaped(text, Escape::kJson, out);
+}
+
+std::string JsonForMessage(const JsonValue& value, size_t max_bytes) {
+  std::string text;
+  Write(value, /*indent=*/false, 0, Escape::kJsonForMessage, text);
+  if (text.size() <= max_bytes) return text;
+  // Cut before the first unit that does not fit whole. A unit is an escape
+  // (backslash and what follows; in JSON text a backslash only ever starts
+  // one) or a UTF-8 character (the writer emits only valid ones).
+  size_t cut = 0;
+  while (cut < text.size()) {
+    size_t unit = 1;
+    if (text[cut] == '\\') {
+      unit = cut + 1 < text.size() && text[cut + 1] == 'u' ? 6 : 2;
+    } else if (static_cast<unsigned char>(text[cut]) >= 0x80) {
+      unit = std::max<size_t>(1, Utf8SequenceLength(text, cut));
     }
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (c < 0x20) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-    ++i;
+    if (cut + unit > max_bytes) break;
+    cut += unit;
   }
-  out.push_back('"');
+  text.resize(cut);
+  text += "...";
+  return text;
+}
+
+std::string EscapeForMessage(std::string_view text) {
+  std::string out;
+  AppendEscaped(text, Escape::kMessage, out);
+  return out;
 }
 
 }  // namespace kiln::internal

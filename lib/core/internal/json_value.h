@@ -166,6 +166,32 @@ std::string WriteJson(const JsonValue& value, bool indent = false);
 // Appends `text` to `out` as a quoted, escaped JSON string, as WriteJson does.
 void AppendJsonString(std::string_view text, std::string& out);
 
+// Error messages quote input (a member name, a value, a map key) through the
+// two functions below, never raw: a message is often logged as one line, and
+// nothing in the input may start another line or forge text after it.
+
+// Bytes of quoted text JsonForMessage keeps at most.
+inline constexpr size_t kMaxJsonInMessage = 200;
+
+// `value` as compact JSON for an error message: strings escaped as WriteJson
+// escapes them ('"', '\\', control characters), and also DEL, the C1 controls
+// (U+0080-U+009F) and U+2028/U+2029 as \u007f, \u0085, \u2028..., which
+// some log readers take as line breaks. Text beyond `max_bytes` bytes is cut
+// (never inside an escape or a character) and "..." appended, so a long value
+// shows as `"aaaa...` without its closing quote.
+// Thread-safe.
+std::string JsonForMessage(const JsonValue& value, size_t max_bytes = kMaxJsonInMessage);
+
+// `text` with every character escaped that could break a line of a message or
+// a log that holds it: control characters JSON-style (\n, \t, \u0001, DEL
+// and C1 as \u007f...\u009f), U+2028/U+2029 as \u2028/\u2029, and bytes that
+// are not valid UTF-8 as \xHH. Quotes and backslashes stay as they are: this
+// is for the service's 'single-quoted' form, whose values (regular
+// expressions, paths) read as written; JsonForMessage is the unambiguous form.
+// Not bounded: the caller cuts first.
+// Thread-safe.
+std::string EscapeForMessage(std::string_view text);
+
 }  // namespace kiln::internal
 
 #endif  // KILN_LIB_CORE_INTERNAL_JSON_VALUE_H_

@@ -226,7 +226,9 @@ std::vector<ValidationError> ValidateWith(ShapeChecker& checker,
                                           const google::protobuf::Message& request);
 
 // The value as error messages show it: quoted, cut after 256 bytes (on a
-// UTF-8 boundary) with "...".
+// UTF-8 boundary) with "...", and escaped by EscapeForMessage (json_value.h)
+// so that no value can break the message's line: 'a\nb', 'us-\xC3'.
+// (ValidationError::path keeps map keys raw; its message escapes them too.)
 std::string QuoteValue(std::string_view value);
 
 // Length as the service counts it (Java String length: UTF-16 code units).
