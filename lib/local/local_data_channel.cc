@@ -274,6 +274,27 @@ std::string UnsafePathReason(std::string_view rel) {
   return "it has a '.' or '..' segment";
 }
 
+// Two objects of one instance's share (File mode) where one's key is a
+// folder of the other's, "a" and "a/b": S3 holds both, a directory cannot.
+// InvalidArgument naming both, found before anything is copied, rather than a
+// file-system error halfway through the copy (in whichever order the copy
+// threads reach them).
+absl::Status CheckNoKeyIsAFolder(std::string_view channel,
+                                 const std::vector<const Source*>& share) {
+  std::map<std::string_view, const Source*> by_key;
+  for (const Source* s : share) by_key.emplace(s->rel, s);
+  for (const auto& [key, source] : by_key) {
+    const std::string folder = absl::StrCat(internal::Av(key), "/");
+    auto below = by_key.lower_bound(folder);
+    if (below == by_key.end() || below->first.substr(0, folder.size()) != folder) continue;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "channel '", internal::Av(channel), "': objects '", source->uri, "' and '",
+        below->second->uri, "' cannot both be copied: key '", internal::Av(key),
+        "' would be a file and the folder holding key '", internal::Av(below->first), "'"));
+  }
+  return absl::OkStatus();
+}
+
 // Everything one Pipe channel's writers need, shared by them.
 struct PipeSpec {
   std::string job_name;
@@ -717,13 +738,17 @@ absl::Status LocalDataChannel::Copy(const v1::Channel& channel,
     if (!s.ok()) return InChannel(name, s);
     // The instance's share: the shuffled order (ShuffleConfig) sharded, as
     // Pipe mode's first epoch.
+    std::vector<const Source*> share;
     for (size_t j : internal::EpochOrder(sources->size(), channel.has_shuffle_config(),
                                          channel.shuffle_config().seed(), 0, sharded, i,
                                          data_roots.size())) {
       const Source& src = (*sources)[j];
+      share.push_back(&src);
       items.push_back(
           CopyItem{src.uri, absl::StrCat(dir, "/", src.rel), data_roots[i], src.size >= 0});
     }
+    s = CheckNoKeyIsAFolder(name, share);
+    if (!s.ok()) return s;
   }
   std::atomic<size_t> next{0};
   absl::Mutex mu;

@@ -481,6 +481,33 @@ TEST_F(LocalDataChannelTest, CheckChannelLooksIntoAnyStoreAndChecksManifestsExis
   stores_.Register("mem", nullptr);
 }
 
+// S3 can hold objects "a" and "a/b"; a directory cannot hold both. File
+// mode finds it before copying anything, naming both objects, instead of
+// failing halfway with a file-system error. An instance whose share holds
+// only one of them is not refused for the other's.
+TEST_F(LocalDataChannelTest, FileModeRefusesAKeyThatIsAlsoAFolderBeforeCopying) {
+  std::unique_ptr<ObjectStore> mem = NewInMemoryObjectStore();
+  stores_.Register("mem", mem.get());
+  for (const char* key : {"a", "a.txt", "a/b", "z"}) {
+    ASSERT_TRUE(mem->Put(absl::StrCat("mem://b/data/", key), key).ok());
+  }
+  absl::Status s = Deliver(Channel("clash", "S3Prefix", "mem://b/data/"), "File");
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("channel 'clash'"));
+  EXPECT_THAT(s.message(), HasSubstr("'mem://b/data/a'"));
+  EXPECT_THAT(s.message(), HasSubstr("'mem://b/data/a/b'"));
+  for (const Instance& i : cluster_.instances) {
+    EXPECT_THAT(ListDir(DataDir(i.id) + "/clash"), ::testing::IsEmpty()) << i.id;
+  }
+  // Sharded over two instances, "a" and "a/b" may go to different ones.
+  ASSERT_TRUE(mem->Delete("mem://b/data/a.txt").ok());
+  ASSERT_TRUE(mem->Delete("mem://b/data/z").ok());
+  std::vector<const Instance*> two = {&cluster_.instances[0], &cluster_.instances[1]};
+  s = DeliverTo(Channel("shard", "S3Prefix", "mem://b/data/", "ShardedByS3Key"), "File", two);
+  EXPECT_TRUE(s.ok()) << s;
+  stores_.Register("mem", nullptr);
+}
+
 // ---------------------------------------------------------------------------
 // Pipe
 

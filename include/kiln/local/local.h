@@ -344,6 +344,10 @@ struct LocalDataChannelOptions {
 //   no file). Such keys are legal in S3, but File and FastFile write each
 //   object at its key: mapping them would show the object under a name it
 //   does not have, and "a//b" and "a/b" would race for one file.
+// - In File mode, two objects of one instance's share where one's key is a
+//   folder of the other's ("a" and "a/b": S3 holds both, a directory cannot),
+//   naming both, before anything is copied. (FastFile's view refuses them
+//   too, naming one.)
 // - A channel whose directory (File, FastFile) has the name of a Pipe
 //   channel's FIFO on an instance that receives both: File channel "a_1" and
 //   Pipe channel "a" (its epoch 1). The error names both channels, whichever
