@@ -72,7 +72,7 @@ int HttpStatusOfS3Code(std::string_view code) {
 // (CompleteMultipartUpload): it is mapped as its code would be with the status
 // S3 sends that code with (AccessDenied as a 403), so both kinds agree.
 absl::Status ErrorFor(const std::string& what, int status, const std::string& code,
-                      const std::string& message) {
+                      const std::string& message, bool if_match = false) {
   const bool ok_status = status >= 200 && status < 300;
   std::string text = absl::StrCat(what, ": HTTP ", status);
   if (ok_status) absl::StrAppend(&text, " with an error in the body:");
@@ -85,6 +85,8 @@ absl::Status ErrorFor(const std::string& what, int status, const std::string& co
   if (status == 403 || status == 401) return absl::PermissionDeniedError(text);
   if (status == 416) return absl::OutOfRangeError(text);
   if (status == 412) {
+    // Only a read pinned to a version (If-Match) can tell why.
+    if (!if_match) return absl::AbortedError(text);
     return absl::AbortedError(absl::StrCat(text, " (the object changed while it was read)"));
   }
   if (IsRetryableS3Error(status, code)) return absl::UnavailableError(text);
@@ -331,7 +333,10 @@ absl::StatusOr<HttpResponse> S3Client::Send(const Call& call, const ResponseChec
     }
     std::string code = XmlText(r->body, "Code");
     trace->code = code;
-    absl::Status error = ErrorFor(call.what, r->status, code, XmlText(r->body, "Message"));
+    const bool if_match = std::any_of(call.headers.begin(), call.headers.end(),
+                                      [](const auto& h) { return h.first == "if-match"; });
+    absl::Status error =
+        ErrorFor(call.what, r->status, code, XmlText(r->body, "Message"), if_match);
     if (!IsRetryableS3Error(r->status, code)) return error;
     last = error;
   }
@@ -405,7 +410,8 @@ absl::StatusOr<S3ObjectMeta> S3Client::GetObject(std::string_view bucket, std::s
     }
     if (r->status < 200 || r->status >= 300) {
       std::string code = XmlText(r->body, "Code");
-      absl::Status error = ErrorFor(what, r->status, code, XmlText(r->body, "Message"));
+      absl::Status error = ErrorFor(what, r->status, code, XmlText(r->body, "Message"),
+                                    /*if_match=*/!meta.etag.empty());
       if (!IsRetryableS3Error(r->status, code)) return error;
       last_error = error;
       ++failures;
