@@ -367,6 +367,129 @@ class LineSplitter {
   std::string buf_;
 };
 
+// The log stream of one container run (<log_dir>/<job>/algo-<k>-<epoch>):
+// the container's output as it comes, and Kiln's own "[kiln] " lines.
+//
+// Every write is completed, or the stream breaks: on the first failure (a full
+// disk) the file is cut back to the end of its last whole line, a "[kiln] "
+// line saying why is added when it fits (the cut may have freed the room),
+// and nothing more is written to it. So the file never holds a cut line, nor
+// one joined to a later one, as writing on after a short write would give
+// (the disk may have room again by the next chunk). The caller shows observers
+// the line the breaking call returns: the stream says so once, where it can
+// be read. A stream that cannot be opened is broken from the start.
+//
+// Supervisor thread only (thread-compatible).
+class LogStream {
+ public:
+  // What every line that reports a broken stream to observers starts with.
+  static constexpr char kBrokenPrefix[] = "[kiln] the log stream cannot be written: ";
+
+  explicit LogStream(std::string path) : path_(std::move(path)) {}
+
+  // Makes the file's directory and opens the file for appending. Returns the
+  // line for observers when it cannot (naming what and why), else "".
+  std::string Open() {
+    absl::Status s = internal::MakeDirs(internal::DirName(path_));
+    if (s.ok()) {
+      fd_.reset(open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+      struct stat st;
+      if (!fd_.valid()) {
+        s = internal::ErrnoStatus(errno, "create", path_);
+      } else if (fstat(fd_.get(), &st) != 0) {
+        s = internal::ErrnoStatus(errno, "stat", path_);
+        fd_.reset();
+      } else {
+        // (Appending to an earlier run's stream of the same second: never cut below it.)
+        size_ = line_end_ = st.st_size;
+      }
+    }
+    if (s.ok()) {
+      state_ = State::kOpen;
+      return "";
+    }
+    state_ = State::kBroken;
+    return absl::StrCat(kBrokenPrefix, s.message(),
+                        "; this container's output reaches the job's observers only");
+  }
+
+  // Appends container output. Returns the line for observers when this call
+  // broke the stream, else "".
+  std::string AppendOutput(std::string_view data) {
+    if (state_ != State::kOpen || data.empty()) return "";
+    int err = 0;
+    return WriteAll(data, err) ? "" : Break(err);
+  }
+
+  // Appends "[kiln] <text>" on a line of its own. Returns the line for
+  // observers when this call broke the stream, else "".
+  std::string AppendPlatformLine(std::string_view text) {
+    if (state_ != State::kOpen) return "";
+    const std::string line = absl::StrCat(AtLineStart() ? "" : "\n", "[kiln] ",
+                                          internal::Av(text), "\n");
+    int err = 0;
+    return WriteAll(line, err) ? "" : Break(err);
+  }
+
+  // Whether the stream was opened and then broke, or could not be opened.
+  bool broken() const { return state_ == State::kBroken; }
+
+  void Close() {
+    fd_.reset();
+    if (state_ == State::kOpen) state_ = State::kClosed;
+  }
+
+ private:
+  enum class State { kNotOpen, kOpen, kBroken, kClosed };
+
+  bool AtLineStart() const { return size_ == line_end_; }
+
+  // Writes all of `data`, keeping size_ and line_end_ up to date with what
+  // reached the file. False (with `err`) when a write fails.
+  bool WriteAll(std::string_view data, int& err) {
+    while (!data.empty()) {
+      const ssize_t w = write(fd_.get(), data.data(), data.size());
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {
+        err = w < 0 ? errno : EIO;  // (0 from a regular file: never loop on it)
+        return false;
+      }
+      const std::string_view done = data.substr(0, static_cast<size_t>(w));
+      const size_t nl = done.rfind('\n');
+      if (nl != std::string_view::npos) line_end_ = size_ + static_cast<off_t>(nl) + 1;
+      size_ += w;
+      data.remove_prefix(static_cast<size_t>(w));
+    }
+    return true;
+  }
+
+  std::string Break(int err) {
+    state_ = State::kBroken;
+    const std::string reason = std::strerror(err);
+    // The file ends on a whole line: what a failed write left of one goes.
+    if (!AtLineStart() && ftruncate(fd_.get(), line_end_) == 0) size_ = line_end_;
+    // Said in the file too, whole or not at all.
+    const off_t before = size_;
+    const std::string note = absl::StrCat(
+        AtLineStart() ? "" : "\n", "[kiln] the log stream stops here: write failed: ", reason,
+        "; the rest of the output reached the job's observers only\n");
+    int ignored = 0;
+    if (!WriteAll(note, ignored) && size_ != before && ftruncate(fd_.get(), before) == 0) {
+      size_ = before;
+    }
+    fd_.reset();
+    return absl::StrCat(kBrokenPrefix, "write '", path_, "': ", reason,
+                        "; it ends with the last whole line that fit, and the rest of this "
+                        "container's output reaches the job's observers only");
+  }
+
+  std::string path_;
+  internal::UniqueFd fd_;
+  State state_ = State::kNotOpen;
+  off_t size_ = 0;      // bytes in the file (only this stream appends to it)
+  off_t line_end_ = 0;  // size_ just after the last newline written
+};
+
 // ---------------------------------------------------------------------------
 // The provider
 
@@ -1205,16 +1328,27 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
     proc->finished.Notify();
     guard.Reset();
   };
-  int log_fd = -1;
-  bool log_at_line_start = true;
+  // Lines for observers, posted in batches.
+  std::vector<std::string> lines;
+  auto post_lines = [&] {
+    if (lines.empty()) return;
+    post([provider, cluster_id, run, index, batch = std::move(lines)] {
+      provider->DeliverLines(cluster_id, run, index, batch);
+    });
+    lines.clear();
+  };
+  LogStream log(spec.log_path);
   auto log_platform = [&](std::string_view text) {
-    // A line of Kiln's own, in the log stream only (observers never see it).
-    if (log_fd < 0) return;
-    std::string line = absl::StrCat(log_at_line_start ? "" : "\n", "[kiln] ",
-                                     internal::Av(text), "\n");
-    log_at_line_start = true;
-    ssize_t ignored = write(log_fd, line.data(), line.size());
-    (void)ignored;
+    // A line of Kiln's own: in the log stream only, while it can be written.
+    // Once it cannot, observers get it instead: nothing Kiln says is lost.
+    // (Before the stream is opened, a start failure says it all.)
+    if (!log.broken()) {
+      std::string broke = log.AppendPlatformLine(text);
+      if (broke.empty()) return;
+      lines.push_back(std::move(broke));
+    }
+    lines.push_back(absl::StrCat("[kiln] ", internal::Av(text)));
+    post_lines();
   };
 
   for (auto& p : spec.wait_for) p->finished.WaitForNotification();
@@ -1229,18 +1363,7 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
   // (Made anew too: an earlier run may have planted a link on the way.)
   const std::string config_dir = absl::StrCat(spec.ml_dir, "/input/config");
   if (status.ok()) status = internal::ResetDirBelow(spec.instance_dir, "ml/input/config");
-  if (status.ok()) {
-    status = internal::WriteFileAtomic(absl::StrCat(config_dir, "/hyperparameters.json"),
-                                       spec.config.hyperparameters_json);
-  }
-  if (status.ok()) {
-    status = internal::WriteFileAtomic(absl::StrCat(config_dir, "/inputdataconfig.json"),
-                                       spec.config.inputdataconfig_json);
-  }
-  if (status.ok()) {
-    status = internal::WriteFileAtomic(absl::StrCat(config_dir, "/resourceconfig.json"),
-                                       spec.config.resourceconfig_json);
-  }
+  if (status.ok()) status = internal::WriteConfigFiles(spec.config, config_dir);
   for (const std::string& ch : spec.config.channels) {
     if (status.ok()) status = internal::MakeDirs(absl::StrCat(spec.ml_dir, "/input/data/", ch));
   }
@@ -1272,9 +1395,12 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
     if (status.ok() && proc->cancelled) status = absl::AbortedError("the cluster was released");
   }
   if (status.ok()) {
-    status = internal::MakeDirs(internal::DirName(spec.log_path));
-    if (status.ok()) {
-      log_fd = open(spec.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    // A log stream that cannot be written does not fail the job (as it does
+    // not mid-run): observers are told, and get every line.
+    std::string broke = log.Open();
+    if (!broke.empty()) {
+      lines.push_back(std::move(broke));
+      post_lines();
     }
   }
   int out[2] = {-1, -1};
@@ -1292,7 +1418,7 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
     close_fd(out[1]);
     close_fd(info[0]);
     close_fd(info[1]);
-    close_fd(log_fd);
+    log.Close();
   };
   pid_t pid = -1;
   bool kept = false;
@@ -1338,22 +1464,12 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
     proc->pid = pid;
     proc->kept = kept;
   }
-  std::vector<std::string> lines;
   LineSplitter splitter;
   auto handle_output = [&](std::string_view chunk) {
-    if (log_fd >= 0 && !chunk.empty()) {
-      ssize_t ignored = write(log_fd, chunk.data(), chunk.size());
-      (void)ignored;
-      log_at_line_start = chunk.back() == '\n';
-    }
+    // (Observers learn that the stream broke before the lines it lacks.)
+    std::string broke = log.AppendOutput(chunk);
+    if (!broke.empty()) lines.push_back(std::move(broke));
     splitter.Add(chunk, lines);
-  };
-  auto post_lines = [&] {
-    if (lines.empty()) return;
-    post([provider, cluster_id, run, index, batch = std::move(lines)] {
-      provider->DeliverLines(cluster_id, run, index, batch);
-    });
-    lines.clear();
   };
   char buf[1 << 16];
   // bwrap: wait until the sandbox is set up (it reports its init's pid).

@@ -3,10 +3,15 @@
 // checked against Python itself by contract_check.py in the provider tests.
 #include "local/internal/container_config.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <string>
 
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "local/local_test_util.h"
 
 namespace kiln::local::internal {
 namespace {
@@ -147,6 +152,52 @@ TEST_F(BuildContainerConfigTest, PlatformVariablesAndEnvironment) {
   EXPECT_EQ(c.env["SM_MODEL_DIR"], "/opt/ml/model");
   EXPECT_EQ(c.env["SM_OUTPUT_INTERMEDIATE_DIR"], "/opt/ml/output/intermediate");
   EXPECT_EQ(c.hyperparameters_json, "{\"lr\":\"0.1\",\"sagemaker_program\":\"\\\"train.py\\\"\"}");
+}
+
+TEST_F(BuildContainerConfigTest, ConfigFilesAreWrittenIntoTheDirectory) {
+  const ContainerConfig c = Build(1);
+  testing::TempDir tmp;
+  ASSERT_FALSE(tmp.path().empty());
+  ASSERT_TRUE(WriteConfigFiles(c, tmp.path()).ok());
+  EXPECT_THAT(testing::ListDir(tmp.path()),
+              ::testing::ElementsAre("hyperparameters.json", "inputdataconfig.json",
+                                     "resourceconfig.json"));
+  EXPECT_EQ(testing::ReadFile(tmp.path() + "/hyperparameters.json"), c.hyperparameters_json);
+  EXPECT_EQ(testing::ReadFile(tmp.path() + "/inputdataconfig.json"), c.inputdataconfig_json);
+  EXPECT_EQ(testing::ReadFile(tmp.path() + "/resourceconfig.json"), c.resourceconfig_json);
+}
+
+// A config file that does not fit, whether its bytes (a full disk) or the
+// file itself (no inode left), is named in the error with the system's
+// reason, and no temporary file stays behind. (Each disk is a small tmpfs of
+// a child process: testing::RunWithSmallDisks.)
+TEST_F(BuildContainerConfigTest, ConfigFileThatDoesNotFitIsNamedAndLeavesNoTemporaryFile) {
+  ContainerConfig big = Build(0);
+  big.hyperparameters_json = absl::StrCat("{\"big\":\"", std::string(64 << 10, 'h'), "\"}");
+  const ContainerConfig small = Build(0);
+  testing::TempDir tmp;
+  ASSERT_FALSE(tmp.path().empty());
+  const std::string full = tmp.path() + "/full";
+  const std::string no_inodes = tmp.path() + "/no-inodes";
+  // (A tmpfs's root directory takes one of its inodes.)
+  testing::Facts f = testing::RunWithSmallDisks({{full, 16, 0}, {no_inodes, 64, 2}}, [&] {
+    testing::Facts f;
+    const int filler = open((no_inodes + "/filler").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (filler >= 0) close(filler);
+    f["full"] = WriteConfigFiles(big, full).ToString();
+    f["full.files"] = absl::StrJoin(testing::ListDir(full), " ");
+    f["no-inodes"] = WriteConfigFiles(small, no_inodes).ToString();
+    f["no-inodes.files"] = absl::StrJoin(testing::ListDir(no_inodes), " ");
+    return f;
+  });
+  if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
+  EXPECT_EQ(f["CHILD"], "");
+  EXPECT_EQ(f["full"], absl::StrCat("RESOURCE_EXHAUSTED: write '", full,
+                                    "/hyperparameters.json': No space left on device"));
+  EXPECT_EQ(f["full.files"], "");
+  EXPECT_EQ(f["no-inodes"], absl::StrCat("RESOURCE_EXHAUSTED: create '", no_inodes,
+                                         "/hyperparameters.json': No space left on device"));
+  EXPECT_EQ(f["no-inodes.files"], "filler");
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kiln/engine.h"
@@ -58,6 +59,7 @@ class LocalEngineTest : public ::testing::Test {
     options.object_stores = &stores_;
     options.runtime = runtime;
     options.shared_image_cache = shared_image_cache_;
+    options.log_dir = log_dir_;
     auto provider = NewLocalClusterProvider(*loop_, options);
     ASSERT_TRUE(provider.ok()) << provider.status();
     provider_ = *std::move(provider);
@@ -130,6 +132,7 @@ class LocalEngineTest : public ::testing::Test {
 
   TempDir tmp_;
   bool shared_image_cache_ = false;  // (LocalOptions::shared_image_cache of UseRuntime)
+  std::string log_dir_;               // (LocalOptions::log_dir of UseRuntime)
   Lines lines_;
   std::string image_, data_, out_;
   std::unique_ptr<EventLoop> loop_;
@@ -450,11 +453,14 @@ class LocalEngineFullDiskTest : public LocalEngineTest {
 
   // Runs `body` with an engine whose state directory (and, with
   // `out_kib` > 0, output path) is a tmpfs of that many KiB.
+  // `more_disks` are mounted too.
   testing::Facts OnSmallDisk(int state_kib, int out_kib,
                              const std::function<void(testing::Facts&)>& body,
-                             int state_inodes = 0) {
+                             int state_inodes = 0,
+                             const std::vector<testing::SmallDisk>& more_disks = {}) {
     std::vector<testing::SmallDisk> disks = {{StateDir(), state_kib, state_inodes}};
     if (out_kib > 0) disks.push_back({out_, out_kib});
+    disks.insert(disks.end(), more_disks.begin(), more_disks.end());
     testing::Facts facts = testing::RunWithSmallDisks(disks, [&] {
       testing::Facts f;
       UseRuntime(LocalRuntime::kProcess);
@@ -731,6 +737,128 @@ TEST_F(LocalEngineFullDiskTest, ImageTarballThatDoesNotFitIsNotCachedCutShort) {
   EXPECT_EQ(f["cache"], "");
   EXPECT_EQ(f["room-for-image.status"], "Completed") << f["room-for-image.reason"];
   EXPECT_EQ(f["room-for-image.weights"], "algo-1: weights intact");
+}
+
+// The log stream shares the state directory's disk, which fills while the
+// container runs and has room again later. The file ends on its last whole
+// line and says why it stops; it never holds a cut line or one joined to a
+// later one; observers are told once, and get every line.
+TEST_F(LocalEngineFullDiskTest, LogStreamOnAFullDiskEndsOnAWholeLineAndObserversAreTold) {
+  // (On the host's disk, not the small one: they must be made on a full disk.)
+  const std::string flags = tmp_.path() + "/flags";
+  ASSERT_TRUE(internal::MakeDirs(flags).ok());
+  // Waits for the test between its lines: "first" is in the stream before the
+  // disk fills up; of the long line, only what the stream's last page holds
+  // fits; "after" comes when there is room again.
+  AddScript("chatty.sh",
+            "echo first\n"
+            "while [ ! -e '" + flags + "/full' ]; do sleep 0.01; done\n"
+            "echo \"long $(printf '%6000s' '' | tr ' ' x)\"\n"
+            "while [ ! -e '" + flags + "/room' ]; do sleep 0.01; done\n"
+            "echo after\n");
+  const std::string long_line = "long " + std::string(6000, 'x');
+  auto touch = [](const std::string& path) {
+    const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd >= 0) close(fd);
+  };
+  testing::Facts f = OnSmallDisk(512, 0, [&](testing::Facts& f) {
+    auto created = engine_->CreateTrainingJob(Request("full-log", "chatty.sh"));
+    if (!created.ok()) {
+      f["create"] = created.status().ToString();
+      return;
+    }
+    if (!RunUntil(*loop_, [&] { return lines_.HasLine("algo-1", "first"); })) {
+      f["first"] = "never came";
+    }
+    // (The stream has "first": observers get a line after it is written.)
+    const std::string filler = StateDir() + "/filler";
+    const int fd = open(filler.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    const std::string chunk(4096, 'f');
+    while (fd >= 0 && write(fd, chunk.data(), chunk.size()) > 0) {
+    }
+    if (fd >= 0) close(fd);
+    touch(flags + "/full");
+    if (!RunUntil(*loop_, [&] { return lines_.HasLine("algo-1", long_line); })) {
+      f["long"] = "never came";
+    }
+    unlink(filler.c_str());
+    touch(flags + "/room");
+    if (!WaitEnded("full-log")) f["hang"] = Describe("full-log").secondary_status();
+    f["status"] = Describe("full-log").training_job_status();
+    const std::string logs = StateDir() + "/logs/full-log";
+    const std::vector<std::string> streams = testing::ListDir(logs);
+    f["streams"] = absl::StrCat(streams.size());
+    if (streams.size() == 1) {
+      f["stream.name"] = streams[0];
+      f["stream"] = ReadFile(logs + "/" + streams[0]);
+    }
+    for (const std::string& line : lines_.lines) absl::StrAppend(&f["observed"], line, "\n");
+  });
+  if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
+  SCOPED_TRACE(FactsText(f));
+  EXPECT_EQ(f["CHILD"], "");
+  EXPECT_EQ(f["status"], "Completed");
+  ASSERT_EQ(f["streams"], "1");
+  EXPECT_EQ(f["stream"],
+            "first\n[kiln] the log stream stops here: write failed: No space left on device; "
+            "the rest of the output reached the job's observers only\n");
+  // Every line reached observers; the note that the stream broke came once,
+  // before the line the stream lacks; and Kiln's own lines came after it.
+  const std::vector<std::string> observed = absl::StrSplit(f["observed"], '\n');
+  const std::string note =
+      absl::StrCat("algo-1: [kiln] the log stream cannot be written: write '", StateDir(),
+                   "/logs/full-log/", f["stream.name"],
+                   "': No space left on device; it ends with the last whole line that fit, and "
+                   "the rest of this container's output reaches the job's observers only");
+  ASSERT_GE(observed.size(), 5u);
+  EXPECT_EQ(observed[0], "algo-1: first");
+  EXPECT_EQ(observed[1], note);
+  EXPECT_EQ(observed[2], "algo-1: " + long_line);
+  EXPECT_EQ(observed[3], "algo-1: after");
+  EXPECT_THAT(observed[4], HasSubstr("algo-1: [kiln] algo-1 exited with 0: cpu "));
+  EXPECT_EQ(std::count(observed.begin(), observed.end(), note), 1);
+}
+
+// A log directory without room for a job's stream: the job runs all the
+// same, and observers are told why there is no stream, and get every line.
+TEST_F(LocalEngineFullDiskTest, LogStreamThatCannotBeCreatedIsSaidAndTheJobRuns) {
+  AddScript("hello.sh", "echo hello\n");
+  log_dir_ = tmp_.path() + "/logs";
+  // Inodes for the root, one job's directory and a filler: none left.
+  const std::vector<testing::SmallDisk> logs = {{log_dir_, 64, 3}};
+  testing::Facts f = OnSmallDisk(4096, 0, [&](testing::Facts& f) {
+    if (!internal::MakeDirs(log_dir_ + "/no-file").ok()) f["setup"] = "no directory";
+    const int fd = open((log_dir_ + "/filler").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) f["setup"] = "no filler";
+    if (fd >= 0) close(fd);
+    for (const char* job : {"no-file", "no-dir"}) {
+      lines_.lines.clear();
+      RunJob(Request(job, "hello.sh"), f);
+      for (const std::string& line : lines_.lines) {
+        absl::StrAppend(&f[absl::StrCat(job, ".observed")], line, "\n");
+      }
+    }
+  }, 0, logs);
+  if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
+  SCOPED_TRACE(FactsText(f));
+  EXPECT_EQ(f["CHILD"], "");
+  EXPECT_EQ(f["setup"], "");
+  EXPECT_EQ(f["no-file.status"], "Completed") << f["no-file.reason"];
+  EXPECT_THAT(f["no-file.observed"],
+              HasSubstr("algo-1: [kiln] the log stream cannot be written: create '" + log_dir_ +
+                        "/no-file/algo-1-"));
+  EXPECT_EQ(f["no-dir.status"], "Completed") << f["no-dir.reason"];
+  EXPECT_THAT(f["no-dir.observed"],
+              HasSubstr("algo-1: [kiln] the log stream cannot be written: create directory '" +
+                        log_dir_ + "/no-dir': No space left on device; this container's output "
+                        "reaches the job's observers only\nalgo-1: hello\n"));
+  for (const char* job : {"no-file", "no-dir"}) {
+    const std::string observed = f[absl::StrCat(job, ".observed")];
+    EXPECT_THAT(observed, HasSubstr("': No space left on device; this container's output reaches "
+                                    "the job's observers only\nalgo-1: hello\n"))
+        << job;
+    EXPECT_THAT(observed, HasSubstr("algo-1: [kiln] algo-1 exited with 0: cpu ")) << job;
+  }
 }
 
 }  // namespace

@@ -146,6 +146,15 @@
 // <log_dir>/<job>/algo-<k>-<epoch>, which also holds lines of Kiln's own,
 // prefixed "[kiln] ": why a container could not start, checkpoint sync errors,
 // and at exit the container's CPU time and peak resident memory.
+// A log stream that cannot be written (a full disk) never fails the job, and
+// observers still get every line. When a write fails, the file is cut back to
+// its last whole line and ends with "[kiln] the log stream stops here: ..."
+// when that fits; nothing more is written to it, so it never holds a cut
+// line or two lines joined. Observers get, once, a line starting "[kiln] the
+// log stream cannot be written: " that names the file and the system's
+// reason, no later than the first line the file lacks; the same line tells
+// them when the stream cannot be created at all. From then on, the Kiln lines
+// the stream would have held go to observers, with their "[kiln] " prefix.
 //
 // Checkpoints. With CheckpointConfig, LocalPath (default /opt/ml/checkpoints)
 // is restored from S3Uri before the entrypoint starts, synced every

@@ -339,6 +339,19 @@ std::string ToEnvValue(const JsonValue& value) {
   return PyJsonDumps(value);
 }
 
+absl::Status WriteConfigFiles(const ContainerConfig& config, const std::string& dir) {
+  const std::pair<const char*, const std::string*> files[] = {
+      {"hyperparameters.json", &config.hyperparameters_json},
+      {"inputdataconfig.json", &config.inputdataconfig_json},
+      {"resourceconfig.json", &config.resourceconfig_json},
+  };
+  for (const auto& [name, data] : files) {
+    absl::Status s = WriteFileAtomic(PathJoin(dir, name), *data);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 std::string RegionOfArn(std::string_view arn) {
   std::vector<absl::string_view> parts = absl::StrSplit(Av(arn), ':');
   if (parts.size() < 6 || parts[0] != "arn") return "";

@@ -10,7 +10,7 @@
 // PyJsonDumps, PyStr and PyRepr reproduce Python's output for JSON-decoded
 // values, floats included (repr's shortest round-trip digits).
 //
-// Internal to kiln::local: never installed. Thread-safe (pure functions).
+// Internal to kiln::local: never installed. Thread-safe (no shared state).
 #ifndef KILN_LIB_LOCAL_INTERNAL_CONTAINER_CONFIG_H_
 #define KILN_LIB_LOCAL_INTERNAL_CONTAINER_CONFIG_H_
 
@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "core/internal/json_value.h"
 #include "kiln/cluster_provider.h"
 #include "kiln/v1/sagemaker.pb.h"
@@ -72,6 +73,14 @@ struct ContainerConfig {
 // Builds the files and environment of `in.instance`'s container.
 // REQUIRES: request, cluster and instance are set; instance is in cluster.
 ContainerConfig BuildContainerConfig(const ContainerConfigInput& in);
+
+// Writes hyperparameters.json, inputdataconfig.json and resourceconfig.json
+// of `config` into the directory `dir`, each through a temporary file renamed
+// over it (internal::WriteFileAtomic). Errors: as ErrnoStatus, naming the
+// config file (never its temporary file) and the system's reason;
+// ResourceExhausted when the disk is full. A failed write leaves no temporary
+// file; the files written before it stay.
+absl::Status WriteConfigFiles(const ContainerConfig& config, const std::string& dir);
 
 // The region of an ARN ("arn:aws:sagemaker:us-west-2:..." -> "us-west-2"),
 // empty when there is none.

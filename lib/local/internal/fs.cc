@@ -153,9 +153,11 @@ absl::Status ResetDir(const std::string& path) {
 }
 
 absl::Status WriteFileAtomic(const std::string& path, std::string_view data) {
+  // Errors name `path`: the temporary file is ours, and gone by the time the
+  // caller reads the message.
   std::string tmp = absl::StrCat(path, ".tmp-", getpid(), "-", gettid());
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoStatus(errno, "create", tmp);
+  if (fd < 0) return ErrnoStatus(errno, "create", path);
   size_t off = 0;
   while (off < data.size()) {
     ssize_t w = write(fd, data.data() + off, data.size() - off);
@@ -164,14 +166,14 @@ absl::Status WriteFileAtomic(const std::string& path, std::string_view data) {
       const int err = errno;
       close(fd);
       unlink(tmp.c_str());
-      return ErrnoStatus(err, "write", tmp);
+      return ErrnoStatus(err, "write", path);
     }
     off += static_cast<size_t>(w);
   }
   if (close(fd) != 0) {
     const int err = errno;
     unlink(tmp.c_str());
-    return ErrnoStatus(err, "close", tmp);
+    return ErrnoStatus(err, "close", path);
   }
   if (rename(tmp.c_str(), path.c_str()) != 0) {
     const int err = errno;

@@ -36,7 +36,9 @@ absl::Status RemoveTree(const std::string& path);
 // Makes `path` an empty directory (removing what was there).
 absl::Status ResetDir(const std::string& path);
 
-// Writes `data` to `path` through a temporary file renamed over it.
+// Writes `data` to `path` through a temporary file renamed over it. Errors:
+// as ErrnoStatus (ResourceExhausted on a full disk), naming `path`, never the
+// temporary file, which is removed: nothing of a failed write is left.
 absl::Status WriteFileAtomic(const std::string& path, std::string_view data);
 
 // Returns at most `max_bytes` from the start of the file; NotFound when it
