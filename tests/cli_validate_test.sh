@@ -30,6 +30,17 @@ printf '{"TrainingJobName": ' >"$tmp/broken.json"
 check "not JSON" 1 "broken.json: not JSON: Invalid JSON: line 1" "$tmp/broken.json"
 check "unreadable" 1 "missing.json: cannot read the file: No such file or directory" "$tmp/missing.json"
 check "valid and invalid together" 2 "bad.json: 1 validation error" "$corpus/local-file.json" "$tmp/bad.json"
+# A file name is input: shown escaped, it cannot add a line ("x: valid") to the output.
+out="$("$kiln" validate "$tmp/no"$'\n'"x: valid" 2>&1)"
+status=$?
+want="$tmp/no\nx: valid: cannot read the file: No such file or directory"
+if [[ "$status" != 1 || "$out" != "$want" ]]; then
+  echo "FAIL a file name with a line break: status $status (want 1), output:"
+  echo "$out"
+  fail=1
+else
+  echo "ok   a file name with a line break"
+fi
 # stdout that cannot be written (a full disk): exit 1 and say so on stderr.
 if [[ -w /dev/full ]]; then
   err="$("$kiln" validate "$corpus/local-file.json" 2>&1 >/dev/full)"

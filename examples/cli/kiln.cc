@@ -20,7 +20,18 @@
 #include "kiln/v1/sagemaker.pb.h"
 #include "kiln/validation.h"
 
+namespace kiln::cli {
+
+// A file name from the command line as the messages show it: escaped as
+// Kiln's own messages show input, so that no name can add a line to the
+// output, and cut after 1024 bytes, as they cut paths.
+std::string ShownPath(std::string_view path) { return InputForMessage(path, 1024); }
+
+}  // namespace kiln::cli
+
 namespace {
+
+using kiln::cli::ShownPath;
 
 constexpr char kUsage[] =
     "usage: kiln validate FILE.json...\n"
@@ -79,7 +90,7 @@ int Validate(const std::vector<std::string>& files) {
   for (const std::string& path : files) {
     std::string text, error;
     if (!ReadFile(path, &text, &error)) {
-      std::cout << path << ": cannot read the file: " << error << "\n";
+      std::cout << ShownPath(path) << ": cannot read the file: " << error << "\n";
       result = kError;
       continue;
     }
@@ -88,7 +99,7 @@ int Validate(const std::vector<std::string>& files) {
     if (!status.ok()) {
       const std::string message(status.message());
       const bool not_json = message.rfind("Invalid JSON:", 0) == 0;
-      std::cout << path << ": " << (not_json ? "not JSON: " : "") << message << "\n";
+      std::cout << ShownPath(path) << ": " << (not_json ? "not JSON: " : "") << message << "\n";
       if (not_json) {
         result = kError;
       } else if (result == kOk) {
@@ -98,11 +109,11 @@ int Validate(const std::vector<std::string>& files) {
     }
     status = kiln::ValidateCreateTrainingJobRequest(request);
     if (!status.ok()) {
-      std::cout << path << ": " << status.message() << "\n";
+      std::cout << ShownPath(path) << ": " << status.message() << "\n";
       if (result == kOk) result = kInvalid;
       continue;
     }
-    std::cout << path << ": valid\n";
+    std::cout << ShownPath(path) << ": valid\n";
   }
   std::cout.flush();
   if (!std::cout) {
@@ -131,6 +142,6 @@ int main(int argc, char** argv) {
   if (command == "validate") return Validate(args);
   if (command == "run") return kiln::cli::RunCommand(args);
   if (command == "simulate") return RunSimulateCommand(args);
-  std::cerr << "kiln: unknown command '" << command << "'\n" << kUsage;
+  std::cerr << "kiln: unknown command '" << kiln::InputForMessage(command) << "'\n" << kUsage;
   return kError;
 }

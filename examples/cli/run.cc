@@ -41,6 +41,9 @@
 #include "kiln/object_store.h"
 
 namespace kiln::cli {
+
+std::string ShownPath(std::string_view path);  // kiln.cc
+
 namespace {
 
 struct Interruption {
@@ -77,14 +80,15 @@ bool ParseArgs(const std::vector<std::string>& args, RunOptions& o, std::string&
       } else if (v == "bwrap") {
         o.runtime = local::LocalRuntime::kBwrap;
       } else {
-        error = "--runtime must be process or bwrap, not '" + v + "'";
+        // Values are shown escaped: none can add a line to the message.
+        error = "--runtime must be process or bwrap, not '" + InputForMessage(v) + "'";
         return false;
       }
     } else if (a == "--grace") {
       int64_t seconds = 0;
       if (!value(v)) return false;
       if (!absl::SimpleAtoi(v, &seconds) || seconds < 0) {
-        error = "--grace takes a number of seconds, not '" + v + "'";
+        error = "--grace takes a number of seconds, not '" + InputForMessage(v) + "'";
         return false;
       }
       o.grace = absl::Seconds(seconds);
@@ -96,12 +100,12 @@ bool ParseArgs(const std::vector<std::string>& args, RunOptions& o, std::string&
           !absl::SimpleAtoi(v.substr(at + 1, v.size() - at - 1 - (v.back() == 's' ? 1 : 0)),
                             &seconds) ||
           seconds < 0) {
-        error = "--interrupt takes HOST@SECONDS, e.g. algo-1@30, not '" + v + "'";
+        error = "--interrupt takes HOST@SECONDS, e.g. algo-1@30, not '" + InputForMessage(v) + "'";
         return false;
       }
       o.interruptions.push_back({v.substr(0, at), absl::Seconds(seconds)});
     } else if (!a.empty() && a[0] == '-') {
-      error = "unknown option " + a;
+      error = "unknown option " + InputForMessage(a);
       return false;
     } else {
       o.files.push_back(a);
@@ -138,7 +142,7 @@ class Runner : public JobObserver {
           absl::Status s = engine_.InjectInterruption(job, host, InterruptionKind::kSpotNotice,
                                                       absl::Minutes(2));
           std::fprintf(stderr, "[%s] injected a spot interruption notice into %s: %s\n",
-                       job.c_str(), host.c_str(), s.ToString().c_str());
+                       job.c_str(), InputForMessage(host).c_str(), s.ToString().c_str());
         });
       }
     }
@@ -228,7 +232,7 @@ int RunCommand(const std::vector<std::string>& args) {
   for (const std::string& file : options.files) {
     std::ifstream in(file, std::ios::binary);
     if (!in) {
-      std::cerr << "kiln run: " << file << ": cannot read the file\n";
+      std::cerr << "kiln run: " << ShownPath(file) << ": cannot read the file\n";
       return 1;
     }
     std::stringstream text;
@@ -236,7 +240,7 @@ int RunCommand(const std::vector<std::string>& args) {
     v1::CreateTrainingJobRequest r;
     absl::Status s = ParseJson(text.str(), r);
     if (!s.ok()) {
-      std::cerr << "kiln run: " << file << ": " << s.message() << "\n";
+      std::cerr << "kiln run: " << ShownPath(file) << ": " << s.message() << "\n";
       return 1;
     }
     jobs.push_back(std::move(r));

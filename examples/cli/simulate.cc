@@ -19,11 +19,19 @@
 #include <iostream>
 #include <limits>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "kiln/json.h"
 #include "kiln/sim/scenario.h"
 
+namespace kiln::cli {
+std::string ShownPath(std::string_view path);  // kiln.cc
+}  // namespace kiln::cli
+
 namespace {
+
+using kiln::cli::ShownPath;
 
 constexpr char kSimulateUsage[] =
     "usage: kiln simulate SCENARIO.json [--format table|json|csv] [--report FILE.html] [--seed N]\n"
@@ -83,10 +91,12 @@ std::string DirectoryOf(const std::string& path) {
 std::string CheckCanCreate(const std::string& path) {
   const std::string dir = DirectoryOf(path);
   struct stat st;
-  if (stat(dir.c_str(), &st) != 0) return dir + ": " + std::strerror(errno);
-  if (!S_ISDIR(st.st_mode)) return dir + ": not a directory";
-  if (access(dir.c_str(), W_OK) != 0) return dir + ": " + std::strerror(errno);
-  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return path + ": is a directory";
+  if (stat(dir.c_str(), &st) != 0) return ShownPath(dir) + ": " + std::strerror(errno);
+  if (!S_ISDIR(st.st_mode)) return ShownPath(dir) + ": not a directory";
+  if (access(dir.c_str(), W_OK) != 0) return ShownPath(dir) + ": " + std::strerror(errno);
+  if (stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return ShownPath(path) + ": is a directory";
+  }
   return "";
 }
 
@@ -97,7 +107,7 @@ std::string CheckCanCreate(const std::string& path) {
 std::string WriteWhole(const std::string& path, const std::string& text) {
   std::string temp = path + ".tmp-XXXXXX";
   const int fd = mkstemp(temp.data());
-  if (fd < 0) return temp + ": " + std::strerror(errno);
+  if (fd < 0) return ShownPath(temp) + ": " + std::strerror(errno);
   // mkstemp makes the file private; a report gets the usual mode.
   const mode_t mask = umask(0);
   umask(mask);
@@ -114,7 +124,7 @@ std::string WriteWhole(const std::string& path, const std::string& text) {
   if (error.empty() && std::rename(temp.c_str(), path.c_str()) != 0) error = std::strerror(errno);
   if (!error.empty()) {
     unlink(temp.c_str());
-    return path + ": " + error;
+    return ShownPath(path) + ": " + error;
   }
   return "";
 }
@@ -175,8 +185,9 @@ int RunSimulateCommand(const std::vector<std::string>& args) {
         return 2;
       }
       if (!ParseSeed(text, &seed)) {
-        std::cerr << "kiln simulate: --seed '" << text << "': expected an integer in [0, "
-                  << std::numeric_limits<int64_t>::max() << "]\n"
+        std::cerr << "kiln simulate: --seed '" << kiln::InputForMessage(text)
+                  << "': expected an integer in [0, " << std::numeric_limits<int64_t>::max()
+                  << "]\n"
                   << kSimulateUsage;
         return 2;
       }
@@ -185,7 +196,8 @@ int RunSimulateCommand(const std::vector<std::string>& args) {
       std::cout << kSimulateUsage;
       return 0;
     } else if (!a.empty() && a[0] == '-') {
-      std::cerr << "kiln simulate: unknown option '" << a << "'\n" << kSimulateUsage;
+      std::cerr << "kiln simulate: unknown option '" << kiln::InputForMessage(a) << "'\n"
+                << kSimulateUsage;
       return 2;
     } else if (scenario_path.empty()) {
       scenario_path = a;
@@ -248,7 +260,7 @@ int RunSimulateCommand(const std::vector<std::string>& args) {
       std::cerr << "kiln simulate: cannot write the report: " << problem << "\n";
       return 1;
     }
-    std::cerr << "kiln simulate: report written to " << report_path << "\n";
+    std::cerr << "kiln simulate: report written to " << ShownPath(report_path) << "\n";
   }
   return status;
 }

@@ -45,6 +45,7 @@
 #ifndef KILN_JSON_H_
 #define KILN_JSON_H_
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -102,6 +103,17 @@ struct JsonPrintOptions {
 // 0001-01-01..9999-12-31 is written but not read back.
 // Thread-safe.
 std::string ToJson(const google::protobuf::Message& message, const JsonPrintOptions& options = {});
+
+// Input as Kiln's messages show it when not as JSON (bare, or 'in single
+// quotes': a name, a file name, a command-line value), for a program that
+// echoes its own input the same way: at most `max_bytes` bytes of `text`, cut
+// on a UTF-8 boundary with "..." appended, and every character that could end
+// a line of a message or a log escaped: control characters as \n, \t,
+// \u0001..., DEL and C1 controls as \u007f...\u009f, U+2028/U+2029 as
+// \u2028/\u2029, bytes that are not UTF-8 as \xC3. Quotes and backslashes
+// stay as they are, so text without such characters reads as written.
+// Thread-safe.
+std::string InputForMessage(std::string_view text, size_t max_bytes = 200);
 
 }  // namespace kiln
 

@@ -386,18 +386,7 @@ class Decoder {
   // A map key as a step of a path in messages: as it is when that is safe
   // (botocore's form, HyperParameters.epochs), else quoted like a value
   // (HyperParameters."a\nb"), so no key can break the message's line.
-  static std::string PathKey(const std::string& key) {
-    // Every key of every map passes here: printable ASCII, the usual case,
-    // needs no escape and takes the short way.
-    const bool plain = key.size() + 2 <= internal::kMaxJsonInMessage &&
-                       std::all_of(key.begin(), key.end(), [](char c) {
-                         return c >= 0x20 && c < 0x7F && c != '"' && c != '\\';
-                       });
-    if (plain) return key;
-    std::string quoted = Quote(key);
-    if (quoted.size() == key.size() + 2 && quoted.compare(1, key.size(), key) == 0) return key;
-    return quoted;
-  }
+  static std::string PathKey(const std::string& key) { return internal::PathKeyForMessage(key); }
 
   // The JSON type of a value as the messages name it; "integer" for numbers
   // without fraction or exponent.
@@ -906,6 +895,13 @@ absl::Status ParseJson(std::string_view json, pb::Message& message) {
 
 std::string ToJson(const pb::Message& message, const JsonPrintOptions& options) {
   return internal::WriteJson(EncodeMessage(message), options.indent);
+}
+
+// The public default (kiln/json.h) is the bound the library's messages use.
+static_assert(internal::kMaxJsonInMessage == 200);
+
+std::string InputForMessage(std::string_view text, size_t max_bytes) {
+  return internal::TextForMessage(text, max_bytes);
 }
 
 }  // namespace kiln

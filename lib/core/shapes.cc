@@ -19,8 +19,6 @@ namespace kiln::internal {
 namespace {
 
 constexpr size_t kMaxValueInMessage = 256;
-// A path holds map keys (hyperParameters.<key>), which are input too.
-constexpr size_t kMaxPathInMessage = 1024;
 // Kiln's extension: wherever the model allows an S3 URI, `file://` is allowed
 // too (when ValidationOptions::allow_local_uris is set).
 constexpr std::string_view kLocalUriPattern = "file://.+";
@@ -286,24 +284,9 @@ int64_t Utf16Length(std::string_view s) {
   return n;
 }
 
-namespace {
-
-// At most `max` bytes of `text`, cut on a UTF-8 boundary and marked "...",
-// escaped so that nothing in it can break the message's line.
-std::string ForMessage(std::string_view text, size_t max) {
-  if (text.size() <= max) return EscapeForMessage(text);
-  size_t cut = max;
-  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
-  std::string out = EscapeForMessage(text.substr(0, cut));
-  out += "...";
-  return out;
-}
-
-}  // namespace
-
 std::string QuoteValue(std::string_view value) {
   std::string out = "'";
-  out += ForMessage(value, kMaxValueInMessage);
+  out += TextForMessage(value, kMaxValueInMessage);
   out += '\'';
   return out;
 }
@@ -389,7 +372,7 @@ std::string ShapeChecker::PathText(std::string_view member) const {
 void ShapeChecker::Add(std::string_view member, const std::string& value,
                        const std::string& constraint) {
   std::string path = PathText(member);
-  std::string message = "Value " + value + " at '" + ForMessage(path, kMaxPathInMessage) +
+  std::string message = "Value " + value + " at '" + TextForMessage(path, kMaxPathInMessage) +
                         "' failed to satisfy constraint: " + constraint;
   errors_.push_back(ValidationError{std::move(path), std::move(message)});
 }

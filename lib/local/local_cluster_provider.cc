@@ -102,6 +102,13 @@ struct ContainerProc {
   std::thread thread;
 };
 
+// A path of the request (TrainingImage, CheckpointConfig.LocalPath) as the
+// messages show it: their patterns (.*) let most control characters through,
+// and no input may break a message's line or make it long.
+std::string ShownPath(std::string_view path) {
+  return kiln::internal::TextForMessage(path, kiln::internal::kMaxPathInMessage);
+}
+
 std::string ReadLink(const std::string& path) {
   char buf[256];
   ssize_t n = readlink(path.c_str(), buf, sizeof(buf));
@@ -217,16 +224,16 @@ absl::StatusOr<ImageSource> ResolveImage(std::string_view image) {
   const std::string path = StripFileScheme(image);
   if (path.empty() || path[0] != '/') {
     return absl::InvalidArgumentError(absl::StrCat(
-        "image '", internal::Av(image),
+        "image '", ShownPath(image),
         "' is not a local image: give an absolute path or file:// URI of a directory or of a "
         ".tar/.tar.gz tarball"));
   }
   char real[PATH_MAX];
   if (realpath(path.c_str(), real) == nullptr) {
-    return internal::ErrnoStatus(errno, "find image", path);
+    return internal::ErrnoStatus(errno, "find image", ShownPath(path));
   }
   struct stat st;
-  if (stat(real, &st) != 0) return internal::ErrnoStatus(errno, "stat image", real);
+  if (stat(real, &st) != 0) return internal::ErrnoStatus(errno, "stat image", ShownPath(real));
   ImageSource src;
   src.path = real;
   std::string print;
@@ -239,7 +246,7 @@ absl::StatusOr<ImageSource> ResolveImage(std::string_view image) {
                          st.st_mtim.tv_nsec);
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("image '", internal::Av(image), "' is neither a directory nor a tarball"));
+        absl::StrCat("image '", ShownPath(image), "' is neither a directory nor a tarball"));
   }
   src.key = internal::StableHashHex(print);
   return src;
@@ -1136,7 +1143,7 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
     if (checkpoint_path[0] != '/' ||
         !internal::IsSafeRelativePath(std::string_view(checkpoint_path).substr(1))) {
       fail(absl::InvalidArgumentError(absl::StrCat(
-          "CheckpointConfig.LocalPath '", checkpoint_path,
+          "CheckpointConfig.LocalPath '", ShownPath(checkpoint_path),
           "' must be an absolute path without '.', '..' or empty components")));
       return;
     }
@@ -1146,7 +1153,7 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
     // one's checkpoints). Only /opt/ml, which it maps to the instance's tree.
     if (!bwrap && !IsUnderContainerBase(checkpoint_path)) {
       fail(absl::InvalidArgumentError(absl::StrCat(
-          "CheckpointConfig.LocalPath '", checkpoint_path,
+          "CheckpointConfig.LocalPath '", ShownPath(checkpoint_path),
           "' is outside /opt/ml: on the local backend's process runtime it must be under "
           "/opt/ml (the default is /opt/ml/checkpoints), which maps to each instance's own "
           "directory; the bwrap runtime maps any path")));

@@ -114,6 +114,16 @@ struct Source {
 
 constexpr std::string_view kAugmentedManifest = "AugmentedManifestFile";
 
+// Input as the messages show it, escaped and cut so that none can break a
+// message's line or make it long: URIs and keys (of the request, of a listing,
+// of a manifest) and paths made of them as ShownUri; a manifest's values and
+// AttributeNames as Shown. (Channel names and modes need neither: validation
+// allows only [A-Za-z0-9.-_] and enumeration values.)
+std::string ShownUri(std::string_view uri) {
+  return kiln::internal::TextForMessage(uri, kiln::internal::kMaxPathInMessage);
+}
+std::string Shown(std::string_view text) { return kiln::internal::TextForMessage(text); }
+
 // The FastFile FUSE views of one job's deliveries. EndJob marks it ended and
 // takes the views; a mount finishing after that unmounts at once.
 struct JobViews {
@@ -187,7 +197,7 @@ absl::Status InChannel(std::string_view channel, const absl::Status& status) {
 }
 
 std::string NoObjectsMessage(std::string_view channel, std::string_view uri) {
-  return absl::StrCat("No S3 objects found under S3 URL \"", internal::Av(uri),
+  return absl::StrCat("No S3 objects found under S3 URL \"", ShownUri(uri),
                       "\" given in input data source (channel '", internal::Av(channel),
                       "'). Please ensure that objects exist under that prefix.");
 }
@@ -288,9 +298,9 @@ absl::Status CheckNoKeyIsAFolder(std::string_view channel,
     auto below = by_key.lower_bound(folder);
     if (below == by_key.end() || below->first.substr(0, folder.size()) != folder) continue;
     return absl::InvalidArgumentError(absl::StrCat(
-        "channel '", internal::Av(channel), "': objects '", source->uri, "' and '",
-        below->second->uri, "' cannot both be copied: key '", internal::Av(key),
-        "' would be a file and the folder holding key '", internal::Av(below->first), "'"));
+        "channel '", internal::Av(channel), "': objects '", ShownUri(source->uri), "' and '",
+        ShownUri(below->second->uri), "' cannot both be copied: key '", ShownUri(key),
+        "' would be a file and the folder holding key '", ShownUri(below->first), "'"));
   }
   return absl::OkStatus();
 }
@@ -531,7 +541,8 @@ absl::Status LocalDataChannel::CheckChannel(const v1::Channel& channel,
   absl::StatusOr<std::vector<ObjectInfo>> first = (*store)->ListFirst(uri, 1);
   if (!first.ok()) {
     return InChannel(name, absl::Status(first.status().code(),
-                                        absl::StrCat("listing ", uri, ": ", first.status().message())));
+                                        absl::StrCat("listing ", ShownUri(uri), ": ",
+                                                     first.status().message())));
   }
   if (prefix) {
     if (!first->empty()) return absl::OkStatus();
@@ -539,7 +550,7 @@ absl::Status LocalDataChannel::CheckChannel(const v1::Channel& channel,
   }
   if (!first->empty() && first->front().uri == uri) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat("channel '", name, "': the ", s3.s3_data_type(),
-                                                 " '", uri, "' does not exist"));
+                                                 " '", ShownUri(uri), "' does not exist"));
 }
 
 absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Channel& channel) {
@@ -556,7 +567,7 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
     absl::StatusOr<std::vector<ObjectInfo>> objects = (*store)->List(uri);
     if (!objects.ok()) {
       return absl::Status(objects.status().code(),
-                          absl::StrCat("channel '", name, "': listing ", uri, ": ",
+                          absl::StrCat("channel '", name, "': listing ", ShownUri(uri), ": ",
                                        objects.status().message()));
     }
     // Paths are relative to the prefix's directory: s3://b/data/tr lists
@@ -574,9 +585,9 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
   } else if (s3.s3_data_type() == "ManifestFile") {
     absl::StatusOr<std::string> text = (*store)->Get(uri);
     if (!text.ok()) {
-      return absl::Status(text.status().code(), absl::StrCat("channel '", name,
-                                                             "': reading manifest ", uri, ": ",
-                                                             text.status().message()));
+      return absl::Status(text.status().code(),
+                          absl::StrCat("channel '", name, "': reading manifest ", ShownUri(uri),
+                                       ": ", text.status().message()));
     }
     absl::StatusOr<kiln::internal::JsonValue> doc = kiln::internal::ParseJsonValue(*text);
     const kiln::internal::JsonValue* prefix = nullptr;
@@ -585,7 +596,7 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
     }
     if (prefix == nullptr || !prefix->is_string()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "channel '", name, "': manifest ", uri,
+          "channel '", name, "': manifest ", ShownUri(uri),
           " must be a JSON array whose first element is {\"prefix\": \"<uri>\"}",
           doc.ok() ? "" : absl::StrCat(" (", doc.status().message(), ")")));
     }
@@ -593,7 +604,8 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
       const kiln::internal::JsonValue& key = doc->elements()[i];
       if (!key.is_string()) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "channel '", name, "': manifest ", uri, ": element ", i, " is not a string key"));
+            "channel '", name, "': manifest ", ShownUri(uri), ": element ", i,
+            " is not a string key"));
       }
       Source source;
       source.uri = absl::StrCat(prefix->string_value(), key.string_value());
@@ -602,7 +614,7 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
     }
     if (sources.empty()) {
       return absl::NotFoundError(
-          absl::StrCat("channel '", name, "': manifest ", uri, " lists no object"));
+          absl::StrCat("channel '", name, "': manifest ", ShownUri(uri), " lists no object"));
     }
   } else {
     return absl::UnimplementedError(absl::StrCat("channel '", name, "': S3DataType ",
@@ -613,7 +625,7 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
     const std::string reason = UnsafePathReason(s.rel);
     if (reason.empty()) continue;
     return absl::InvalidArgumentError(absl::StrCat(
-        "channel '", name, "': object '", s.uri, "' has the key '", s.rel,
+        "channel '", name, "': object '", ShownUri(s.uri), "' has the key '", ShownUri(s.rel),
         "', which is not a path below /opt/ml/input/data/", name, ": ", reason,
         " (a key must be a relative path of segments that are not empty, '.' or '..')"));
   }
@@ -643,8 +655,8 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListAugmentedManifest(
   absl::StatusOr<std::string> text = store.Get(uri);
   if (!text.ok()) {
     return absl::Status(text.status().code(),
-                        absl::StrCat("channel '", name, "': reading augmented manifest ", uri,
-                                     ": ", text.status().message()));
+                        absl::StrCat("channel '", name, "': reading augmented manifest ",
+                                     ShownUri(uri), ": ", text.status().message()));
   }
   std::vector<Source> lines;
   int64_t number = 0;
@@ -658,7 +670,8 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListAugmentedManifest(
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.find_first_not_of(" \t") == std::string_view::npos) continue;  // blank
     auto where = [&] {
-      return absl::StrCat("channel '", name, "': augmented manifest ", uri, " line ", number);
+      return absl::StrCat("channel '", name, "': augmented manifest ", ShownUri(uri), " line ",
+                          number);
     };
     absl::StatusOr<kiln::internal::JsonValue> doc = kiln::internal::ParseJsonValue(line);
     if (!doc.ok()) {
@@ -677,7 +690,7 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListAugmentedManifest(
       const kiln::internal::JsonValue* value = doc->Find(attribute);
       if (value == nullptr) {
         return absl::InvalidArgumentError(
-            absl::StrCat(where(), " has no attribute '", attribute, "' (AttributeNames)"));
+            absl::StrCat(where(), " has no attribute '", Shown(attribute), "' (AttributeNames)"));
       }
       ManifestPart part;
       part.attribute = attribute;
@@ -685,13 +698,14 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListAugmentedManifest(
       if (part.ref) {
         if (!value->is_string()) {
           return absl::InvalidArgumentError(absl::StrCat(
-              where(), ": attribute '", attribute, "' must be a string holding an object URI, not ",
+              where(), ": attribute '", Shown(attribute),
+              "' must be a string holding an object URI, not ",
               internal::Av(kiln::internal::JsonKindName(value->kind()))));
         }
         absl::StatusOr<ObjectStore*> ref_store = stores_.For(value->string_value());
         if (!ref_store.ok()) {
           return absl::Status(ref_store.status().code(),
-                              absl::StrCat(where(), ": attribute '", attribute, "': ",
+                              absl::StrCat(where(), ": attribute '", Shown(attribute), "': ",
                                            ref_store.status().message()));
         }
         part.value = value->string_value();
@@ -706,7 +720,8 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListAugmentedManifest(
   }
   if (lines.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("channel '", name, "': augmented manifest ", uri, " holds no JSON lines"));
+        absl::StrCat("channel '", name, "': augmented manifest ", ShownUri(uri),
+                     " holds no JSON lines"));
   }
   return lines;
 }
@@ -768,7 +783,7 @@ absl::Status LocalDataChannel::Copy(const v1::Channel& channel,
         s = store.ok() ? (*store)->GetToFile(item.uri, item.dest) : store.status();
         if (absl::IsNotFound(s)) {
           s = absl::NotFoundError(absl::StrCat(
-              "channel '", name, "': object '", item.uri,
+              "channel '", name, "': object '", ShownUri(item.uri),
               item.listed ? "' disappeared during the copy (" : "' named by the manifest: ",
               s.message(), item.listed ? ")" : ""));
         } else if (absl::IsResourceExhausted(s)) {
@@ -777,10 +792,10 @@ absl::Status LocalDataChannel::Copy(const v1::Channel& channel,
           // the channel's data.
           s = absl::ResourceExhaustedError(absl::StrCat(
               "channel '", name, "': Data download failed: Insufficient disk space: object '",
-              item.uri, "': ", s.message()));
+              ShownUri(item.uri), "': ", s.message()));
         } else if (!s.ok()) {
-          s = absl::Status(s.code(), absl::StrCat("channel '", name, "': object '", item.uri,
-                                                  "': ", s.message()));
+          s = absl::Status(s.code(), absl::StrCat("channel '", name, "': object '",
+                                                  ShownUri(item.uri), "': ", s.message()));
         }
       }
       if (!s.ok()) {
@@ -826,7 +841,7 @@ absl::Status LocalDataChannel::MakeViews(const v1::Channel& channel,
   if (realpath(path.c_str(), real) == nullptr || stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
     if (!AnyObjectUnder(LocalPathOf(uri))) return absl::NotFoundError(NoObjectsMessage(name, uri));
     return absl::InvalidArgumentError(absl::StrCat(
-        "channel '", name, "': FastFile needs S3Uri to name a folder ('", uri,
+        "channel '", name, "': FastFile needs S3Uri to name a folder ('", ShownUri(uri),
         "' is not a directory); a trailing '/' is recommended"));
   }
   if (!AnyObjectBelow(absl::StrCat(real, "/"), "")) {
@@ -967,11 +982,12 @@ absl::StatusOr<FifoWriter::Result> LocalDataChannel::StreamObject(FifoWriter& wr
       // O_NONBLOCK: a FIFO put in the object's place must not block the
       // open (and the job's end with it); it is refused below.
       int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-      if (fd < 0) return internal::ErrnoStatus(errno, "open", path);
+      // (The path is a manifest's or a listing's: shown escaped.)
+      if (fd < 0) return internal::ErrnoStatus(errno, "open", ShownUri(path));
       struct stat st;
       absl::StatusOr<FifoWriter::Result> r;
       if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        r = absl::NotFoundError(absl::StrCat("'", path, "' is not a regular file"));
+        r = absl::NotFoundError(absl::StrCat("'", ShownUri(path), "' is not a regular file"));
       } else {
         r = writer.SpliceFrom(fd, path);
       }
@@ -1037,8 +1053,8 @@ absl::StatusOr<FifoWriter::Result> LocalDataChannel::StreamLine(FifoWriter& writ
       r = StreamObject(writer, spec, part.value);
       if (!r.ok()) {
         const absl::Status& e = r.status();
-        return absl::Status(e.code(), absl::StrCat("attribute '", part.attribute, "': object '",
-                                                   part.value, "'",
+        return absl::Status(e.code(), absl::StrCat("attribute '", Shown(part.attribute),
+                                                   "': object '", ShownUri(part.value), "'",
                                                    absl::IsNotFound(e) ? " does not exist" : "",
                                                    ": ", e.message()));
       }
@@ -1047,7 +1063,8 @@ absl::StatusOr<FifoWriter::Result> LocalDataChannel::StreamLine(FifoWriter& writ
       absl::Status s = internal::AppendRecordIO(part.value, &framed);
       if (!s.ok()) {
         return absl::Status(s.code(),
-                            absl::StrCat("attribute '", part.attribute, "': ", s.message()));
+                            absl::StrCat("attribute '", Shown(part.attribute), "': ",
+                                         s.message()));
       }
       r = writer.Write(framed);
     } else {
@@ -1100,9 +1117,11 @@ void LocalDataChannel::RunPipe(std::shared_ptr<const PipeSpec> spec, size_t inst
             s, absl::Status(
                    e.code(),
                    source.line > 0
-                       ? absl::StrCat("channel '", s.channel, "': augmented manifest ", source.uri,
-                                      " line ", source.line, " (epoch ", epoch, "): ", e.message())
-                       : absl::StrCat("channel '", s.channel, "': object '", source.uri, "'",
+                       ? absl::StrCat("channel '", s.channel, "': augmented manifest ",
+                                      ShownUri(source.uri), " line ", source.line, " (epoch ",
+                                      epoch, "): ", e.message())
+                       : absl::StrCat("channel '", s.channel, "': object '",
+                                      ShownUri(source.uri), "'",
                                       !absl::IsNotFound(e)  ? ""
                                       : source.size >= 0    ? " disappeared during the stream"
                                                             : " named by the manifest",

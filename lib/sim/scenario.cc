@@ -39,8 +39,19 @@ absl::Status Bad(const std::string& path, std::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", std::string(what)));
 }
 
+// Paths name members by their keys, which are input (an instance type's
+// name, an unknown member): a key that could break the message's line or
+// make it long is shown quoted and escaped, scenario."a\nb".
 std::string Member(const std::string& path, std::string_view key) {
-  return absl::StrCat(path, ".", std::string(key));
+  return absl::StrCat(path, ".", internal::PathKeyForMessage(key));
+}
+
+// Input text (a value, a name) as the messages show it, escaped and cut.
+std::string Shown(std::string_view text) { return internal::TextForMessage(text); }
+
+// A file name (given in the scenario, or by the caller) as the messages show it.
+std::string ShownPath(std::string_view path) {
+  return internal::TextForMessage(path, internal::kMaxPathInMessage);
 }
 
 absl::Status CheckMembers(const JsonValue& v, const std::string& path,
@@ -101,7 +112,7 @@ absl::StatusOr<absl::Duration> Duration(const JsonValue& v, const std::string& p
         days >= 0) {
       d = absl::Hours(24) * days;
     } else if (!absl::ParseDuration(text, &d) || d < absl::ZeroDuration()) {
-      return Bad(path, absl::StrCat("'", text,
+      return Bad(path, absl::StrCat("'", Shown(text),
                                     "' is not a duration (e.g. \"90s\", \"30m\", \"2h\", \"7d\")"));
     }
   }
@@ -159,7 +170,7 @@ absl::StatusOr<RateDist> Rate(const JsonValue& v, const std::string& path, RateD
 
 absl::StatusOr<std::string> ReadText(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", path, "'"));
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", ShownPath(path), "'"));
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -304,7 +315,8 @@ class Parser {
       KILN_ASSIGN_OR_RETURN(std::vector<PolicySpec> expanded, ParsePolicy(policies->elements()[i], ppath));
       for (PolicySpec& p : expanded) {
         if (!policy_names.insert(p.name).second) {
-          return Bad(ppath, absl::StrCat("policy name '", p.name, "' is used twice (give it a \"name\")"));
+          return Bad(ppath, absl::StrCat("policy name '", Shown(p.name),
+                                         "' is used twice (give it a \"name\")"));
         }
         s.policies.push_back(std::move(p));
       }
@@ -312,7 +324,8 @@ class Parser {
     if (const JsonValue* b = v.Find("baseline")) {
       KILN_ASSIGN_OR_RETURN(s.baseline, String(*b, Member(path, "baseline")));
       if (!policy_names.contains(s.baseline)) {
-        return Bad(Member(path, "baseline"), absl::StrCat("'", s.baseline, "' names no policy"));
+        return Bad(Member(path, "baseline"),
+                   absl::StrCat("'", Shown(s.baseline), "' names no policy"));
       }
     }
     if (const JsonValue* r = v.Find("report")) {
@@ -449,10 +462,14 @@ class Parser {
       auto text = ReadText(resolved);
       if (!text.ok()) return Bad(Member(path, "trace"), std::string(text.status().message()));
       auto trace = ParseSpotTrace(*text, invert);
-      if (!trace.ok()) return Bad(Member(path, "trace"), absl::StrCat(resolved, ": ", std::string(trace.status().message())));
+      if (!trace.ok()) {
+        return Bad(Member(path, "trace"), absl::StrCat(ShownPath(resolved), ": ",
+                                                       std::string(trace.status().message())));
+      }
       if (trace->gap <= absl::ZeroDuration() || trace->gap > kMaxSimDuration) {
         return Bad(Member(path, "trace"),
-                   absl::StrCat(resolved, ": metadata.gap_seconds must be positive and at most ",
+                   absl::StrCat(ShownPath(resolved),
+                                ": metadata.gap_seconds must be positive and at most ",
                                 absl::ToInt64Seconds(kMaxSimDuration)));
       }
       s.kind = SpotMarket::Kind::kTrace;
@@ -499,7 +516,7 @@ class Parser {
   }
 
   static std::string NoPrice(const std::string& type) {
-    return absl::StrCat("no price for instance type '", type,
+    return absl::StrCat("no price for instance type '", Shown(type),
                         "': add it under models.instance_types with on_demand_per_hour, or give "
                         "models.default_type an on_demand_per_hour for the types not listed");
   }
@@ -694,44 +711,54 @@ class Parser {
       auto text = ReadText(resolved);
       if (!text.ok()) return Bad(Member(path, "file"), std::string(text.status().message()));
       auto entries = ParseJobTrace(*text);
-      if (!entries.ok()) return Bad(Member(path, "file"), absl::StrCat(resolved, ": ", std::string(entries.status().message())));
+      if (!entries.ok()) {
+        return Bad(Member(path, "file"), absl::StrCat(ShownPath(resolved), ": ",
+                                                      std::string(entries.status().message())));
+      }
       // Each request as a template's: valid, priced, able to start.
       for (const TraceEntry& e : *entries) {
         w.spot_eligible = w.spot_eligible || e.job.attributes.spot_eligible;
-        const std::string where =
-            absl::StrCat(resolved, ": job trace line ", e.line, ": job '", e.job.name, "'");
+        // Made only for a message: escaping every entry's name would tax
+        // traces of millions of jobs that are fine.
+        const auto where = [&] {
+          return absl::StrCat(ShownPath(resolved), ": job trace line ", e.line, ": job '",
+                              Shown(e.job.name), "'");
+        };
         if (std::string type = Unpriced(models, *e.job.request); !type.empty()) {
-          return Bad(Member(path, "file"), absl::StrCat(where, ": ", NoPrice(type)));
+          return Bad(Member(path, "file"), absl::StrCat(where(), ": ", NoPrice(type)));
         }
         absl::Status valid = ValidateCreateTrainingJobRequest(*e.job.request);
         if (!valid.ok()) {
-          return Bad(Member(path, "file"), absl::StrCat(where, ": the request is not valid: ",
+          return Bad(Member(path, "file"), absl::StrCat(where(), ": the request is not valid: ",
                                                         std::string(valid.message())));
         }
         const std::string never =
             NeverStarts(models, *e.job.request, e.job.attributes.spot_eligible);
-        if (!never.empty()) return Bad(Member(path, "file"), absl::StrCat(where, ": ", never));
+        if (!never.empty()) return Bad(Member(path, "file"), absl::StrCat(where(), ": ", never));
         const SimJobAttributes& a = e.job.attributes;
         const StageError slow =
             StageTooLong(models, *e.job.request, a.image_bytes, a.data_bytes, a.epochs);
         if (!slow.member.empty()) {
           return Bad(Member(path, "file"),
-                     absl::StrCat(where, ": sim.", slow.member, ": ", slow.why));
+                     absl::StrCat(where(), ": sim.", slow.member, ": ", slow.why));
         }
       }
       // A trace that gives the run nothing is a mistake (seconds read as
       // milliseconds, the wrong file, a horizon too short).
-      if (entries->empty()) return Bad(Member(path, "file"), absl::StrCat(resolved, ": no jobs"));
+      if (entries->empty()) {
+        return Bad(Member(path, "file"), absl::StrCat(ShownPath(resolved), ": no jobs"));
+      }
       if (entries->front().arrival >= horizon_) {
         return Bad(Member(path, "file"),
-                   absl::StrCat(resolved, ": no job arrives before the horizon (",
+                   absl::StrCat(ShownPath(resolved), ": no job arrives before the horizon (",
                                 absl::ToInt64Seconds(horizon_), " s); the first arrives at ",
                                 absl::ToInt64Seconds(entries->front().arrival), " s"));
       }
       auto shared = std::make_shared<const std::vector<TraceEntry>>(std::move(*entries));
       w.make = [shared](uint64_t) { return NewTraceReplay(*shared); };
     } else {
-      return Bad(Member(path, "kind"), absl::StrCat("unknown kind '", kind, "' (hpo, nightly, interactive, trace)"));
+      return Bad(Member(path, "kind"), absl::StrCat("unknown kind '", Shown(kind),
+                                                    "' (hpo, nightly, interactive, trace)"));
     }
     return w;
   }
@@ -774,7 +801,8 @@ class Parser {
     } else if (kind == "uniform_progress") {
       c.kind = SpotChoice::Kind::kUniformProgress;
     } else {
-      return Bad(path, absl::StrCat("unknown spot policy '", kind, "' (on_demand, spot, uniform_progress)"));
+      return Bad(path, absl::StrCat("unknown spot policy '", Shown(kind),
+                                    "' (on_demand, spot, uniform_progress)"));
     }
     if (body != nullptr) {
       const std::string bpath = Member(path, kind);
@@ -876,7 +904,8 @@ class Parser {
           if (a.fallback > kMaxKeepAlive) return Bad(Member(apath, "fallback"), MaxKeepAliveText());
         }
       } else {
-        return Bad(kpath, absl::StrCat("unknown keep-alive policy '", kind, "' (never, job_requested, fixed, adaptive)"));
+        return Bad(kpath, absl::StrCat("unknown keep-alive policy '", Shown(kind),
+                                       "' (never, job_requested, fixed, adaptive)"));
       }
     }
     std::string name;
@@ -922,7 +951,8 @@ absl::StatusOr<Scenario> LoadScenario(const std::string& path) {
                                                      : path.substr(0, slash);
   auto scenario = ParseScenario(text, dir);
   if (!scenario.ok()) {
-    return absl::Status(scenario.status().code(), absl::StrCat(path, ": ", std::string(scenario.status().message())));
+    return absl::Status(scenario.status().code(), absl::StrCat(ShownPath(path), ": ",
+                                                               scenario.status().message()));
   }
   return scenario;
 }

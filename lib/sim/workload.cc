@@ -311,7 +311,10 @@ absl::StatusOr<std::vector<TraceEntry>> ParseJobTrace(std::string_view jsonl) {
     if (!doc->is_object()) return LineError(line_number, "expected a JSON object");
     for (const auto& [key, value] : doc->members()) {
       if (key != "arrival" && key != "request" && key != "sim") {
-        return LineError(line_number, absl::StrCat("unknown member '", key, "' (arrival, request, sim)"));
+        // The key is input: escaped and cut, it cannot break the message's line.
+        return LineError(line_number,
+                         absl::StrCat("unknown member '", internal::TextForMessage(key),
+                                      "' (arrival, request, sim)"));
       }
     }
     TraceEntry entry;
@@ -359,7 +362,7 @@ absl::StatusOr<std::vector<TraceEntry>> ParseJobTrace(std::string_view jsonl) {
           a.spot_eligible = value.bool_value();
         } else {
           return LineError(line_number,
-                           absl::StrCat("unknown member 'sim.", key,
+                           absl::StrCat("unknown member 'sim.", internal::TextForMessage(key),
                                         "' (work, checkpoint_every, image_bytes, data_bytes, epochs, "
                                         "deadline, spot_eligible, exit_code, upload)"));
         }

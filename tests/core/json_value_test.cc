@@ -307,6 +307,29 @@ TEST_F(JsonValueTest, EscapeForMessageKeepsQuotesAndEscapesLineBreaksAndBadBytes
   EXPECT_EQ(EscapeForMessage("us-\xC3 \x85 \xC3\xA9"), "us-\\xC3 \\x85 \xC3\xA9");
 }
 
+// The single-quoted form with a bound: cut on a character, then escaped.
+TEST_F(JsonValueTest, TextForMessageCutsOnACharacterThenEscapes) {
+  EXPECT_EQ(TextForMessage("it's a\nb"), "it's a\\nb");
+  EXPECT_EQ(TextForMessage("abcd", 4), "abcd");
+  EXPECT_EQ(TextForMessage("abcde", 4), "abcd...");
+  EXPECT_EQ(TextForMessage("ab\xC3\xA9" "c", 3), "ab...");  // not inside the é
+  EXPECT_EQ(TextForMessage("a\x01\x02", 2), "a\\u0001...");
+  EXPECT_EQ(TextForMessage(std::string(1000, 'x')), std::string(kMaxJsonInMessage, 'x') + "...");
+  EXPECT_EQ(TextForMessage(std::string(5000, '/'), kMaxPathInMessage).size(),
+            kMaxPathInMessage + 3);
+}
+
+// A key in a path: as it is when safe, else quoted and escaped as JSON.
+TEST_F(JsonValueTest, PathKeyForMessageQuotesOnlyKeysThatNeedIt) {
+  EXPECT_EQ(PathKeyForMessage("ml.m5.xlarge"), "ml.m5.xlarge");
+  EXPECT_EQ(PathKeyForMessage("caf\xC3\xA9"), "caf\xC3\xA9");
+  EXPECT_EQ(PathKeyForMessage("a\nb"), R"("a\nb")");
+  EXPECT_EQ(PathKeyForMessage("a\"b"), R"("a\"b")");
+  EXPECT_EQ(PathKeyForMessage("k\xE2\x80\xA8"), R"("k\u2028")");
+  EXPECT_EQ(PathKeyForMessage(std::string(1000, 'k')),
+            "\"" + std::string(kMaxJsonInMessage - 1, 'k') + "...");
+}
+
 TEST_F(JsonValueTest, ErrorsShowInputEscapedAndCut) {
   // Outside strings, a character that breaks lines is named by code point.
   EXPECT_EQ(ErrorOf("[1,\xE2\x80\xA8]"),

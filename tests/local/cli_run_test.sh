@@ -74,6 +74,29 @@ if [[ "$(grep -o '"TrainingJobName":"[a-z]*"' "$tmp/stdout" | tr '\n' ' ')" != \
   fail=1
 fi
 
+# Arguments are input: shown escaped, none can add a line to a message.
+"$kiln" run --runtime $'x\nkiln run: forged' "$tmp/good.json" >/dev/null 2>"$tmp/stderr"
+status=$?
+want="kiln run: --runtime must be process or bwrap, not 'x\nkiln run: forged'"
+if [[ "$status" != 1 || "$(head -1 "$tmp/stderr")" != "$want" ]] ||
+   grep -q "^kiln run: forged" "$tmp/stderr"; then
+  echo "FAIL a bad --runtime: status $status (want 1), stderr:"
+  cat "$tmp/stderr"
+  fail=1
+else
+  echo "ok   a bad --runtime is shown escaped"
+fi
+"$kiln" run --state-dir "$tmp/state" "$tmp/no"$'\r'"such.json" >/dev/null 2>"$tmp/stderr"
+status=$?
+want="kiln run: $tmp/no\rsuch.json: cannot read the file"
+if [[ "$status" != 1 || "$(cat "$tmp/stderr")" != "$want" ]]; then
+  echo "FAIL a job file name with a line break: status $status (want 1), stderr:"
+  cat -A "$tmp/stderr"
+  fail=1
+else
+  echo "ok   a job file name is shown escaped"
+fi
+
 # stdout that cannot be written (a full disk): the jobs still run, exit 1,
 # and stderr says why.
 if [[ -w /dev/full ]]; then

@@ -957,6 +957,35 @@ TEST_P(LocalClusterProviderTest, UnknownImageFailsPrepare) {
   EXPECT_TRUE(absl::IsNotFound(s)) << s;
 }
 
+// Paths of the request are input: the errors that echo them show them
+// escaped, so that none can add a line to a message or a log.
+TEST_P(LocalClusterProviderTest, RequestPathsInErrorsAreEscaped) {
+  auto one_line = [](const auto& message) {
+    return std::string(message.data(), message.size()).find_first_of("\n\x0b\x1b") ==
+           std::string::npos;
+  };
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  absl::Status s = Prepare(*cluster, "img\n\x1b[31mforged");
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_TRUE(one_line(s.message())) << s;
+  EXPECT_THAT(s.message(), HasSubstr(R"(image 'img\n\u001b[31mforged' is not a local image)"));
+  s = Prepare(*cluster, tmp_.path() + "/no\nsuch");
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_TRUE(one_line(s.message())) << s;
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("'", tmp_.path(), R"(/no\nsuch': )")));
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  v1::CreateTrainingJobRequest r = Request("ckpt-escaped", {"/bin/true"});
+  r.mutable_checkpoint_config()->set_s3_uri("file://" + store_dir_ + "/ckpt/");
+  r.mutable_checkpoint_config()->set_local_path("/opt/ml/../x\x0b");
+  Recorder events;
+  s = Start(r, *cluster, events);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_TRUE(one_line(s.message())) << s;
+  EXPECT_THAT(s.message(), HasSubstr(R"(CheckpointConfig.LocalPath '/opt/ml/../x\u000b' must be)"));
+  EXPECT_EQ(events.exit_calls, 0);
+}
+
 TEST_P(LocalClusterProviderTest, SpotNoticeThenLossKillsTheInstanceWithoutExit) {
   AddScript("long.sh",
             "echo ready\n"

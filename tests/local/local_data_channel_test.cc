@@ -958,6 +958,58 @@ TEST_F(LocalDataChannelTest, AugmentedManifestRefToAMissingObjectFailsTheJobNami
                                      src_, "/o/nothing' does not exist")));
 }
 
+// Keys, URIs and values of manifests are input: the errors that echo them
+// show them escaped and cut, so no manifest can add a line to a job's
+// FailureReason or a log, or make it huge.
+TEST_F(LocalDataChannelTest, ManifestContentEchoedInErrorsIsEscapedAndCut) {
+  auto one_line = [](const auto& message) {  // (absl's or std's string_view, or a string)
+    const std::string m(message.data(), message.size());
+    return m.find_first_of("\n\r\x01") == std::string::npos &&
+           m.find("\xC2\x85") == std::string::npos;
+  };
+  const std::string manifest = "file://" + src_ + "/manifest.json";
+  // An unsafe key ('..'), with control characters.
+  WriteFile(src_ + "/manifest.json", absl::StrCat("[{\"prefix\": \"file://", src_,
+                                                  "/m/\"}, \"../x\\u0001\\nforged\"]"));
+  absl::Status s = Deliver(Channel("m", "ManifestFile", manifest));
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_TRUE(one_line(s.message())) << s.message();
+  EXPECT_THAT(s.message(),
+              HasSubstr(absl::StrCat("object 'file://", src_, R"(/m/../x\u0001\nforged')",
+                                     R"( has the key '../x\u0001\nforged', which)")));
+  // A huge one is cut.
+  WriteFile(src_ + "/manifest.json", absl::StrCat("[{\"prefix\": \"file://", src_, "/m/\"}, \"../",
+                                                  std::string(100000, 'k'), "\"]"));
+  s = Deliver(Channel("m", "ManifestFile", manifest));
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("kkk...' has the key '../kkk"));
+  EXPECT_LT(s.message().size(), 2500u);
+  // A key that is also a folder of another.
+  WriteFile(src_ + "/manifest.json", absl::StrCat("[{\"prefix\": \"file://", src_,
+                                                  "/m/\"}, \"a\\u0085\", \"a\\u0085/b\"]"));
+  s = Deliver(Channel("m", "ManifestFile", manifest));
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_TRUE(one_line(s.message())) << s.message();
+  EXPECT_THAT(s.message(),
+              HasSubstr(R"(key 'a\u0085' would be a file and the folder holding key)"));
+  // An augmented manifest's "-ref" naming a missing object, and an attribute
+  // name the lines lack.
+  const std::string augmented = "file://" + src_ + "/r.manifest";
+  WriteFile(src_ + "/r.manifest",
+            absl::StrCat("{\"src-ref\": \"file://", src_, "/o/no\\nthing\"}\n"));
+  ASSERT_TRUE(Deliver(Augmented("r", augmented, {"src-ref"}), "Pipe").ok());
+  EXPECT_EQ(ReadFifo(Fifo("algo-1", "r", 0)), "");
+  ASSERT_TRUE(RunUntil(*loop_, [&] { return !listener_.failures.empty(); }));
+  EXPECT_TRUE(one_line(listener_.failures[0])) << listener_.failures[0];
+  EXPECT_THAT(listener_.failures[0],
+              HasSubstr(absl::StrCat("attribute 'src-ref': object 'file://", src_,
+                                     R"(/o/no\nthing' does not exist: open ')", src_,
+                                     R"(/o/no\nthing': )")));
+  s = Deliver(Augmented("r", augmented, {"src-ref", "b\x01"}), "Pipe");
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr(R"(line 1 has no attribute 'b\u0001' (AttributeNames))"));
+}
+
 TEST_F(LocalDataChannelTest, AugmentedManifestInARemoteStoreReadsRefsThroughTheStores) {
   CountingStore remote;
   stores_.Register("mem", &remote);

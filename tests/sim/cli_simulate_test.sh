@@ -45,6 +45,20 @@ timeout 60 "$kiln" simulate "$tmp/inf.json" >/dev/null 2>"$tmp/err.txt"; [[ $? =
   && grep -q "scenario.horizon: a duration must be finite" "$tmp/err.txt" \
   && ok "an infinite horizon is an error at load" || bad "infinite horizon: $(cat "$tmp/err.txt")"
 "$kiln" simulate >/dev/null 2>&1; [[ $? == 2 ]] && ok "no scenario exits 2" || bad "no scenario"
+# Arguments are input: shown escaped, none can add a line to a message.
+"$kiln" simulate "$scenario" --seed $'1\nkiln simulate: forged' >/dev/null 2>"$tmp/err.txt"; rc=$?
+want="kiln simulate: --seed '1\nkiln simulate: forged': expected an integer in [0, "
+want+="9223372036854775807]"
+[[ $rc == 2 && "$(head -1 "$tmp/err.txt")" == "$want" ]] \
+  && ! grep -q "^kiln simulate: forged" "$tmp/err.txt" \
+  && ok "a bad --seed is shown escaped" || bad "bad seed: $(cat "$tmp/err.txt")"
+"$kiln" simulate "$scenario" $'--x\x1b[2J' >/dev/null 2>"$tmp/err.txt"
+[[ $? == 2 && "$(head -1 "$tmp/err.txt")" == "kiln simulate: unknown option '--x\u001b[2J'" ]] \
+  && ok "an unknown option is shown escaped" || bad "unknown option: $(cat "$tmp/err.txt")"
+"$kiln" simulate "$tmp/no"$'\n'"such.json" >/dev/null 2>"$tmp/err.txt"; rc=$?
+want="kiln simulate: cannot read '$tmp/no\nsuch.json'"
+[[ $rc == 1 && "$(cat "$tmp/err.txt")" == "$want" ]] \
+  && ok "a scenario file name is shown escaped" || bad "file name: $(cat "$tmp/err.txt")"
 "$kiln" simulate "$tmp/missing.json" >/dev/null 2>"$tmp/err.txt"; [[ $? == 1 ]] && grep -q "cannot read" "$tmp/err.txt" \
   && ok "unreadable scenario exits 1" || bad "unreadable scenario: $(cat "$tmp/err.txt")"
 printf '{"workloads": [], "policies": []}' >"$tmp/empty.json"

@@ -637,6 +637,63 @@ TEST(ScenarioParseTest, ATraceWithNoJobBeforeTheHorizonIsAnError) {
   EXPECT_EQ(ParseError(scenario("ok.jsonl"), dir), "");
 }
 
+// Input the errors echo (keys, values, names, file names) is escaped and cut:
+// no scenario can add a line to a message or make it long.
+TEST(ScenarioParseTest, InputEchoedInErrorsIsEscapedAndCut) {
+  const std::string job = R"({"work": "10m"})";
+  // Whether `error` holds `want` and no character that breaks a line.
+  auto one_line = [](const std::string& error, const std::string& want) {
+    if (error.find_first_of("\n\r\x0b\x0c") != std::string::npos ||
+        absl::StrContains(error, "\xE2\x80\xA8")) {
+      return testing::AssertionFailure() << "a line break in: " << error;
+    }
+    if (!absl::StrContains(error, want)) {
+      return testing::AssertionFailure() << "no '" << want << "' in: " << error;
+    }
+    return testing::AssertionSuccess();
+  };
+  // Keys in a path: quoted as JSON when they need escaping.
+  EXPECT_TRUE(one_line(ParseError(R"({"a\nforged: b": 1})"),
+                       R"(scenario."a\nforged: b": unknown member)"));
+  const std::string type = R"({"ml.x\u0001": {"on_demand_per_hour": 1, "capacity": -1}})";
+  EXPECT_TRUE(one_line(
+      ParseError(HpoScenario(job, "[{}]", absl::StrCat(R"({"instance_types": )", type, "}"))),
+      R"(scenario.models.instance_types."ml.x\u0001".capacity: expected an integer)"));
+  EXPECT_TRUE(one_line(ParseError(HpoScenario(job, R"([{"keep_alive": {"never": {"x\r": 1}}}])")),
+                       R"(scenario.policies[0].keep_alive.never."x\r": unknown member)"));
+  // Values and names: escaped in their single quotes.
+  EXPECT_TRUE(one_line(ParseError(HpoScenario(R"({"work": "1\nforged"})")),
+                       R"(job.work: '1\nforged' is not a duration)"));
+  EXPECT_TRUE(one_line(ParseError(HpoScenario(job, R"([{"keep_alive": "x\u2028y"}])")),
+                       R"(unknown keep-alive policy 'x\u2028y')"));
+  EXPECT_TRUE(one_line(ParseError(HpoScenario(job, R"([{"spot": "x\u000by"}])")),
+                       R"(unknown spot policy 'x\u000by')"));
+  EXPECT_TRUE(one_line(
+      ParseError(R"({"workloads": [{"kind": "a\nb", "job": {"work": "1m"}}], "policies": [{}]})"),
+      R"(unknown kind 'a\nb')"));
+  EXPECT_TRUE(one_line(ParseError(HpoScenario(job, R"([{"name": "p\nq"}, {"name": "p\nq"}])")),
+                       R"(policy name 'p\nq' is used twice)"));
+  EXPECT_TRUE(one_line(ParseError(R"({"workloads": [{"kind": "hpo", "job": {"work": "1m"}}],
+                                      "policies": [{}], "baseline": "b\fc"})"),
+                       R"('b\fc' names no policy)"));
+  EXPECT_TRUE(one_line(ParseError(HpoScenario(R"({"work": "1m", "instance_type": "ml.\nx"})")),
+                       R"(no price for instance type 'ml.\nx')"));
+  EXPECT_TRUE(one_line(ParseError(R"({"workloads": [{"kind": "trace", "file": "no\nsuch.jsonl"}],
+                                      "policies": [{}]})"),
+                       R"(cannot read 'no\nsuch.jsonl')"));
+  // A trace's job name, in the error about its request.
+  const TempFiles files(TempFiles::Files{{"t.jsonl", TraceLine(1, "a\\nb", "ml.x9.huge", "{}")}});
+  EXPECT_TRUE(one_line(
+      ParseError(R"({"workloads": [{"kind": "trace", "file": "t.jsonl"}], "policies": [{}]})",
+                 files.dir()),
+      R"(job trace line 1: job 'a\nb': no price for instance type 'ml.x9.huge')"));
+  // Huge input is cut: the message stays short.
+  const std::string huge(100000, 'k');
+  const std::string error = ParseError(absl::StrCat(R"({")", huge, R"(": 1})"));
+  EXPECT_TRUE(one_line(error, R"(scenario.")" + std::string(199, 'k') + R"(...: unknown member)"));
+  EXPECT_LT(error.size(), 400u);
+}
+
 // Policies without options take none: a body with members is an error.
 TEST(ScenarioParseTest, PoliciesWithoutOptionsRefuseMembers) {
   const std::string job = R"({"work": "10m"})";

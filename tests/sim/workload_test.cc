@@ -202,6 +202,23 @@ TEST(JobTraceTest, ErrorsNameTheLineAndTheProblem) {
   EXPECT_TRUE(absl::StrContains(ParseJobTrace("not json").status().message(), "line 1:"));
 }
 
+// Unknown members are input: escaped and cut, they cannot add a line to the
+// message or make it long.
+TEST(JobTraceTest, UnknownMembersAreShownEscapedAndCut) {
+  const std::string top(ParseJobTrace("{\"arrival\": 1, \"x\\ny\\u0085\": 2}").status().message());
+  EXPECT_TRUE(absl::StrContains(top, R"(line 1: unknown member 'x\ny\u0085' (arrival, )")) << top;
+  const std::string sim(
+      ParseJobTrace(absl::StrCat("{\"arrival\": 1, \"request\": {\"TrainingJobName\": \"a\"}, ",
+                                 "\"sim\": {\"w\\r\\nforged\": 1}}"))
+          .status()
+          .message());
+  EXPECT_TRUE(absl::StrContains(sim, R"(unknown member 'sim.w\r\nforged' (work, )")) << sim;
+  const std::string huge(
+      ParseJobTrace(absl::StrCat("{\"", std::string(100000, 'k'), "\": 1}")).status().message());
+  EXPECT_TRUE(absl::StrContains(huge, std::string(200, 'k') + "...' (arrival")) << huge.size();
+  EXPECT_LT(huge.size(), 400u);
+}
+
 TEST(JobTraceTest, DurationsAreAtMostTenYears) {
   EXPECT_TRUE(absl::StrContains(ParseJobTrace("{\"arrival\": 1e300}").status().message(),
                                 "line 1: arrival must be a number of seconds in [0, 315360000]"));

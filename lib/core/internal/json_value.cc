@@ -785,4 +785,29 @@ std::string EscapeForMessage(std::string_view text) {
   return out;
 }
 
+std::string TextForMessage(std::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return EscapeForMessage(text);
+  size_t cut = max_bytes;
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xC0) == 0x80) --cut;
+  std::string out = EscapeForMessage(text.substr(0, cut));
+  out += "...";
+  return out;
+}
+
+std::string PathKeyForMessage(std::string_view key) {
+  // Every key of every path passes here (most on success paths, which build
+  // paths before knowing of an error): printable ASCII takes the short way.
+  const bool plain = key.size() + 2 <= kMaxJsonInMessage &&
+                     std::all_of(key.begin(), key.end(), [](char c) {
+                       return c >= 0x20 && c < 0x7F && c != '"' && c != '\\';
+                     });
+  if (plain) return std::string(key);
+  std::string quoted = JsonForMessage(JsonValue::String(std::string(key)));
+  // Other UTF-8 that needed no escape and no cut reads as it is.
+  if (quoted.size() == key.size() + 2 && std::string_view(quoted).substr(1, key.size()) == key) {
+    return std::string(key);
+  }
+  return quoted;
+}
+
 }  // namespace kiln::internal

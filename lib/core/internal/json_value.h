@@ -192,6 +192,27 @@ std::string JsonForMessage(const JsonValue& value, size_t max_bytes = kMaxJsonIn
 // Thread-safe.
 std::string EscapeForMessage(std::string_view text);
 
+// Bytes of a path (a file name, a URI, an object key, a member path holding
+// map keys) TextForMessage keeps at most when asked: paths run longer than
+// the values kMaxJsonInMessage bounds, and a cut one names nothing.
+inline constexpr size_t kMaxPathInMessage = 1024;
+
+// Input a message shows as it reads, bare or in the 'single-quoted' form (a
+// name, a path, a value that is not JSON): at most `max_bytes` bytes of
+// `text`, cut on a UTF-8 boundary with "..." appended, then escaped as
+// EscapeForMessage escapes. (Escapes make the result longer: at most 6 bytes
+// per byte kept.)
+// Thread-safe.
+std::string TextForMessage(std::string_view text, size_t max_bytes = kMaxJsonInMessage);
+
+// A member name or map key as a step of a path in a message
+// (HyperParameters.epochs, scenario.models.instance_types.ml.m5.xlarge): as
+// it is when that is safe, else quoted as JsonForMessage quotes it
+// (HyperParameters."a\nb"), so that no key can break the message's line or
+// make it long. A printable ASCII key, the usual case, takes one scan.
+// Thread-safe.
+std::string PathKeyForMessage(std::string_view key);
+
 }  // namespace kiln::internal
 
 #endif  // KILN_LIB_CORE_INTERNAL_JSON_VALUE_H_
