@@ -219,7 +219,8 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
   absl::StatusOr<bool> OnJobCreated(const WarmPoolJob& job) override {
     // Before anything else: replacing a record would leave its pool (owned
     // by name) billing the new job, and drop its shape under that pool.
-    if (auto it = jobs_.find(Key(job.name)); it != jobs_.end()) {
+    // (An engine whose jobs take no part keeps no record: no name to hash.)
+    if (auto it = jobs_.empty() ? jobs_.end() : jobs_.find(Key(job.name)); it != jobs_.end()) {
       return absl::AlreadyExistsError(absl::StrCat(
           "the warm-pool manager already holds a record of training job '",
           std::string(job.name), "' (", it->second.status,
