@@ -26,6 +26,7 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "core/internal/deadline_queue.h"
+#include "core/internal/json_value.h"
 #include "core/internal/keyed_set.h"
 #include "core/internal/prefetch.h"
 #include "core/internal/regex.h"
@@ -192,7 +193,8 @@ void EchoFields(const google::protobuf::Message& from, google::protobuf::Message
 
 absl::Status NotFound(const std::string& name) {
   return absl::NotFoundError(
-      absl::StrCat("Requested resource not found: training job '", name, "' does not exist."));
+      absl::StrCat("Requested resource not found: training job '",
+                   internal::TextForMessage(name), "' does not exist."));
 }
 
 class EngineImpl;
@@ -606,7 +608,8 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
         }
       }
       return absl::NotFoundError(absl::StrCat("training job '", std::string(job),
-                                              "' has no instance '", std::string(host), "'"));
+                                              "' has no instance '",
+                                              internal::TextForMessage(host), "'"));
     });
   }
 

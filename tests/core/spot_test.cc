@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "google/protobuf/text_format.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kiln/engine.h"
 #include "kiln/sim/sim.h"
@@ -324,6 +325,17 @@ TEST_F(SpotTest, InjectedNoticeThroughThePublicApi) {
                                         absl::Minutes(2))
                 .code(),
             absl::StatusCode::kNotFound);
+  // Names from the caller (a CLI argument) are shown escaped: none adds a line.
+  for (const auto& [job, host] : {std::pair<std::string, std::string>{"job", "algo-1\nforged"},
+                                  {"no\nsuch", "algo-1"}}) {
+    const absl::Status s =
+        engine_->InjectInterruption(job, host, InterruptionKind::kSpotNotice, absl::Minutes(2));
+    EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+    EXPECT_EQ(s.message().find('\n'), absl::string_view::npos) << s;
+    EXPECT_THAT(std::string(s.message()),
+                ::testing::AnyOf(::testing::HasSubstr("'algo-1\\nforged'"),
+                                 ::testing::HasSubstr("'no\\nsuch'")));
+  }
   loop_->RunUntilIdle();
   EXPECT_EQ(Final("job"), "Completed/Completed");
 }
