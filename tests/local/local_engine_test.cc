@@ -505,6 +505,33 @@ class LocalEngineFullDiskTest : public LocalEngineTest {
     for (const std::string& file : testing::FilesBelow(dir)) absl::StrAppend(&out, file, "\n");
     return out;
   }
+
+  // A job whose 200 KB model cannot be written (state_kib: a small state disk,
+  // where the archive is packed; out_kib: a small output store, where it is
+  // uploaded) fails naming the archive and the disk, leaves no partial file,
+  // and the next job, whose model fits, completes.
+  void ExpectAModelThatDoesNotFitToFailCleanly(const std::string& job, int state_kib,
+                                                 int out_kib) {
+    AddScript("model.sh", "head -c 200000 /dev/urandom > \"$SM_MODEL_DIR/model.bin\"\n");
+    AddScript("small.sh", "echo ok > \"$SM_MODEL_DIR/model.txt\"\n");
+    testing::Facts f = OnSmallDisk(state_kib, out_kib, [&](testing::Facts& f) {
+      RunJob(Request(job, "model.sh"), f);
+      f["tmp"] = Files(StateDir() + "/tmp");
+      f["out"] = Files(out_);
+      RunJob(Request("after-" + job, "small.sh"), f);
+    });
+    if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
+    SCOPED_TRACE(FactsText(f));
+    EXPECT_EQ(f["CHILD"], "");
+    EXPECT_EQ(f[job + ".status"], "Failed");
+    EXPECT_THAT(f[job + ".reason"],
+                HasSubstr("could not upload the model artifacts: file://" + out_ + "/" + job +
+                          "/output/model.tar.gz: "));
+    EXPECT_THAT(f[job + ".reason"], HasSubstr("No space left on device"));
+    EXPECT_EQ(f["tmp"], "");
+    EXPECT_EQ(f["out"], "");
+    EXPECT_EQ(f["after-" + job + ".status"], "Completed") << f["after-" + job + ".reason"];
+  }
 };
 
 TEST_F(LocalEngineFullDiskTest, FileChannelThatDoesNotFitFailsTheJobNamingTheChannel) {
@@ -539,47 +566,11 @@ TEST_F(LocalEngineFullDiskTest, FileChannelThatDoesNotFitFailsTheJobNamingTheCha
 
 TEST_F(LocalEngineFullDiskTest, ModelThatCannotBePackedFailsTheJobNamingTheArchive) {
   // The model fits in the instance's tree; the archive beside it does not.
-  AddScript("model.sh", "head -c 200000 /dev/urandom > \"$SM_MODEL_DIR/model.bin\"\n");
-  AddScript("small.sh", "echo ok > \"$SM_MODEL_DIR/model.txt\"\n");
-  testing::Facts f = OnSmallDisk(384, 0, [&](testing::Facts& f) {
-    RunJob(Request("full-model", "model.sh"), f);
-    f["tmp"] = Files(StateDir() + "/tmp");
-    f["out"] = Files(out_);
-    RunJob(Request("after-full-model", "small.sh"), f);
-  });
-  if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
-  SCOPED_TRACE(FactsText(f));
-  EXPECT_EQ(f["CHILD"], "");
-  EXPECT_EQ(f["full-model.status"], "Failed");
-  EXPECT_THAT(f["full-model.reason"],
-              HasSubstr("could not upload the model artifacts: file://" + out_ +
-                        "/full-model/output/model.tar.gz: "));
-  EXPECT_THAT(f["full-model.reason"], HasSubstr("No space left on device"));
-  EXPECT_EQ(f["tmp"], "");
-  EXPECT_EQ(f["out"], "");
-  EXPECT_EQ(f["after-full-model.status"], "Completed") << f["after-full-model.reason"];
+  ExpectAModelThatDoesNotFitToFailCleanly("full-model", 384, 0);
 }
 
 TEST_F(LocalEngineFullDiskTest, FullOutputStoreFailsTheJobAndLeavesNoPartialObject) {
-  AddScript("model.sh", "head -c 200000 /dev/urandom > \"$SM_MODEL_DIR/model.bin\"\n");
-  AddScript("small.sh", "echo ok > \"$SM_MODEL_DIR/model.txt\"\n");
-  testing::Facts f = OnSmallDisk(4096, 64, [&](testing::Facts& f) {
-    RunJob(Request("full-out", "model.sh"), f);
-    f["out"] = Files(out_);
-    f["tmp"] = Files(StateDir() + "/tmp");
-    RunJob(Request("after-full-out", "small.sh"), f);
-  });
-  if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
-  SCOPED_TRACE(FactsText(f));
-  EXPECT_EQ(f["CHILD"], "");
-  EXPECT_EQ(f["full-out.status"], "Failed");
-  EXPECT_THAT(f["full-out.reason"],
-              HasSubstr("could not upload the model artifacts: file://" + out_ +
-                        "/full-out/output/model.tar.gz: "));
-  EXPECT_THAT(f["full-out.reason"], HasSubstr("No space left on device"));
-  EXPECT_EQ(f["out"], "");
-  EXPECT_EQ(f["tmp"], "");
-  EXPECT_EQ(f["after-full-out.status"], "Completed") << f["after-full-out.reason"];
+  ExpectAModelThatDoesNotFitToFailCleanly("full-out", 4096, 64);
 }
 
 TEST_F(LocalEngineFullDiskTest, CheckpointsThatDoNotFitFailTheJobNamingTheCheckpoint) {
