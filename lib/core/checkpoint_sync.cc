@@ -321,7 +321,7 @@ absl::Status CheckpointSync::Restore() {
     return Annotate(listed.status(), absl::StrCat("checkpoint restore: list '", prefix_, "'"));
   }
   // Every key is checked before anything is written.
-  std::vector<std::pair<std::string, std::string>> todo;  // uri, key
+  std::vector<std::pair<std::string, std::string>> to_restore;  // uri, key
   for (const ObjectInfo& info : *listed) {
     if (info.uri.compare(0, prefix_.size(), prefix_) != 0) continue;
     std::string key = info.uri.substr(prefix_.size());
@@ -335,13 +335,13 @@ absl::Status CheckpointSync::Restore() {
           local_dir_, "'"));
     }
     if (HasTempSegment(key)) continue;
-    todo.emplace_back(info.uri, std::move(key));
+    to_restore.emplace_back(info.uri, std::move(key));
   }
   // `a` and `a/b` cannot both be restored: a path is a file or a directory.
   // Found here, or the restore would stop halfway, with part of the files
   // written. (S3 holds both; SyncOnce takes care not to leave both there.)
-  std::map<std::string, const std::string*> uri_of;  // key -> uri, in todo
-  for (const auto& [uri, key] : todo) uri_of.emplace(key, &uri);
+  std::map<std::string, const std::string*> uri_of;  // key -> uri, in to_restore
+  for (const auto& [uri, key] : to_restore) uri_of.emplace(key, &uri);
   for (const auto& [key, uri] : uri_of) {
     const std::string* below = FirstBelow(uri_of, key);
     if (below == nullptr) continue;
@@ -355,7 +355,7 @@ absl::Status CheckpointSync::Restore() {
   // only once a write can no longer be stamped with it (below).
   int64_t latest_mtime_ns = std::numeric_limits<int64_t>::min();
   absl::Status status = [&]() -> absl::Status {
-    for (const auto& [uri, key] : todo) {
+    for (const auto& [uri, key] : to_restore) {
       std::string path = absl::StrCat(local_dir_, "/", key);
       KILN_RETURN_IF_ERROR(CheckParentsAreDirectories(root->get(), local_dir_, key, uri));
       absl::Status got = store_.GetToFile(uri, path);
