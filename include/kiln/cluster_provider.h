@@ -72,6 +72,11 @@ struct ContainerExit {
   // Contents of /opt/ml/output/failure (the engine keeps the first 1024
   // characters), empty when the container wrote none.
   std::string failure_text;
+  // Why /opt/ml/output/failure is there but could not be read, naming it and
+  // the reason (e.g. "read 'algo-1:/opt/ml/output/failure': Is a directory");
+  // empty when it was read or does not exist. The engine adds it to what the
+  // FailureReason says without the file.
+  std::string failure_error;
 };
 
 // What a container run needs to know about its job. References are valid only

@@ -1587,6 +1587,9 @@ void EngineImpl::HandleExit(Job& job, const Instance& instance, const ContainerE
     job.algorithm_failed_ = true;
     std::string text = exit.failure_text.empty() ? "See job logs for more information"
                                                  : exit.failure_text;
+    if (!exit.failure_error.empty()) {
+      absl::StrAppend(&text, " (the failure file could not be read: ", exit.failure_error, ")");
+    }
     Fail(job, absl::StrCat("AlgorithmError: ", text), /*healthy=*/true);
     return;
   }

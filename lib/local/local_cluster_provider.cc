@@ -336,6 +336,8 @@ absl::Status Materialize(const ImageSource& src, const std::string& target) {
     // Someone else finished first (shared cache): theirs is as good.
     if (!internal::IsDirectory(target)) s = internal::ErrnoStatus(errno, "rename", target);
   }
+  // (What cannot be deleted is found again: below an instance, with its
+  // cluster; in the shared cache, by the next provider's ClaimStaleScratch.)
   internal::RemoveTree(tmp).IgnoreError();
   return s;
 }
@@ -384,7 +386,8 @@ class LineSplitter {
 // one joined to a later one, as writing on after a short write would give
 // (the disk may have room again by the next chunk). The caller shows observers
 // the line the breaking call returns: the stream says so once, where it can
-// be read. A stream that cannot be opened is broken from the start.
+// be read. A stream that cannot be opened is broken from the start, and one
+// whose close() fails (a deferred write error) is broken at the end.
 //
 // Supervisor thread only (thread-compatible).
 class LogStream {
@@ -441,9 +444,21 @@ class LogStream {
   // Whether the stream was opened and then broke, or could not be opened.
   bool broken() const { return state_ == State::kBroken; }
 
-  void Close() {
-    fd_.reset();
-    if (state_ == State::kOpen) state_ = State::kClosed;
+  // Closes the file. Returns the line for observers when close() fails (where
+  // some file systems, NFS or FUSE ones, report a write that failed after it
+  // returned), else "". The stream is then broken like a failed write breaks
+  // it, except that the file can no longer be put right.
+  std::string Close() {
+    if (state_ != State::kOpen) return "";
+    const int err = fd_.Close();
+    if (err == 0) {
+      state_ = State::kClosed;
+      return "";
+    }
+    state_ = State::kBroken;
+    return absl::StrCat(kBrokenPrefix, "close '", path_, "': ", std::strerror(err),
+                        "; it may lack some of this container's output, which reached the "
+                        "job's observers");
   }
 
  private:
@@ -627,9 +642,36 @@ absl::Status FreshInstanceTree(const std::string& dir, const std::string& ml_dir
   return status;
 }
 
-void EmptyTrash(std::vector<std::string>& trash) {
-  for (const std::string& t : trash) internal::RemoveTree(t).IgnoreError();
+// Deletes what FreshInstanceTree put aside. Errors: the first removal that
+// failed (as ErrnoStatus, naming the path); the others are tried all the same.
+absl::Status EmptyTrash(std::vector<std::string>& trash) {
+  absl::Status status;
+  for (const std::string& t : trash) status.Update(internal::RemoveTree(t));
   trash.clear();
+  return status;
+}
+
+// Adds "[kiln] <text>" to the log stream `path` of a container run that has
+// ended: what the provider learns about the run afterwards (that its files
+// could not all be deleted), said where the rest of its story is. Nothing
+// when `path` is empty (no run yet). Best effort: the line is whole or
+// absent (LogStream), and there is no one left to tell when it cannot be
+// written.
+void NoteAfterRun(const std::string& path, std::string_view text) {
+  if (path.empty()) return;
+  LogStream stream(path);
+  if (stream.Open().empty()) stream.AppendPlatformLine(text);
+  stream.Close();
+}
+
+// Where what a clean-up during a cluster's life leaves goes.
+constexpr char kLeftForDispose[] = "; what is left is deleted with the cluster";
+
+// Says in the run's log stream that a trash `deleted` could not all go.
+void NoteIfNotDeleted(const std::string& last_log, const absl::Status& deleted) {
+  if (deleted.ok()) return;
+  NoteAfterRun(last_log, absl::StrCat("the files of this run could not all be deleted: ",
+                                      deleted.message(), kLeftForDispose));
 }
 
 struct LocalInstance {
@@ -639,6 +681,7 @@ struct LocalInstance {
   std::string tmp_dir;
   std::string image_root;   // set by PrepareImage
   std::string program_dir;  // set by PrepareImage
+  std::string last_log;     // the log stream of the latest run (set by StartContainers)
   bool lost = false;
   TimerHandle loss_timer;
   std::shared_ptr<ContainerProc> current;
@@ -687,11 +730,16 @@ class ClusterLock {
     return std::unique_ptr<ClusterLock>(new ClusterLock(path, fd));
   }
 
-  // Deletes the lock file, then lets the lock go.
+  // Deletes the lock file (unless KeepFile was called), then lets the lock go.
   ~ClusterLock() {
-    unlink(path_.c_str());
+    if (!keep_file_) unlink(path_.c_str());
     close(fd_);
   }
+
+  // Leaves the file when the lock goes: for a cluster whose directory could
+  // not all be deleted, which a provider made later then finds stale and
+  // tries again (ClaimStaleClusters; without the file it never would).
+  void KeepFile() { keep_file_ = true; }
 
   ClusterLock(const ClusterLock&) = delete;
   ClusterLock& operator=(const ClusterLock&) = delete;
@@ -708,6 +756,7 @@ class ClusterLock {
 
   std::string path_;
   int fd_;
+  bool keep_file_ = false;
 };
 
 // A stale cluster (see ClusterLock), claimed: its directory is to be deleted
@@ -780,9 +829,12 @@ class LocalClusterProvider final : public ClusterProvider {
     std::vector<StaleScratch> scratch = ClaimStaleScratch(options_.state_dir);
     if (!stale.empty() || !scratch.empty()) {
       tasks_.Run([stale = std::move(stale), scratch = std::move(scratch)]() mutable {
+        // What cannot be deleted stays for the next provider made here to
+        // try again: a cluster keeps its lock file for that, and scratch is
+        // found by its name.
         for (StaleCluster& c : stale) {
-          internal::RemoveTree(c.dir).IgnoreError();
-          c.lock.reset();  // (deletes the lock file, then unlocks)
+          if (!internal::RemoveTree(c.dir).ok()) c.lock->KeepFile();
+          c.lock.reset();  // (deletes the lock file unless kept, then unlocks)
         }
         for (StaleScratch& t : scratch) {
           internal::RemoveTree(t.path).IgnoreError();
@@ -988,6 +1040,7 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
     std::vector<std::shared_ptr<ContainerProc>> wait_for;
     std::shared_ptr<Scrub> scrub;  // the tree is being made fresh already
     std::vector<std::string> trash;  // the old tree, to delete once `done` has run
+    std::string last_log;            // where to say what of it cannot be deleted
     std::string image_root, program_dir;
     absl::Status status;
   };
@@ -997,6 +1050,7 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
     w.dir = inst.dir;
     w.ml_dir = inst.ml_dir;
     w.tmp_dir = inst.tmp_dir;
+    w.last_log = inst.last_log;
     if (inst.current) w.wait_for.push_back(inst.current);
     for (auto& r : inst.retired) w.wait_for.push_back(r);
     w.scrub = std::move(inst.scrub);
@@ -1035,8 +1089,12 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
       const std::string cache = absl::StrCat(w.dir, "/image-cache");
       const std::string target = absl::StrCat(cache, "/", src->key);
       if (!internal::Exists(target)) {
-        // An instance holds one image: drop the others.
-        internal::ResetDir(cache).IgnoreError();
+        // An instance holds one image: drop the others. (What cannot be
+        // deleted does not keep this job from running: Dispose tries again.)
+        if (absl::Status s = internal::ResetDir(cache); !s.ok()) {
+          NoteAfterRun(w.last_log, absl::StrCat("the instance's earlier images could not all "
+                                                "be deleted: ", s.message(), kLeftForDispose));
+        }
         if (shared) {
           if (symlink(shared_target.c_str(), target.c_str()) != 0) {
             w.status = internal::ErrnoStatus(errno, "link", target);
@@ -1058,11 +1116,8 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
     for (size_t i = 1; i < work->size(); ++i) threads.emplace_back(prepare, std::ref((*work)[i]));
     if (!work->empty()) prepare((*work)[0]);
     for (std::thread& t : threads) t.join();
-    std::vector<std::string> trash;
-    for (Work& w : *work) {
-      trash.insert(trash.end(), w.trash.begin(), w.trash.end());
-      w.trash.clear();
-    }
+    std::vector<std::pair<std::string, std::vector<std::string>>> trash;  // (last_log, trash)
+    for (Work& w : *work) trash.emplace_back(w.last_log, std::move(w.trash));
     loop_.Post([this, alive, work, id, done = std::move(done)]() mutable {
       if (!alive.lock()) return;
       LocalCluster* c = Find(id);
@@ -1084,7 +1139,7 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
       done(status);
     });
     // The earlier job's files, once the job in hand has its fresh tree.
-    EmptyTrash(trash);
+    for (auto& [last_log, files] : trash) NoteIfNotDeleted(last_log, EmptyTrash(files));
     guard->Reset();
   });
 }
@@ -1295,6 +1350,7 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
     auto proc = std::make_shared<ContainerProc>();
     ContainerProc* raw = proc.get();
     inst.current = proc;
+    inst.last_log = ls.log_path;
     raw->thread = std::thread(&LocalClusterProvider::Supervise, &loop_,
                               std::weak_ptr<Alive>(alive_), this, std::move(ls), start, raw,
                               loop_.AcquireWork());
@@ -1425,7 +1481,11 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
     close_fd(out[1]);
     close_fd(info[0]);
     close_fd(info[1]);
-    log.Close();
+    std::string broke = log.Close();
+    if (!broke.empty()) {
+      lines.push_back(std::move(broke));
+      post_lines();
+    }
   };
   pid_t pid = -1;
   bool kept = false;
@@ -1613,9 +1673,17 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
       "%s exited with %d: cpu %.3f s user, %.3f s system; max resident set %d KiB", spec.host,
       exit.exit_code, usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6,
       usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6, usage.ru_maxrss));
-  absl::StatusOr<std::string> failure = internal::ReadFilePrefixBelow(
-      spec.instance_dir, "ml/output/failure", kMaxFailureBytes + 4);
-  if (failure.ok()) exit.failure_text = TrimUtf8(*std::move(failure), kMaxFailureBytes);
+  absl::StatusOr<std::string> failure =
+      internal::ReadFilePrefixBelow(spec.instance_dir, "ml/output/failure",
+                                    absl::StrCat(spec.host, ":/opt/ml/output/failure"),
+                                    kMaxFailureBytes + 4);
+  if (failure.ok()) {
+    exit.failure_text = TrimUtf8(*std::move(failure), kMaxFailureBytes);
+  } else if (!absl::IsNotFound(failure.status())) {
+    // There, but not read: the FailureReason says why rather than reading as
+    // if the container had written none.
+    exit.failure_error = std::string(failure.status().message());
+  }
   bool cancelled;
   {
     absl::MutexLock lock(&proc->mu);
@@ -1817,12 +1885,12 @@ void LocalClusterProvider::Recycle(const Cluster& cluster) {
     // The job's files go now rather than when the next job starts. No work
     // guard: nothing is posted back; PrepareImage and Dispose wait for it.
     tasks_.Run([scrub, wait_for = std::move(wait_for), dir = inst.dir, ml_dir = inst.ml_dir,
-                tmp_dir = inst.tmp_dir] {
+                tmp_dir = inst.tmp_dir, last_log = inst.last_log] {
       for (auto& p : wait_for) p->finished.WaitForNotification();
       std::vector<std::string> trash;
       scrub->status = FreshInstanceTree(dir, ml_dir, tmp_dir, trash);
       scrub->done.Notify();
-      EmptyTrash(trash);
+      NoteIfNotDeleted(last_log, EmptyTrash(trash));
       scrub->trash_gone.Notify();
     });
   }
@@ -1855,7 +1923,21 @@ void LocalClusterProvider::Dispose(std::unique_ptr<LocalCluster> c) {
       }
     }
     c->netns.reset();
-    internal::RemoveTree(c->dir).IgnoreError();
+    // What cannot be deleted (trash and images that already resisted
+    // included) is said in each instance's last log stream, and stays for a
+    // provider made later on the state directory to try again.
+    bool left = false;
+    for (const LocalInstance& inst : c->instances) {
+      absl::Status s = internal::RemoveTree(inst.dir);
+      if (s.ok()) continue;
+      left = true;
+      NoteAfterRun(inst.last_log,
+                   absl::StrCat("the instance's files could not all be deleted when its cluster "
+                                "was released: ", s.message(),
+                                "; a provider made later on this state directory tries again"));
+    }
+    if (!internal::RemoveTree(c->dir).ok()) left = true;
+    if (left && c->lock != nullptr) c->lock->KeepFile();
   });
 }
 

@@ -37,6 +37,14 @@ enum Purpose : uint64_t {
 // Short, so that ids stay within std::string's inline buffer.
 constexpr char kClusterPrefix[] = "sim-c";
 
+// How a simulated container ends (its failure file, if any, is always read).
+ContainerExit Exited(int exit_code, std::string failure_text = std::string()) {
+  ContainerExit exit;
+  exit.exit_code = exit_code;
+  exit.failure_text = std::move(failure_text);
+  return exit;
+}
+
 // The pieces joined, with the room reserved first. For the ids and URIs made
 // per cluster and per job: absl::StrCat (Debian's build) zero-fills its
 // result before copying into it, several times the cost of these appends.
@@ -299,8 +307,8 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       }
       const bool fails = static_cast<int>(i) == behavior.failing_instance;
       ScheduleExit(*sim, i, remaining,
-                   ContainerExit{fails ? behavior.exit_code : 0,
-                                 fails ? behavior.failure_text : std::string()});
+                   Exited(fails ? behavior.exit_code : 0,
+                          fails ? behavior.failure_text : std::string()));
     }
   }
 
@@ -310,9 +318,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     for (size_t i = 0; i < sim->running.size(); ++i) {
       if (!sim->running[i]) continue;
       if (signal == SIGKILL) {
-        ScheduleExit(*sim, i, absl::ZeroDuration(), ContainerExit{128 + SIGKILL, ""});
+        ScheduleExit(*sim, i, absl::ZeroDuration(), Exited(128 + SIGKILL));
       } else if (signal == SIGTERM && sim->behavior.sigterm_exit_delay != absl::InfiniteDuration()) {
-        ScheduleExit(*sim, i, sim->behavior.sigterm_exit_delay, ContainerExit{0, ""});
+        ScheduleExit(*sim, i, sim->behavior.sigterm_exit_delay, Exited(0));
       }
     }
   }

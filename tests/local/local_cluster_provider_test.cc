@@ -2,20 +2,28 @@
 // runtimes (the bwrap ones are skipped, saying so, where bubblewrap does not
 // work). Containers are small scripts of a test image; the contract itself is
 // checked from inside the container by tests/local/contract_check.py.
+#define FUSE_USE_VERSION 34
 #include <fcntl.h>
+#include <fuse_lowlevel.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/file.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "core/internal/json_value.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -354,6 +362,28 @@ TEST_P(LocalClusterProviderTest, FailureFileAndExitCodeAreReported) {
   EXPECT_TRUE(events.HasLine("algo-1", "failing"));
 }
 
+// A failure file that is there but cannot be read is named with the reason
+// (not taken for a missing one, which has no reason).
+TEST_P(LocalClusterProviderTest, FailureFileThatCannotBeReadIsNamedWithTheReason) {
+  AddScript("fail.sh",
+            "if [ \"$1\" = dir ]; then mkdir \"$SAGEMAKER_BASE_DIR/output/failure\"; fi\n"
+            "exit 2\n");
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  for (const std::string arg : {"dir", "none"}) {
+    SCOPED_TRACE(arg);
+    ASSERT_TRUE(Prepare(*cluster).ok());
+    Recorder events;
+    ASSERT_TRUE(
+        Start(Request("fails-" + arg, {"/opt/program/fail.sh", arg}), *cluster, events).ok());
+    ASSERT_TRUE(WaitExits(events, 1));
+    EXPECT_EQ(events.exits["algo-1"].exit_code, 2);
+    EXPECT_EQ(events.exits["algo-1"].failure_text, "");
+    EXPECT_EQ(events.exits["algo-1"].failure_error,
+              arg == "dir" ? "read 'algo-1:/opt/ml/output/failure': Is a directory" : "");
+  }
+}
+
 TEST_P(LocalClusterProviderTest, FailureTextIsCutAt1024Bytes) {
   AddScript("long.sh",
             "head -c 5000 /dev/zero | tr '\\0' x > \"$SAGEMAKER_BASE_DIR/output/failure\"\n"
@@ -639,6 +669,11 @@ TEST_P(LocalClusterProviderTest, FailureFileIsNotReadThroughAPlantedLink) {
   ASSERT_TRUE(WaitExits(events, 1));
   EXPECT_EQ(events.exits["algo-1"].exit_code, 3);
   EXPECT_EQ(events.exits["algo-1"].failure_text, "");
+  // ...and says so, rather than reading as if there were no file.
+  EXPECT_THAT(events.exits["algo-1"].failure_error,
+              HasSubstr("algo-1:/opt/ml/output/failure is not read: '"));
+  EXPECT_THAT(events.exits["algo-1"].failure_error,
+              HasSubstr("/ml/output' is a symbolic link, which is never followed"));
 }
 
 // Checkpoint sync follows no link: a link to a host file inside the
@@ -1127,6 +1162,287 @@ TEST_P(LocalClusterProviderTest, SignalBeforeTheProcessExistsIsNotLost) {
   provider_->Signal(*cluster, SIGKILL);  // at once, before the supervisor has spawned anything
   ASSERT_TRUE(WaitExits(events, 1, absl::Seconds(10)));
   EXPECT_EQ(events.exits["algo-1"].exit_code, 128 + SIGKILL);
+}
+
+// A FUSE file system of one flat directory whose files take writes and whose
+// close() fails with `flush_error`: a deferred write error, as NFS or a FUSE
+// file system that stores data at the end reports it. Served on a thread of
+// its own until destroyed (which unmounts it).
+class CloseFailingFs {
+ public:
+  // Mounts it at `dir` (an existing empty directory); null when FUSE cannot
+  // be mounted here (no /dev/fuse, no right to mount).
+  static std::unique_ptr<CloseFailingFs> Mount(const std::string& dir, int flush_error) {
+    auto fs = std::unique_ptr<CloseFailingFs>(new CloseFailingFs(flush_error));
+    static const fuse_lowlevel_ops ops = [] {
+      fuse_lowlevel_ops o;
+      std::memset(&o, 0, sizeof(o));
+      o.lookup = Lookup;
+      o.getattr = Getattr;
+      o.create = Create;
+      o.open = Open;
+      o.write = Write;
+      o.flush = Flush;
+      return o;
+    }();
+    char name[] = "kiln-test";
+    char* argv[] = {name};
+    fuse_args args = FUSE_ARGS_INIT(1, argv);
+    fs->session_ = fuse_session_new(&args, &ops, sizeof(ops), fs.get());
+    fuse_opt_free_args(&args);
+    if (fs->session_ == nullptr) return nullptr;
+    if (fuse_session_mount(fs->session_, dir.c_str()) != 0) {
+      fuse_session_destroy(fs->session_);
+      fs->session_ = nullptr;
+      return nullptr;
+    }
+    fs->stop_fd_ = eventfd(0, EFD_CLOEXEC);
+    fs->thread_ = std::thread([raw = fs.get()] { raw->Serve(); });
+    return fs;
+  }
+
+  ~CloseFailingFs() {
+    if (session_ == nullptr) return;
+    const uint64_t one = 1;
+    EXPECT_EQ(write(stop_fd_, &one, sizeof(one)), static_cast<ssize_t>(sizeof(one)));
+    thread_.join();
+    close(stop_fd_);
+    fuse_session_unmount(session_);
+    fuse_session_destroy(session_);
+  }
+
+  // The files' names, in order of creation.
+  std::vector<std::string> Names() {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::string> names;
+    for (const File& f : files_) names.push_back(f.name);
+    return names;
+  }
+
+  // Every byte written to the file `name`.
+  std::string Contents(const std::string& name) {
+    absl::MutexLock lock(&mu_);
+    for (const File& f : files_) {
+      if (f.name == name) return f.data;
+    }
+    return "";
+  }
+
+ private:
+  struct File {
+    std::string name;
+    std::string data;
+  };
+
+  explicit CloseFailingFs(int flush_error) : flush_error_(flush_error) {}
+
+  static CloseFailingFs& Self(fuse_req_t req) {
+    return *static_cast<CloseFailingFs*>(fuse_req_userdata(req));
+  }
+
+  // Inode 1 is the directory; file i is inode i + 2.
+  fuse_entry_param EntryLocked(fuse_ino_t ino) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    fuse_entry_param e;
+    std::memset(&e, 0, sizeof(e));
+    e.ino = ino;
+    e.attr.st_ino = ino;
+    e.attr.st_nlink = 1;
+    if (ino == FUSE_ROOT_ID) {
+      e.attr.st_mode = S_IFDIR | 0755;
+    } else {
+      e.attr.st_mode = S_IFREG | 0644;
+      e.attr.st_size = static_cast<off_t>(files_[ino - 2].data.size());
+    }
+    return e;
+  }
+
+  void Serve() {
+    const int fd = fuse_session_fd(session_);
+    fuse_buf buf;
+    std::memset(&buf, 0, sizeof(buf));
+    for (;;) {
+      pollfd fds[2] = {{fd, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
+      if (poll(fds, 2, -1) < 0 && errno == EINTR) continue;
+      if (fds[1].revents != 0 || (fds[0].revents & POLLIN) == 0) break;
+      const int res = fuse_session_receive_buf(session_, &buf);
+      if (res == -EINTR || res == -EAGAIN || res == -ENOENT) continue;
+      if (res <= 0) break;
+      fuse_session_process_buf(session_, &buf);
+    }
+    free(buf.mem);
+  }
+
+  static void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name) {
+    CloseFailingFs& fs = Self(req);
+    absl::MutexLock lock(&fs.mu_);
+    for (size_t i = 0; parent == FUSE_ROOT_ID && i < fs.files_.size(); ++i) {
+      if (fs.files_[i].name == name) {
+        const fuse_entry_param e = fs.EntryLocked(i + 2);
+        fuse_reply_entry(req, &e);
+        return;
+      }
+    }
+    fuse_reply_err(req, ENOENT);
+  }
+  static void Getattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
+    CloseFailingFs& fs = Self(req);
+    absl::MutexLock lock(&fs.mu_);
+    if (ino != FUSE_ROOT_ID && ino - 2 >= fs.files_.size()) {
+      fuse_reply_err(req, ENOENT);
+      return;
+    }
+    const fuse_entry_param e = fs.EntryLocked(ino);
+    fuse_reply_attr(req, &e.attr, 0);
+  }
+  static void Create(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t,
+                     fuse_file_info* fi) {
+    CloseFailingFs& fs = Self(req);
+    absl::MutexLock lock(&fs.mu_);
+    fs.files_.push_back(File{name, ""});
+    const fuse_entry_param e = fs.EntryLocked(fs.files_.size() + 1);
+    fuse_reply_create(req, &e, fi);
+  }
+  static void Open(fuse_req_t req, fuse_ino_t, fuse_file_info* fi) { fuse_reply_open(req, fi); }
+  static void Write(fuse_req_t req, fuse_ino_t ino, const char* data, size_t size, off_t off,
+                    fuse_file_info*) {
+    CloseFailingFs& fs = Self(req);
+    absl::MutexLock lock(&fs.mu_);
+    std::string& file = fs.files_[ino - 2].data;
+    const size_t at = static_cast<size_t>(off);
+    if (file.size() < at + size) file.resize(at + size);
+    file.replace(at, size, data, size);
+    fuse_reply_write(req, size);
+  }
+  static void Flush(fuse_req_t req, fuse_ino_t, fuse_file_info*) {
+    fuse_reply_err(req, Self(req).flush_error_);
+  }
+
+  const int flush_error_;
+  fuse_session* session_ = nullptr;
+  int stop_fd_ = -1;
+  std::thread thread_;
+  absl::Mutex mu_;
+  std::vector<File> files_ ABSL_GUARDED_BY(mu_);
+};
+
+// A log stream whose close() fails (a write the file system refused after
+// it returned) is treated as one whose write failed: observers are told,
+// naming the file and the reason, before the exit, and the job is not failed.
+TEST_P(LocalClusterProviderTest, LogStreamWhoseCloseFailsIsSaidToObservers) {
+  AddScript("hello.sh", "echo hello\n");
+  const std::string log_dir = tmp_.path() + "/logs";
+  ASSERT_TRUE(internal::MakeDirs(log_dir + "/close-fails").ok());
+  std::unique_ptr<CloseFailingFs> fs = CloseFailingFs::Mount(log_dir + "/close-fails", EIO);
+  if (fs == nullptr) GTEST_SKIP() << "a FUSE file system cannot be mounted here";
+  LocalOptions options;
+  options.log_dir = log_dir;
+  MakeProvider(options);
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  Recorder events;
+  ASSERT_TRUE(Start(Request("close-fails", {"/opt/program/hello.sh"}), *cluster, events).ok());
+  ASSERT_TRUE(WaitExits(events, 1));
+  // (The lines were posted before the exit: they are all in.)
+  EXPECT_EQ(events.exits["algo-1"].exit_code, 0);
+  EXPECT_TRUE(events.HasLine("algo-1", "hello")) << events.AllLines();
+  const std::vector<std::string> streams = fs->Names();
+  ASSERT_EQ(streams.size(), 1u);
+  EXPECT_THAT(fs->Contents(streams[0]), HasSubstr("hello\n[kiln] algo-1 exited with 0: cpu "));
+  EXPECT_TRUE(events.HasLine(
+      "algo-1", absl::StrCat("[kiln] the log stream cannot be written: close '", log_dir,
+                             "/close-fails/", streams[0],
+                             "': Input/output error; it may lack some of this container's "
+                             "output, which reached the job's observers")))
+      << events.AllLines();
+  provider_->Release(*cluster);
+  provider_.reset();
+}
+
+// Files a clean-up cannot delete (a mount left inside them: EBUSY) are named
+// with the reason in the log stream of the run they belong to: the run's
+// tree when the instance is recycled, its image when the next job brings
+// another, and whatever is left when the cluster is released, which then
+// keeps its lock file so that the next provider made on the state directory
+// tries again (and, the mounts gone, deletes it all).
+TEST_P(LocalClusterProviderTest, FilesThatCannotBeDeletedAreNamedInTheRunsLogStream) {
+  AddScript("hello.sh", "echo hello\n");
+  const std::string image_b = tmp_.path() + "/image-b";
+  WriteFile(image_b + "/hello.sh", "#!/bin/sh\necho hello\n", 0755);
+  // The provider runs in the child (a mount namespace of its own): this
+  // process keeps no thread to fork.
+  channel_.reset();
+  provider_.reset();
+  testing::Facts f = testing::RunWithSmallDisks({}, [&] {
+    testing::Facts f;
+    MakeProvider(LocalOptions());
+    if (provider_ == nullptr) return testing::Facts{{"ERROR", "no provider"}};
+    absl::StatusOr<Cluster> cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+    if (!cluster.ok()) return testing::Facts{{"ERROR", cluster.status().ToString()}};
+    Recorder events;
+    absl::Status s = Prepare(*cluster);
+    if (s.ok()) s = Start(Request("leaky", {"/opt/program/hello.sh"}), *cluster, events);
+    if (s.ok() && !WaitExits(events, 1)) s = absl::DeadlineExceededError("no exit");
+    if (!s.ok()) return testing::Facts{{"ERROR", s.ToString()}};
+    const std::string dir = absl::StrCat(state_dir_, "/instances/", cluster->instances[0].id);
+    f["dir"] = dir;
+    const std::string image_a = ListDir(dir + "/image-cache").at(0);
+    f["image"] = image_a;
+    for (const std::string& busy :
+         {absl::StrCat(dir, "/image-cache/", image_a, "/busy"), dir + "/ml/model/busy"}) {
+      if (!internal::MakeDirs(busy).ok() ||
+          mount("tmpfs", busy.c_str(), "tmpfs", 0, "size=64k") != 0) {
+        return testing::Facts{{"SKIP", "cannot mount a tmpfs at " + busy}};
+      }
+    }
+    provider_->Recycle(*cluster);  // the run's tree goes
+    s = Prepare(*cluster, image_b);  // the run's image goes
+    if (!s.ok()) f["prepare"] = s.ToString();
+    provider_->Release(*cluster);  // the rest goes
+    provider_.reset();             // (waits for the clean-up)
+    const std::vector<std::string> streams = ListDir(state_dir_ + "/logs/leaky");
+    if (streams.size() == 1) f["stream"] = ReadFile(state_dir_ + "/logs/leaky/" + streams[0]);
+    const std::string lock = absl::StrCat(state_dir_, "/locks/", cluster->id, ".lock");
+    f["lock"] = internal::Exists(lock) ? "kept" : "gone";
+    // The mounts gone, the next provider made here deletes what is left.
+    for (absl::string_view line : absl::StrSplit(ReadFile("/proc/self/mountinfo"), '\n')) {
+      const std::vector<std::string> fields = absl::StrSplit(line, ' ');
+      if (fields.size() > 4 && absl::StartsWith(fields[4], dir + "/")) {
+        umount2(fields[4].c_str(), MNT_DETACH);
+      }
+    }
+    MakeProvider(LocalOptions());
+    provider_.reset();
+    f["left"] = absl::StrJoin(ListDir(state_dir_ + "/instances"), " ");
+    f["lock.after"] = internal::Exists(lock) ? "kept" : "gone";
+    return f;
+  });
+  if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
+  std::string facts;
+  for (const auto& [name, value] : f) absl::StrAppend(&facts, name, " = ", value, "\n");
+  SCOPED_TRACE(facts);
+  EXPECT_EQ(f["CHILD"], "");
+  EXPECT_EQ(f["ERROR"], "");
+  EXPECT_EQ(f["prepare"], "");
+  const std::string busy = "busy': Device or resource busy";
+  EXPECT_THAT(f["stream"],
+              HasSubstr("\n[kiln] the files of this run could not all be deleted: remove "
+                        "directory '" + f["dir"] + "/trash-"));
+  EXPECT_THAT(f["stream"], HasSubstr("/model/" + busy +
+                                     "; what is left is deleted with the cluster\n"));
+  EXPECT_THAT(f["stream"],
+              HasSubstr("\n[kiln] the instance's earlier images could not all be deleted: remove "
+                        "directory '" + f["dir"] + "/image-cache/"));
+  EXPECT_THAT(f["stream"], HasSubstr("/image-cache/" + f["image"] + "/" + busy +
+                                     "; what is left is deleted with the cluster\n"));
+  EXPECT_THAT(f["stream"],
+              HasSubstr("\n[kiln] the instance's files could not all be deleted when its cluster "
+                        "was released: remove directory '" + f["dir"] + "/"));
+  EXPECT_THAT(f["stream"], HasSubstr(busy + "; a provider made later on this state directory "
+                                            "tries again\n"));
+  EXPECT_EQ(f["lock"], "kept");
+  EXPECT_EQ(f["left"], "");
+  EXPECT_EQ(f["lock.after"], "gone");
 }
 
 INSTANTIATE_TEST_SUITE_P(Runtimes, LocalClusterProviderTest,

@@ -192,6 +192,21 @@ TEST_F(LocalEngineTest, NonZeroExitFailsWithTheFailureFile) {
   EXPECT_EQ(d.failure_reason(), "AlgorithmError: ValueError: no rows\n");
 }
 
+// A failure file that cannot be read: the FailureReason the service gives
+// without one, and why it was not read.
+TEST_F(LocalEngineTest, NonZeroExitWithAnUnreadableFailureFileSaysWhy) {
+  AddScript("fail.sh",
+            "mkdir \"$SAGEMAKER_BASE_DIR/output/failure\"\n"
+            "exit 1\n");
+  ASSERT_TRUE(engine_->CreateTrainingJob(Request("e2e-unreadable", "fail.sh")).ok());
+  ASSERT_TRUE(WaitEnded("e2e-unreadable"));
+  v1::DescribeTrainingJobResponse d = Describe("e2e-unreadable");
+  EXPECT_EQ(d.training_job_status(), "Failed");
+  EXPECT_EQ(d.failure_reason(),
+            "AlgorithmError: See job logs for more information (the failure file could not be "
+            "read: read 'algo-1:/opt/ml/output/failure': Is a directory)");
+}
+
 TEST_F(LocalEngineTest, StopSendsSigtermAndUploadsWhatWasSaved) {
   AddScript("stoppable.sh",
             "trap 'echo partial > \"$SM_MODEL_DIR/partial.txt\"; exit 0' TERM\n"

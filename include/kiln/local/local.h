@@ -43,7 +43,14 @@
 // Likewise the scratch a provider holds locked while it writes it (archives
 // in tmp/, half-unpacked images in image-cache/): the same provider deletes,
 // in the same background task, the scratch whose lock no process holds, and
-// leaves a live process's alone.
+// leaves a live process's alone. What a clean-up cannot delete (a mount left
+// inside, a failing disk) is never dropped silently: when an instance is
+// reused, the earlier run's files and images that resist are named, with the
+// system's reason, in a "[kiln] " line added to that run's log stream, and go
+// with the cluster; at Release, what still resists is named in each
+// instance's last log stream, and the cluster keeps its lock file, so that
+// the next provider made on the state directory tries again (scratch is
+// tried again the same way, found by its name).
 //
 // Images. TrainingImage names a directory or a tarball (.tar, .tar.gz, .tgz,
 // any compression libarchive reads) by absolute path or file:// URI. It is
@@ -153,8 +160,10 @@
 // line or two lines joined. Observers get, once, a line starting "[kiln] the
 // log stream cannot be written: " that names the file and the system's
 // reason, no later than the first line the file lacks; the same line tells
-// them when the stream cannot be created at all. From then on, the Kiln lines
-// the stream would have held go to observers, with their "[kiln] " prefix.
+// them when the stream cannot be created at all, and, before the container's
+// exit, when closing the file fails (some file systems, NFS or FUSE ones,
+// report a failed write only there). From then on, the Kiln lines the stream
+// would have held go to observers, with their "[kiln] " prefix.
 //
 // Checkpoints. With CheckpointConfig, LocalPath (default /opt/ml/checkpoints)
 // is restored from S3Uri before the entrypoint starts, synced every
@@ -188,7 +197,9 @@
 // the way to it, by a symbolic link or a file fails the upload with
 // FailedPrecondition naming it (e.g. "algo-1:/opt/ml/model"), and nothing of
 // that tree is read. The failure file (/opt/ml/output/failure) is read the
-// same way: through a link it is not read at all.
+// same way: through a link it is not read at all. One that is there but is
+// not read (a link, a directory, a read error) is named with the reason in
+// ContainerExit::failure_error, which the engine adds to the FailureReason.
 //
 // Threading: the provider and the data channel are loop thread only, like
 // every component; they do their blocking work on their own threads and post

@@ -316,23 +316,28 @@ absl::Status ResetDirBelow(const std::string& base, std::string_view rel) {
 }
 
 absl::StatusOr<std::string> ReadFilePrefixBelow(const std::string& base, std::string_view rel,
-                                                size_t max_bytes) {
-  const std::string path = absl::StrCat(base, "/", Av(rel));
-  UniqueFd dir(open(base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dir.valid()) return ErrnoStatus(errno, "open directory", base);
-  UniqueFd fd(OpenAtNoFollow(dir.get(), rel, O_RDONLY | O_NONBLOCK));
+                                                std::string_view display, size_t max_bytes) {
+  // The directories on the way as OpenDirBelow opens them (and says why it
+  // cannot); the file itself without following a link either.
+  const size_t slash = rel.rfind('/');
+  absl::StatusOr<UniqueFd> dir =
+      OpenDirBelow(base, slash == std::string_view::npos ? "" : rel.substr(0, slash), display);
+  if (!dir.ok()) return dir.status();
+  const std::string name(slash == std::string_view::npos ? rel : rel.substr(slash + 1));
+  UniqueFd fd(openat(dir->get(), name.c_str(), O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC));
   if (!fd.valid()) {
-    const int err = errno;
-    if (err == ELOOP || err == ENOTDIR) {
-      return absl::NotFoundError(
-          absl::StrCat("'", path, "' is not read: a symbolic link is on the way"));
+    if (errno == ELOOP) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          Av(display), " is not read: it is a symbolic link, which is never followed"));
     }
-    return ErrnoStatus(err, "open", path);
+    return ErrnoStatus(errno, "open", display);
   }
   struct stat st;
-  if (fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "stat", path);
+  if (fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "stat", display);
+  if (S_ISDIR(st.st_mode)) return ErrnoStatus(EISDIR, "read", display);
   if (!S_ISREG(st.st_mode)) {
-    return absl::NotFoundError(absl::StrCat("'", path, "' is not a regular file"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(Av(display), " is not read: it is not a regular file"));
   }
   std::string out;
   out.resize(max_bytes);
@@ -340,7 +345,7 @@ absl::StatusOr<std::string> ReadFilePrefixBelow(const std::string& base, std::st
   while (got < max_bytes) {
     ssize_t n = read(fd.get(), out.data() + got, max_bytes - got);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(errno, "read", path);
+    if (n < 0) return ErrnoStatus(errno, "read", display);
     if (n == 0) break;
     got += static_cast<size_t>(n);
   }

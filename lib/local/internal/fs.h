@@ -76,11 +76,13 @@ absl::StatusOr<UniqueFd> OpenDirBelow(const std::string& base, std::string_view 
 absl::Status ResetDirBelow(const std::string& base, std::string_view rel);
 
 // Returns at most `max_bytes` from the start of the regular file base/rel.
-// Errors: NotFound when it does not exist, is not a regular file, or a
-// component on the way is a symbolic link or not a directory (nothing is
-// read through a link); otherwise as ErrnoStatus.
+// Errors: NotFound only when it, or a directory on the way, does not exist;
+// FailedPrecondition, naming `display`, when it or a component on the way is
+// a symbolic link (nothing is read through a link), a component on the way
+// is not a directory, or it is neither a regular file nor a directory;
+// otherwise as ErrnoStatus naming `display` (a directory is EISDIR).
 absl::StatusOr<std::string> ReadFilePrefixBelow(const std::string& base, std::string_view rel,
-                                                size_t max_bytes);
+                                                std::string_view display, size_t max_bytes);
 
 // Opens the entry `rel` below the directory open as `dir_fd` with `flags`
 // (O_NOFOLLOW and O_CLOEXEC are added), every directory on the way opened
