@@ -120,10 +120,12 @@ std::unique_ptr<KeepAlivePolicy> NewFixedKeepAlive(absl::Duration keep_alive);
 std::unique_ptr<KeepAlivePolicy> NewNeverKeepAlive();
 
 struct AdaptiveHistogramOptions {
-  // Histogram bins of idle gaps, and its range; longer gaps count in the last bin.
+  // Histogram bins of idle gaps, and its range. Gaps of `range` or more are
+  // counted in no bin: no keep-alive this policy gives catches them.
   absl::Duration bin_width = absl::Minutes(1);
   absl::Duration range = absl::Hours(6);
-  // Keep until this percentile of the observed gaps, plus the margin.
+  // Keep until this percentile of the observed gaps, plus the margin; when
+  // fewer than that are shorter than `range`, until the longest that is.
   double percentile = 0.99;
   double margin = 0.10;
   // Until a shape has this many observed gaps, keep for `fallback`.
@@ -139,7 +141,9 @@ struct AdaptiveHistogramOptions {
   absl::Status Check() const;
 };
 // Per cluster shape, a histogram of the idle gaps between a pool becoming
-// Available and the next job of that shape arriving; keeps a cluster until a
+// Available and the arrival of the job of that shape that would reuse it: the
+// next job for the pool that became Available last (the manager gives the
+// newest pool), a later one for each older pool. Keeps a cluster until a
 // tail percentile of that histogram (the hybrid-histogram policy of
 // "Serverless in the Wild", ATC'20, applied to clusters). Every eligible job
 // takes part. REQUIRES: options.Check() is OK (checked: a failing one aborts with its message,

@@ -77,8 +77,14 @@ class AdaptiveHistogramKeepAlive final : public KeepAlivePolicy {
     auto it = shapes_.find(q.shape.Key());
     if (it == shapes_.end() || it->second.samples < options_.min_samples) return options_.fallback;
     const Histogram& h = it->second;
-    // The smallest bin edge below which `percentile` of the gaps fall.
-    const double wanted = options_.percentile * h.samples;
+    // The smallest bin edge below which `percentile` of the gaps fall. No
+    // keep-alive this policy gives catches a gap of `range` or more, so those
+    // gaps never make it keep longer: when fewer than `percentile` of the gaps
+    // are shorter, it keeps until the longest of them. (When none is, one bin
+    // rather than none: a pool not kept is never Available, so it would
+    // measure no more gaps.)
+    const double wanted = std::min(options_.percentile * static_cast<double>(h.samples),
+                                   static_cast<double>(h.samples - h.beyond_range));
     double seen = 0;
     size_t bin = 0;
     for (; bin < h.counts.size(); ++bin) {
@@ -93,15 +99,22 @@ class AdaptiveHistogramKeepAlive final : public KeepAlivePolicy {
     shapes_[shape.Key()].open.push_back(time);
   }
 
+  // A gap lasts until the job that would reuse the pool, had it been kept:
+  // one job takes one pool, the one that became Available last (as the
+  // manager gives them), and the others wait on for later jobs.
   void OnJobArrived(const PoolShape& shape, absl::Time time) override {
     Histogram& h = shapes_[shape.Key()];
     if (h.counts.empty()) h.counts.assign(bins_, 0);
-    for (absl::Time opened : h.open) {
-      const int64_t bin = (time - opened) / options_.bin_width;
-      ++h.counts[static_cast<size_t>(std::clamp<int64_t>(bin, 0, bins_ - 1))];
-      ++h.samples;
+    if (h.open.empty()) return;
+    const absl::Duration gap = time - h.open.back();
+    h.open.pop_back();
+    ++h.samples;
+    if (gap >= options_.range) {
+      ++h.beyond_range;
+      return;
     }
-    h.open.clear();
+    const int64_t bin = gap / options_.bin_width;
+    ++h.counts[static_cast<size_t>(std::clamp<int64_t>(bin, 0, bins_ - 1))];
   }
 
   std::string Name() const override {
@@ -110,9 +123,10 @@ class AdaptiveHistogramKeepAlive final : public KeepAlivePolicy {
 
  private:
   struct Histogram {
-    std::vector<int64_t> counts;
-    int64_t samples = 0;
-    std::vector<absl::Time> open;  // pools Available, waiting for the next job
+    std::vector<int64_t> counts;   // gaps shorter than `range`, by bin
+    int64_t samples = 0;           // every gap
+    int64_t beyond_range = 0;      // gaps of `range` or more, in no bin
+    std::vector<absl::Time> open;  // pools Available and not reused yet, oldest first
   };
   AdaptiveHistogramOptions options_;
   size_t bins_;

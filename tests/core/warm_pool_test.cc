@@ -855,6 +855,68 @@ TEST(AdaptiveHistogramTest, FallsBackUntilEnoughSamplesThenKeepsTheTailPercentil
   EXPECT_EQ(policy->KeepAlive({"job", other, absl::ZeroDuration(), t}), absl::Minutes(10));
 }
 
+// Gaps of `range` or more (here: between sweeps) are beyond any keep-alive
+// the policy gives: keeping clusters for the whole range would catch none of
+// them, so the keep-alive follows the gaps it can catch.
+TEST(AdaptiveHistogramTest, GapsBeyondTheRangeNeverLengthenTheKeepAlive) {
+  AdaptiveHistogramOptions o;
+  o.range = absl::Hours(6);
+  o.percentile = 0.99;
+  o.margin = 0.1;
+  o.min_samples = 1;
+  auto policy = NewAdaptiveHistogramKeepAlive(o);
+  PoolShape shape;
+  shape.instance_type = "ml.g5.xlarge";
+  absl::Time t = absl::FromUnixSeconds(0);
+  const KeepAliveQuery q{"job", shape, absl::ZeroDuration(), t};
+  auto gap = [&](absl::Duration d) {
+    policy->OnPoolAvailable(shape, t);
+    t += d;
+    policy->OnJobArrived(shape, t);
+  };
+  // Only gaps beyond the range: the shortest keep-alive, one bin (+10%).
+  gap(absl::Hours(12));
+  EXPECT_EQ(policy->KeepAlive(q), absl::Minutes(1) * 1.1);
+  // 18 gaps of 2 min 30 s and 2 of 12 h (so 10% beyond the range): keep
+  // until the longest gap within it, the bin [2, 3) min.
+  for (int i = 0; i < 18; ++i) gap(absl::Seconds(150));
+  gap(absl::Hours(12));
+  EXPECT_EQ(policy->KeepAlive(q), absl::Minutes(3) * 1.1);
+  // A gap in the last bin within the range is caught by keeping the range.
+  gap(absl::Hours(6) - absl::Seconds(1));
+  EXPECT_EQ(policy->KeepAlive(q), absl::Hours(6));
+}
+
+// With several pools of a shape Available, a job reuses one of them (the
+// newest, as the manager gives them); the others' gaps run on until the
+// jobs that take them.
+TEST(AdaptiveHistogramTest, AJobEndsTheGapOfThePoolItWouldReuseOnly) {
+  AdaptiveHistogramOptions o;
+  o.percentile = 0.99;
+  o.margin = 0.1;
+  o.min_samples = 10;
+  auto policy = NewAdaptiveHistogramKeepAlive(o);
+  PoolShape shape;
+  shape.instance_type = "ml.m5.2xlarge";
+  absl::Time t = absl::FromUnixSeconds(0);
+  const KeepAliveQuery q{"job", shape, absl::ZeroDuration(), t};
+  // Five times: two pools become Available a second apart; one job comes
+  // 2 min later, the next 50 min later. Gaps: 1 min 59 s (the newer pool)
+  // and 50 min (the older).
+  for (int i = 0; i < 5; ++i) {
+    policy->OnPoolAvailable(shape, t);
+    policy->OnPoolAvailable(shape, t + absl::Seconds(1));
+    policy->OnJobArrived(shape, t + absl::Minutes(2));
+    policy->OnJobArrived(shape, t + absl::Minutes(50));
+    t += absl::Hours(1);
+  }
+  // Ten gaps, five in the bin [50, 51) min: p99 keeps 51 min + 10%.
+  EXPECT_EQ(policy->KeepAlive(q), absl::Minutes(51) * 1.1);
+  // A job that finds no pool Available ends no gap.
+  policy->OnJobArrived(shape, t);
+  EXPECT_EQ(policy->KeepAlive(q), absl::Minutes(51) * 1.1);
+}
+
 TEST(AdaptiveHistogramTest, CheckNamesTheMemberOutOfRange) {
   EXPECT_TRUE(AdaptiveHistogramOptions().Check().ok());
   auto message = [](auto change) {

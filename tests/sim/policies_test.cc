@@ -1,5 +1,6 @@
-// Spot policies: the Uniform Progress decision, the spot savings formula,
-// and Uniform Progress against on-demand on the shipped sample traces.
+// Policies: the Uniform Progress decision, the spot savings formula,
+// Uniform Progress against on-demand on the shipped sample traces, and the
+// adaptive keep-alive against Fixed on sweeps far apart.
 #include "kiln/sim/policies.h"
 
 #include <fstream>
@@ -253,6 +254,30 @@ TEST(UniformProgressScenarioTest, StreamBoundPipeJobsMeetTheDeadlinesOnDemandMee
     }
   }
   EXPECT_GT(checked, 100);
+}
+
+// HPO sweeps 12 h apart: within a sweep a trial's cluster is reused seconds
+// after it is freed; between sweeps every pool waits 12 h, longer than any
+// keep-alive (at most 6 h) catches. AdaptiveHistogram(p99) catches the reuses
+// within sweeps as a short Fixed keep-alive does, and does not keep the last
+// pools of each sweep for its whole range (6 h) for nothing.
+TEST(AdaptiveKeepAliveScenarioTest, PoolsAreNotKeptForGapsBeyondTheRange) {
+  auto scenario = ParseScenario(R"({
+    "seed": 3, "horizon": "2d",
+    "workloads": [{"kind": "hpo", "name": "hpo", "trials": 20, "parallelism": 3, "sweeps": 4,
+                   "every": "12h", "job": {"instance_type": "ml.m5.xlarge",
+                                           "work": {"median": "10m", "sigma": 0.5}}}],
+    "policies": [{"keep_alive": {"fixed": "5m"}}, {"keep_alive": "adaptive"}]})",
+                                "");
+  ASSERT_TRUE(scenario.ok()) << scenario.status();
+  const SimulationReport r = RunScenario(*scenario).value();
+  ASSERT_EQ(r.results.size(), 2u);
+  const PolicyResult& fixed = r.results[0];
+  const PolicyResult& adaptive = r.results[1];
+  ASSERT_EQ(adaptive.policy, "AdaptiveHistogram(p99)");
+  EXPECT_GT(fixed.warm_hits, 0);
+  EXPECT_EQ(adaptive.warm_hits, fixed.warm_hits);
+  EXPECT_LE(adaptive.warm_retained_instance_hours, fixed.warm_retained_instance_hours);
 }
 
 }  // namespace
