@@ -33,11 +33,12 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "absl/status/statusor.h"
+#include "kiln/clock.h"
 #include "kiln/object_store.h"
 
 namespace kiln {
 
+// What one SyncOnce call did to the store.
 struct CheckpointSyncStats {
   int uploaded = 0;
   int deleted = 0;
@@ -58,8 +59,13 @@ class CheckpointSync {
   // the host read or write what the link points to: Restore and SyncOnce
   // then fail with FailedPrecondition naming the link, and touch nothing.
   // Without it `local_dir` is used as named, links on its path followed.
+  //
+  // `clock`: null (the default) for the system clock (CLOCK_REALTIME), which
+  // the kernel stamps files with; else the time that modification times are
+  // compared with (below), for tests that set those times. Must outlive this
+  // object.
   CheckpointSync(ObjectStore& store, std::string prefix, std::string local_dir,
-                 std::string trusted_root = {});
+                 std::string trusted_root = {}, const Clock* clock = nullptr);
 
   // Copies every object under the prefix into the directory, replacing local
   // files of the same name (other local files stay and count as new), and
@@ -74,10 +80,10 @@ class CheckpointSync {
   // directory on the way to a file is a symbolic link (never written
   // through), or, with a trusted root, when one on the way to the directory
   // is; InvalidArgument when `local_dir` is not at or below `trusted_root`.
-  // When it wrote a file, it returns no sooner than 20 ms (one timestamp tick
-  // of the file system) after the last write, so that a same-size rewrite the
-  // container makes as soon as it starts gets a stamp of its own and is
-  // uploaded.
+  // When it wrote a file, it returns no sooner than one timestamp tick of the
+  // file system after the last write (see SyncOnce: 20 ms, or up to 2 s more
+  // for whole-second stamps), so that a same-size rewrite the container makes
+  // as soon as it starts gets a stamp of its own and is uploaded.
   absl::Status Restore();
 
   // Uploads new and changed files (by size and modification time since the
@@ -92,9 +98,11 @@ class CheckpointSync {
   // that no sync leaves the store holding `a` and `a/b`, which Restore
   // refuses, a new file whose old keys could not be deleted waits for the
   // next call).
-  // Returns what it did. Errors name the file; the other files are still
-  // processed, the first error is returned, and a failed file is retried on
-  // the next call.
+  // Returns OK, or the first error (naming the file, with the number of
+  // others): the other files are still processed, and a failed file is
+  // retried on the next call. Either way `*stats`, when not null, is set to
+  // what the call did: on an error, the uploads and deletions that succeeded
+  // before and after it, so that the caller knows what reached the store.
   // A folder below the directory that cannot be read (listed, or an entry
   // in it examined: EACCES, EMFILE, ...) does not stop the call: files
   // elsewhere are uploaded as usual, but no key at or below that folder is
@@ -106,10 +114,13 @@ class CheckpointSync {
   // a symbolic link (FailedPrecondition naming it) or when `local_dir` is not
   // at or below `trusted_root` (InvalidArgument). A file that is gone, or has
   // become a link, when its turn to upload comes counts as removed. A file
-  // modified within 20 ms of the call (one timestamp tick of the file
-  // system) is uploaded again by the next call, since a rewrite in the same
-  // tick would keep its size and modification time.
-  absl::StatusOr<CheckpointSyncStats> SyncOnce();
+  // modified within one timestamp tick of the file system before the call
+  // is uploaded again by the next call, since a rewrite in the same tick
+  // would keep its size and modification time. The tick is bounded from the
+  // stamp itself, whatever the file system: 20 ms (the kernel's clock) for a
+  // fine stamp, more for a round one: 1 s more for a whole second (ext3,
+  // HFS+, some NFS servers), 2 s more for an even second (FAT).
+  absl::Status SyncOnce(CheckpointSyncStats* stats = nullptr);
 
  private:
   struct Stamp {
@@ -120,6 +131,7 @@ class CheckpointSync {
   std::string prefix_;
   std::string local_dir_;
   std::string trusted_root_;  // empty: none
+  const Clock* clock_;        // null: CLOCK_REALTIME
   // Relative path -> state last uploaded or restored; size -1: to upload
   // again (a racy stamp, or a failed upload that may have stored the object).
   std::map<std::string, Stamp> synced_;

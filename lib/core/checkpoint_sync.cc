@@ -18,6 +18,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <set>
 #include <string>
 #include <string_view>
@@ -42,11 +43,30 @@ using internal::ErrnoError;
 using internal::IsTempName;
 
 // Local file systems stamp a write with the kernel's coarse clock, which moves
-// in ticks of at most 10 ms. A file stamped in the tick during which we
-// looked at it can be rewritten in that same tick with the same size and so
-// the same (size, mtime): such a "racy" file is recorded as uploaded but not
-// in sync, so the next SyncOnce uploads it again.
-constexpr int64_t kRacyWindowNs = 20'000'000;
+// in ticks of at most 10 ms, truncated to the file system's granularity. A
+// file stamped in the tick during which we looked at it can be rewritten in
+// that same tick with the same size and so the same (size, mtime): such a
+// "racy" file is recorded as uploaded but not in sync, so the next SyncOnce
+// uploads it again (git's racy-clean rule, an upload standing for the
+// content check).
+constexpr int64_t kClockTickNs = 20'000'000;  // two of its ticks, for margin
+
+constexpr int64_t kSecondNs = 1'000'000'000;
+
+// A file system's granularity divides one second (1 ns: ext4, XFS, tmpfs;
+// 100 ns: NTFS, SMB; 10 ms: exFAT; 1 s: ext3, HFS+, some NFS servers), but
+// for FAT's 2 s modification times, and every stamp is a multiple of it. So
+// it divides gcd(stamp, 1 s), or is 2 s for an even second: a bound taken
+// from the stamp, whatever the file system. (A fine stamp that happens to be
+// round only keeps its file racy a little longer.)
+int64_t GranularityBoundNs(int64_t mtime_ns) {
+  if (mtime_ns % (2 * kSecondNs) == 0) return 2 * kSecondNs;
+  return std::gcd(mtime_ns, kSecondNs);
+}
+
+// How long after its stamp a write can still get it: a file is racy when
+// looked at sooner than that.
+int64_t RacyWindowNs(int64_t mtime_ns) { return kClockTickNs + GranularityBoundNs(mtime_ns); }
 
 absl::string_view AbslView(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
@@ -56,7 +76,10 @@ absl::Status Annotate(const absl::Status& status, std::string_view context) {
   return absl::Status(status.code(), absl::StrCat(AbslView(context), ": ", status.message()));
 }
 
-int64_t RealtimeNs() {
+// The time file stamps are compared with: `clock`'s, or the system clock's
+// (which the kernel stamps files with) when null.
+int64_t NowNs(const Clock* clock) {
+  if (clock != nullptr) return absl::ToUnixNanos(clock->Now());
   struct timespec ts;
   ::clock_gettime(CLOCK_REALTIME, &ts);
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
@@ -300,11 +323,12 @@ bool IsUnseen(const std::map<std::string, absl::Status>& unread, const std::stri
 }  // namespace
 
 CheckpointSync::CheckpointSync(ObjectStore& store, std::string prefix, std::string local_dir,
-                               std::string trusted_root)
+                               std::string trusted_root, const Clock* clock)
     : store_(store),
       prefix_(std::move(prefix)),
       local_dir_(std::move(local_dir)),
-      trusted_root_(std::move(trusted_root)) {
+      trusted_root_(std::move(trusted_root)),
+      clock_(clock) {
   if (prefix_.empty() || prefix_.back() != '/') prefix_.push_back('/');
   while (local_dir_.size() > 1 && local_dir_.back() == '/') local_dir_.pop_back();
   while (trusted_root_.size() > 1 && trusted_root_.back() == '/') trusted_root_.pop_back();
@@ -351,9 +375,10 @@ absl::Status CheckpointSync::Restore() {
         "' and the directory holding key '", *below, "'"));
   }
   synced_.clear();
-  // The latest modification time of a file written here: Restore returns
-  // only once a write can no longer be stamped with it (below).
-  int64_t latest_mtime_ns = std::numeric_limits<int64_t>::min();
+  // When a write can no longer be stamped as a file written here was, and
+  // the longest racy window of those files: Restore returns only then (below).
+  int64_t settled_ns = std::numeric_limits<int64_t>::min();
+  int64_t longest_window_ns = 0;
   absl::Status status = [&]() -> absl::Status {
     for (const auto& [uri, key] : to_restore) {
       std::string path = absl::StrCat(local_dir_, "/", key);
@@ -369,7 +394,9 @@ absl::Status CheckpointSync::Restore() {
                           absl::StrCat("checkpoint restore of '", uri, "': stat '", path, "'"));
       }
       synced_[key] = Stamp{static_cast<int64_t>(st.st_size), MtimeNs(st)};
-      latest_mtime_ns = std::max(latest_mtime_ns, MtimeNs(st));
+      const int64_t window_ns = RacyWindowNs(MtimeNs(st));
+      settled_ns = std::max(settled_ns, MtimeNs(st) + window_ns);
+      longest_window_ns = std::max(longest_window_ns, window_ns);
     }
     return absl::OkStatus();
   }();
@@ -377,16 +404,19 @@ absl::Status CheckpointSync::Restore() {
   // few ms) and may rewrite a restored file at once: in the tick of the
   // restore, with the same size, the file would keep the stamp recorded here
   // and never be uploaded. So wait until the file system's clock has left
-  // that tick (at most kRacyWindowNs).
+  // that tick (at most one racy window: 20 ms, up to 2 s more for round stamps).
   if (!synced_.empty()) {
-    const int64_t wait_ns =
-        std::min(kRacyWindowNs, latest_mtime_ns + kRacyWindowNs - RealtimeNs());
+    const int64_t wait_ns = std::min(longest_window_ns, settled_ns - NowNs(clock_));
     if (wait_ns > 0) absl::SleepFor(absl::Nanoseconds(wait_ns));
   }
   return status;
 }
 
-absl::StatusOr<CheckpointSyncStats> CheckpointSync::SyncOnce() {
+absl::Status CheckpointSync::SyncOnce(CheckpointSyncStats* stats_out) {
+  // Counted as it goes, so that the caller has it whatever this returns.
+  CheckpointSyncStats unwanted;
+  CheckpointSyncStats& stats = stats_out != nullptr ? *stats_out : unwanted;
+  stats = CheckpointSyncStats();
   if (local_dir_.empty()) {
     return absl::InvalidArgumentError("checkpoint sync: the local directory is empty");
   }
@@ -396,11 +426,10 @@ absl::StatusOr<CheckpointSyncStats> CheckpointSync::SyncOnce() {
   // Folders (or entries) that could not be read, by relative path: what lies
   // there is unknown, so nothing at or below them is deleted this round.
   std::map<std::string, absl::Status> unread;
-  int64_t walk_start_ns = RealtimeNs();
+  int64_t walk_start_ns = NowNs(clock_);
   WalkLocal(root->get(), local_dir_, local, unread);
-  int64_t walk_end_ns = RealtimeNs();
+  int64_t walk_end_ns = NowNs(clock_);
 
-  CheckpointSyncStats stats;
   absl::Status first_error;
   int failures = 0;
   auto fail = [&](absl::Status status) {
@@ -485,8 +514,9 @@ absl::StatusOr<CheckpointSyncStats> CheckpointSync::SyncOnce() {
     }
     ++stats.uploaded;
     stats.bytes_uploaded += file.size;
-    bool racy = file.mtime_ns >= walk_start_ns - kRacyWindowNs &&
-                file.mtime_ns <= walk_end_ns + kRacyWindowNs;
+    const int64_t window_ns = RacyWindowNs(file.mtime_ns);
+    bool racy = file.mtime_ns >= walk_start_ns - window_ns &&
+                file.mtime_ns <= walk_end_ns + window_ns;
     // A racy file keeps an impossible size so that the next call uploads it
     // once more, when its stamp can be trusted.
     synced_[key] = Stamp{racy ? -1 : file.size, file.mtime_ns};
@@ -502,7 +532,7 @@ absl::StatusOr<CheckpointSyncStats> CheckpointSync::SyncOnce() {
     return absl::Status(first_error.code(), absl::StrCat(first_error.message(), " (and ",
                                                          failures - 1, " more failures)"));
   }
-  return stats;
+  return absl::OkStatus();
 }
 
 }  // namespace kiln

@@ -169,6 +169,14 @@ std::string TrimUtf8(std::string text, size_t max) {
   return text;
 }
 
+// The log line for a checkpoint sync that failed: its error, and what it
+// uploaded and deleted all the same (a failed file does not stop the others).
+std::string CheckpointSyncFailure(const char* what, const absl::Status& status,
+                                  const CheckpointSyncStats& done) {
+  return absl::StrCat(what, ": ", status.message(), " (done all the same: ", done.uploaded,
+                      " uploaded (", done.bytes_uploaded, " bytes), ", done.deleted, " deleted)");
+}
+
 // Whether the container path `path` is /opt/ml or below it.
 bool IsUnderContainerBase(std::string_view path) {
   const std::string_view base = kContainerBase;
@@ -1607,8 +1615,9 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
       }
       if (pidfd >= 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) break;
       if (sync && absl::Now() >= next_sync) {
-        absl::StatusOr<CheckpointSyncStats> s = sync->SyncOnce();
-        if (!s.ok()) log_platform(absl::StrCat("checkpoint sync: ", s.status().message()));
+        CheckpointSyncStats done;
+        absl::Status s = sync->SyncOnce(&done);
+        if (!s.ok()) log_platform(CheckpointSyncFailure("checkpoint sync", s, done));
         next_sync = absl::Now() + spec.sync_interval;
       }
     }
@@ -1690,8 +1699,9 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
     cancelled = proc->cancelled;
   }
   if (sync && !cancelled) {
-    absl::StatusOr<CheckpointSyncStats> s = sync->SyncOnce();
-    if (!s.ok()) log_platform(absl::StrCat("final checkpoint sync: ", s.status().message()));
+    CheckpointSyncStats done;
+    absl::Status s = sync->SyncOnce(&done);
+    if (!s.ok()) log_platform(CheckpointSyncFailure("final checkpoint sync", s, done));
   }
   close_all();
   if (!cancelled) {

@@ -25,9 +25,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kiln/clock.h"
 #include "kiln/object_store.h"
 
 namespace kiln {
@@ -102,6 +105,14 @@ std::string Binary(size_t size, uint32_t seed) {
   return data;
 }
 
+// SyncOnce's counts, or its error.
+absl::StatusOr<CheckpointSyncStats> Sync(CheckpointSync& sync) {
+  CheckpointSyncStats stats;
+  absl::Status status = sync.SyncOnce(&stats);
+  if (!status.ok()) return status;
+  return stats;
+}
+
 constexpr char kPrefix[] = "mem://ckpt/job-1/";
 
 class CheckpointSyncTest : public ::testing::Test {
@@ -132,7 +143,7 @@ TEST_F(CheckpointSyncTest, FilesSyncedBeforeARestartAreRestoredByteIdentical) {
     WriteLocal(tmp_.Sub("run-1/nested/deep/optimizer.bin"), optimizer);
     WriteLocal(tmp_.Sub("run-1/step.txt"), "100");
     WriteLocal(tmp_.Sub("run-1/empty"), "");
-    absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+    absl::StatusOr<CheckpointSyncStats> stats = Sync(sync);
     ASSERT_TRUE(stats.ok()) << stats.status();
     EXPECT_EQ(stats->uploaded, 4);
     EXPECT_EQ(stats->deleted, 0);
@@ -152,8 +163,8 @@ TEST_F(CheckpointSyncTest, UnchangedFilesAreNotUploadedAgain) {
   CheckpointSync sync(*store_, kPrefix, tmp_.Sub("dir"));
   WriteLocal(tmp_.Sub("dir/a"), "aaa");
   WriteLocal(tmp_.Sub("dir/b/c"), "ccc");
-  ASSERT_EQ(sync.SyncOnce().value().uploaded, 2);
-  absl::StatusOr<CheckpointSyncStats> again = sync.SyncOnce();
+  ASSERT_EQ(Sync(sync).value().uploaded, 2);
+  absl::StatusOr<CheckpointSyncStats> again = Sync(sync);
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->uploaded, 0);
   EXPECT_EQ(again->deleted, 0);
@@ -165,7 +176,7 @@ TEST_F(CheckpointSyncTest, RestoredFilesAreNotUploadedAgain) {
   ASSERT_TRUE(store_->Put(absl::StrCat(kPrefix, "sub/state"), "state").ok());
   CheckpointSync sync(*store_, kPrefix, tmp_.Sub("dir"));
   ASSERT_TRUE(sync.Restore().ok());
-  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  absl::StatusOr<CheckpointSyncStats> stats = Sync(sync);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->uploaded, 0);
   EXPECT_EQ(stats->deleted, 0);
@@ -176,10 +187,10 @@ TEST_F(CheckpointSyncTest, ChangedFilesAreUploadedAgain) {
   WriteLocal(tmp_.Sub("dir/grows"), "v1");
   WriteLocal(tmp_.Sub("dir/same-size"), "AAAA");
   WriteLocal(tmp_.Sub("dir/untouched"), "u");
-  ASSERT_EQ(sync.SyncOnce().value().uploaded, 3);
+  ASSERT_EQ(Sync(sync).value().uploaded, 3);
   WriteLocal(tmp_.Sub("dir/grows"), "version 2");                // size differs
   WriteLocal(tmp_.Sub("dir/same-size"), "BBBB", 1'600'000'100);  // mtime differs
-  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  absl::StatusOr<CheckpointSyncStats> stats = Sync(sync);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->uploaded, 2);
   EXPECT_EQ(stats->bytes_uploaded, 9 + 4);
@@ -198,7 +209,7 @@ TEST_F(CheckpointSyncTest, SameSizeRewriteWithinOneTimestampTickIsNotMissed) {
   CheckpointSync sync(*store_, kPrefix, tmp_.Sub("dir"));
   WriteLocal(path, "100", /*mtime_s=*/0);
   ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
-  ASSERT_EQ(sync.SyncOnce().value().uploaded, 1);
+  ASSERT_EQ(Sync(sync).value().uploaded, 1);
   WriteLocal(path, "101", /*mtime_s=*/0);
   ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
   ASSERT_TRUE(sync.SyncOnce().ok());
@@ -231,11 +242,97 @@ TEST_F(CheckpointSyncTest, SameSizeRewriteRightAfterRestoreIsNotMissed) {
     WriteLocal(path, "101", /*mtime_s=*/0);
     struct timespec times[2] = {stamp, stamp};
     ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
-    absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+    absl::StatusOr<CheckpointSyncStats> stats = Sync(sync);
     ASSERT_TRUE(stats.ok()) << stats.status();
     EXPECT_EQ(stats->uploaded, 1);
     EXPECT_EQ(store_->Get(absl::StrCat(kPrefix, "step")).value_or(""), "101");
   }
+}
+
+// A clock that reads what the test set.
+class SetClock : public Clock {
+ public:
+  absl::Time Now() const override { return now; }
+  absl::Time now;
+};
+
+// A file system with whole-second stamps (ext3, HFS+, some NFS servers), or
+// 2 s ones (FAT), gives a same-size rewrite anywhere in the second (or two)
+// of the write the sync saw the same (size, mtime). Simulated with stamps on
+// such a tick and a clock set late in it, well past the kernel's 20 ms.
+TEST_F(CheckpointSyncTest, SameSizeRewriteWithinACoarseTimestampTickIsNotMissed) {
+  for (const int64_t tick_s : {1, 2}) {
+    SCOPED_TRACE(tick_s);
+    store_ = NewInMemoryObjectStore();
+    const int64_t stamp_s = tick_s == 1 ? 1'700'000'001 : 1'700'000'000;  // odd, even
+    SetClock clock;
+    clock.now = absl::FromUnixSeconds(stamp_s + tick_s) - absl::Milliseconds(100);
+    const std::string dir = tmp_.Sub(absl::StrCat("dir-", tick_s));
+    CheckpointSync sync(*store_, kPrefix, dir, /*trusted_root=*/"", &clock);
+    WriteLocal(dir + "/step", "100", stamp_s);
+    ASSERT_EQ(Sync(sync).value().uploaded, 1);
+    WriteLocal(dir + "/step", "101", stamp_s);  // still in the tick
+    clock.now += absl::Seconds(1);
+    ASSERT_EQ(Sync(sync).value().uploaded, 1);
+    EXPECT_EQ(store_->Get(absl::StrCat(kPrefix, "step")).value_or(""), "101");
+    // Looked at after its tick, the stamp is settled: no more uploads.
+    EXPECT_EQ(Sync(sync).value().uploaded, 0);
+  }
+}
+
+// The in-memory store, but the files it restores get the stamps of a file
+// system whose granularity is coarser than the kernel's clock.
+class CoarseStampStore : public ObjectStore {
+ public:
+  CoarseStampStore(ObjectStore& inner, int64_t granularity_ns)
+      : inner_(inner), granularity_ns_(granularity_ns) {}
+  absl::StatusOr<std::vector<ObjectInfo>> List(std::string_view prefix) override {
+    return inner_.List(prefix);
+  }
+  absl::StatusOr<std::string> Get(std::string_view uri) override { return inner_.Get(uri); }
+  absl::Status Put(std::string_view uri, std::string_view data) override {
+    return inner_.Put(uri, data);
+  }
+  absl::Status Delete(std::string_view uri) override { return inner_.Delete(uri); }
+  absl::Status GetToFile(std::string_view uri, const std::string& path) override {
+    absl::Status got = inner_.GetToFile(uri, path);
+    struct stat st;
+    if (!got.ok() || ::stat(path.c_str(), &st) != 0) return got;
+    const struct timespec stamp = Truncated(st.st_mtim);
+    const struct timespec times[2] = {stamp, stamp};
+    EXPECT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0) << path;
+    return got;
+  }
+  // `t` as this file system stamps it.
+  struct timespec Truncated(struct timespec t) const {
+    t.tv_nsec -= t.tv_nsec % granularity_ns_;
+    return t;
+  }
+
+ private:
+  ObjectStore& inner_;
+  const int64_t granularity_ns_;
+};
+
+// A restore on a file system with 100 ms stamps (coarser than the kernel's
+// clock): wherever in its tick the restore wrote the file, a rewrite that
+// follows it at once (the container starting) must get a stamp of its own.
+TEST_F(CheckpointSyncTest, SameSizeRewriteRightAfterRestoreIsNotMissedWithCoarseStamps) {
+  CoarseStampStore coarse(*store_, 100'000'000);
+  const std::string path = tmp_.Sub("dir/step");
+  ASSERT_TRUE(store_->Put(absl::StrCat(kPrefix, "step"), "100").ok());
+  CheckpointSync sync(coarse, kPrefix, tmp_.Sub("dir"));
+  ASSERT_TRUE(sync.Restore().ok());
+  struct timespec now;
+  ASSERT_EQ(::clock_gettime(CLOCK_REALTIME, &now), 0);
+  WriteLocal(path, "101", /*mtime_s=*/0);
+  const struct timespec stamp = coarse.Truncated(now);
+  const struct timespec times[2] = {stamp, stamp};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  absl::StatusOr<CheckpointSyncStats> stats = Sync(sync);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->uploaded, 1);
+  EXPECT_EQ(store_->Get(absl::StrCat(kPrefix, "step")).value_or(""), "101");
 }
 
 TEST_F(CheckpointSyncTest, DeletedFilesAreDeletedFromTheStoreAndStayDeleted) {
@@ -243,15 +340,15 @@ TEST_F(CheckpointSyncTest, DeletedFilesAreDeletedFromTheStoreAndStayDeleted) {
   WriteLocal(tmp_.Sub("dir/ckpt-100"), "old");
   WriteLocal(tmp_.Sub("dir/ckpt-200"), "new");
   WriteLocal(tmp_.Sub("dir/old/nested"), "n");
-  ASSERT_EQ(sync.SyncOnce().value().uploaded, 3);
+  ASSERT_EQ(Sync(sync).value().uploaded, 3);
   fs::remove(tmp_.Sub("dir/ckpt-100"));
   fs::remove_all(tmp_.Sub("dir/old"));
-  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  absl::StatusOr<CheckpointSyncStats> stats = Sync(sync);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->deleted, 2);
   EXPECT_EQ(stats->uploaded, 0);
   EXPECT_EQ(StoreTree(), (std::map<std::string, std::string>{{"ckpt-200", "new"}}));
-  EXPECT_EQ(sync.SyncOnce().value().deleted, 0);
+  EXPECT_EQ(Sync(sync).value().deleted, 0);
 
   CheckpointSync restarted(*store_, kPrefix, tmp_.Sub("fresh"));
   ASSERT_TRUE(restarted.Restore().ok());
@@ -265,7 +362,7 @@ TEST_F(CheckpointSyncTest, ObjectsAddedAfterRestoreAreNeitherPulledNorDeleted) {
   // Another host of the job writes its own file under the shared prefix.
   ASSERT_TRUE(store_->Put(absl::StrCat(kPrefix, "algo-2/ckpt"), "theirs").ok());
   WriteLocal(tmp_.Sub("dir/algo-1/ckpt"), "mine, later", 1'600'000'500);
-  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  absl::StatusOr<CheckpointSyncStats> stats = Sync(sync);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->uploaded, 1);
   EXPECT_EQ(stats->deleted, 0);
@@ -290,7 +387,7 @@ TEST_F(CheckpointSyncTest, SecondJobResumesFromTheSamePrefix) {
     WriteLocal(tmp_.Sub("job-2/epoch-2.pt"), "e2");
     WriteLocal(tmp_.Sub("job-2/latest"), "epoch-2.pt", 1'600'000'900);
     fs::remove(tmp_.Sub("job-2/epoch-1.pt"));
-    absl::StatusOr<CheckpointSyncStats> stats = job2.SyncOnce();
+    absl::StatusOr<CheckpointSyncStats> stats = Sync(job2);
     ASSERT_TRUE(stats.ok()) << stats.status();
     EXPECT_EQ(stats->uploaded, 2);
     EXPECT_EQ(stats->deleted, 1);
@@ -349,7 +446,7 @@ TEST_F(CheckpointSyncTest, RestoreReplacesSameNamedFilesAndKeepsOthers) {
   ASSERT_TRUE(sync.Restore().ok());
   EXPECT_EQ(Tree(tmp_.Sub("dir")),
             (std::map<std::string, std::string>{{"a", "from store"}, {"mine", "only here"}}));
-  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  absl::StatusOr<CheckpointSyncStats> stats = Sync(sync);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->uploaded, 1);  // "mine" is new to the store
   EXPECT_EQ(store_->Get(absl::StrCat(kPrefix, "mine")).value_or(""), "only here");
@@ -363,7 +460,7 @@ TEST_F(CheckpointSyncTest, TemporaryFilesAndDirectoryMarkersAreIgnored) {
   ASSERT_TRUE(sync.Restore().ok());
   EXPECT_EQ(Tree(tmp_.Sub("dir")), (std::map<std::string, std::string>{{"real", "r"}}));
   WriteLocal(tmp_.Sub("dir/.kiln-tmp-8899aabbccddeeff"), "half");
-  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  absl::StatusOr<CheckpointSyncStats> stats = Sync(sync);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->uploaded, 0);
   EXPECT_EQ(stats->deleted, 0);
@@ -388,7 +485,7 @@ TEST_F(CheckpointSyncTest, DeeplyNestedDirectoriesNeedNoDescriptorPerLevel) {
   struct rlimit low = saved;
   low.rlim_cur = static_cast<rlim_t>(highest + 48);
   ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
-  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  absl::StatusOr<CheckpointSyncStats> stats = Sync(sync);
   ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->uploaded, 2);
@@ -438,7 +535,7 @@ TEST_F(CheckpointSyncTest, AnUnreadableFolderKeepsItsKeysAndTheRestIsStillSynced
     WriteLocal(absl::StrCat(locked, "/kept"), "k");
     WriteLocal(absl::StrCat(locked, "/deeper/also"), "d");
     WriteLocal(absl::StrCat(dir, "/old"), "o");
-    ASSERT_EQ(sync.SyncOnce().value().uploaded, 3);
+    ASSERT_EQ(Sync(sync).value().uploaded, 3);
 
     WriteLocal(absl::StrCat(dir, "/new"), "n");
     WriteLocal(absl::StrCat(dir, "/sub/newer"), "s");
@@ -451,7 +548,7 @@ TEST_F(CheckpointSyncTest, AnUnreadableFolderKeepsItsKeysAndTheRestIsStillSynced
       struct stat st;
       denied = ::fstatat(AT_FDCWD, absl::StrCat(locked, "/kept").c_str(), &st, 0) != 0 &&
                errno == EACCES;
-      if (denied) stats = sync.SyncOnce();
+      if (denied) stats = Sync(sync);
     }
     ASSERT_EQ(::chmod(locked.c_str(), 0700), 0);
     if (!denied) GTEST_SKIP() << "this process cannot be denied access to '" << locked << "'";
@@ -465,7 +562,7 @@ TEST_F(CheckpointSyncTest, AnUnreadableFolderKeepsItsKeysAndTheRestIsStillSynced
 
     // Readable again, its keys are still known: removed now, they are deleted.
     fs::remove_all(locked);
-    stats = sync.SyncOnce();
+    stats = Sync(sync);
     ASSERT_TRUE(stats.ok()) << stats.status();
     EXPECT_EQ(stats->uploaded, 0);
     EXPECT_EQ(stats->deleted, 2);
@@ -536,24 +633,50 @@ TEST_F(CheckpointSyncTest, FailedUploadsAndDeletesAreRetriedOnTheNextCall) {
   WriteLocal(tmp_.Sub("dir/a"), "a");
   WriteLocal(tmp_.Sub("dir/b"), "b");
   flaky.failing_puts = 1;
-  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  absl::StatusOr<CheckpointSyncStats> stats = Sync(sync);
   EXPECT_EQ(stats.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(stats.status().message(), HasSubstr(tmp_.Sub("dir/a")));
   EXPECT_EQ(StoreTree(), (std::map<std::string, std::string>{{"b", "b"}}));
-  stats = sync.SyncOnce();
+  stats = Sync(sync);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->uploaded, 1);
   EXPECT_EQ(StoreTree(), (std::map<std::string, std::string>{{"a", "a"}, {"b", "b"}}));
 
   fs::remove(tmp_.Sub("dir/a"));
   flaky.failing_deletes = 1;
-  stats = sync.SyncOnce();
+  stats = Sync(sync);
   EXPECT_EQ(stats.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(stats.status().message(), HasSubstr(absl::StrCat(kPrefix, "a")));
-  stats = sync.SyncOnce();
+  stats = Sync(sync);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->deleted, 1);
   EXPECT_EQ(StoreTree(), (std::map<std::string, std::string>{{"b", "b"}}));
+}
+
+// A failed upload does not stop the others, so a failed call has still
+// changed the store: it says how, for what was done before the failure and
+// after it.
+TEST_F(CheckpointSyncTest, AFailedCallCountsTheUploadsAndDeletionsItMade) {
+  FlakyStore flaky(*store_);
+  CheckpointSync sync(flaky, kPrefix, tmp_.Sub("dir"));
+  WriteLocal(tmp_.Sub("dir/old"), "o");
+  ASSERT_EQ(Sync(sync).value().uploaded, 1);
+  fs::remove(tmp_.Sub("dir/old"));
+  WriteLocal(tmp_.Sub("dir/a"), "a");
+  WriteLocal(tmp_.Sub("dir/b"), "bb");
+  WriteLocal(tmp_.Sub("dir/c"), "ccc");
+  int puts = 0;
+  flaky.before_put = [&](std::string_view) {
+    if (++puts == 2) flaky.failing_puts = 1;  // "b"
+  };
+  CheckpointSyncStats stats;
+  absl::Status status = sync.SyncOnce(&stats);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(status.message(), HasSubstr(tmp_.Sub("dir/b")));
+  EXPECT_EQ(stats.uploaded, 2);
+  EXPECT_EQ(stats.bytes_uploaded, 1 + 3);
+  EXPECT_EQ(stats.deleted, 1);
+  EXPECT_EQ(StoreTree(), (std::map<std::string, std::string>{{"a", "a"}, {"c", "ccc"}}));
 }
 
 // A script that keeps only its latest checkpoint writes the new one and
@@ -569,7 +692,7 @@ TEST_F(CheckpointSyncTest, ACrashDuringAnUploadLeavesTheCheckpointItReplaces) {
   fs::remove(tmp_.Sub("dir/ckpt-100"));
   std::map<std::string, std::string> during_upload;
   observing.before_put = [&](std::string_view) { during_upload = StoreTree(); };
-  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  absl::StatusOr<CheckpointSyncStats> stats = Sync(sync);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->uploaded, 1);
   EXPECT_EQ(stats->deleted, 1);
@@ -586,12 +709,12 @@ TEST_F(CheckpointSyncTest, AFailedUploadThatLandedIsDeletedWithItsFile) {
   CheckpointSync sync(flaky, kPrefix, tmp_.Sub("dir"));
   WriteLocal(tmp_.Sub("dir/ckpt-1"), "one");
   flaky.lost_put_answers = 1;
-  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  absl::StatusOr<CheckpointSyncStats> stats = Sync(sync);
   EXPECT_EQ(stats.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(StoreTree(), (std::map<std::string, std::string>{{"ckpt-1", "one"}}));
   fs::remove(tmp_.Sub("dir/ckpt-1"));
   WriteLocal(tmp_.Sub("dir/ckpt-2"), "two");
-  stats = sync.SyncOnce();
+  stats = Sync(sync);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->uploaded, 1);
   EXPECT_EQ(stats->deleted, 1);
@@ -609,12 +732,12 @@ TEST_F(CheckpointSyncTest, WorksWithTheFileStoreIncludingAFileReplacedByADirecto
   ASSERT_TRUE(sync.Restore().ok());
   WriteLocal(tmp_.Sub("dir/a"), "file a");
   WriteLocal(tmp_.Sub("dir/n/m/deep.bin"), Binary(2'000'000, 9));
-  ASSERT_EQ(sync.SyncOnce().value().uploaded, 2);
+  ASSERT_EQ(Sync(sync).value().uploaded, 2);
   EXPECT_EQ(Tree(tmp_.Sub("bucket/ckpt")), Tree(tmp_.Sub("dir")));
 
   fs::remove(tmp_.Sub("dir/a"));
   WriteLocal(tmp_.Sub("dir/a/inside"), "now a directory");
-  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  absl::StatusOr<CheckpointSyncStats> stats = Sync(sync);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->deleted, 1);
   EXPECT_EQ(stats->uploaded, 1);
@@ -636,15 +759,15 @@ TEST_F(CheckpointSyncTest, WorksWithTheFileStoreIncludingADirectoryReplacedByAFi
   CheckpointSync sync(*files, prefix, tmp_.Sub("dir"));
   WriteLocal(tmp_.Sub("dir/a/inside"), "a directory");
   WriteLocal(tmp_.Sub("dir/a/deeper/second"), "also");  // (a folder is left in the store)
-  ASSERT_EQ(sync.SyncOnce().value().uploaded, 2);
+  ASSERT_EQ(Sync(sync).value().uploaded, 2);
   fs::remove_all(tmp_.Sub("dir/a"));
   WriteLocal(tmp_.Sub("dir/a"), "now a file");
-  absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+  absl::StatusOr<CheckpointSyncStats> stats = Sync(sync);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->deleted, 2);
   EXPECT_EQ(stats->uploaded, 1);
   EXPECT_EQ(Tree(tmp_.Sub("bucket/ckpt")), Tree(tmp_.Sub("dir")));
-  EXPECT_EQ(sync.SyncOnce().value().uploaded, 0);
+  EXPECT_EQ(Sync(sync).value().uploaded, 0);
 
   CheckpointSync restarted(*files, prefix, tmp_.Sub("restored"));
   ASSERT_TRUE(restarted.Restore().ok());
@@ -667,19 +790,19 @@ TEST_F(CheckpointSyncTest, APathThatChangedKindIsNeverLeftAsBothFileAndDirectory
     const std::string new_key = to_file ? "a" : "a/inside";
     CheckpointSync sync(flaky, kPrefix, dir);
     WriteLocal(absl::StrCat(dir, "/", old_key), "old");
-    ASSERT_EQ(sync.SyncOnce().value().uploaded, 1);
+    ASSERT_EQ(Sync(sync).value().uploaded, 1);
     fs::remove_all(absl::StrCat(dir, "/a"));
     WriteLocal(absl::StrCat(dir, "/", new_key), "new");
 
     flaky.failing_deletes = 1;
-    absl::StatusOr<CheckpointSyncStats> stats = sync.SyncOnce();
+    absl::StatusOr<CheckpointSyncStats> stats = Sync(sync);
     EXPECT_EQ(stats.status().code(), absl::StatusCode::kUnavailable);
     EXPECT_THAT(stats.status().message(), HasSubstr(absl::StrCat(kPrefix, old_key)));
     EXPECT_EQ(StoreTree(), (std::map<std::string, std::string>{{old_key, "old"}}));
     CheckpointSync restarted(*store_, kPrefix, absl::StrCat(dir, "-restored"));
     EXPECT_TRUE(restarted.Restore().ok());
 
-    stats = sync.SyncOnce();
+    stats = Sync(sync);
     ASSERT_TRUE(stats.ok()) << stats.status();
     EXPECT_EQ(stats->deleted, 1);
     EXPECT_EQ(stats->uploaded, 1);

@@ -1102,6 +1102,34 @@ TEST_P(LocalClusterProviderTest, CheckpointsAreRestoredBeforeTheRunAndSyncedAfte
   EXPECT_EQ(ReadFile(store_dir_ + "/ckpt/epoch-2.pt"), "two\n");
 }
 
+// A checkpoint sync that fails for one file still uploads the others, and
+// its line in the log stream says so. Here sub/b.pt cannot go up (a FIFO in
+// the store stands where its folder would be); it is written before a.pt, so
+// every sync that sees a.pt fails.
+TEST_P(LocalClusterProviderTest, AFailedCheckpointSyncLogsWhatItUploadedAllTheSame) {
+  ASSERT_TRUE(internal::MakeDirs(store_dir_ + "/ckpt").ok());
+  ASSERT_EQ(::mkfifo((store_dir_ + "/ckpt/sub").c_str(), 0644), 0);
+  AddScript("ckpt.sh",
+            "mkdir \"$SAGEMAKER_BASE_DIR/checkpoints/sub\"\n"
+            "echo b > \"$SAGEMAKER_BASE_DIR/checkpoints/sub/b.pt\"\n"
+            "echo a > \"$SAGEMAKER_BASE_DIR/checkpoints/a.pt\"\n");
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  v1::CreateTrainingJobRequest r = Request("ckpt-fails", {"/opt/program/ckpt.sh"});
+  r.mutable_checkpoint_config()->set_s3_uri("file://" + store_dir_ + "/ckpt/");
+  Recorder events;
+  ASSERT_TRUE(Start(r, *cluster, events).ok());
+  ASSERT_TRUE(WaitExits(events, 1));
+  EXPECT_EQ(events.exits["algo-1"].exit_code, 0) << events.AllLines();
+  EXPECT_EQ(ReadFile(store_dir_ + "/ckpt/a.pt"), "a\n");
+  const std::vector<std::string> streams = ListDir(state_dir_ + "/logs/ckpt-fails");
+  ASSERT_EQ(streams.size(), 1u);
+  const std::string log = ReadFile(state_dir_ + "/logs/ckpt-fails/" + streams[0]);
+  EXPECT_THAT(log, HasSubstr(store_dir_ + "/ckpt/sub"));
+  EXPECT_THAT(log, HasSubstr("(done all the same: 1 uploaded (2 bytes), 0 deleted)"));
+}
+
 TEST_P(LocalClusterProviderTest, SandboxedPeersReachEachOtherByHostNameAndNothingElse) {
   if (!bwrap()) {
     GTEST_SKIP() << "the process runtime shares the host's network and does not resolve "
