@@ -7,7 +7,10 @@
 // applies the service's cross-field rules (TrainingImage xor AlgorithmName,
 // InstanceType/InstanceCount xor InstanceGroups, spot and warm-pool rules,
 // channel and instance-group names, input-mode rules) and Kiln's extensions
-// (`file://` URIs wherever an S3 URI is allowed).
+// (`file://` URIs wherever an S3 URI is allowed) and rules (no two channels
+// at one path of the container's /opt/ml/input/data on an instance that
+// receives both: File channel "a_1" beside Pipe channel "a", whose epoch 1
+// FIFO is a_1).
 //
 // All violations of a request are reported at once, in the service's
 // ValidationException form:

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/internal/channel_layout.h"
 #include "core/internal/regex.h"
 #include "core/internal/shapes.h"
 
@@ -55,6 +56,7 @@ class CreateRules {
     CheckResources();
     CheckStopping();
     CheckChannels();
+    CheckChannelLayout();
     CheckTags();
     if (r_.has_serverless_job_config()) {
       Add("serverlessJobConfig", "",
@@ -248,6 +250,19 @@ class CreateRules {
         Add(path() + ".compressionType", Quote(c.compression_type()),
             "CompressionType Gzip is supported only in Pipe input mode");
       }
+    }
+  }
+
+  // Kiln's rule (what the service does is not documented): channels whose
+  // places in /opt/ml/input/data would be one path on an instance that
+  // receives both, File channel "a_1" beside Pipe channel "a" (its epoch 1's
+  // FIFO). Refused here, with the request, rather than failing the job when
+  // its channels are set up. Reported at the File or FastFile channel, whose
+  // name is the FIFO's.
+  void CheckChannelLayout() {
+    for (const internal::ChannelLayoutCollision& c : internal::ChannelLayoutCollisions(r_)) {
+      Add(absl::StrCat("inputDataConfig.", c.directory + 1, ".member.channelName"), "",
+          internal::ChannelLayoutCollisionMessage(r_, c));
     }
   }
 

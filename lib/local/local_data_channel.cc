@@ -61,16 +61,15 @@
 #include <list>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/internal/channel_layout.h"
 #include "core/internal/json_value.h"
 #include "kiln/local/local.h"
 #include "local/internal/fs.h"
@@ -202,67 +201,24 @@ std::string NoObjectsMessage(std::string_view channel, std::string_view uri) {
                       "'). Please ensure that objects exist under that prefix.");
 }
 
-// Whether `mode` makes /opt/ml/input/data/<channel> itself (a directory, or
-// FastFile's link), rather than Pipe's <channel>_<epoch> FIFOs.
-bool MakesChannelDirectory(std::string_view mode) { return mode == "File" || mode == "FastFile"; }
-
-// The epoch whose FIFO of Pipe channel `pipe` is named as the directory of
-// channel `dir`, if there is one: `dir` is `pipe`, '_', and an epoch as
-// FifoPath writes it (decimal, no sign or leading zero, at most 2^64 - 1).
-// Only such pairs collide: two directories differ (names are unique and hold
-// no '/'), and two Pipe channels' FIFOs never do (x_N = y_M with x != y would
-// put a '_' inside an epoch's digits).
-std::optional<uint64_t> CollidingEpoch(std::string_view dir, std::string_view pipe) {
-  if (dir.size() <= pipe.size() + 1 || dir.substr(0, pipe.size()) != pipe ||
-      dir[pipe.size()] != '_') {
-    return std::nullopt;
-  }
-  const std::string_view digits = dir.substr(pipe.size() + 1);
-  uint64_t epoch = 0;
-  if (!absl::SimpleAtoi(internal::Av(digits), &epoch) || absl::StrCat(epoch) != digits) {
-    return std::nullopt;  // not a number, or not as written ("+1", "01", " 1")
-  }
-  return epoch;
-}
-
-// A channel of the job that would put its directory where `delivery`'s
-// channel puts a Pipe FIFO on one of the delivery's instances, or the other
-// way round: InvalidArgument naming both channels, else OK. Checked before
-// anything is made, so that the collision fails the job as its channels are
-// set up, not when the epoch comes (a FastFile link would then be replaced by
-// the FIFO; a File directory would fail that epoch's FIFO).
+// A channel of the job whose place in /opt/ml/input/data is the delivered
+// channel's on an instance that receives both (a File channel "a_1" and the
+// FIFO of Pipe channel "a" for epoch 1): InvalidArgument naming both, else
+// OK. The engine's validation refuses such a request at CreateTrainingJob,
+// by the same rule (ChannelLayoutCollisions); this is for a DataChannel used
+// without the engine. Checked before anything is made, so that the collision
+// fails as the channels are set up, not when the epoch comes (a FastFile
+// link would then be replaced by the FIFO; a File directory would fail that
+// epoch's FIFO).
 absl::Status CheckLayoutCollisions(const ChannelDelivery& delivery) {
   const v1::CreateTrainingJobRequest& request = delivery.job.request;
   const std::string& name = delivery.channel.channel_name();
-  const std::string& default_mode = request.algorithm_specification().training_input_mode();
-  for (const v1::Channel& other : request.input_data_config()) {
-    if (other.channel_name() == name) continue;
-    const std::string& other_mode = other.has_input_mode() ? other.input_mode() : default_mode;
-    const bool dir_here = MakesChannelDirectory(delivery.input_mode);
-    const bool dir_there = MakesChannelDirectory(other_mode);
-    std::optional<uint64_t> epoch;
-    if (dir_here && other_mode == "Pipe") epoch = CollidingEpoch(name, other.channel_name());
-    if (delivery.input_mode == "Pipe" && dir_there) {
-      epoch = CollidingEpoch(other.channel_name(), name);
+  for (const kiln::internal::ChannelLayoutCollision& c :
+       kiln::internal::ChannelLayoutCollisions(request)) {
+    if (request.input_data_config(c.directory).channel_name() == name ||
+        request.input_data_config(c.pipe).channel_name() == name) {
+      return absl::InvalidArgumentError(kiln::internal::ChannelLayoutCollisionMessage(request, c));
     }
-    if (!epoch) continue;
-    // Only instances that receive both channels share a directory.
-    const auto& groups = other.data_source().s3_data_source().instance_group_names();
-    const bool shared = std::any_of(
-        delivery.instances.begin(), delivery.instances.end(), [&](const Instance* i) {
-          return groups.empty() ||
-                 std::find(groups.begin(), groups.end(), i->group_name) != groups.end();
-        });
-    if (!shared) continue;
-    const std::string& dir = dir_here ? name : other.channel_name();
-    const std::string& pipe = dir_here ? other.channel_name() : name;
-    const std::string& dir_mode = dir_here ? std::string(delivery.input_mode) : other_mode;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "channels '", dir, "' (", dir_mode, " mode) and '", pipe,
-        "' (Pipe mode) collide in /opt/ml/input/data: '", dir,
-        "' is both the directory of channel '", dir, "' and the FIFO of channel '", pipe,
-        "' for epoch ", *epoch,
-        " (Pipe mode names its FIFOs <channel>_<epoch>); rename one of the channels"));
   }
   return absl::OkStatus();
 }

@@ -979,6 +979,45 @@ TEST_F(EngineDataChannelTest, PreparedJobsCheckTheirChannelsAtEachCreate) {
   EXPECT_TRUE(absl::IsNotFound(engine_->DescribeTrainingJob(d).status()));
 }
 
+// A File channel named as a Pipe channel's FIFO is refused with the request,
+// whole or prepared, whatever the backend: the job never exists. Channels of
+// disjoint instance groups never meet, and run.
+TEST_F(EngineDataChannelTest, ChannelsThatMeetInTheContainerAreRefusedBeforeTheJobExists) {
+  v1::CreateTrainingJobRequest r = Request("clash");
+  *r.add_input_data_config() = Prefix("a");
+  r.mutable_input_data_config(0)->set_input_mode("Pipe");
+  *r.add_input_data_config() = Prefix("a_1");
+  const absl::Status whole = engine_->CreateTrainingJob(r).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(whole)) << whole;
+  EXPECT_NE(whole.message().find("at 'inputDataConfig.2.member.channelName': channels 'a_1' "
+                                 "(File mode) and 'a' (Pipe mode) collide"),
+            std::string::npos)
+      << whole;
+  EXPECT_EQ(engine_->ListTrainingJobs({}).value().training_job_summaries_size(), 0);
+  EXPECT_EQ(loop_->pending_events(), 0u);
+  EXPECT_EQ(engine_->PrepareTrainingJob(r).status(), whole);
+
+  auto* rc = r.mutable_resource_config();
+  rc->clear_instance_type();
+  rc->clear_instance_count();
+  for (const auto& [name, count] : {std::pair<const char*, int>{"gpu", 2}, {"cpu", 1}}) {
+    auto* g = rc->add_instance_groups();
+    g->set_instance_group_name(name);
+    g->set_instance_type("ml.c5.xlarge");
+    g->set_instance_count(count);
+  }
+  for (const auto& [channel, group] : {std::pair<int, const char*>{0, "gpu"}, {1, "cpu"}}) {
+    r.mutable_input_data_config(channel)
+        ->mutable_data_source()
+        ->mutable_s3_data_source()
+        ->add_instance_group_names(group);
+  }
+  Create(r);
+  RunUntilSecond(200);
+  EXPECT_EQ(recording_->receivers["a"], "algo-1,algo-2");
+  EXPECT_EQ(recording_->receivers["a_1"], "algo-3");
+}
+
 // A DataChannel whose CheckChannel blocks until released, as a check that
 // waits for a slow store would.
 class BlockingCheckChannel : public DataChannel {

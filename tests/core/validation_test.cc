@@ -333,6 +333,33 @@ INSTANTIATE_TEST_SUITE_P(
                  "'inputDataConfig.1.member.dataSource.s3DataSource.instanceGroupNames.1.member' "
                  "failed to satisfy constraint: InstanceGroupNames requires "
                  "ResourceConfig.InstanceGroups")},
+        Case{"FileChannelNamedAsAPipeChannelsFifo",
+             [](auto& r) {
+               r.mutable_input_data_config(0)->set_channel_name("train_1");
+               auto* pipe = r.add_input_data_config();
+               *pipe = r.input_data_config(0);
+               pipe->set_channel_name("train");
+               pipe->set_input_mode("Pipe");
+             },
+             One("Invalid value at 'inputDataConfig.1.member.channelName': channels 'train_1' "
+                 "(File mode) and 'train' (Pipe mode) collide in /opt/ml/input/data: 'train_1' "
+                 "is both the directory of channel 'train_1' and the FIFO of channel 'train' for "
+                 "epoch 1 (Pipe mode names its FIFOs <channel>_<epoch>); rename one of the "
+                 "channels")},
+        // The channel's InputMode overrides TrainingInputMode, either way.
+        Case{"FastFileChannelNamedAsTheDefaultPipeChannelsFirstFifo",
+             [](auto& r) {
+               r.mutable_algorithm_specification()->set_training_input_mode("Pipe");
+               auto* fast = r.add_input_data_config();
+               *fast = r.input_data_config(0);
+               fast->set_channel_name("train_0");
+               fast->set_input_mode("FastFile");
+             },
+             One("Invalid value at 'inputDataConfig.2.member.channelName': channels 'train_0' "
+                 "(FastFile mode) and 'train' (Pipe mode) collide in /opt/ml/input/data: "
+                 "'train_0' is both the directory of channel 'train_0' and the FIFO of channel "
+                 "'train' for epoch 0 (Pipe mode names its FIFOs <channel>_<epoch>); rename one "
+                 "of the channels")},
         Case{"MetricRegexInvalid",
              [](auto& r) {
                auto* m = r.mutable_algorithm_specification()->add_metric_definitions();
@@ -404,6 +431,102 @@ TEST(ValidationTest, HeterogeneousJobWithPerGroupChannelsIsValid) {
   EXPECT_NE(Validate(r).find("KeepAlivePeriodInSeconds (warm pools) is not supported with "
                              "InstanceGroups"),
             std::string::npos);
+}
+
+// Adds to `r` a channel `name` in input mode `mode` ("" for the job's).
+void AddChannel(CreateTrainingJobRequest& r, const std::string& name, const std::string& mode) {
+  v1::Channel* c = r.add_input_data_config();
+  *c = r.input_data_config(0);
+  c->set_channel_name(name);
+  if (mode.empty()) {
+    c->clear_input_mode();
+  } else {
+    c->set_input_mode(mode);
+  }
+}
+
+// A Pipe channel's FIFOs are <channel>_<epoch>, the epoch in decimal without
+// sign or leading zero, below 2^64: only such names are refused.
+TEST(ValidationTest, OnlyADirectoryNamedExactlyAsAFifoCollides) {
+  CreateTrainingJobRequest r = BaseRequest();
+  r.mutable_input_data_config(0)->set_input_mode("Pipe");  // "train"
+  for (const char* name : {"train_01", "train_x", "train_", "train_+1", "train_ 1", "train_1_",
+                           "train_18446744073709551616", "tra_1", "rain_1"}) {
+    SCOPED_TRACE(name);
+    CreateTrainingJobRequest with = r;
+    AddChannel(with, name, "File");
+    const std::string message = Validate(with);
+    EXPECT_EQ(message.find("collide"), std::string::npos) << message;
+  }
+  // Two Pipe channels never meet (a_1_<e> is never a_<e>), nor two
+  // directories with different names.
+  CreateTrainingJobRequest pipes = r;
+  AddChannel(pipes, "train_1", "Pipe");
+  EXPECT_EQ(Validate(pipes), "OK");
+  CreateTrainingJobRequest files = BaseRequest();
+  AddChannel(files, "train_1", "");
+  EXPECT_EQ(Validate(files), "OK");
+  // The largest epoch does, and every collision is reported.
+  AddChannel(r, "train_18446744073709551615", "File");
+  AddChannel(r, "train_7", "FastFile");
+  const std::string message = Validate(r);
+  EXPECT_EQ(message.find("2 validation errors detected: Invalid value at "
+                         "'inputDataConfig.2.member.channelName': channels "
+                         "'train_18446744073709551615' (File mode) and 'train' (Pipe mode)"),
+            0u)
+      << message;
+  EXPECT_NE(message.find("Invalid value at 'inputDataConfig.3.member.channelName': channels "
+                         "'train_7' (FastFile mode) and 'train' (Pipe mode)"),
+            std::string::npos)
+      << message;
+}
+
+// Channels collide only if some instance receives both: one without
+// InstanceGroupNames reaches every instance.
+TEST(ValidationTest, ChannelsCollideOnlyWhereTheirInstanceGroupsMeet) {
+  CreateTrainingJobRequest r = BaseRequest();
+  auto* rc = r.mutable_resource_config();
+  rc->clear_instance_type();
+  rc->clear_instance_count();
+  for (const char* name : {"gpu", "cpu", "io"}) {
+    auto* g = rc->add_instance_groups();
+    g->set_instance_group_name(name);
+    g->set_instance_type("ml.c5.xlarge");
+    g->set_instance_count(1);
+  }
+  auto groups = [&](int channel, std::vector<std::string> names) {
+    auto* s3 =
+        r.mutable_input_data_config(channel)->mutable_data_source()->mutable_s3_data_source();
+    s3->clear_instance_group_names();
+    for (const std::string& n : names) s3->add_instance_group_names(n);
+  };
+  AddChannel(r, "train_2", "File");
+  r.mutable_input_data_config(0)->set_input_mode("Pipe");  // "train"
+  groups(0, {"gpu"});
+  groups(1, {"cpu", "io"});
+  EXPECT_EQ(Validate(r), "OK");
+  groups(1, {"cpu", "gpu"});
+  EXPECT_NE(Validate(r).find("channels 'train_2' (File mode) and 'train' (Pipe mode) collide"),
+            std::string::npos);
+  groups(1, {});
+  EXPECT_NE(Validate(r), "OK");
+  groups(0, {});
+  groups(1, {"io"});
+  EXPECT_NE(Validate(r), "OK");
+}
+
+// The names a collision shows are input: escaped like any value shown.
+TEST(ValidationTest, CollidingChannelNamesAreEscapedInTheMessage) {
+  CreateTrainingJobRequest r = BaseRequest();
+  r.mutable_input_data_config(0)->set_channel_name("a\nb");
+  r.mutable_input_data_config(0)->set_input_mode("Pipe");
+  AddChannel(r, "a\nb_1", "File");
+  const std::string message = Validate(r);
+  EXPECT_NE(message.find("Invalid value at 'inputDataConfig.2.member.channelName': channels "
+                         "'a\\nb_1' (File mode) and 'a\\nb' (Pipe mode) collide"),
+            std::string::npos)
+      << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
 }
 
 TEST(ValidationTest, LocalUrisCanBeTurnedOff) {

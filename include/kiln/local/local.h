@@ -374,7 +374,8 @@ struct LocalDataChannelOptions {
 //   of the two is delivered, before any data moves, rather than when that
 //   epoch comes (the service's behaviour is not documented). Channels that
 //   cannot meet ("a_01", "a_x", two Pipe channels, disjoint
-//   InstanceGroupNames) are delivered.
+//   InstanceGroupNames) are delivered. Through the engine such a job never
+//   gets here: CreateTrainingJob's validation refuses it with the same words.
 // - A File-mode copy that does not fit on the disk is ResourceExhausted
 //   naming channel, object and file ("Data download failed: Insufficient disk
 //   space", the service's words, then the system's "No space left on
