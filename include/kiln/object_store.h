@@ -10,6 +10,8 @@
 // URIs: `<scheme>://<authority>/<key>`; for file:// the path is absolute
 // (file:///data/train/part-0). A prefix lists every object whose URI starts
 // with it (no delimiter semantics): file:///data/train/ lists the tree below.
+// Errors name URIs and local paths escaped and cut, as kiln::InputForMessage
+// shows input (kiln/json.h; at most 1024 bytes of a path): keys are input.
 //
 // Threading: every method is thread-safe and may block (I/O): call it from a
 // worker thread, never from an engine's loop thread (the in-memory store, which

@@ -32,6 +32,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "core/internal/files.h"
+#include "core/internal/json_value.h"
 #include "core/internal/object_store_args.h"
 #include "core/internal/status_macros.h"
 
@@ -52,6 +53,13 @@ constexpr int kTempNameAttempts = 16;
 
 absl::string_view AbslView(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
+// A URI, key or local path as the messages show it. Keys are input (channel
+// URIs, manifests, a container's checkpoint files): escaped and cut, so that
+// none can break a message's line or make it long.
+std::string Shown(std::string_view path) {
+  return internal::TextForMessage(path, internal::kMaxPathInMessage);
+}
+
 
 using internal::UniqueFd;
 
@@ -69,7 +77,7 @@ absl::Status WriteAll(int fd, std::string_view data, const std::string& path) {
     ssize_t n = ::write(fd, data.data(), data.size());
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoError(errno, absl::StrCat("write '", path, "'"));
+      return ErrnoError(errno, absl::StrCat("write '", Shown(path), "'"));
     }
     data.remove_prefix(static_cast<size_t>(n));
   }
@@ -95,16 +103,17 @@ absl::Status CopyFd(int in, int out, const std::string& in_name, const std::stri
       break;
     }
     if (err == ENOSPC || err == EDQUOT || err == EFBIG) {
-      return ErrnoError(err, absl::StrCat("write '", out_name, "'"));
+      return ErrnoError(err, absl::StrCat("write '", Shown(out_name), "'"));
     }
-    return ErrnoError(err, absl::StrCat("copy '", in_name, "' to '", out_name, "'"));
+    return ErrnoError(err,
+                      absl::StrCat("copy '", Shown(in_name), "' to '", Shown(out_name), "'"));
   }
   std::unique_ptr<char[]> buffer(new char[kChunkSize]);
   for (;;) {
     ssize_t n = ::read(in, buffer.get(), kChunkSize);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoError(errno, absl::StrCat("read '", in_name, "'"));
+      return ErrnoError(errno, absl::StrCat("read '", Shown(in_name), "'"));
     }
     if (n == 0) return absl::OkStatus();
     KILN_RETURN_IF_ERROR(
@@ -131,7 +140,8 @@ std::string TempPathIn(std::string_view dir) {
 absl::Status ReplaceFile(const std::string& path, bool durable,
                          absl::FunctionRef<absl::Status(int fd, const std::string& path)> fill) {
   if (path.empty() || path.back() == '/') {
-    return absl::InvalidArgumentError(absl::StrCat("'", path, "' names a directory, not a file"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", Shown(path), "' names a directory, not a file"));
   }
   std::string dir(Dirname(path));
   KILN_RETURN_IF_ERROR(MakeDirs(dir));
@@ -143,19 +153,19 @@ absl::Status ReplaceFile(const std::string& path, bool durable,
     if (raw >= 0) {
       fd = UniqueFd(raw);
     } else if (errno != EEXIST || attempt + 1 >= kTempNameAttempts) {
-      return ErrnoError(errno,
-                        absl::StrCat("create a temporary file for '", path, "' in '", dir, "'"));
+      return ErrnoError(errno, absl::StrCat("create a temporary file for '", Shown(path), "' in '",
+                                            Shown(dir), "'"));
     }
   }
   absl::Status status = fill(fd.get(), path);
   if (status.ok() && durable && ::fsync(fd.get()) != 0) {
-    status = ErrnoError(errno, absl::StrCat("fsync '", path, "'"));
+    status = ErrnoError(errno, absl::StrCat("fsync '", Shown(path), "'"));
   }
   if (int err = fd.Close(); status.ok() && err != 0) {
-    status = ErrnoError(err, absl::StrCat("close '", path, "'"));
+    status = ErrnoError(err, absl::StrCat("close '", Shown(path), "'"));
   }
   if (status.ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
-    status = ErrnoError(errno, absl::StrCat("rename a temporary file over '", path, "'"));
+    status = ErrnoError(errno, absl::StrCat("rename a temporary file over '", Shown(path), "'"));
   }
   if (!status.ok()) ::unlink(temp.c_str());
   return status;
@@ -177,16 +187,16 @@ absl::StatusOr<UniqueFd> OpenRegularFile(const std::string& path, std::string_vi
   if (raw < 0) {
     int err = errno;
     if (err == ENOENT || err == ENOTDIR) {
-      return absl::NotFoundError(absl::StrCat("'", AbslView(name), "' not found"));
+      return absl::NotFoundError(absl::StrCat("'", Shown(name), "' not found"));
     }
-    return ErrnoError(err, absl::StrCat("open '", AbslView(name), "'"));
+    return ErrnoError(err, absl::StrCat("open '", Shown(name), "'"));
   }
   UniqueFd fd(raw);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0)
-    return ErrnoError(errno, absl::StrCat("stat '", AbslView(name), "'"));
+    return ErrnoError(errno, absl::StrCat("stat '", Shown(name), "'"));
   if (!S_ISREG(st.st_mode)) {
-    return absl::NotFoundError(absl::StrCat("'", AbslView(name), "' is not a regular file (",
+    return absl::NotFoundError(absl::StrCat("'", Shown(name), "' is not a regular file (",
                                             S_ISDIR(st.st_mode) ? "a directory" : "a special file",
                                             ")"));
   }
@@ -203,7 +213,7 @@ absl::StatusOr<std::string> ReadWholeFile(int fd, int64_t size_hint, std::string
     ssize_t n = ::read(fd, data.data() + used, data.size() - used);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoError(errno, absl::StrCat("read '", AbslView(name), "'"));
+      return ErrnoError(errno, absl::StrCat("read '", Shown(name), "'"));
     }
     if (n == 0) break;
     used += static_cast<size_t>(n);
@@ -270,7 +280,7 @@ class FileObjectStore final : public ObjectStore {
     int err = errno;
     // Missing, or a directory (which is not an object): nothing to delete.
     if (err == ENOENT || err == ENOTDIR || err == EISDIR) return absl::OkStatus();
-    return ErrnoError(err, absl::StrCat("delete '", path, "'"));
+    return ErrnoError(err, absl::StrCat("delete '", Shown(path), "'"));
   }
 
   absl::Status Read(std::string_view uri,
@@ -282,7 +292,7 @@ class FileObjectStore final : public ObjectStore {
       ssize_t n = ::read(fd.get(), buffer.get(), kChunkSize);
       if (n < 0) {
         if (errno == EINTR) continue;
-        return ErrnoError(errno, absl::StrCat("read '", AbslView(uri), "'"));
+        return ErrnoError(errno, absl::StrCat("read '", Shown(uri), "'"));
       }
       if (n == 0) return absl::OkStatus();
       KILN_RETURN_IF_ERROR(sink(std::string_view(buffer.get(), static_cast<size_t>(n))));
@@ -303,7 +313,7 @@ class FileObjectStore final : public ObjectStore {
                           static_cast<off_t>(offset + static_cast<int64_t>(done)));
       if (n < 0) {
         if (errno == EINTR) continue;
-        return ErrnoError(errno, absl::StrCat("read '", AbslView(uri), "'"));
+        return ErrnoError(errno, absl::StrCat("read '", Shown(uri), "'"));
       }
       if (n == 0) break;  // shrunk meanwhile
       done += static_cast<size_t>(n);
@@ -359,17 +369,17 @@ class FileObjectStore final : public ObjectStore {
     if (uri.substr(0, kFileScheme.size()) != kFileScheme || uri.size() == kFileScheme.size() ||
         uri[kFileScheme.size()] != '/') {
       return absl::InvalidArgumentError(
-          absl::StrCat("file object store: '", AbslView(uri),
+          absl::StrCat("file object store: '", Shown(uri),
                        "' is not a file:// URI with an absolute path (file:///dir/name)"));
     }
     std::string_view path = uri.substr(kFileScheme.size());
     if (path.find('\0') != std::string_view::npos) {
       return absl::InvalidArgumentError(
-          absl::StrCat("file object store: URI '", AbslView(uri), "' contains a NUL byte"));
+          absl::StrCat("file object store: URI '", Shown(uri), "' contains a NUL byte"));
     }
     if (object && path.back() == '/') {
       return absl::InvalidArgumentError(
-          absl::StrCat("file object store: '", AbslView(uri),
+          absl::StrCat("file object store: '", Shown(uri),
                        "' ends in '/': it names a directory, not an object"));
     }
     return std::string(path);
@@ -383,7 +393,7 @@ class FileObjectStore final : public ObjectStore {
     if (d == nullptr) {
       int err = errno;
       if (err == ENOENT || (top && err == ENOTDIR)) return absl::OkStatus();
-      return ErrnoError(err, absl::StrCat("list directory '", dir, "'"));
+      return ErrnoError(err, absl::StrCat("list directory '", Shown(dir), "'"));
     }
     std::unique_ptr<DIR, int (*)(DIR*)> closer(d, &::closedir);
     return ForEachEntry(d, dir, [&](std::string_view name) -> absl::Status {
@@ -394,7 +404,7 @@ class FileObjectStore final : public ObjectStore {
       struct stat st;
       if (::fstatat(::dirfd(d), name.data(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
         if (errno == ENOENT) return absl::OkStatus();  // removed meanwhile
-        return ErrnoError(errno, absl::StrCat("stat '", full, "'"));
+        return ErrnoError(errno, absl::StrCat("stat '", Shown(full), "'"));
       }
       if (S_ISDIR(st.st_mode)) {
         // Symbolic links to directories are not followed (no cycles).
@@ -485,7 +495,7 @@ class InMemoryObjectStore final : public ObjectStore {
   static absl::Status CheckUri(std::string_view uri) {
     std::string_view scheme;
     if (!ParseScheme(uri, &scheme)) {
-      return absl::InvalidArgumentError(absl::StrCat("in-memory object store: '", AbslView(uri),
+      return absl::InvalidArgumentError(absl::StrCat("in-memory object store: '", Shown(uri),
                                                      "' is not a URI (<scheme>://...)"));
     }
     return absl::OkStatus();
@@ -508,7 +518,7 @@ class InMemoryObjectStore final : public ObjectStore {
     absl::MutexLock lock(&mu_);
     auto it = objects_.find(uri);
     if (it == objects_.end()) {
-      return absl::NotFoundError(absl::StrCat("'", AbslView(uri), "' not found"));
+      return absl::NotFoundError(absl::StrCat("'", Shown(uri), "' not found"));
     }
     return it->second;
   }
@@ -581,13 +591,13 @@ absl::StatusOr<ObjectStore*> ObjectStores::For(std::string_view uri) const {
   std::string_view scheme;
   if (!ParseScheme(uri, &scheme)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("'", AbslView(uri), "' has no URI scheme (expected <scheme>://...)"));
+        absl::StrCat("'", Shown(uri), "' has no URI scheme (expected <scheme>://...)"));
   }
   absl::MutexLock lock(&mu_);
   auto it = stores_.find(scheme);
   if (it == stores_.end()) {
     return absl::FailedPreconditionError(absl::StrCat("no object store is registered for scheme '",
-                                                      AbslView(scheme), "' (URI '", AbslView(uri),
+                                                      Shown(scheme), "' (URI '", Shown(uri),
                                                       "')"));
   }
   return it->second;
@@ -600,7 +610,7 @@ namespace internal {
 
 absl::Status CheckRange(std::string_view uri, int64_t offset, int64_t length) {
   if (offset < 0 || length < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("reading '", AbslView(uri), "': offset ", offset,
+    return absl::InvalidArgumentError(absl::StrCat("reading '", Shown(uri), "': offset ", offset,
                                                    " and length ", length,
                                                    " of a range must not be negative"));
   }
@@ -609,7 +619,7 @@ absl::Status CheckRange(std::string_view uri, int64_t offset, int64_t length) {
 
 absl::Status CheckMaxObjects(std::string_view prefix, int64_t max_objects) {
   if (max_objects < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("listing '", AbslView(prefix),
+    return absl::InvalidArgumentError(absl::StrCat("listing '", Shown(prefix),
                                                    "': max_objects ", max_objects,
                                                    " must be at least 1"));
   }

@@ -238,10 +238,10 @@ absl::StatusOr<ImageSource> ResolveImage(std::string_view image) {
   }
   char real[PATH_MAX];
   if (realpath(path.c_str(), real) == nullptr) {
-    return internal::ErrnoStatus(errno, "find image", ShownPath(path));
+    return internal::ErrnoStatus(errno, "find image", path);
   }
   struct stat st;
-  if (stat(real, &st) != 0) return internal::ErrnoStatus(errno, "stat image", ShownPath(real));
+  if (stat(real, &st) != 0) return internal::ErrnoStatus(errno, "stat image", real);
   ImageSource src;
   src.path = real;
   std::string print;
@@ -1656,11 +1656,14 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
 
   if (!sandbox_up) {
     // bubblewrap could not set the sandbox up: its message is in the output.
+    // The output is anything a program printed (escape sequences, bytes that
+    // are not UTF-8, pages of it): shown escaped and cut, as input is.
     const int code = reap();
     drain();
-    std::string text;
-    for (const std::string& l : lines) absl::StrAppend(&text, text.empty() ? "" : "; ", l);
+    std::string output;
+    for (const std::string& l : lines) absl::StrAppend(&output, output.empty() ? "" : "; ", l);
     lines.clear();
+    const std::string text = kiln::internal::TextForMessage(output, kMaxFailureBytes);
     log_platform(absl::StrCat("bubblewrap failed (exit ", code, "): ", text));
     if (pidfd >= 0) close(pidfd);
     close_all();

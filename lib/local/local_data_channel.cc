@@ -938,8 +938,9 @@ absl::StatusOr<FifoWriter::Result> LocalDataChannel::StreamObject(FifoWriter& wr
       // O_NONBLOCK: a FIFO put in the object's place must not block the
       // open (and the job's end with it); it is refused below.
       int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-      // (The path is a manifest's or a listing's: shown escaped.)
-      if (fd < 0) return internal::ErrnoStatus(errno, "open", ShownUri(path));
+      // (The path is a manifest's or a listing's: shown escaped, which
+      // ErrnoStatus does itself.)
+      if (fd < 0) return internal::ErrnoStatus(errno, "open", path);
       struct stat st;
       absl::StatusOr<FifoWriter::Result> r;
       if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {

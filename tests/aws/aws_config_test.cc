@@ -3,9 +3,11 @@
 #include "aws/internal/aws_config.h"
 
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "aws/tests_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -118,6 +120,19 @@ TEST_F(AwsConfigTest, EndpointVariablesAndThePerServiceOverride) {
   EXPECT_EQ(o->addressing_style, S3AddressingStyle::kVirtual);
 }
 
+// Settings come from the environment and the caller: an endpoint or a
+// profile name that could break a message's line is shown escaped.
+TEST_F(AwsConfigTest, SettingsInErrorsAreShownEscaped) {
+  env_ = {{"AWS_ENDPOINT_URL_S3", "ftp://x\n[forged]"}};
+  absl::StatusOr<S3Options> o = Resolve();
+  EXPECT_TRUE(absl::IsInvalidArgument(o.status())) << o.status();
+  EXPECT_THAT(o.status().message(), HasSubstr(R"(S3 endpoint 'ftp://x\n[forged]' must start)"));
+  env_ = {{"AWS_PROFILE", "a\x1b[2Jb"}};
+  o = Resolve();
+  EXPECT_TRUE(absl::IsFailedPrecondition(o.status())) << o.status();
+  EXPECT_THAT(o.status().message(), HasSubstr(R"(add profile 'a\u001b[2Jb' to the shared)"));
+}
+
 TEST(AwsConfigIniTest, NestedKeysAndComments) {
   IniFile ini = ParseIni("[profile x]\n; c\nregion=a\ns3 =\n  addressing_style = path\n"
                          "  max_concurrent_requests = 20\nother = 1\n");
@@ -136,6 +151,30 @@ TEST(S3OptionsTest, PartSizeUnderS3sMinimumIsRefused) {
   absl::StatusOr<std::unique_ptr<ObjectStore>> store = NewS3ObjectStore(o);
   EXPECT_TRUE(absl::IsInvalidArgument(store.status()));
   EXPECT_THAT(store.status().message(), HasSubstr("5 MiB"));
+}
+
+// A request that gets no answer fails naming the object and the URL, both
+// shown escaped: a bucket goes into the URL's host as given (virtual-hosted
+// style), and neither it nor the key may break the message's line.
+TEST(S3OptionsTest, AFailedExchangeShowsTheUriAndTheUrlEscaped) {
+  S3Options o;
+  o.credentials = AwsCredentials{"A", "B", ""};
+  o.region = "us-east-1";
+  o.endpoint_url = "http://127.0.0.1:1";
+  o.addressing_style = S3AddressingStyle::kVirtual;
+  o.max_attempts = 1;
+  absl::StatusOr<std::unique_ptr<ObjectStore>> store = NewS3ObjectStore(o);
+  ASSERT_TRUE(store.ok()) << store.status();
+  absl::StatusOr<std::string> got = (*store)->Get("s3://a\nb/key\x1b");
+  EXPECT_TRUE(absl::IsUnavailable(got.status())) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr(R"(GET s3://a\nb/key\u001b: failed after 1 )"));
+  EXPECT_THAT(got.status().message(), HasSubstr(R"(last: GET http://a\nb.127.0.0.1:1/key%1B: )"));
+  EXPECT_EQ(got.status().message().find_first_of("\n\x1b"), absl::string_view::npos)
+      << got.status();
+
+  o.endpoint_url = "ftp://x\n";
+  EXPECT_THAT(NewS3ObjectStore(o).status().message(),
+              HasSubstr(R"(endpoint_url 'ftp://x\n' must start with)"));
 }
 
 }  // namespace

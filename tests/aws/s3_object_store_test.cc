@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "aws/internal/s3_client.h"
 #include "aws/tests_util.h"
 #include "aws/fault_proxy.h"
@@ -706,6 +707,38 @@ TEST_F(S3ObjectStoreTest, NoSuchUploadWithoutALostAnswerIsAnError) {
   EXPECT_EQ(CompleteRequests(), 2 + 2);
   EXPECT_EQ(proxy_->RequestsMatching("HEAD", "/nsu/model"), 0);
   EXPECT_THAT(MultipartUploads(), ::testing::Not(HasSubstr("UploadId")));
+}
+
+// Keys are input: an error that names an object shows its URI escaped and
+// cut, and the server's own text (an error's message) escaped, so that
+// neither can break the message's line or make it long.
+TEST_F(S3ObjectStoreTest, KeysAndServerTextInErrorsAreShownEscapedAndCut) {
+  auto one_line = [](absl::string_view message) {
+    return message.find_first_of("\n\x1b\xff") == absl::string_view::npos;
+  };
+  auto store = Store(/*through_proxy=*/true);
+  proxy_->AnswerMatching("GET", "/odd/", 404,
+                         "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>NoSuchKey</Code>"
+                         "<Message>gone\n\x1b[2Jforged \xff</Message></Error>");
+  absl::StatusOr<std::string> got = store->Get(Uri("odd/a\nb'c\"d\xff" "e"));
+  EXPECT_TRUE(absl::IsNotFound(got.status())) << got.status();
+  EXPECT_TRUE(one_line(got.status().message())) << got.status();
+  EXPECT_THAT(got.status().message(),
+              HasSubstr(absl::StrCat("GET ", Uri(R"(odd/a\nb'c"d\xFFe)"),
+                                     R"(: HTTP 404 NoSuchKey: gone\n\u001b[2Jforged \xFF)")));
+
+  // A key of 3000 bytes: the message keeps the first 1024 of the URI.
+  const std::string long_key = "long/" + std::string(3000, 'k');
+  proxy_->AnswerMatching("GET", "/long/", 404, FaultProxy::S3Error("NoSuchKey"));
+  got = store->Get(Uri(long_key));
+  EXPECT_TRUE(absl::IsNotFound(got.status())) << got.status();
+  EXPECT_THAT(got.status().message(),
+              HasSubstr(absl::StrCat("GET ", Uri(long_key).substr(0, 1024), "...: HTTP 404")));
+  EXPECT_LT(got.status().message().size(), 1024u + 100u) << got.status();
+
+  got = store->Get("gs://bucket/a\nb");
+  EXPECT_TRUE(absl::IsInvalidArgument(got.status())) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr(R"('gs://bucket/a\nb' is not an s3:// URI)"));
 }
 
 TEST_F(S3ObjectStoreTest, UrisThatNameNoObjectAreInvalid) {

@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -186,6 +187,39 @@ TYPED_TEST(ObjectStoreConformanceTest, MissingObjectIsNotFoundEverywhere) {
   std::string local = this->LocalPath("never");
   EXPECT_EQ(this->store_->GetToFile(uri, local).code(), absl::StatusCode::kNotFound);
   EXPECT_FALSE(fs::exists(local));
+}
+
+// Keys are input (manifests, channel URIs, a container's checkpoint files): a
+// message that names one shows it escaped and cut, so that no key can add a
+// line to a log, forge text after it, or make the message long. Plain keys
+// read as written (the tests above).
+TYPED_TEST(ObjectStoreConformanceTest, KeysInErrorsAreShownEscapedAndCut) {
+  auto one_line = [](absl::string_view message) {
+    return message.find_first_of("\n\x1b\xff") == absl::string_view::npos;
+  };
+  const std::string odd = this->Uri("a\nb'c\"d\xff" "e");
+  const std::string shown = this->Uri(R"(a\nb'c"d\xFFe)");
+  absl::StatusOr<std::string> got = this->store_->Get(odd);
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(one_line(got.status().message())) << got.status();
+  EXPECT_THAT(got.status().message(), HasSubstr(absl::StrCat("'", shown, "' not found")));
+  absl::StatusOr<std::string> range = this->store_->ReadRange(odd, -1, 1);
+  EXPECT_EQ(range.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(range.status().message(), HasSubstr(absl::StrCat("reading '", shown, "'")));
+  absl::StatusOr<std::vector<ObjectInfo>> first = this->store_->ListFirst(odd, 0);
+  EXPECT_EQ(first.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(first.status().message(), HasSubstr(absl::StrCat("listing '", shown, "'")));
+  absl::Status put = this->store_->Put("no scheme\x1b[2J\n", "x");
+  EXPECT_EQ(put.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(put.message(), HasSubstr(R"('no scheme\u001b[2J\n')"));
+
+  // A key of 5000 bytes: the message keeps the first 1024 of the URI.
+  const std::string long_uri = this->Uri(std::string(5000, 'k'));
+  got = this->store_->Get(long_uri);
+  EXPECT_FALSE(got.ok());
+  EXPECT_THAT(got.status().message(),
+              HasSubstr(absl::StrCat("'", long_uri.substr(0, 1024), "...'")));
+  EXPECT_LT(got.status().message().size(), 1024u + 100u) << got.status();
 }
 
 TYPED_TEST(ObjectStoreConformanceTest, DeleteRemovesTheObject) {
@@ -558,6 +592,21 @@ TEST_F(FileObjectStoreTest, PutUnderAFileNamesThePath) {
   EXPECT_EQ(ReadLocal(Path("plain")), "x");
 }
 
+// Local paths, which hold keys, are shown escaped too: here the directory
+// that cannot be made, which the file store's MakeDirs names.
+TEST_F(FileObjectStoreTest, LocalPathsInErrorsAreShownEscaped) {
+  WriteLocal(Path("a\nb\xfe"), "a file, not a directory");
+  const std::string shown = absl::StrCat("create directory '", Path(R"(a\nb\xFE)"), "'");
+  absl::Status status = store_->Put(Uri("a\nb\xfe/object"), "y");
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr(shown));
+  EXPECT_EQ(std::string(status.message()).find('\n'), std::string::npos) << status;
+  ASSERT_TRUE(store_->Put(Uri("object"), "z").ok());
+  status = store_->GetToFile(Uri("object"), Path("a\nb\xfe/copy"));
+  EXPECT_FALSE(status.ok());
+  EXPECT_THAT(status.message(), HasSubstr(shown));
+}
+
 // Runs `body` in a forked child and returns what it wrote to the pipe, or
 // "SKIP: ..." text; the child's exit code must be 0.
 std::string RunInChild(const std::function<std::string()>& body) {
@@ -670,6 +719,16 @@ TEST(ObjectStoresTest, UnregisteredSchemeIsFailedPreconditionNamingTheScheme) {
   absl::StatusOr<ObjectStore*> got = stores.For("s3://bucket/key");
   EXPECT_EQ(got.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(got.status().message(), HasSubstr("'s3'"));
+}
+
+TEST(ObjectStoresTest, UrisInErrorsAreShownEscaped) {
+  ObjectStores stores;
+  absl::StatusOr<ObjectStore*> got = stores.For("s3://bucket/a\nb");
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(got.status().message(), HasSubstr(R"((URI 's3://bucket/a\nb'))"));
+  got = stores.For("no scheme\x85");
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(got.status().message(), HasSubstr(R"('no scheme\x85' has no URI scheme)"));
 }
 
 TEST(ObjectStoresTest, UriWithoutSchemeIsInvalidArgument) {

@@ -1021,6 +1021,37 @@ TEST_P(LocalClusterProviderTest, RequestPathsInErrorsAreEscaped) {
   EXPECT_EQ(events.exit_calls, 0);
 }
 
+// A start that bubblewrap fails quotes bwrap's output, which is a program's
+// output like any other: shown escaped and cut, so that it can neither break
+// the message's line nor make it long.
+TEST_P(LocalClusterProviderTest, AFailedBwrapStartShowsItsOutputEscapedAndCut) {
+  if (!bwrap()) GTEST_SKIP() << "the process runtime runs no bubblewrap";
+  // A stand-in for bwrap: it passes the factory's probe, then fails every
+  // start before the sandbox is up, printing an escape sequence, a carriage
+  // return and a byte that is not UTF-8, then 5000 bytes more.
+  const std::string fake = tmp_.path() + "/fake-bwrap";
+  WriteFile(fake,
+            "#!/bin/sh\n"
+            "[ \"$*\" = '--ro-bind / / true' ] && exit 0\n"
+            "printf 'bwrap: \\033[31mforged\\rline \\377\\n' >&2\n"
+            "head -c 5000 /dev/zero | tr '\\0' x >&2\n"
+            "exit 1\n",
+            0755);
+  LocalOptions options;
+  options.bwrap_path = fake;
+  MakeProvider(options);
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  Recorder events;
+  absl::Status s = Start(Request("fake-bwrap", {"/bin/true"}), *cluster, events);
+  EXPECT_TRUE(absl::IsInternal(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr(R"(bwrap: \u001b[31mforged\rline \xFF; xxx)"));
+  EXPECT_EQ(s.message().find_first_of("\x1b\r\xff"), absl::string_view::npos) << s;
+  EXPECT_TRUE(absl::EndsWith(s.message(), "xxx...")) << s;
+  EXPECT_LT(s.message().size(), 1024u + 100u) << s;
+}
+
 TEST_P(LocalClusterProviderTest, SpotNoticeThenLossKillsTheInstanceWithoutExit) {
   AddScript("long.sh",
             "echo ready\n"

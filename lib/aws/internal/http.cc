@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/internal/json_value.h"
 
 namespace kiln::aws::internal {
 namespace {
@@ -191,8 +192,12 @@ absl::StatusOr<HttpResponse> HttpClient::Send(const HttpRequest& request, const 
       if (sink_failed != nullptr) *sink_failed = true;
       return t.sink_status;
     }
+    // The URL holds the bucket as given (virtual-hosted style) and the key,
+    // which are input, and curl's text may quote either: both escaped and cut.
     return absl::UnavailableError(absl::StrCat(
-        request.method, " ", request.url, ": ", error[0] != '\0' ? error : curl_easy_strerror(rc)));
+        request.method, " ",
+        ::kiln::internal::TextForMessage(request.url, ::kiln::internal::kMaxPathInMessage), ": ",
+        ::kiln::internal::TextForMessage(error[0] != '\0' ? error : curl_easy_strerror(rc))));
   }
   Release(curl);
   response.status = static_cast<int>(code);

@@ -29,9 +29,19 @@ absl::string_view Av(std::string_view s) { return absl::string_view(s.data(), s.
 // resumption after progress starts a fresh count of max_attempts).
 constexpr int kMaxGetExchanges = 1000;
 
-std::string ObjectUri(std::string_view bucket, std::string_view key) {
-  return absl::StrCat("s3://", Av(bucket), "/", Av(key));
+// A URI or key as the messages show it. Keys are input (channel URIs,
+// manifests, a container's checkpoint files): escaped and cut, so that none
+// can break a message's line or make it long.
+std::string ShownPath(std::string_view path) {
+  return ::kiln::internal::TextForMessage(path, ::kiln::internal::kMaxPathInMessage);
 }
+std::string ShownUri(std::string_view bucket, std::string_view key) {
+  return ShownPath(absl::StrCat("s3://", Av(bucket), "/", Av(key)));
+}
+
+// Text of the server's (an error's code and message, an ETag) as the messages
+// show it: escaped and cut like any input.
+std::string ServerText(std::string_view text) { return ::kiln::internal::TextForMessage(text); }
 
 // "bytes 0-9/443" -> 443; -1 when absent or malformed.
 int64_t TotalFromContentRange(std::string_view value) {
@@ -76,8 +86,8 @@ absl::Status ErrorFor(const std::string& what, int status, const std::string& co
   const bool ok_status = status >= 200 && status < 300;
   std::string text = absl::StrCat(what, ": HTTP ", status);
   if (ok_status) absl::StrAppend(&text, " with an error in the body:");
-  if (!code.empty()) absl::StrAppend(&text, " ", code);
-  if (!message.empty()) absl::StrAppend(&text, ": ", message);
+  if (!code.empty()) absl::StrAppend(&text, " ", ServerText(code));
+  if (!message.empty()) absl::StrAppend(&text, ": ", ServerText(message));
   if (ok_status) status = HttpStatusOfS3Code(code);
   if (status == 404 || code == "NoSuchKey" || code == "NoSuchBucket" || code == "NoSuchUpload") {
     return absl::NotFoundError(text);
@@ -346,7 +356,7 @@ absl::StatusOr<HttpResponse> S3Client::Send(const Call& call, const ResponseChec
 
 absl::StatusOr<S3ObjectMeta> S3Client::HeadObject(std::string_view bucket, std::string_view key) {
   Call call{"HEAD", std::string(bucket), std::string(key), {}, {}, {},
-            absl::StrCat("HEAD ", ObjectUri(bucket, key))};
+            absl::StrCat("HEAD ", ShownUri(bucket, key))};
   absl::StatusOr<HttpResponse> r = Send(call);
   if (!r.ok()) return r.status();
   S3ObjectMeta meta;
@@ -360,7 +370,7 @@ absl::StatusOr<S3ObjectMeta> S3Client::HeadObject(std::string_view bucket, std::
 absl::StatusOr<S3ObjectMeta> S3Client::GetObject(std::string_view bucket, std::string_view key,
                                                  int64_t first, int64_t last,
                                                  std::string_view if_match, const BodySink& sink) {
-  const std::string what = absl::StrCat("GET ", ObjectUri(bucket, key));
+  const std::string what = absl::StrCat("GET ", ShownUri(bucket, key));
   S3ObjectMeta meta;
   meta.size = -1;
   meta.etag = std::string(if_match);
@@ -447,7 +457,7 @@ absl::Status S3Client::PutObject(std::string_view bucket, std::string_view key,
                                  std::string_view data) {
   Call call{"PUT", std::string(bucket), std::string(key), {},
             {{"content-type", "application/octet-stream"}}, data,
-            absl::StrCat("PUT ", ObjectUri(bucket, key))};
+            absl::StrCat("PUT ", ShownUri(bucket, key))};
   return Send(call).status();
 }
 
@@ -455,7 +465,7 @@ absl::StatusOr<std::string> S3Client::CreateMultipartUpload(std::string_view buc
                                                             std::string_view key) {
   Call call{"POST", std::string(bucket), std::string(key), {{"uploads", ""}},
             {{"content-type", "application/octet-stream"}}, {},
-            absl::StrCat("CreateMultipartUpload ", ObjectUri(bucket, key))};
+            absl::StrCat("CreateMultipartUpload ", ShownUri(bucket, key))};
   absl::StatusOr<HttpResponse> r = Send(call);
   if (!r.ok()) return r.status();
   std::string id = XmlText(r->body, "UploadId");
@@ -469,7 +479,7 @@ absl::StatusOr<std::string> S3Client::UploadPart(std::string_view bucket, std::s
   Call call{"PUT", std::string(bucket), std::string(key),
             {{"partNumber", absl::StrCat(part_number)}, {"uploadId", std::string(upload_id)}},
             {{"content-type", "application/octet-stream"}}, data,
-            absl::StrCat("UploadPart ", part_number, " of ", ObjectUri(bucket, key))};
+            absl::StrCat("UploadPart ", part_number, " of ", ShownUri(bucket, key))};
   absl::StatusOr<HttpResponse> r = Send(call);
   if (!r.ok()) return r.status();
   std::string etag = r->Header("etag");
@@ -488,7 +498,7 @@ absl::Status S3Client::CompleteMultipartUpload(std::string_view bucket, std::str
   body += "</CompleteMultipartUpload>";
   Call call{"POST", std::string(bucket), std::string(key), {{"uploadId", std::string(upload_id)}},
             {{"content-type", "application/xml"}}, body,
-            absl::StrCat("CompleteMultipartUpload ", ObjectUri(bucket, key))};
+            absl::StrCat("CompleteMultipartUpload ", ShownUri(bucket, key))};
   // S3 may answer 200 and report a failure in the body (it sends the status
   // before it is done): retried like a 5xx when its code says so.
   auto error_in_body = [&call](const HttpResponse& response) -> absl::Status {
@@ -534,7 +544,7 @@ absl::Status S3Client::CompleteMultipartUpload(std::string_view bucket, std::str
 
 absl::Status S3Client::CheckUploadedObject(std::string_view bucket, std::string_view key,
                                            const std::vector<std::string>& part_etags) {
-  const std::string uri = ObjectUri(bucket, key);
+  const std::string uri = ShownUri(bucket, key);
   const std::string expected = MultipartEtag(part_etags);
   if (expected.empty()) {
     return absl::UnknownError(absl::StrCat(
@@ -557,7 +567,8 @@ absl::Status S3Client::CheckUploadedObject(std::string_view bucket, std::string_
   }
   if (!absl::EqualsIgnoreCase(Av(etag), expected)) {
     return absl::AbortedError(absl::StrCat("the object at ", uri,
-                                           " is not the one uploaded (its ETag is ", meta->etag,
+                                           " is not the one uploaded (its ETag is ",
+                                           ServerText(meta->etag),
                                            ", the upload's would be \"", expected, "\")"));
   }
   return absl::OkStatus();
@@ -566,7 +577,7 @@ absl::Status S3Client::CheckUploadedObject(std::string_view bucket, std::string_
 absl::Status S3Client::AbortMultipartUpload(std::string_view bucket, std::string_view key,
                                             std::string_view upload_id) {
   Call call{"DELETE", std::string(bucket), std::string(key), {{"uploadId", std::string(upload_id)}},
-            {}, {}, absl::StrCat("AbortMultipartUpload ", ObjectUri(bucket, key))};
+            {}, {}, absl::StrCat("AbortMultipartUpload ", ShownUri(bucket, key))};
   absl::Status s = Send(call).status();
   return absl::IsNotFound(s) ? absl::OkStatus() : s;
 }
@@ -577,7 +588,7 @@ absl::StatusOr<S3ListPage> S3Client::ListObjectsV2(std::string_view bucket,
                                                    int max_keys) {
   Call call{"GET", std::string(bucket), "", {{"list-type", "2"}, {"prefix", std::string(prefix)},
             {"max-keys", absl::StrCat(std::clamp(max_keys, 1, 1000))}},
-            {}, {}, absl::StrCat("ListObjectsV2 ", ObjectUri(bucket, prefix))};
+            {}, {}, absl::StrCat("ListObjectsV2 ", ShownUri(bucket, prefix))};
   if (!continuation_token.empty()) {
     call.query.emplace_back("continuation-token", std::string(continuation_token));
   }
@@ -588,7 +599,8 @@ absl::StatusOr<S3ListPage> S3Client::ListObjectsV2(std::string_view bucket,
     S3ListPage::Entry e;
     e.key = XmlText(entry, "Key");
     if (!absl::SimpleAtoi(XmlText(entry, "Size"), &e.size)) {
-      return absl::InternalError(absl::StrCat(call.what, ": no Size for key '", e.key, "'"));
+      return absl::InternalError(
+          absl::StrCat(call.what, ": no Size for key '", ShownPath(e.key), "'"));
     }
     page.objects.push_back(std::move(e));
   }
@@ -607,13 +619,13 @@ absl::Status S3Client::CreateBucket(std::string_view bucket) {
                         "</LocationConstraint></CreateBucketConfiguration>");
   }
   Call call{"PUT", std::string(bucket), "", {}, {{"content-type", "application/xml"}}, body,
-            absl::StrCat("CreateBucket s3://", Av(bucket))};
+            absl::StrCat("CreateBucket ", ShownPath(absl::StrCat("s3://", Av(bucket))))};
   return Send(call).status();
 }
 
 absl::Status S3Client::DeleteObject(std::string_view bucket, std::string_view key) {
   Call call{"DELETE", std::string(bucket), std::string(key), {}, {}, {},
-            absl::StrCat("DELETE ", ObjectUri(bucket, key))};
+            absl::StrCat("DELETE ", ShownUri(bucket, key))};
   absl::Status s = Send(call).status();
   return absl::IsNotFound(s) && !absl::StrContains(s.message(), "NoSuchBucket") ? absl::OkStatus()
                                                                                  : s;

@@ -9,7 +9,9 @@
 // error in a 200's body maps as its code would with the status S3 sends it
 // with (AccessDenied: PermissionDenied).
 //
-// Errors name the object (s3://bucket/key) and the operation:
+// Errors name the object (s3://bucket/key) and the operation; the URI and the
+// server's own text (its error code and message) are shown escaped and cut
+// (TextForMessage), since keys are input:
 //   NotFound            NoSuchKey, NoSuchBucket, NoSuchUpload
 //   PermissionDenied    403 (AccessDenied, SignatureDoesNotMatch, InvalidAccessKeyId...)
 //   OutOfRange          416 (a range past the end)

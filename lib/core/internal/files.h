@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "core/internal/json_value.h"
 
 namespace kiln::internal {
 
@@ -68,23 +69,27 @@ class UniqueFd {
 
 // An error for `err` (an errno value) whose message is `what` plus strerror:
 // ENOSPC and EDQUOT give ResourceExhausted, ENOENT NotFound, EACCES/EPERM
-// PermissionDenied (absl::ErrnoToStatus's mapping).
+// PermissionDenied (absl::ErrnoToStatus's mapping). A path in `what` is the
+// caller's to show escaped (TextForMessage with kMaxPathInMessage): paths
+// hold object keys, which are input.
 absl::Status ErrnoError(int err, std::string_view what);
 
 // Calls `visit(name)` for each entry of the directory open as `d`, in
 // readdir's order, but ".", ".." and temporary files; `name` views the
 // entry's NUL-terminated d_name (so name.data() may go to an *at call) and is
 // valid during the call only. The first error `visit` returns ends the
-// listing and is returned; a readdir error is ErrnoError naming `dir`.
+// listing and is returned; a readdir error is ErrnoError naming `dir`
+// (escaped).
 template <typename Visit>
 absl::Status ForEachEntry(DIR* d, std::string_view dir, Visit visit) {
   for (;;) {
     errno = 0;
     const struct dirent* entry = ::readdir(d);
     if (entry == nullptr) {
-      if (errno == 0) return absl::OkStatus();
-      const absl::string_view named(dir.data(), dir.size());
-      return ErrnoError(errno, absl::StrCat("list directory '", named, "'"));
+      const int err = errno;
+      if (err == 0) return absl::OkStatus();
+      return ErrnoError(
+          err, absl::StrCat("list directory '", TextForMessage(dir, kMaxPathInMessage), "'"));
     }
     const std::string_view name = entry->d_name;
     if (name == "." || name == ".." || IsTempName(name)) continue;
@@ -96,7 +101,7 @@ absl::Status ForEachEntry(DIR* d, std::string_view dir, Visit visit) {
 // mkdir -p: creates `dir` and its missing parents (mode 0777 before umask).
 // OK when it exists already as a directory, or when `dir` is empty. Errors:
 // as ErrnoError for the first component that cannot be made (ENOTDIR when a
-// component exists and is not a directory), naming that component.
+// component exists and is not a directory), naming that component (escaped).
 absl::Status MakeDirs(const std::string& dir);
 
 }  // namespace kiln::internal

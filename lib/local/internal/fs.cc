@@ -13,9 +13,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "core/internal/json_value.h"
 
 namespace kiln::local::internal {
 namespace {
+
+// A path as the messages show it. Paths hold input (a request's LocalPath, a
+// channel's keys, names a container chose): escaped and cut, so that none can
+// break a message's line or make it long. Callers pass paths raw.
+std::string Shown(std::string_view path) {
+  return ::kiln::internal::TextForMessage(path, ::kiln::internal::kMaxPathInMessage);
+}
 
 std::string Join(const std::string& dir, std::string_view name) {
   return absl::StrCat(dir, "/", Av(name));
@@ -104,7 +112,7 @@ absl::Status CopyFile(const std::string& from, const std::string& to, mode_t mod
 }  // namespace
 
 absl::Status ErrnoStatus(int err, std::string_view what, std::string_view path) {
-  std::string message = absl::StrCat(Av(what), " '", Av(path), "': ", std::strerror(err));
+  std::string message = absl::StrCat(Av(what), " '", Shown(path), "': ", std::strerror(err));
   switch (err) {
     case ENOENT:
       return absl::NotFoundError(message);
@@ -134,14 +142,14 @@ absl::Status MakeDirs(const std::string& path) {
     partial.push_back('/');
   }
   if (!IsDirectory(path)) {
-    return absl::FailedPreconditionError(absl::StrCat("'", path, "' is not a directory"));
+    return absl::FailedPreconditionError(absl::StrCat("'", Shown(path), "' is not a directory"));
   }
   return absl::OkStatus();
 }
 
 absl::Status RemoveTree(const std::string& path) {
   if (path.empty() || path == "/") {
-    return absl::InvalidArgumentError(absl::StrCat("refusing to remove '", path, "'"));
+    return absl::InvalidArgumentError(absl::StrCat("refusing to remove '", Shown(path), "'"));
   }
   return RemoveAt(AT_FDCWD, path, path);
 }
@@ -270,7 +278,7 @@ absl::StatusOr<UniqueFd> OpenDirBelow(const std::string& base, std::string_view 
         const bool link = fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
                           S_ISLNK(st.st_mode);
         return absl::FailedPreconditionError(absl::StrCat(
-            Av(display), " is not read: '", walked, "' is ",
+            Shown(display), " is not read: '", Shown(walked), "' is ",
             link ? "a symbolic link, which is never followed" : "not a directory"));
       }
       return ErrnoStatus(err, "open directory", walked);
@@ -328,7 +336,7 @@ absl::StatusOr<std::string> ReadFilePrefixBelow(const std::string& base, std::st
   if (!fd.valid()) {
     if (errno == ELOOP) {
       return absl::FailedPreconditionError(absl::StrCat(
-          Av(display), " is not read: it is a symbolic link, which is never followed"));
+          Shown(display), " is not read: it is a symbolic link, which is never followed"));
     }
     return ErrnoStatus(errno, "open", display);
   }
@@ -337,7 +345,7 @@ absl::StatusOr<std::string> ReadFilePrefixBelow(const std::string& base, std::st
   if (S_ISDIR(st.st_mode)) return ErrnoStatus(EISDIR, "read", display);
   if (!S_ISREG(st.st_mode)) {
     return absl::FailedPreconditionError(
-        absl::StrCat(Av(display), " is not read: it is not a regular file"));
+        absl::StrCat(Shown(display), " is not read: it is not a regular file"));
   }
   std::string out;
   out.resize(max_bytes);
