@@ -126,6 +126,8 @@ class TempFile {
     if (fd < 0) {
       return ErrnoError(errno, absl::StrCat("create a temporary file in '", Shown(dir), "'"));
     }
+    // (mkstemp's 0600 otherwise. Cannot fail on a file this process just made
+    // and owns, and the file stays readable by its owner if it did.)
     ::fchmod(fd, 0644);
     fd_ = fd;
     name_ = pattern;

@@ -739,6 +739,9 @@ class ClusterLock {
   }
 
   // Deletes the lock file (unless KeepFile was called), then lets the lock go.
+  // (A file that cannot be deleted only makes the next provider made on the
+  // state directory find the cluster stale, find its directory gone, and try
+  // again.)
   ~ClusterLock() {
     if (!keep_file_) unlink(path_.c_str());
     close(fd_);
@@ -810,12 +813,20 @@ struct LocalCluster {
   std::string hosts_file;
 };
 
-// Removes provisioned directories unless the cluster was handed over.
+// A cluster's directory while Provision makes it, with the lock that makes it
+// ours. Unless the lock is handed over with the cluster, the directory is
+// deleted while the lock is held, then the lock goes, its file kept when the
+// directory could not all be deleted (as Dispose keeps it), so that a
+// provider made later on the state directory tries again. Without the lock
+// nothing is deleted: a cluster of the same name, made in another PID
+// namespace sharing the state directory, may own the directory.
 struct ProvisionedDirs {
   std::string dir;
-  bool committed = false;
+  std::unique_ptr<ClusterLock> lock;  // null: not taken, or handed over
   ~ProvisionedDirs() {
-    if (!committed && !dir.empty()) internal::RemoveTree(dir).IgnoreError();
+    if (lock == nullptr) return;
+    if (!internal::RemoveTree(dir).ok()) lock->KeepFile();
+    lock.reset();  // (deletes the lock file unless kept, then unlocks)
   }
 };
 
@@ -966,14 +977,14 @@ void LocalClusterProvider::Provision(const ClusterSpec& spec, ClusterCallback do
   auto guard = std::make_shared<EventLoop::WorkGuard>(loop_.AcquireWork());
   tasks_.Run([this, cluster = std::move(cluster), done = std::move(done), want_netns, bwrap,
               guard, alive = std::weak_ptr<Alive>(alive_)]() mutable {
-    auto dirs = std::make_shared<ProvisionedDirs>();
+    auto dirs = std::make_unique<ProvisionedDirs>();
     dirs->dir = cluster->dir;
     absl::Status status;
     const std::string lock_path =
         internal::ClusterLockPath(options_.state_dir, cluster->cluster.id);
     if (absl::StatusOr<std::unique_ptr<ClusterLock>> lock = ClusterLock::Take(lock_path);
         lock.ok()) {
-      cluster->lock = *std::move(lock);
+      dirs->lock = *std::move(lock);
     } else {
       status = lock.status();
     }
@@ -1008,8 +1019,11 @@ void LocalClusterProvider::Provision(const ClusterSpec& spec, ClusterCallback do
     }
     cluster->netns = std::move(netns);
     cluster->host_network = bwrap && cluster->netns == nullptr;
-    loop_.Post([this, alive, cluster = std::move(cluster), done = std::move(done), status, dirs,
-                netns_denied]() mutable {
+    // A failed attempt's files go now, off the loop thread and before the
+    // caller hears of it.
+    if (!status.ok()) dirs.reset();
+    loop_.Post([this, alive, cluster = std::move(cluster), done = std::move(done), status,
+                dirs = std::move(dirs), netns_denied]() mutable {
       if (!alive.lock()) return;  // the provider is gone: `dirs` cleans up
       if (netns_denied) netns_unavailable_ = true;
       if (!status.ok()) {
@@ -1025,7 +1039,7 @@ void LocalClusterProvider::Provision(const ClusterSpec& spec, ClusterCallback do
                                              status.message())));
         return;
       }
-      dirs->committed = true;
+      cluster->lock = std::move(dirs->lock);
       Cluster result = cluster->cluster;
       clusters_[result.id] = std::move(cluster);
       done(std::move(result));

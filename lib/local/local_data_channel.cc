@@ -131,7 +131,9 @@ struct JobViews {
   std::vector<std::unique_ptr<internal::FuseView>> views ABSL_GUARDED_BY(mu);
 };
 
-// Unmounts the views and removes their (then empty) mount points.
+// Unmounts the views and removes their (then empty) mount points. (A mount
+// point that cannot be removed holds this process's pid in its name: the
+// first channel made after the process has ended removes it, CleanStaleViews.)
 void UnmountViews(std::vector<std::unique_ptr<internal::FuseView>> views) {
   for (auto& v : views) {
     v->Unmount();
@@ -1045,6 +1047,8 @@ void LocalDataChannel::RunPipe(std::shared_ptr<const PipeSpec> spec, size_t inst
     return stat(root.c_str(), &now) == 0 && now.st_ino == root_st.st_ino &&
            now.st_dev == root_st.st_dev;
   };
+  // (Best effort: a FIFO left is an ended epoch's, or a stopped or failed
+  // stream's, in the instance's tree, which the next run makes fresh.)
   auto remove_fifo = [&](const std::string& path) {
     if (same_root()) unlink(path.c_str());
   };

@@ -1504,6 +1504,66 @@ TEST_P(LocalClusterProviderTest, FilesThatCannotBeDeletedAreNamedInTheRunsLogStr
   EXPECT_EQ(f["lock.after"], "gone");
 }
 
+// A Provision that fails deletes what it made while it holds the cluster's
+// lock; what it cannot delete (here a mount left in a directory of the
+// same name: EBUSY, which also fails the Provision) keeps the lock file, so
+// that the next provider made on the state directory tries again (and, the
+// mount gone, deletes it all).
+TEST_P(LocalClusterProviderTest, AFailedProvisionKeepsTheLockFileOfWhatItCannotDelete) {
+  channel_.reset();
+  provider_.reset();
+  testing::Facts f = testing::RunWithSmallDisks({}, [&] {
+    testing::Facts f;
+    MakeProvider(LocalOptions());
+    if (provider_ == nullptr) return testing::Facts{{"ERROR", "no provider"}};
+    // The provider's first cluster, by name.
+    const std::string id = absl::StrCat("cluster-", getpid(), "-1");
+    const std::string busy = absl::StrCat(state_dir_, "/instances/", id, "/algo-1/busy");
+    if (!internal::MakeDirs(busy).ok() ||
+        mount("tmpfs", busy.c_str(), "tmpfs", 0, "size=64k") != 0) {
+      return testing::Facts{{"SKIP", "cannot mount a tmpfs at " + busy}};
+    }
+    absl::StatusOr<Cluster> cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+    f["provision"] = cluster.status().ToString();
+    provider_.reset();
+    const std::string lock = absl::StrCat(state_dir_, "/locks/", id, ".lock");
+    f["lock"] = internal::Exists(lock) ? "kept" : "gone";
+    umount2(busy.c_str(), MNT_DETACH);
+    MakeProvider(LocalOptions());
+    provider_.reset();
+    f["left"] = absl::StrJoin(ListDir(state_dir_ + "/instances"), " ");
+    f["lock.after"] = internal::Exists(lock) ? "kept" : "gone";
+    return f;
+  });
+  if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
+  std::string facts;
+  for (const auto& [name, value] : f) absl::StrAppend(&facts, name, " = ", value, "\n");
+  SCOPED_TRACE(facts);
+  EXPECT_EQ(f["CHILD"], "");
+  EXPECT_EQ(f["ERROR"], "");
+  EXPECT_THAT(f["provision"], HasSubstr("could not create local instances: remove directory '"));
+  EXPECT_THAT(f["provision"], HasSubstr("/algo-1/busy': Device or resource busy"));
+  EXPECT_EQ(f["lock"], "kept");
+  EXPECT_EQ(f["left"], "");
+  EXPECT_EQ(f["lock.after"], "gone");
+}
+
+// A Provision that cannot take the cluster's lock (here its file's name is
+// taken by a directory) deletes nothing: the directory of that name may be a
+// live cluster's, made in another PID namespace sharing the state directory.
+TEST_P(LocalClusterProviderTest, AProvisionWithoutTheLockDeletesNothing) {
+  const std::string id = absl::StrCat("cluster-", getpid(), "-1");  // the provider's first
+  const std::string weights = absl::StrCat(state_dir_, "/instances/", id, "/algo-1/ml/model/w");
+  WriteFile(weights, "another's");
+  ASSERT_TRUE(internal::MakeDirs(absl::StrCat(state_dir_, "/locks/", id, ".lock")).ok());
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  EXPECT_THAT(cluster.status().message(),
+              HasSubstr("could not create local instances: create the lock file '"))
+      << cluster.status();
+  provider_.reset();  // (waits for its tasks)
+  EXPECT_EQ(ReadFile(weights), "another's");
+}
+
 INSTANTIATE_TEST_SUITE_P(Runtimes, LocalClusterProviderTest,
                          ::testing::Values(LocalRuntime::kProcess, LocalRuntime::kBwrap),
                          RuntimeName);

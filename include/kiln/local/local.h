@@ -48,9 +48,10 @@
 // reused, the earlier run's files and images that resist are named, with the
 // system's reason, in a "[kiln] " line added to that run's log stream, and go
 // with the cluster; at Release, what still resists is named in each
-// instance's last log stream, and the cluster keeps its lock file, so that
-// the next provider made on the state directory tries again (scratch is
-// tried again the same way, found by its name).
+// instance's last log stream, and the cluster keeps its lock file (as does
+// one whose Provision failed, for what that left), so that the next provider
+// made on the state directory tries again (scratch is tried again the same
+// way, found by its name).
 //
 // Images. TrainingImage names a directory or a tarball (.tar, .tar.gz, .tgz,
 // any compression libarchive reads) by absolute path or file:// URI. It is

@@ -47,7 +47,8 @@ absl::Status RemoveAt(int dir_fd, const std::string& name, const std::string& di
     if (errno == ENOENT) return absl::OkStatus();
     return ErrnoStatus(errno, "open", display);
   }
-  // A job may have left a directory without write permission.
+  // A job may have left a directory without write permission. (When this
+  // fails, removing the entries below says why.)
   if ((st.st_mode & 0700) != 0700) fchmod(fd, (st.st_mode & 07777) | 0700);
   DIR* dir = fdopendir(fd);
   if (dir == nullptr) {
@@ -105,6 +106,8 @@ absl::Status CopyFile(const std::string& from, const std::string& to, mode_t mod
   }
   close(in);
   if (close(out) != 0 && status.ok()) status = ErrnoStatus(errno, "close", to);
+  // (What the umask took off open's mode. `to` is a file this process just
+  // made: should this fail, its owner still has the bits open gave it.)
   if (status.ok()) fchmodat(AT_FDCWD, to.c_str(), mode & 07777, 0);
   return status;
 }
@@ -231,6 +234,7 @@ absl::Status CopyTree(const std::string& from, const std::string& to) {
     if (lstat(src.c_str(), &st) != 0) return ErrnoStatus(errno, "stat", src);
     if (S_ISDIR(st.st_mode)) {
       s = CopyTree(src, dst);
+      // (Should this fail, the directory keeps MakeDirs' 0755.)
       if (s.ok()) chmod(dst.c_str(), (st.st_mode & 07777) | 0700);
     } else if (S_ISLNK(st.st_mode)) {
       std::string target(static_cast<size_t>(st.st_size) + 1, '\0');
