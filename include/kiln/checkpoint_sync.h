@@ -20,6 +20,11 @@
 // descriptor it was opened as, so a link put in place of a directory while a
 // sync runs is not followed either.
 //
+// Error messages begin with "checkpoint restore" or "checkpoint sync" (a
+// caller can log them as they are), and show local paths, URIs and keys
+// escaped and cut, as kiln::InputForMessage shows input (kiln/json.h; at most
+// 1024 bytes of a path): keys are names the container chose.
+//
 // Used by backends that have real files (the local backend); the simulation
 // backend models checkpoints instead.
 //

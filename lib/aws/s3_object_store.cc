@@ -37,17 +37,11 @@ namespace {
 using internal::S3Client;
 using ::kiln::internal::ErrnoError;
 using ::kiln::internal::MakeDirs;
+using ::kiln::internal::PathForMessage;
 
 constexpr int64_t kMinPartSize = int64_t{5} << 20;
 constexpr int64_t kMaxPartSize = int64_t{5} << 30;
 constexpr int64_t kMaxParts = 10000;
-
-// A URI or local path as the messages show it: keys are input (channel URIs,
-// manifests, a container's checkpoint files), escaped and cut so that none
-// can break a message's line or make it long.
-std::string Shown(std::string_view path) {
-  return ::kiln::internal::TextForMessage(path, ::kiln::internal::kMaxPathInMessage);
-}
 
 struct S3Location {
   std::string bucket;
@@ -60,7 +54,7 @@ absl::StatusOr<S3Location> ParseS3Uri(std::string_view uri, bool allow_empty_key
   constexpr std::string_view kScheme = "s3://";
   if (uri.substr(0, kScheme.size()) != kScheme) {
     return absl::InvalidArgumentError(
-        absl::StrCat("'", Shown(uri), "' is not an s3:// URI (s3://bucket/key)"));
+        absl::StrCat("'", PathForMessage(uri), "' is not an s3:// URI (s3://bucket/key)"));
   }
   std::string_view rest = uri.substr(kScheme.size());
   size_t slash = rest.find('/');
@@ -68,11 +62,11 @@ absl::StatusOr<S3Location> ParseS3Uri(std::string_view uri, bool allow_empty_key
   loc.bucket = std::string(rest.substr(0, slash));
   if (slash != std::string_view::npos) loc.key = std::string(rest.substr(slash + 1));
   if (loc.bucket.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("'", Shown(uri), "' names no bucket"));
+    return absl::InvalidArgumentError(absl::StrCat("'", PathForMessage(uri), "' names no bucket"));
   }
   if (!allow_empty_key && (loc.key.empty() || loc.key.back() == '/')) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("'", Shown(uri), "' names no object (empty key or a key ending in '/')"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", PathForMessage(uri), "' names no object (empty key or a key ending in '/')"));
   }
   return loc;
 }
@@ -84,7 +78,7 @@ absl::Status PwriteAll(int fd, std::string_view data, int64_t offset, const std:
     ssize_t n = ::pwrite(fd, data.data(), data.size(), offset);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoError(errno, absl::StrCat("write '", Shown(path), "'"));
+      return ErrnoError(errno, absl::StrCat("write '", PathForMessage(path), "'"));
     }
     data.remove_prefix(static_cast<size_t>(n));
     offset += n;
@@ -97,11 +91,11 @@ absl::Status PreadAll(int fd, char* buf, size_t len, int64_t offset, const std::
     ssize_t n = ::pread(fd, buf, len, offset);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoError(errno, absl::StrCat("read '", Shown(path), "'"));
+      return ErrnoError(errno, absl::StrCat("read '", PathForMessage(path), "'"));
     }
     if (n == 0) {
       return absl::DataLossError(
-          absl::StrCat("read '", Shown(path), "': the file shrank while uploading"));
+          absl::StrCat("read '", PathForMessage(path), "': the file shrank while uploading"));
     }
     buf += n;
     len -= static_cast<size_t>(n);
@@ -124,7 +118,8 @@ class TempFile {
     std::string pattern = absl::StrCat(dir, "/.kiln-tmp-XXXXXX");
     int fd = ::mkstemp(pattern.data());
     if (fd < 0) {
-      return ErrnoError(errno, absl::StrCat("create a temporary file in '", Shown(dir), "'"));
+      return ErrnoError(errno,
+                        absl::StrCat("create a temporary file in '", PathForMessage(dir), "'"));
     }
     // (mkstemp's 0600 otherwise. Cannot fail on a file this process just made
     // and owns, and the file stays readable by its owner if it did.)
@@ -138,9 +133,11 @@ class TempFile {
   absl::Status Commit(const std::string& path) {
     int fd = fd_;
     fd_ = -1;
-    if (::close(fd) != 0) return ErrnoError(errno, absl::StrCat("write '", Shown(path), "'"));
+    if (::close(fd) != 0) {
+      return ErrnoError(errno, absl::StrCat("write '", PathForMessage(path), "'"));
+    }
     if (::rename(name_.c_str(), path.c_str()) != 0) {
-      return ErrnoError(errno, absl::StrCat("rename into '", Shown(path), "'"));
+      return ErrnoError(errno, absl::StrCat("rename into '", PathForMessage(path), "'"));
     }
     name_.clear();
     return absl::OkStatus();
@@ -155,7 +152,7 @@ class TempFile {
 // code.
 absl::Status Named(const absl::Status& status, std::string_view uri) {
   if (status.ok()) return status;
-  const std::string shown = Shown(uri);
+  const std::string shown = PathForMessage(uri);
   if (absl::StrContains(status.message(), shown)) return status;
   return absl::Status(status.code(), absl::StrCat(shown, ": ", status.message()));
 }
@@ -281,17 +278,21 @@ class S3ObjectStore final : public ObjectStore {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
       int err = errno;
-      return err == ENOENT ? absl::NotFoundError(absl::StrCat("'", Shown(path), "' does not exist"))
-                           : ErrnoError(err, absl::StrCat("open '", Shown(path), "'"));
+      return err == ENOENT
+                 ? absl::NotFoundError(absl::StrCat("'", PathForMessage(path), "' does not exist"))
+                 : ErrnoError(err, absl::StrCat("open '", PathForMessage(path), "'"));
     }
     struct Closer {
       int fd;
       ~Closer() { ::close(fd); }
     } closer{fd};
     struct stat st;
-    if (::fstat(fd, &st) != 0) return ErrnoError(errno, absl::StrCat("stat '", Shown(path), "'"));
+    if (::fstat(fd, &st) != 0) {
+      return ErrnoError(errno, absl::StrCat("stat '", PathForMessage(path), "'"));
+    }
     if (!S_ISREG(st.st_mode)) {
-      return absl::NotFoundError(absl::StrCat("'", Shown(path), "' is not a regular file"));
+      return absl::NotFoundError(
+          absl::StrCat("'", PathForMessage(path), "' is not a regular file"));
     }
     const int64_t size = st.st_size;
     if (size <= options_.multipart_threshold) {
@@ -405,9 +406,9 @@ absl::StatusOr<std::unique_ptr<ObjectStore>> NewS3ObjectStore(S3Options options)
   if (options.region.empty()) return absl::InvalidArgumentError("S3 store: no region");
   if (!absl::StartsWith(options.endpoint_url, "http://") &&
       !absl::StartsWith(options.endpoint_url, "https://")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "S3 store: endpoint_url '", Shown(options.endpoint_url),
-        "' must start with http:// or https://"));
+    return absl::InvalidArgumentError(absl::StrCat("S3 store: endpoint_url '",
+                                                   PathForMessage(options.endpoint_url),
+                                                   "' must start with http:// or https://"));
   }
   if (options.part_size < kMinPartSize || options.part_size > kMaxPartSize) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -41,6 +41,8 @@ namespace {
 // restored.
 using internal::ErrnoError;
 using internal::IsTempName;
+// Paths, URIs and keys in messages: a key is a name the container chose.
+using internal::PathForMessage;
 
 // Local file systems stamp a write with the kernel's coarse clock, which moves
 // in ticks of at most 10 ms, truncated to the file system's granularity. A
@@ -129,7 +131,9 @@ absl::StatusOr<UniqueFd> OpenLocalDir(const std::string& local_dir,
   if (trusted_root.empty()) {
     if (create) KILN_RETURN_IF_ERROR(internal::MakeDirs(local_dir));
     UniqueFd dir(::open(local_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (!dir.valid()) return ErrnoError(errno, absl::StrCat("open directory '", local_dir, "'"));
+    if (!dir.valid()) {
+      return ErrnoError(errno, absl::StrCat("open directory '", PathForMessage(local_dir), "'"));
+    }
     return dir;
   }
   std::string_view rel;
@@ -138,13 +142,15 @@ absl::StatusOr<UniqueFd> OpenLocalDir(const std::string& local_dir,
     if (local_dir.compare(0, below.size(), below) != 0 ||
         !IsCleanKey(std::string_view(local_dir).substr(below.size()))) {
       return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint directory '", local_dir, "' is not a clean path below '",
-                       trusted_root, "'"));
+          absl::StrCat("checkpoint directory '", PathForMessage(local_dir),
+                       "' is not a clean path below '", PathForMessage(trusted_root), "'"));
     }
     rel = std::string_view(local_dir).substr(below.size());
   }
   UniqueFd dir(::open(trusted_root.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (!dir.valid()) return ErrnoError(errno, absl::StrCat("open directory '", trusted_root, "'"));
+  if (!dir.valid()) {
+    return ErrnoError(errno, absl::StrCat("open directory '", PathForMessage(trusted_root), "'"));
+  }
   std::string walked = trusted_root;
   while (!rel.empty()) {
     const size_t slash = rel.find('/');
@@ -154,7 +160,7 @@ absl::StatusOr<UniqueFd> OpenLocalDir(const std::string& local_dir,
     UniqueFd next(::openat(dir.get(), name.c_str(), kDirFlags));
     if (!next.valid() && errno == ENOENT && create) {
       if (::mkdirat(dir.get(), name.c_str(), 0777) != 0 && errno != EEXIST) {
-        return ErrnoError(errno, absl::StrCat("create directory '", walked, "'"));
+        return ErrnoError(errno, absl::StrCat("create directory '", PathForMessage(walked), "'"));
       }
       next = UniqueFd(::openat(dir.get(), name.c_str(), kDirFlags));
     }
@@ -165,10 +171,10 @@ absl::StatusOr<UniqueFd> OpenLocalDir(const std::string& local_dir,
         const bool link = ::fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
                           S_ISLNK(st.st_mode);
         return absl::FailedPreconditionError(absl::StrCat(
-            "checkpoint directory '", local_dir, "': '", walked, "' is ",
-            link ? "a symbolic link, which is not followed" : "not a directory"));
+            "checkpoint directory '", PathForMessage(local_dir), "': '", PathForMessage(walked),
+            "' is ", link ? "a symbolic link, which is not followed" : "not a directory"));
       }
-      return ErrnoError(err, absl::StrCat("open directory '", walked, "'"));
+      return ErrnoError(err, absl::StrCat("open directory '", PathForMessage(walked), "'"));
     }
     dir = std::move(next);
   }
@@ -212,14 +218,14 @@ absl::Status CheckParentsAreDirectories(int root, const std::string& local_dir,
     struct stat st;
     if (::fstatat(root, rel.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno == ENOENT) return absl::OkStatus();
-      return ErrnoError(
-          errno, absl::StrCat("checkpoint restore of '", AbslView(uri), "': stat '", dir, "'"));
+      return ErrnoError(errno, absl::StrCat("checkpoint restore of '", PathForMessage(uri),
+                                            "': stat '", PathForMessage(dir), "'"));
     }
     if (!S_ISDIR(st.st_mode)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("checkpoint restore of '", AbslView(uri), "': local path '", dir, "' is ",
-                       S_ISLNK(st.st_mode) ? "a symbolic link" : "not a directory",
-                       "; refusing to write through it"));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint restore of '", PathForMessage(uri), "': local path '", PathForMessage(dir),
+          "' is ", S_ISLNK(st.st_mode) ? "a symbolic link" : "not a directory",
+          "; refusing to write through it"));
     }
   }
   return absl::OkStatus();
@@ -254,12 +260,14 @@ void WalkLocal(int root_fd, const std::string& root, std::map<std::string, Local
     if (!dir_fd.valid()) {
       // Removed, or replaced by a link, since it was listed: not walked.
       if (!rel.empty() && (errno == ENOENT || errno == ELOOP || errno == ENOTDIR)) continue;
-      unread.emplace(rel, ErrnoError(errno, absl::StrCat("list directory '", dir, "'")));
+      unread.emplace(rel,
+                     ErrnoError(errno, absl::StrCat("list directory '", PathForMessage(dir), "'")));
       continue;
     }
     DIR* d = ::fdopendir(dir_fd.get());
     if (d == nullptr) {
-      unread.emplace(rel, ErrnoError(errno, absl::StrCat("list directory '", dir, "'")));
+      unread.emplace(rel,
+                     ErrnoError(errno, absl::StrCat("list directory '", PathForMessage(dir), "'")));
       continue;
     }
     dir_fd.release();  // closedir closes it
@@ -269,7 +277,8 @@ void WalkLocal(int root_fd, const std::string& root, std::map<std::string, Local
       struct stat st;
       if (::fstatat(::dirfd(d), name.data(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
         if (errno != ENOENT) {
-          absl::Status error = ErrnoError(errno, absl::StrCat("stat '", root, "/", key, "'"));
+          absl::Status error = ErrnoError(
+              errno, absl::StrCat("stat '", PathForMessage(absl::StrCat(root, "/", key)), "'"));
           unread.emplace(std::move(key), std::move(error));
         }
         return absl::OkStatus();
@@ -342,7 +351,8 @@ absl::Status CheckpointSync::Restore() {
   if (!root.ok()) return Annotate(root.status(), "checkpoint restore");
   absl::StatusOr<std::vector<ObjectInfo>> listed = store_.List(prefix_);
   if (!listed.ok()) {
-    return Annotate(listed.status(), absl::StrCat("checkpoint restore: list '", prefix_, "'"));
+    return Annotate(listed.status(),
+                    absl::StrCat("checkpoint restore: list '", PathForMessage(prefix_), "'"));
   }
   // Every key is checked before anything is written.
   std::vector<std::pair<std::string, std::string>> to_restore;  // uri, key
@@ -353,10 +363,11 @@ absl::Status CheckpointSync::Restore() {
     if (key.empty() || key.back() == '/') continue;
     if (!IsCleanKey(key)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint restore: object '", info.uri, "' has key '", key,
+          "checkpoint restore: object '", PathForMessage(info.uri), "' has key '",
+          PathForMessage(key),
           "', which is not a clean relative path (absolute, '..', '.' or empty segments) and could "
           "land outside '",
-          local_dir_, "'"));
+          PathForMessage(local_dir_), "'"));
     }
     if (HasTempSegment(key)) continue;
     to_restore.emplace_back(info.uri, std::move(key));
@@ -369,10 +380,11 @@ absl::Status CheckpointSync::Restore() {
   for (const auto& [key, uri] : uri_of) {
     const std::string* below = FirstBelow(uri_of, key);
     if (below == nullptr) continue;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "checkpoint restore: objects '", *uri, "' and '", *uri_of.at(*below), "' cannot both be ",
-        "restored: key '", key, "' would be a file in '", local_dir_,
-        "' and the directory holding key '", *below, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint restore: objects '", PathForMessage(*uri), "' and '",
+                     PathForMessage(*uri_of.at(*below)), "' cannot both be restored: key '",
+                     PathForMessage(key), "' would be a file in '", PathForMessage(local_dir_),
+                     "' and the directory holding key '", PathForMessage(*below), "'"));
   }
   synced_.clear();
   // When a write can no longer be stamped as a file written here was, and
@@ -386,12 +398,13 @@ absl::Status CheckpointSync::Restore() {
       absl::Status got = store_.GetToFile(uri, path);
       if (absl::IsNotFound(got)) continue;  // deleted since the listing
       if (!got.ok()) {
-        return Annotate(got, absl::StrCat("checkpoint restore of '", uri, "' to '", path, "'"));
+        return Annotate(got, absl::StrCat("checkpoint restore of '", PathForMessage(uri), "' to '",
+                                          PathForMessage(path), "'"));
       }
       struct stat st;
       if (::fstatat(root->get(), key.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
-        return ErrnoError(errno,
-                          absl::StrCat("checkpoint restore of '", uri, "': stat '", path, "'"));
+        return ErrnoError(errno, absl::StrCat("checkpoint restore of '", PathForMessage(uri),
+                                              "': stat '", PathForMessage(path), "'"));
       }
       synced_[key] = Stamp{static_cast<int64_t>(st.st_size), MtimeNs(st)};
       const int64_t window_ns = RacyWindowNs(MtimeNs(st));
@@ -436,10 +449,10 @@ absl::Status CheckpointSync::SyncOnce(CheckpointSyncStats* stats_out) {
     if (failures++ == 0) first_error = std::move(status);
   };
   for (const auto& [rel, error] : unread) {
-    fail(absl::Status(error.code(), absl::StrCat("checkpoint sync of '", local_dir_, "': ",
-                                                 error.message(),
-                                                 "; nothing at or below it is deleted from the "
-                                                 "store until it can be read")));
+    fail(absl::Status(error.code(),
+                      absl::StrCat("checkpoint sync of '", PathForMessage(local_dir_), "': ",
+                                   error.message(), "; nothing at or below it is deleted from ",
+                                   "the store until it can be read")));
   }
 
   // A known key gone from the directory is in the way of a local file now
@@ -468,8 +481,10 @@ absl::Status CheckpointSync::SyncOnce(CheckpointSyncStats* stats_out) {
         ++stats.deleted;
         it = synced_.erase(it);
       } else {
-        fail(Annotate(status, absl::StrCat("checkpoint sync: delete '", uri, "' (removed from '",
-                                           local_dir_, "/", it->first, "')")));
+        fail(Annotate(
+            status,
+            absl::StrCat("checkpoint sync: delete '", PathForMessage(uri), "' (removed from '",
+                         PathForMessage(absl::StrCat(local_dir_, "/", it->first)), "')")));
         if (first) blocked.insert(it->first);
         ++it;
       }
@@ -497,7 +512,7 @@ absl::Status CheckpointSync::SyncOnce(CheckpointSyncStats* stats_out) {
       if (opened.valid() || err == ENOENT || err == ELOOP || err == ENOTDIR) {
         continue;  // removed or replaced meanwhile: the next call deletes it if it was known
       }
-      fail(ErrnoError(err, absl::StrCat("checkpoint sync: open '", path, "'")));
+      fail(ErrnoError(err, absl::StrCat("checkpoint sync: open '", PathForMessage(path), "'")));
       continue;
     }
     absl::Status status = store_.PutFromFile(uri, absl::StrCat("/proc/self/fd/", opened.get()));
@@ -509,7 +524,8 @@ absl::Status CheckpointSync::SyncOnce(CheckpointSyncStats* stats_out) {
       if (!absl::IsInvalidArgument(status) && !absl::IsNotFound(status)) {
         synced_.try_emplace(key, Stamp{-1, -1});
       }
-      fail(Annotate(status, absl::StrCat("checkpoint sync: upload '", path, "' to '", uri, "'")));
+      fail(Annotate(status, absl::StrCat("checkpoint sync: upload '", PathForMessage(path),
+                                         "' to '", PathForMessage(uri), "'")));
       continue;
     }
     ++stats.uploaded;

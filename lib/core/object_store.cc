@@ -46,19 +46,13 @@ using internal::ErrnoError;
 using internal::ForEachEntry;
 using internal::kTempPrefix;
 using internal::MakeDirs;
+using internal::PathForMessage;
 
 constexpr std::string_view kFileScheme = "file://";
 constexpr size_t kChunkSize = size_t{1} << 20;  // Read() and buffered copies
 constexpr int kTempNameAttempts = 16;
 
 absl::string_view AbslView(std::string_view s) { return absl::string_view(s.data(), s.size()); }
-
-// A URI, key or local path as the messages show it. Keys are input (channel
-// URIs, manifests, a container's checkpoint files): escaped and cut, so that
-// none can break a message's line or make it long.
-std::string Shown(std::string_view path) {
-  return internal::TextForMessage(path, internal::kMaxPathInMessage);
-}
 
 
 using internal::UniqueFd;
@@ -77,7 +71,7 @@ absl::Status WriteAll(int fd, std::string_view data, const std::string& path) {
     ssize_t n = ::write(fd, data.data(), data.size());
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoError(errno, absl::StrCat("write '", Shown(path), "'"));
+      return ErrnoError(errno, absl::StrCat("write '", PathForMessage(path), "'"));
     }
     data.remove_prefix(static_cast<size_t>(n));
   }
@@ -103,17 +97,17 @@ absl::Status CopyFd(int in, int out, const std::string& in_name, const std::stri
       break;
     }
     if (err == ENOSPC || err == EDQUOT || err == EFBIG) {
-      return ErrnoError(err, absl::StrCat("write '", Shown(out_name), "'"));
+      return ErrnoError(err, absl::StrCat("write '", PathForMessage(out_name), "'"));
     }
-    return ErrnoError(err,
-                      absl::StrCat("copy '", Shown(in_name), "' to '", Shown(out_name), "'"));
+    return ErrnoError(err, absl::StrCat("copy '", PathForMessage(in_name), "' to '",
+                                        PathForMessage(out_name), "'"));
   }
   std::unique_ptr<char[]> buffer(new char[kChunkSize]);
   for (;;) {
     ssize_t n = ::read(in, buffer.get(), kChunkSize);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoError(errno, absl::StrCat("read '", Shown(in_name), "'"));
+      return ErrnoError(errno, absl::StrCat("read '", PathForMessage(in_name), "'"));
     }
     if (n == 0) return absl::OkStatus();
     KILN_RETURN_IF_ERROR(
@@ -141,7 +135,7 @@ absl::Status ReplaceFile(const std::string& path, bool durable,
                          absl::FunctionRef<absl::Status(int fd, const std::string& path)> fill) {
   if (path.empty() || path.back() == '/') {
     return absl::InvalidArgumentError(
-        absl::StrCat("'", Shown(path), "' names a directory, not a file"));
+        absl::StrCat("'", PathForMessage(path), "' names a directory, not a file"));
   }
   std::string dir(Dirname(path));
   KILN_RETURN_IF_ERROR(MakeDirs(dir));
@@ -153,19 +147,20 @@ absl::Status ReplaceFile(const std::string& path, bool durable,
     if (raw >= 0) {
       fd = UniqueFd(raw);
     } else if (errno != EEXIST || attempt + 1 >= kTempNameAttempts) {
-      return ErrnoError(errno, absl::StrCat("create a temporary file for '", Shown(path), "' in '",
-                                            Shown(dir), "'"));
+      return ErrnoError(errno, absl::StrCat("create a temporary file for '", PathForMessage(path),
+                                            "' in '", PathForMessage(dir), "'"));
     }
   }
   absl::Status status = fill(fd.get(), path);
   if (status.ok() && durable && ::fsync(fd.get()) != 0) {
-    status = ErrnoError(errno, absl::StrCat("fsync '", Shown(path), "'"));
+    status = ErrnoError(errno, absl::StrCat("fsync '", PathForMessage(path), "'"));
   }
   if (int err = fd.Close(); status.ok() && err != 0) {
-    status = ErrnoError(err, absl::StrCat("close '", Shown(path), "'"));
+    status = ErrnoError(err, absl::StrCat("close '", PathForMessage(path), "'"));
   }
   if (status.ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
-    status = ErrnoError(errno, absl::StrCat("rename a temporary file over '", Shown(path), "'"));
+    status = ErrnoError(errno,
+                        absl::StrCat("rename a temporary file over '", PathForMessage(path), "'"));
   }
   if (!status.ok()) ::unlink(temp.c_str());
   return status;
@@ -187,16 +182,16 @@ absl::StatusOr<UniqueFd> OpenRegularFile(const std::string& path, std::string_vi
   if (raw < 0) {
     int err = errno;
     if (err == ENOENT || err == ENOTDIR) {
-      return absl::NotFoundError(absl::StrCat("'", Shown(name), "' not found"));
+      return absl::NotFoundError(absl::StrCat("'", PathForMessage(name), "' not found"));
     }
-    return ErrnoError(err, absl::StrCat("open '", Shown(name), "'"));
+    return ErrnoError(err, absl::StrCat("open '", PathForMessage(name), "'"));
   }
   UniqueFd fd(raw);
   struct stat st;
   if (::fstat(fd.get(), &st) != 0)
-    return ErrnoError(errno, absl::StrCat("stat '", Shown(name), "'"));
+    return ErrnoError(errno, absl::StrCat("stat '", PathForMessage(name), "'"));
   if (!S_ISREG(st.st_mode)) {
-    return absl::NotFoundError(absl::StrCat("'", Shown(name), "' is not a regular file (",
+    return absl::NotFoundError(absl::StrCat("'", PathForMessage(name), "' is not a regular file (",
                                             S_ISDIR(st.st_mode) ? "a directory" : "a special file",
                                             ")"));
   }
@@ -213,7 +208,7 @@ absl::StatusOr<std::string> ReadWholeFile(int fd, int64_t size_hint, std::string
     ssize_t n = ::read(fd, data.data() + used, data.size() - used);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoError(errno, absl::StrCat("read '", Shown(name), "'"));
+      return ErrnoError(errno, absl::StrCat("read '", PathForMessage(name), "'"));
     }
     if (n == 0) break;
     used += static_cast<size_t>(n);
@@ -280,7 +275,7 @@ class FileObjectStore final : public ObjectStore {
     int err = errno;
     // Missing, or a directory (which is not an object): nothing to delete.
     if (err == ENOENT || err == ENOTDIR || err == EISDIR) return absl::OkStatus();
-    return ErrnoError(err, absl::StrCat("delete '", Shown(path), "'"));
+    return ErrnoError(err, absl::StrCat("delete '", PathForMessage(path), "'"));
   }
 
   absl::Status Read(std::string_view uri,
@@ -292,7 +287,7 @@ class FileObjectStore final : public ObjectStore {
       ssize_t n = ::read(fd.get(), buffer.get(), kChunkSize);
       if (n < 0) {
         if (errno == EINTR) continue;
-        return ErrnoError(errno, absl::StrCat("read '", Shown(uri), "'"));
+        return ErrnoError(errno, absl::StrCat("read '", PathForMessage(uri), "'"));
       }
       if (n == 0) return absl::OkStatus();
       KILN_RETURN_IF_ERROR(sink(std::string_view(buffer.get(), static_cast<size_t>(n))));
@@ -313,7 +308,7 @@ class FileObjectStore final : public ObjectStore {
                           static_cast<off_t>(offset + static_cast<int64_t>(done)));
       if (n < 0) {
         if (errno == EINTR) continue;
-        return ErrnoError(errno, absl::StrCat("read '", Shown(uri), "'"));
+        return ErrnoError(errno, absl::StrCat("read '", PathForMessage(uri), "'"));
       }
       if (n == 0) break;  // shrunk meanwhile
       done += static_cast<size_t>(n);
@@ -369,17 +364,17 @@ class FileObjectStore final : public ObjectStore {
     if (uri.substr(0, kFileScheme.size()) != kFileScheme || uri.size() == kFileScheme.size() ||
         uri[kFileScheme.size()] != '/') {
       return absl::InvalidArgumentError(
-          absl::StrCat("file object store: '", Shown(uri),
+          absl::StrCat("file object store: '", PathForMessage(uri),
                        "' is not a file:// URI with an absolute path (file:///dir/name)"));
     }
     std::string_view path = uri.substr(kFileScheme.size());
     if (path.find('\0') != std::string_view::npos) {
       return absl::InvalidArgumentError(
-          absl::StrCat("file object store: URI '", Shown(uri), "' contains a NUL byte"));
+          absl::StrCat("file object store: URI '", PathForMessage(uri), "' contains a NUL byte"));
     }
     if (object && path.back() == '/') {
       return absl::InvalidArgumentError(
-          absl::StrCat("file object store: '", Shown(uri),
+          absl::StrCat("file object store: '", PathForMessage(uri),
                        "' ends in '/': it names a directory, not an object"));
     }
     return std::string(path);
@@ -393,7 +388,7 @@ class FileObjectStore final : public ObjectStore {
     if (d == nullptr) {
       int err = errno;
       if (err == ENOENT || (top && err == ENOTDIR)) return absl::OkStatus();
-      return ErrnoError(err, absl::StrCat("list directory '", Shown(dir), "'"));
+      return ErrnoError(err, absl::StrCat("list directory '", PathForMessage(dir), "'"));
     }
     std::unique_ptr<DIR, int (*)(DIR*)> closer(d, &::closedir);
     return ForEachEntry(d, dir, [&](std::string_view name) -> absl::Status {
@@ -404,7 +399,7 @@ class FileObjectStore final : public ObjectStore {
       struct stat st;
       if (::fstatat(::dirfd(d), name.data(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
         if (errno == ENOENT) return absl::OkStatus();  // removed meanwhile
-        return ErrnoError(errno, absl::StrCat("stat '", Shown(full), "'"));
+        return ErrnoError(errno, absl::StrCat("stat '", PathForMessage(full), "'"));
       }
       if (S_ISDIR(st.st_mode)) {
         // Symbolic links to directories are not followed (no cycles).
@@ -495,8 +490,8 @@ class InMemoryObjectStore final : public ObjectStore {
   static absl::Status CheckUri(std::string_view uri) {
     std::string_view scheme;
     if (!ParseScheme(uri, &scheme)) {
-      return absl::InvalidArgumentError(absl::StrCat("in-memory object store: '", Shown(uri),
-                                                     "' is not a URI (<scheme>://...)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "in-memory object store: '", PathForMessage(uri), "' is not a URI (<scheme>://...)"));
     }
     return absl::OkStatus();
   }
@@ -518,7 +513,7 @@ class InMemoryObjectStore final : public ObjectStore {
     absl::MutexLock lock(&mu_);
     auto it = objects_.find(uri);
     if (it == objects_.end()) {
-      return absl::NotFoundError(absl::StrCat("'", Shown(uri), "' not found"));
+      return absl::NotFoundError(absl::StrCat("'", PathForMessage(uri), "' not found"));
     }
     return it->second;
   }
@@ -591,14 +586,14 @@ absl::StatusOr<ObjectStore*> ObjectStores::For(std::string_view uri) const {
   std::string_view scheme;
   if (!ParseScheme(uri, &scheme)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("'", Shown(uri), "' has no URI scheme (expected <scheme>://...)"));
+        absl::StrCat("'", PathForMessage(uri), "' has no URI scheme (expected <scheme>://...)"));
   }
   absl::MutexLock lock(&mu_);
   auto it = stores_.find(scheme);
   if (it == stores_.end()) {
     return absl::FailedPreconditionError(absl::StrCat("no object store is registered for scheme '",
-                                                      Shown(scheme), "' (URI '", Shown(uri),
-                                                      "')"));
+                                                      PathForMessage(scheme), "' (URI '",
+                                                      PathForMessage(uri), "')"));
   }
   return it->second;
 }
@@ -610,8 +605,8 @@ namespace internal {
 
 absl::Status CheckRange(std::string_view uri, int64_t offset, int64_t length) {
   if (offset < 0 || length < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("reading '", Shown(uri), "': offset ", offset,
-                                                   " and length ", length,
+    return absl::InvalidArgumentError(absl::StrCat("reading '", PathForMessage(uri), "': offset ",
+                                                   offset, " and length ", length,
                                                    " of a range must not be negative"));
   }
   return absl::OkStatus();
@@ -619,7 +614,7 @@ absl::Status CheckRange(std::string_view uri, int64_t offset, int64_t length) {
 
 absl::Status CheckMaxObjects(std::string_view prefix, int64_t max_objects) {
   if (max_objects < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("listing '", Shown(prefix),
+    return absl::InvalidArgumentError(absl::StrCat("listing '", PathForMessage(prefix),
                                                    "': max_objects ", max_objects,
                                                    " must be at least 1"));
   }

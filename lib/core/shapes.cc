@@ -372,7 +372,7 @@ std::string ShapeChecker::PathText(std::string_view member) const {
 void ShapeChecker::Add(std::string_view member, const std::string& value,
                        const std::string& constraint) {
   std::string path = PathText(member);
-  std::string message = "Value " + value + " at '" + TextForMessage(path, kMaxPathInMessage) +
+  std::string message = "Value " + value + " at '" + PathForMessage(path) +
                         "' failed to satisfy constraint: " + constraint;
   errors_.push_back(ValidationError{std::move(path), std::move(message)});
 }

@@ -58,6 +58,7 @@ namespace {
 using internal::BuildContainerConfig;
 using internal::ContainerConfig;
 using internal::ContainerConfigInput;
+using ::kiln::internal::PathForMessage;
 
 constexpr size_t kMaxFailureBytes = 1024;
 constexpr size_t kMaxLineBytes = 64 * 1024;
@@ -101,13 +102,6 @@ struct ContainerProc {
   absl::Notification finished;  // the supervisor is done with the instance's files
   std::thread thread;
 };
-
-// A path of the request (TrainingImage, CheckpointConfig.LocalPath) as the
-// messages show it: their patterns (.*) let most control characters through,
-// and no input may break a message's line or make it long.
-std::string ShownPath(std::string_view path) {
-  return kiln::internal::TextForMessage(path, kiln::internal::kMaxPathInMessage);
-}
 
 std::string ReadLink(const std::string& path) {
   char buf[256];
@@ -169,12 +163,16 @@ std::string TrimUtf8(std::string text, size_t max) {
   return text;
 }
 
-// The log line for a checkpoint sync that failed: its error, and what it
-// uploaded and deleted all the same (a failed file does not stop the others).
-std::string CheckpointSyncFailure(const char* what, const absl::Status& status,
+// The log line for a checkpoint sync that failed: its error, which names the
+// sync ("checkpoint sync: upload ..."; said once, not again in front of it),
+// then what it uploaded and deleted all the same (a failed file does not stop
+// the others). `final`: the sync after the container's exit, which the line
+// says first ("final checkpoint sync: ...").
+std::string CheckpointSyncFailure(bool final, const absl::Status& status,
                                   const CheckpointSyncStats& done) {
-  return absl::StrCat(what, ": ", status.message(), " (done all the same: ", done.uploaded,
-                      " uploaded (", done.bytes_uploaded, " bytes), ", done.deleted, " deleted)");
+  return absl::StrCat(final ? "final " : "", status.message(),
+                      " (done all the same: ", done.uploaded, " uploaded (", done.bytes_uploaded,
+                      " bytes), ", done.deleted, " deleted)");
 }
 
 // Whether the container path `path` is /opt/ml or below it.
@@ -232,7 +230,7 @@ absl::StatusOr<ImageSource> ResolveImage(std::string_view image) {
   const std::string path = StripFileScheme(image);
   if (path.empty() || path[0] != '/') {
     return absl::InvalidArgumentError(absl::StrCat(
-        "image '", ShownPath(image),
+        "image '", PathForMessage(image),
         "' is not a local image: give an absolute path or file:// URI of a directory or of a "
         ".tar/.tar.gz tarball"));
   }
@@ -254,7 +252,7 @@ absl::StatusOr<ImageSource> ResolveImage(std::string_view image) {
                          st.st_mtim.tv_nsec);
   } else {
     return absl::InvalidArgumentError(
-        absl::StrCat("image '", ShownPath(image), "' is neither a directory nor a tarball"));
+        absl::StrCat("image '", PathForMessage(image), "' is neither a directory nor a tarball"));
   }
   src.key = internal::StableHashHex(print);
   return src;
@@ -1219,9 +1217,9 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
     if (checkpoint_path.empty()) checkpoint_path = kDefaultCheckpointPath;
     if (checkpoint_path[0] != '/' ||
         !internal::IsSafeRelativePath(std::string_view(checkpoint_path).substr(1))) {
-      fail(absl::InvalidArgumentError(absl::StrCat(
-          "CheckpointConfig.LocalPath '", ShownPath(checkpoint_path),
-          "' must be an absolute path without '.', '..' or empty components")));
+      fail(absl::InvalidArgumentError(
+          absl::StrCat("CheckpointConfig.LocalPath '", PathForMessage(checkpoint_path),
+                       "' must be an absolute path without '.', '..' or empty components")));
       return;
     }
     // The process runtime cannot show the container another directory at a
@@ -1230,7 +1228,7 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
     // one's checkpoints). Only /opt/ml, which it maps to the instance's tree.
     if (!bwrap && !IsUnderContainerBase(checkpoint_path)) {
       fail(absl::InvalidArgumentError(absl::StrCat(
-          "CheckpointConfig.LocalPath '", ShownPath(checkpoint_path),
+          "CheckpointConfig.LocalPath '", PathForMessage(checkpoint_path),
           "' is outside /opt/ml: on the local backend's process runtime it must be under "
           "/opt/ml (the default is /opt/ml/checkpoints), which maps to each instance's own "
           "directory; the bwrap runtime maps any path")));
@@ -1459,8 +1457,9 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
                                             spec.checkpoint_dir, spec.instance_dir);
     absl::Status s = sync->Restore();
     if (!s.ok()) {
-      status = absl::Status(s.code(), absl::StrCat("restoring checkpoints from ",
-                                                   spec.checkpoint_uri, ": ", s.message()));
+      status = absl::Status(
+          s.code(), absl::StrCat("restoring checkpoints from ", PathForMessage(spec.checkpoint_uri),
+                                 ": ", s.message()));
     }
   }
   std::string program;
@@ -1631,7 +1630,7 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
       if (sync && absl::Now() >= next_sync) {
         CheckpointSyncStats done;
         absl::Status s = sync->SyncOnce(&done);
-        if (!s.ok()) log_platform(CheckpointSyncFailure("checkpoint sync", s, done));
+        if (!s.ok()) log_platform(CheckpointSyncFailure(/*final=*/false, s, done));
         next_sync = absl::Now() + spec.sync_interval;
       }
     }
@@ -1718,7 +1717,7 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
   if (sync && !cancelled) {
     CheckpointSyncStats done;
     absl::Status s = sync->SyncOnce(&done);
-    if (!s.ok()) log_platform(CheckpointSyncFailure("final checkpoint sync", s, done));
+    if (!s.ok()) log_platform(CheckpointSyncFailure(/*final=*/true, s, done));
   }
   close_all();
   if (!cancelled) {
@@ -1813,7 +1812,9 @@ void LocalClusterProvider::UploadArtifacts(const JobContext& job, ArtifactsCallb
         s = store.ok() ? (*store)->PutFromFile(uri, tmp) : store.status();
       }
       if (fd.ok()) unlink(tmp.c_str());  // (then the lock goes)
-      if (!s.ok()) return absl::Status(s.code(), absl::StrCat(uri, ": ", s.message()));
+      if (!s.ok()) {
+        return absl::Status(s.code(), absl::StrCat(PathForMessage(uri), ": ", s.message()));
+      }
       return s;
     };
     auto upload_files = [&](const std::vector<internal::TreeRoot>& roots,
@@ -1821,7 +1822,7 @@ void LocalClusterProvider::UploadArtifacts(const JobContext& job, ArtifactsCallb
       absl::StatusOr<ObjectStore*> store = options_.object_stores->For(prefix);
       if (!store.ok()) {
         return absl::Status(store.status().code(),
-                            absl::StrCat(prefix, ": ", store.status().message()));
+                            absl::StrCat(PathForMessage(prefix), ": ", store.status().message()));
       }
       // Each file goes from the descriptor it was opened as (its /proc
       // name), never from a path a container could have changed since.
@@ -1829,7 +1830,9 @@ void LocalClusterProvider::UploadArtifacts(const JobContext& job, ArtifactsCallb
           roots, [&](const std::string& rel, int fd, int64_t) -> absl::Status {
             const std::string uri = absl::StrCat(prefix, rel);
             absl::Status s = (*store)->PutFromFile(uri, absl::StrCat("/proc/self/fd/", fd));
-            if (!s.ok()) return absl::Status(s.code(), absl::StrCat(uri, ": ", s.message()));
+            if (!s.ok()) {
+              return absl::Status(s.code(), absl::StrCat(PathForMessage(uri), ": ", s.message()));
+            }
             return s;
           });
     };

@@ -83,6 +83,7 @@ namespace {
 
 using internal::FifoWriter;
 using internal::StopSignal;
+using ::kiln::internal::PathForMessage;
 
 struct Alive {};
 
@@ -115,12 +116,10 @@ constexpr std::string_view kAugmentedManifest = "AugmentedManifestFile";
 
 // Input as the messages show it, escaped and cut so that none can break a
 // message's line or make it long: URIs and keys (of the request, of a listing,
-// of a manifest) and paths made of them as ShownUri; a manifest's values and
-// AttributeNames as Shown. (Channel names and modes need neither: validation
-// allows only [A-Za-z0-9.-_] and enumeration values.)
-std::string ShownUri(std::string_view uri) {
-  return kiln::internal::TextForMessage(uri, kiln::internal::kMaxPathInMessage);
-}
+// of a manifest) and paths made of them as PathForMessage; channel names,
+// input modes, S3DataTypes, a manifest's values and AttributeNames as Shown.
+// (The engine's validation allows channel names of [A-Za-z0-9.-_] only, and
+// enumeration values, but a DataChannel can be used without the engine.)
 std::string Shown(std::string_view text) { return kiln::internal::TextForMessage(text); }
 
 // The FastFile FUSE views of one job's deliveries. EndJob marks it ended and
@@ -193,13 +192,13 @@ bool AnyObjectUnder(const std::string& path) {
 // reaches the job's FailureReason, where the channel is what a user looks
 // for); its code is kept.
 absl::Status InChannel(std::string_view channel, const absl::Status& status) {
-  return absl::Status(status.code(), absl::StrCat("channel '", internal::Av(channel), "': ",
-                                                  status.message()));
+  return absl::Status(status.code(),
+                      absl::StrCat("channel '", Shown(channel), "': ", status.message()));
 }
 
 std::string NoObjectsMessage(std::string_view channel, std::string_view uri) {
-  return absl::StrCat("No S3 objects found under S3 URL \"", ShownUri(uri),
-                      "\" given in input data source (channel '", internal::Av(channel),
+  return absl::StrCat("No S3 objects found under S3 URL \"", PathForMessage(uri),
+                      "\" given in input data source (channel '", Shown(channel),
                       "'). Please ensure that objects exist under that prefix.");
 }
 
@@ -256,9 +255,9 @@ absl::Status CheckNoKeyIsAFolder(std::string_view channel,
     auto below = by_key.lower_bound(folder);
     if (below == by_key.end() || below->first.substr(0, folder.size()) != folder) continue;
     return absl::InvalidArgumentError(absl::StrCat(
-        "channel '", internal::Av(channel), "': objects '", ShownUri(source->uri), "' and '",
-        ShownUri(below->second->uri), "' cannot both be copied: key '", ShownUri(key),
-        "' would be a file and the folder holding key '", ShownUri(below->first), "'"));
+        "channel '", Shown(channel), "': objects '", PathForMessage(source->uri), "' and '",
+        PathForMessage(below->second->uri), "' cannot both be copied: key '", PathForMessage(key),
+        "' would be a file and the folder holding key '", PathForMessage(below->first), "'"));
   }
   return absl::OkStatus();
 }
@@ -411,14 +410,15 @@ void LocalDataChannel::Deliver(const ChannelDelivery& delivery, DoneCallback don
   const std::string mode(delivery.input_mode);
   absl::Status error;
   if (mode != "File" && mode != "FastFile" && mode != "Pipe") {
-    error = absl::InvalidArgumentError(absl::StrCat("channel '", name, "': input mode '", mode,
-                                                    "' is not File, FastFile or Pipe"));
+    error = absl::InvalidArgumentError(absl::StrCat(
+        "channel '", Shown(name), "': input mode '", Shown(mode),
+        "' is not File, FastFile or Pipe"));
   } else if (!channel.data_source().has_s3_data_source()) {
     error = absl::UnimplementedError(absl::StrCat(
-        "channel '", name, "': the local backend reads only S3DataSource channels"));
+        "channel '", Shown(name), "': the local backend reads only S3DataSource channels"));
   } else if (name.find('/') != std::string::npos || !internal::IsSafeRelativePath(name)) {
     error = absl::InvalidArgumentError(absl::StrCat(
-        "channel '", name, "': the name would land outside /opt/ml/input/data"));
+        "channel '", Shown(name), "': the name would land outside /opt/ml/input/data"));
   } else {
     error = CheckLayoutCollisions(delivery);
   }
@@ -499,7 +499,7 @@ absl::Status LocalDataChannel::CheckChannel(const v1::Channel& channel,
   absl::StatusOr<std::vector<ObjectInfo>> first = (*store)->ListFirst(uri, 1);
   if (!first.ok()) {
     return InChannel(name, absl::Status(first.status().code(),
-                                        absl::StrCat("listing ", ShownUri(uri), ": ",
+                                        absl::StrCat("listing ", PathForMessage(uri), ": ",
                                                      first.status().message())));
   }
   if (prefix) {
@@ -507,8 +507,9 @@ absl::Status LocalDataChannel::CheckChannel(const v1::Channel& channel,
     return absl::InvalidArgumentError(NoObjectsMessage(name, uri));
   }
   if (!first->empty() && first->front().uri == uri) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("channel '", name, "': the ", s3.s3_data_type(),
-                                                 " '", ShownUri(uri), "' does not exist"));
+  return absl::InvalidArgumentError(absl::StrCat("channel '", Shown(name), "': the ",
+                                                 Shown(s3.s3_data_type()), " '",
+                                                 PathForMessage(uri), "' does not exist"));
 }
 
 absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Channel& channel) {
@@ -525,8 +526,8 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
     absl::StatusOr<std::vector<ObjectInfo>> objects = (*store)->List(uri);
     if (!objects.ok()) {
       return absl::Status(objects.status().code(),
-                          absl::StrCat("channel '", name, "': listing ", ShownUri(uri), ": ",
-                                       objects.status().message()));
+                          absl::StrCat("channel '", Shown(name), "': listing ", PathForMessage(uri),
+                                       ": ", objects.status().message()));
     }
     // Paths are relative to the prefix's directory: s3://b/data/tr lists
     // data/train/x.csv as train/x.csv.
@@ -544,8 +545,8 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
     absl::StatusOr<std::string> text = (*store)->Get(uri);
     if (!text.ok()) {
       return absl::Status(text.status().code(),
-                          absl::StrCat("channel '", name, "': reading manifest ", ShownUri(uri),
-                                       ": ", text.status().message()));
+                          absl::StrCat("channel '", Shown(name), "': reading manifest ",
+                                       PathForMessage(uri), ": ", text.status().message()));
     }
     absl::StatusOr<kiln::internal::JsonValue> doc = kiln::internal::ParseJsonValue(*text);
     const kiln::internal::JsonValue* prefix = nullptr;
@@ -553,17 +554,17 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
       prefix = doc->elements()[0].Find("prefix");
     }
     if (prefix == nullptr || !prefix->is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "channel '", name, "': manifest ", ShownUri(uri),
-          " must be a JSON array whose first element is {\"prefix\": \"<uri>\"}",
-          doc.ok() ? "" : absl::StrCat(" (", doc.status().message(), ")")));
+      return absl::InvalidArgumentError(
+          absl::StrCat("channel '", Shown(name), "': manifest ", PathForMessage(uri),
+                       " must be a JSON array whose first element is {\"prefix\": \"<uri>\"}",
+                       doc.ok() ? "" : absl::StrCat(" (", doc.status().message(), ")")));
     }
     for (size_t i = 1; i < doc->elements().size(); ++i) {
       const kiln::internal::JsonValue& key = doc->elements()[i];
       if (!key.is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "channel '", name, "': manifest ", ShownUri(uri), ": element ", i,
-            " is not a string key"));
+        return absl::InvalidArgumentError(absl::StrCat("channel '", Shown(name), "': manifest ",
+                                                       PathForMessage(uri), ": element ", i,
+                                                       " is not a string key"));
       }
       Source source;
       source.uri = absl::StrCat(prefix->string_value(), key.string_value());
@@ -571,20 +572,21 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
       sources.push_back(std::move(source));
     }
     if (sources.empty()) {
-      return absl::NotFoundError(
-          absl::StrCat("channel '", name, "': manifest ", ShownUri(uri), " lists no object"));
+      return absl::NotFoundError(absl::StrCat("channel '", Shown(name), "': manifest ",
+                                              PathForMessage(uri), " lists no object"));
     }
   } else {
-    return absl::UnimplementedError(absl::StrCat("channel '", name, "': S3DataType ",
-                                                 s3.s3_data_type(),
+    return absl::UnimplementedError(absl::StrCat("channel '", Shown(name), "': S3DataType ",
+                                                 Shown(s3.s3_data_type()),
                                                  " is not supported by the local backend yet"));
   }
   for (const Source& s : sources) {
     const std::string reason = UnsafePathReason(s.rel);
     if (reason.empty()) continue;
     return absl::InvalidArgumentError(absl::StrCat(
-        "channel '", name, "': object '", ShownUri(s.uri), "' has the key '", ShownUri(s.rel),
-        "', which is not a path below /opt/ml/input/data/", name, ": ", reason,
+        "channel '", Shown(name), "': object '", PathForMessage(s.uri), "' has the key '",
+        PathForMessage(s.rel), "', which is not a path below /opt/ml/input/data/", Shown(name),
+        ": ", reason,
         " (a key must be a relative path of segments that are not empty, '.' or '..')"));
   }
   // A listing in key order; a manifest keeps its own order.
@@ -607,14 +609,15 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListAugmentedManifest(
   const std::string& uri = s3.s3_uri();
   if (s3.attribute_names_size() == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "channel '", name, "': S3DataType AugmentedManifestFile needs AttributeNames (the "
-        "attributes of each line to stream, in order)"));
+        "channel '", Shown(name),
+        "': S3DataType AugmentedManifestFile needs AttributeNames (the attributes of each line "
+        "to stream, in order)"));
   }
   absl::StatusOr<std::string> text = store.Get(uri);
   if (!text.ok()) {
     return absl::Status(text.status().code(),
-                        absl::StrCat("channel '", name, "': reading augmented manifest ",
-                                     ShownUri(uri), ": ", text.status().message()));
+                        absl::StrCat("channel '", Shown(name), "': reading augmented manifest ",
+                                     PathForMessage(uri), ": ", text.status().message()));
   }
   std::vector<Source> lines;
   int64_t number = 0;
@@ -628,8 +631,8 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListAugmentedManifest(
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (line.find_first_not_of(" \t") == std::string_view::npos) continue;  // blank
     auto where = [&] {
-      return absl::StrCat("channel '", name, "': augmented manifest ", ShownUri(uri), " line ",
-                          number);
+      return absl::StrCat("channel '", Shown(name), "': augmented manifest ", PathForMessage(uri),
+                          " line ", number);
     };
     absl::StatusOr<kiln::internal::JsonValue> doc = kiln::internal::ParseJsonValue(line);
     if (!doc.ok()) {
@@ -677,9 +680,9 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListAugmentedManifest(
     lines.push_back(std::move(source));
   }
   if (lines.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("channel '", name, "': augmented manifest ", ShownUri(uri),
-                     " holds no JSON lines"));
+    return absl::InvalidArgumentError(absl::StrCat("channel '", Shown(name),
+                                                   "': augmented manifest ", PathForMessage(uri),
+                                                   " holds no JSON lines"));
   }
   return lines;
 }
@@ -693,8 +696,8 @@ absl::Status LocalDataChannel::Copy(const v1::Channel& channel,
   const std::string& name = channel.channel_name();
   if (channel.data_source().s3_data_source().s3_data_type() == kAugmentedManifest) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "channel '", name, "': S3DataType AugmentedManifestFile is streamed in Pipe input mode "
-        "only"));
+        "channel '", Shown(name),
+        "': S3DataType AugmentedManifestFile is streamed in Pipe input mode only"));
   }
   absl::StatusOr<std::vector<Source>> sources = ListSources(channel);
   if (!sources.ok()) return sources.status();
@@ -703,8 +706,9 @@ absl::Status LocalDataChannel::Copy(const v1::Channel& channel,
   std::vector<CopyItem> items;
   for (size_t i = 0; i < data_roots.size(); ++i) {
     if (!internal::IsDirectory(data_roots[i])) {
-      return absl::AbortedError(absl::StrCat("channel '", name, "': instance directory ",
-                                             data_roots[i], " is gone (released?)"));
+      return absl::AbortedError(absl::StrCat("channel '", Shown(name), "': instance directory ",
+                                             PathForMessage(data_roots[i]),
+                                             " is gone (released?)"));
     }
     const std::string dir = absl::StrCat(data_roots[i], "/", name);
     absl::Status s = internal::ResetDir(dir);
@@ -734,26 +738,28 @@ absl::Status LocalDataChannel::Copy(const v1::Channel& channel,
       const CopyItem& item = items[k];
       absl::Status s;
       if (!internal::IsDirectory(item.data_root)) {
-        s = absl::AbortedError(absl::StrCat("channel '", name, "': instance directory ",
-                                            item.data_root, " is gone (released?)"));
+        s = absl::AbortedError(absl::StrCat("channel '", Shown(name), "': instance directory ",
+                                            PathForMessage(item.data_root),
+                                            " is gone (released?)"));
       } else {
         absl::StatusOr<ObjectStore*> store = stores_.For(item.uri);
         s = store.ok() ? (*store)->GetToFile(item.uri, item.dest) : store.status();
         if (absl::IsNotFound(s)) {
           s = absl::NotFoundError(absl::StrCat(
-              "channel '", name, "': object '", ShownUri(item.uri),
+              "channel '", Shown(name), "': object '", PathForMessage(item.uri),
               item.listed ? "' disappeared during the copy (" : "' named by the manifest: ",
               s.message(), item.listed ? ")" : ""));
         } else if (absl::IsResourceExhausted(s)) {
           // A full disk (GetToFile's file-system error, which names the
           // file): in the words the service uses for a volume too small for
           // the channel's data.
-          s = absl::ResourceExhaustedError(absl::StrCat(
-              "channel '", name, "': Data download failed: Insufficient disk space: object '",
-              ShownUri(item.uri), "': ", s.message()));
+          s = absl::ResourceExhaustedError(
+              absl::StrCat("channel '", Shown(name),
+                           "': Data download failed: Insufficient disk space: object '",
+                           PathForMessage(item.uri), "': ", s.message()));
         } else if (!s.ok()) {
-          s = absl::Status(s.code(), absl::StrCat("channel '", name, "': object '",
-                                                  ShownUri(item.uri), "': ", s.message()));
+          s = absl::Status(s.code(), absl::StrCat("channel '", Shown(name), "': object '",
+                                                  PathForMessage(item.uri), "': ", s.message()));
         }
       }
       if (!s.ok()) {
@@ -768,7 +774,9 @@ absl::Status LocalDataChannel::Copy(const v1::Channel& channel,
   for (size_t i = 1; i < n; ++i) threads.emplace_back(worker);
   worker();
   for (std::thread& t : threads) t.join();
-  if (cancelled.load()) return absl::CancelledError(absl::StrCat("channel '", name, "': cancelled"));
+  if (cancelled.load()) {
+    return absl::CancelledError(absl::StrCat("channel '", Shown(name), "': cancelled"));
+  }
   absl::MutexLock lock(&mu);
   return first_error;
 }
@@ -784,12 +792,13 @@ absl::Status LocalDataChannel::MakeViews(const v1::Channel& channel,
   const std::string& uri = s3.s3_uri();
   if (s3.s3_data_type() != "S3Prefix") {
     return absl::InvalidArgumentError(absl::StrCat(
-        "channel '", name, "': FastFile input mode supports only S3DataType S3Prefix"));
+        "channel '", Shown(name), "': FastFile input mode supports only S3DataType S3Prefix"));
   }
   if (s3.s3_data_distribution_type() == "ShardedByS3Key" && data_roots.size() > 1) {
     return absl::UnimplementedError(absl::StrCat(
-        "channel '", name, "': the local backend's FastFile view shows the whole folder to every "
-        "instance; use File or Pipe mode for ShardedByS3Key"));
+        "channel '", Shown(name),
+        "': the local backend's FastFile view shows the whole folder to every instance; use File "
+        "or Pipe mode for ShardedByS3Key"));
   }
   std::string path = LocalPathOf(uri);
   if (path.empty()) return MountView(channel, data_roots, job_views);
@@ -798,17 +807,17 @@ absl::Status LocalDataChannel::MakeViews(const v1::Channel& channel,
   struct stat st;
   if (realpath(path.c_str(), real) == nullptr || stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
     if (!AnyObjectUnder(LocalPathOf(uri))) return absl::NotFoundError(NoObjectsMessage(name, uri));
-    return absl::InvalidArgumentError(absl::StrCat(
-        "channel '", name, "': FastFile needs S3Uri to name a folder ('", ShownUri(uri),
-        "' is not a directory); a trailing '/' is recommended"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("channel '", Shown(name), "': FastFile needs S3Uri to name a folder ('",
+                     PathForMessage(uri), "' is not a directory); a trailing '/' is recommended"));
   }
   if (!AnyObjectBelow(absl::StrCat(real, "/"), "")) {
     return absl::NotFoundError(NoObjectsMessage(name, uri));
   }
   for (const std::string& root : data_roots) {
     if (!internal::IsDirectory(root)) {
-      return absl::AbortedError(absl::StrCat("channel '", name, "': instance directory ", root,
-                                             " is gone (released?)"));
+      return absl::AbortedError(absl::StrCat("channel '", Shown(name), "': instance directory ",
+                                             PathForMessage(root), " is gone (released?)"));
     }
     const std::string view = absl::StrCat(root, "/", name);
     absl::Status s = internal::RemoveTree(view);
@@ -854,8 +863,7 @@ absl::Status LocalDataChannel::MountView(const v1::Channel& channel,
       internal::FuseView::Mount(**store, mount_point, std::move(files));
   if (!view.ok()) {
     rmdir(mount_point.c_str());
-    return absl::Status(view.status().code(),
-                        absl::StrCat("channel '", name, "': ", view.status().message()));
+    return InChannel(name, view.status());
   }
   {
     absl::MutexLock lock(&job_views->mu);
@@ -867,12 +875,12 @@ absl::Status LocalDataChannel::MountView(const v1::Channel& channel,
     std::vector<std::unique_ptr<internal::FuseView>> late;
     late.push_back(*std::move(view));
     UnmountViews(std::move(late));
-    return absl::CancelledError(absl::StrCat("channel '", name, "': job ended"));
+    return absl::CancelledError(absl::StrCat("channel '", Shown(name), "': job ended"));
   }
   for (const std::string& root : data_roots) {
     if (!internal::IsDirectory(root)) {
-      return absl::AbortedError(absl::StrCat("channel '", name, "': instance directory ", root,
-                                             " is gone (released?)"));
+      return absl::AbortedError(absl::StrCat("channel '", Shown(name), "': instance directory ",
+                                             PathForMessage(root), " is gone (released?)"));
     }
     const std::string link = absl::StrCat(root, "/", name);
     s = internal::RemoveTree(link);
@@ -907,14 +915,15 @@ absl::Status LocalDataChannel::StartPipes(const v1::Channel& channel, std::share
   spec->sources = *std::move(sources);
   for (const std::string& root : spec->data_roots) {
     if (!internal::IsDirectory(root)) {
-      return absl::AbortedError(absl::StrCat("channel '", spec->channel, "': instance directory ",
-                                             root, " is gone (released?)"));
+      return absl::AbortedError(absl::StrCat("channel '", Shown(spec->channel),
+                                             "': instance directory ", PathForMessage(root),
+                                             " is gone (released?)"));
     }
     absl::Status s = MakeFifo(FifoPath(root, spec->channel, 0));
     if (!s.ok()) return InChannel(spec->channel, s);
   }
   if (stop->stopped()) {
-    return absl::CancelledError(absl::StrCat("channel '", spec->channel, "': job ended"));
+    return absl::CancelledError(absl::StrCat("channel '", Shown(spec->channel), "': job ended"));
   }
   std::shared_ptr<const PipeSpec> shared = std::move(spec);
   for (size_t i = 0; i < shared->data_roots.size(); ++i) {
@@ -946,7 +955,7 @@ absl::StatusOr<FifoWriter::Result> LocalDataChannel::StreamObject(FifoWriter& wr
       struct stat st;
       absl::StatusOr<FifoWriter::Result> r;
       if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        r = absl::NotFoundError(absl::StrCat("'", ShownUri(path), "' is not a regular file"));
+        r = absl::NotFoundError(absl::StrCat("'", PathForMessage(path), "' is not a regular file"));
       } else {
         r = writer.SpliceFrom(fd, path);
       }
@@ -1013,7 +1022,7 @@ absl::StatusOr<FifoWriter::Result> LocalDataChannel::StreamLine(FifoWriter& writ
       if (!r.ok()) {
         const absl::Status& e = r.status();
         return absl::Status(e.code(), absl::StrCat("attribute '", Shown(part.attribute),
-                                                   "': object '", ShownUri(part.value), "'",
+                                                   "': object '", PathForMessage(part.value), "'",
                                                    absl::IsNotFound(e) ? " does not exist" : "",
                                                    ": ", e.message()));
       }
@@ -1058,8 +1067,7 @@ void LocalDataChannel::RunPipe(std::shared_ptr<const PipeSpec> spec, size_t inst
     const std::string fifo = FifoPath(root, s.channel, epoch);
     absl::StatusOr<R> r = writer.Open(fifo);
     if (!r.ok()) {
-      ReportFailure(s, absl::Status(r.status().code(), absl::StrCat("channel '", s.channel, "': ",
-                                                                    r.status().message())));
+      ReportFailure(s, InChannel(s.channel, r.status()));
       remove_fifo(fifo);
       return;
     }
@@ -1075,18 +1083,18 @@ void LocalDataChannel::RunPipe(std::shared_ptr<const PipeSpec> spec, size_t inst
       if (!r.ok()) {
         const absl::Status& e = r.status();
         ReportFailure(
-            s, absl::Status(
-                   e.code(),
-                   source.line > 0
-                       ? absl::StrCat("channel '", s.channel, "': augmented manifest ",
-                                      ShownUri(source.uri), " line ", source.line, " (epoch ",
-                                      epoch, "): ", e.message())
-                       : absl::StrCat("channel '", s.channel, "': object '",
-                                      ShownUri(source.uri), "'",
-                                      !absl::IsNotFound(e)  ? ""
-                                      : source.size >= 0    ? " disappeared during the stream"
-                                                            : " named by the manifest",
-                                      " (epoch ", epoch, "): ", e.message())));
+            s,
+            absl::Status(e.code(),
+                         source.line > 0
+                             ? absl::StrCat("channel '", Shown(s.channel), "': augmented manifest ",
+                                            PathForMessage(source.uri), " line ", source.line,
+                                            " (epoch ", epoch, "): ", e.message())
+                             : absl::StrCat("channel '", Shown(s.channel), "': object '",
+                                            PathForMessage(source.uri), "'",
+                                            !absl::IsNotFound(e) ? ""
+                                            : source.size >= 0   ? " disappeared during the stream"
+                                                                 : " named by the manifest",
+                                            " (epoch ", epoch, "): ", e.message())));
         writer.Close();
         remove_fifo(fifo);
         return;
@@ -1121,8 +1129,7 @@ void LocalDataChannel::RunPipe(std::shared_ptr<const PipeSpec> spec, size_t inst
     remove_fifo(fifo);
     if (!made.ok()) {
       if (same_root() && !stop->stopped()) {
-        ReportFailure(s, absl::Status(made.code(),
-                                      absl::StrCat("channel '", s.channel, "': ", made.message())));
+        ReportFailure(s, InChannel(s.channel, made));
       }
       return;
     }

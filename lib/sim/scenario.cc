@@ -26,6 +26,7 @@ namespace kiln::sim {
 namespace {
 
 using internal::JsonValue;
+using internal::PathForMessage;
 
 // The longest keep-alive the engine gives a job (the default of
 // WarmPoolOptions::max_keep_alive, the service's 6 hours): a longer Fixed(T)
@@ -48,11 +49,6 @@ std::string Member(const std::string& path, std::string_view key) {
 
 // Input text (a value, a name) as the messages show it, escaped and cut.
 std::string Shown(std::string_view text) { return internal::TextForMessage(text); }
-
-// A file name (given in the scenario, or by the caller) as the messages show it.
-std::string ShownPath(std::string_view path) {
-  return internal::TextForMessage(path, internal::kMaxPathInMessage);
-}
 
 absl::Status CheckMembers(const JsonValue& v, const std::string& path,
                           std::initializer_list<std::string_view> allowed) {
@@ -170,7 +166,7 @@ absl::StatusOr<RateDist> Rate(const JsonValue& v, const std::string& path, RateD
 
 absl::StatusOr<std::string> ReadText(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", ShownPath(path), "'"));
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", PathForMessage(path), "'"));
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();
@@ -463,12 +459,12 @@ class Parser {
       if (!text.ok()) return Bad(Member(path, "trace"), std::string(text.status().message()));
       auto trace = ParseSpotTrace(*text, invert);
       if (!trace.ok()) {
-        return Bad(Member(path, "trace"), absl::StrCat(ShownPath(resolved), ": ",
+        return Bad(Member(path, "trace"), absl::StrCat(PathForMessage(resolved), ": ",
                                                        std::string(trace.status().message())));
       }
       if (trace->gap <= absl::ZeroDuration() || trace->gap > kMaxSimDuration) {
         return Bad(Member(path, "trace"),
-                   absl::StrCat(ShownPath(resolved),
+                   absl::StrCat(PathForMessage(resolved),
                                 ": metadata.gap_seconds must be positive and at most ",
                                 absl::ToInt64Seconds(kMaxSimDuration)));
       }
@@ -712,7 +708,7 @@ class Parser {
       if (!text.ok()) return Bad(Member(path, "file"), std::string(text.status().message()));
       auto entries = ParseJobTrace(*text);
       if (!entries.ok()) {
-        return Bad(Member(path, "file"), absl::StrCat(ShownPath(resolved), ": ",
+        return Bad(Member(path, "file"), absl::StrCat(PathForMessage(resolved), ": ",
                                                       std::string(entries.status().message())));
       }
       // Each request as a template's: valid, priced, able to start.
@@ -721,7 +717,7 @@ class Parser {
         // Made only for a message: escaping every entry's name would tax
         // traces of millions of jobs that are fine.
         const auto where = [&] {
-          return absl::StrCat(ShownPath(resolved), ": job trace line ", e.line, ": job '",
+          return absl::StrCat(PathForMessage(resolved), ": job trace line ", e.line, ": job '",
                               Shown(e.job.name), "'");
         };
         if (std::string type = Unpriced(models, *e.job.request); !type.empty()) {
@@ -746,11 +742,11 @@ class Parser {
       // A trace that gives the run nothing is a mistake (seconds read as
       // milliseconds, the wrong file, a horizon too short).
       if (entries->empty()) {
-        return Bad(Member(path, "file"), absl::StrCat(ShownPath(resolved), ": no jobs"));
+        return Bad(Member(path, "file"), absl::StrCat(PathForMessage(resolved), ": no jobs"));
       }
       if (entries->front().arrival >= horizon_) {
         return Bad(Member(path, "file"),
-                   absl::StrCat(ShownPath(resolved), ": no job arrives before the horizon (",
+                   absl::StrCat(PathForMessage(resolved), ": no job arrives before the horizon (",
                                 absl::ToInt64Seconds(horizon_), " s); the first arrives at ",
                                 absl::ToInt64Seconds(entries->front().arrival), " s"));
       }
@@ -951,8 +947,8 @@ absl::StatusOr<Scenario> LoadScenario(const std::string& path) {
                                                      : path.substr(0, slash);
   auto scenario = ParseScenario(text, dir);
   if (!scenario.ok()) {
-    return absl::Status(scenario.status().code(), absl::StrCat(ShownPath(path), ": ",
-                                                               scenario.status().message()));
+    return absl::Status(scenario.status().code(),
+                        absl::StrCat(PathForMessage(path), ": ", scenario.status().message()));
   }
   return scenario;
 }

@@ -810,6 +810,59 @@ TEST_F(CheckpointSyncTest, APathThatChangedKindIsNeverLeftAsBothFileAndDirectory
   }
 }
 
+// Keys are names the container chose: a message that names a file, its key
+// or its URI shows them escaped and cut, so that none can add a line to a log,
+// forge text after it, or make the message long. The store's own message
+// (escaped by the store) follows as it is.
+TEST_F(CheckpointSyncTest, SyncErrorsShowPathsAndKeysEscapedAndCut) {
+  FlakyStore flaky(*store_);
+  CheckpointSync sync(flaky, kPrefix, tmp_.Sub("dir"));
+  const std::string odd = "a\nb'c\"d\xff" "e";
+  const std::string shown = R"(a\nb'c"d\xFFe)";
+  WriteLocal(tmp_.Sub("dir/" + odd), "x");
+  flaky.failing_puts = 1;
+  absl::Status status = sync.SyncOnce();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(status.message(), absl::StrCat("checkpoint sync: upload '", tmp_.Sub("dir/" + shown),
+                                           "' to '", kPrefix, shown, "': store is down"));
+  ASSERT_TRUE(sync.SyncOnce().ok());
+  fs::remove(tmp_.Sub("dir/" + odd));
+  flaky.failing_deletes = 1;
+  status = sync.SyncOnce();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(status.message(),
+            absl::StrCat("checkpoint sync: delete '", kPrefix, shown, "' (removed from '",
+                         tmp_.Sub("dir/" + shown), "'): store is down"));
+
+  // A key of 5 x 250 bytes: the message keeps the first 1024 of the path
+  // and of the URI.
+  std::string deep;
+  for (int i = 0; i < 5; ++i) absl::StrAppend(&deep, i == 0 ? "" : "/", std::string(250, 'k'));
+  WriteLocal(tmp_.Sub("dir/" + deep), "x");
+  flaky.failing_puts = 1;
+  status = sync.SyncOnce();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+  const std::string path = tmp_.Sub("dir/" + deep);
+  const std::string uri = absl::StrCat(kPrefix, deep);
+  EXPECT_EQ(status.message(),
+            absl::StrCat("checkpoint sync: upload '", path.substr(0, 1024), "...' to '",
+                         uri.substr(0, 1024), "...': store is down"));
+}
+
+TEST_F(CheckpointSyncTest, RestoreErrorsShowKeysEscaped) {
+  const std::string odd = "../a\nb'c\"d\xff" "e";
+  const std::string shown = R"(../a\nb'c"d\xFFe)";
+  ASSERT_TRUE(store_->Put(absl::StrCat(kPrefix, odd), "bad").ok());
+  CheckpointSync sync(*store_, kPrefix, tmp_.Sub("dir"));
+  absl::Status status = sync.Restore();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(),
+              HasSubstr(absl::StrCat("checkpoint restore: object '", kPrefix, shown,
+                                     "' has key '", shown, "', which is not a clean")));
+  EXPECT_EQ(std::string(status.message()).find_first_of("\n\xff"), std::string::npos)
+      << status;
+}
+
 TEST_F(CheckpointSyncTest, StoreErrorOnRestoreNamesThePrefix) {
   std::unique_ptr<ObjectStore> files = NewFileObjectStore();
   CheckpointSync sync(*files, "s3://bucket/ckpt", tmp_.Sub("dir"));

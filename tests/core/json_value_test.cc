@@ -319,6 +319,13 @@ TEST_F(JsonValueTest, TextForMessageCutsOnACharacterThenEscapes) {
             kMaxPathInMessage + 3);
 }
 
+TEST_F(JsonValueTest, PathForMessageEscapesAndKeepsAPathsLength) {
+  EXPECT_EQ(PathForMessage("/data/train/part-0.csv"), "/data/train/part-0.csv");
+  EXPECT_EQ(PathForMessage("s3://b/a\nb'c\"d\xff" "e"), R"(s3://b/a\nb'c"d\xFFe)");
+  const std::string path = "/" + std::string(5000, 'p');
+  EXPECT_EQ(PathForMessage(path), path.substr(0, kMaxPathInMessage) + "...");
+}
+
 // A key in a path: as it is when safe, else quoted and escaped as JSON.
 TEST_F(JsonValueTest, PathKeyForMessageQuotesOnlyKeysThatNeedIt) {
   EXPECT_EQ(PathKeyForMessage("ml.m5.xlarge"), "ml.m5.xlarge");

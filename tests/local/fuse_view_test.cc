@@ -215,6 +215,26 @@ TEST_F(FuseViewTest, PathsThatCollideOrEscapeAreInvalidArgumentNamingTheObject) 
   EXPECT_FALSE(IsFuseMount(mnt_));
 }
 
+// Keys come from a listing: the messages that name one show it, and its URI,
+// escaped and cut.
+TEST_F(FuseViewTest, KeysInErrorsAreShownEscapedAndCut) {
+  const std::string odd = "a\nb'c\"d\xff" "e";
+  const std::string shown = R"(a\nb'c"d\xFFe)";
+  absl::Status s = FuseView::Mount(store_, mnt_,
+                                   {{odd, "mem://b/" + odd, 1}, {odd + "/x", "mem://b/x", 1}})
+                       .status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_EQ(s.message(), absl::StrCat("object 'mem://b/x': its path '", shown,
+                                      "/x' needs a directory where another object is a file"));
+  const std::string long_key = std::string(2000, 'k');
+  s = FuseView::Mount(store_, mnt_, {{"../" + odd, "mem://b/" + long_key, 1}}).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_EQ(s.message(), absl::StrCat("object 'mem://b/", long_key.substr(0, 1024 - 8),
+                                      "...': its path '../", shown,
+                                      "' is not a safe relative path"));
+  EXPECT_FALSE(IsFuseMount(mnt_));
+}
+
 TEST_F(FuseViewTest, AMissingMountPointFailsNamingIt) {
   absl::StatusOr<std::unique_ptr<FuseView>> view =
       FuseView::Mount(store_, tmp_.path() + "/missing", {{"a", "mem://b/a", 1}});

@@ -42,6 +42,7 @@ using ::kiln::internal::JsonValue;
 using ::kiln::internal::WriteJson;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::UnorderedElementsAre;
 using testing::ListDir;
 using testing::ReadFile;
@@ -612,6 +613,57 @@ TEST_P(LocalClusterProviderTest, UncompressedModelIsUploadedFileByFile) {
   EXPECT_EQ(output->files.size(), 2u);
 }
 
+// An artifact upload that fails names the object: its URI holds
+// S3OutputPath and the names of the files the container chose, shown escaped
+// and cut (the store's own message, which the store escaped, follows as it
+// is). Here a directory in the store stands where the object would go.
+TEST_P(LocalClusterProviderTest, AFailedArtifactUploadShowsItsUriEscapedAndCut) {
+  const std::string odd = "a\nb'c\"d\xff" "e";
+  const std::string shown = R"(a\nb'c"d\xFFe)";
+  AddScript("odd.sh", "printf w > \"$SM_MODEL_DIR/$(printf 'a\\nb\\047c\"d\\377e')\"\n");
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  // Runs `r` and returns its upload's status.
+  auto run = [&](const v1::CreateTrainingJobRequest& r) -> absl::Status {
+    absl::Status s = Prepare(*cluster);
+    Recorder events;
+    if (s.ok()) s = Start(r, *cluster, events);
+    if (s.ok() && (!WaitExits(events, 1) || events.exits["algo-1"].exit_code != 0)) {
+      s = absl::InternalError(absl::StrCat("the job failed: ", events.AllLines()));
+    }
+    return s.ok() ? Upload(r, *cluster).status() : s;
+  };
+  auto one_line = [](absl::string_view message) {
+    return message.find_first_of("\n\xff") == absl::string_view::npos;
+  };
+
+  // CompressionType NONE: the file goes up under the name the container chose.
+  v1::CreateTrainingJobRequest r = Request("odd-name", {"/opt/program/odd.sh"});
+  r.mutable_output_data_config()->set_s3_output_path("file://" + tmp_.path() + "/out/");
+  r.mutable_output_data_config()->set_compression_type("NONE");
+  const std::string model = tmp_.path() + "/out/odd-name/output/model/";
+  WriteFile(model + odd + "/in-the-way", "x");
+  absl::Status s = run(r);
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(one_line(s.message())) << s;
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("file://", model, shown, ": ")));
+
+  // model.tar.gz below an S3OutputPath of more than 1024 bytes holding the
+  // same characters: its URI is cut.
+  std::string out = absl::StrCat(tmp_.path(), "/", odd);
+  for (int i = 0; i < 4; ++i) absl::StrAppend(&out, "/", std::string(250, 'o'));
+  r = Request("long-path", {"/opt/program/odd.sh"});
+  r.mutable_output_data_config()->set_s3_output_path("file://" + out + "/");
+  const std::string uri = absl::StrCat("file://", out, "/long-path/output/model.tar.gz");
+  WriteFile(uri.substr(7) + "/in-the-way", "x");
+  s = run(r);
+  EXPECT_FALSE(s.ok());
+  EXPECT_TRUE(one_line(s.message())) << s;
+  const std::string head = absl::StrCat("file://", tmp_.path(), "/");
+  const std::string kept = uri.substr(0, 1024).substr(head.size() + odd.size());
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat(head, shown, kept, "...: ")));
+}
+
 // A container can replace /opt/ml/model, /opt/ml/output or
 // /opt/ml/output/data by a symbolic link to anywhere on the host (under
 // bwrap, to the state directory it cannot see). The upload follows none of
@@ -1134,9 +1186,10 @@ TEST_P(LocalClusterProviderTest, CheckpointsAreRestoredBeforeTheRunAndSyncedAfte
 }
 
 // A checkpoint sync that fails for one file still uploads the others, and
-// its line in the log stream says so. Here sub/b.pt cannot go up (a FIFO in
-// the store stands where its folder would be); it is written before a.pt, so
-// every sync that sees a.pt fails.
+// its line in the log stream says so, naming the sync once (the error names
+// it already). Here sub/b.pt cannot go up (a FIFO in the store stands where
+// its folder would be); it is written before a.pt, so every sync that sees
+// a.pt fails.
 TEST_P(LocalClusterProviderTest, AFailedCheckpointSyncLogsWhatItUploadedAllTheSame) {
   ASSERT_TRUE(internal::MakeDirs(store_dir_ + "/ckpt").ok());
   ASSERT_EQ(::mkfifo((store_dir_ + "/ckpt/sub").c_str(), 0644), 0);
@@ -1159,6 +1212,8 @@ TEST_P(LocalClusterProviderTest, AFailedCheckpointSyncLogsWhatItUploadedAllTheSa
   const std::string log = ReadFile(state_dir_ + "/logs/ckpt-fails/" + streams[0]);
   EXPECT_THAT(log, HasSubstr(store_dir_ + "/ckpt/sub"));
   EXPECT_THAT(log, HasSubstr("(done all the same: 1 uploaded (2 bytes), 0 deleted)"));
+  EXPECT_THAT(log, HasSubstr("final checkpoint sync: upload '"));
+  EXPECT_THAT(log, Not(HasSubstr("checkpoint sync: checkpoint sync")));
 }
 
 TEST_P(LocalClusterProviderTest, SandboxedPeersReachEachOtherByHostNameAndNothingElse) {

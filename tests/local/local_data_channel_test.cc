@@ -203,6 +203,39 @@ TEST_F(LocalDataChannelTest, ChannelNamedDotDotIsRefused) {
   EXPECT_FALSE(internal::Exists(absl::StrCat(state_dir_, "/instances/c1/algo-1/ml/input/a")));
 }
 
+// A DataChannel can be used without the engine's validation, so a channel's
+// name, its input mode and its S3DataType can hold anything: the messages
+// show them escaped and cut, as they show URIs and keys, so that none can add
+// a line to a log or make the message long.
+TEST_F(LocalDataChannelTest, ChannelNamesAndModesInErrorsAreShownEscapedAndCut) {
+  WriteFile(src_ + "/d/a", "1");
+  const std::string uri = "file://" + src_ + "/d/";
+  const std::string odd = "a\nb'c\"d\xff" "e";
+  const std::string shown = R"(a\nb'c"d\xFFe)";
+  absl::Status s = Deliver(Channel("../" + odd, "S3Prefix", uri));
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_EQ(s.message(), absl::StrCat("channel '../", shown,
+                                      "': the name would land outside /opt/ml/input/data"));
+  s = Deliver(Channel("train", "S3Prefix", uri), odd);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_EQ(s.message(), absl::StrCat("channel 'train': input mode '", shown,
+                                      "' is not File, FastFile or Pipe"));
+  s = Deliver(Channel(odd, odd, uri));
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  EXPECT_EQ(s.message(), absl::StrCat("channel '", shown, "': S3DataType ", shown,
+                                      " is not supported by the local backend yet"));
+  s = channel_->CheckChannel(Channel(odd, "S3Prefix", "file://" + src_ + "/empty/"), "File");
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat("(channel '", shown, "')")));
+
+  // A name of 300 bytes shows its first 200.
+  const std::string long_name = std::string(300, 'n');
+  s = Deliver(Channel("../" + long_name, "S3Prefix", uri));
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_EQ(s.message(), absl::StrCat("channel '../", long_name.substr(0, 197),
+                                      "...': the name would land outside /opt/ml/input/data"));
+}
+
 TEST_F(LocalDataChannelTest, KeyWithAnEmptySegmentIsRefusedNamingTheKeyAndTheRule) {
   WriteFile(src_ + "/m/x/one", "1");
   WriteFile(src_ + "/manifest.json",

@@ -151,6 +151,20 @@ TEST(FifoWriterTest, StopEndsAWriterWaitingForAReader) {
   EXPECT_EQ(*opened.get(), FifoWriter::Result::kStopped);
 }
 
+// The FIFO's path holds the channel's name, which can be anything when the
+// channel is used without the engine: shown escaped.
+TEST(FifoWriterTest, AFileInPlaceOfTheFifoIsNamedEscaped) {
+  testing::TempDir tmp;
+  const std::string odd = "a\nb'c\"d\xff" "e";
+  testing::WriteFile(absl::StrCat(tmp.path(), "/", odd, "_0"), "not a FIFO");
+  StopSignal stop;
+  FifoWriter writer(stop);
+  absl::StatusOr<FifoWriter::Result> r = writer.Open(absl::StrCat(tmp.path(), "/", odd, "_0"));
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInternal) << r.status();
+  EXPECT_EQ(r.status().message(),
+            absl::StrCat("'", tmp.path(), R"(/a\nb'c"d\xFFe_0' is no longer a FIFO)"));
+}
+
 TEST(FifoWriterTest, ARemovedFifoIsGone) {
   testing::TempDir tmp;
   StopSignal stop;

@@ -21,12 +21,7 @@
 namespace kiln::aws::internal {
 namespace {
 
-// A setting (an endpoint, a profile name) or a file name as the messages show
-// it: they come from the environment and the caller's options, and none may
-// break a message's line or make it long.
-std::string Shown(std::string_view text) {
-  return ::kiln::internal::TextForMessage(text, ::kiln::internal::kMaxPathInMessage);
-}
+using ::kiln::internal::PathForMessage;
 
 std::optional<std::string> NonEmpty(std::optional<std::string> v) {
   if (v.has_value() && v->empty()) return std::nullopt;
@@ -122,16 +117,17 @@ absl::StatusOr<S3Options> ResolveS3OptionsWith(S3Options options, EnvLookup env)
   while (absl::EndsWith(options.endpoint_url, "/")) options.endpoint_url.pop_back();
   if (!absl::StartsWith(options.endpoint_url, "http://") &&
       !absl::StartsWith(options.endpoint_url, "https://")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "S3 endpoint '", Shown(options.endpoint_url), "' must start with http:// or https://"));
+    return absl::InvalidArgumentError(absl::StrCat("S3 endpoint '",
+                                                   PathForMessage(options.endpoint_url),
+                                                   "' must start with http:// or https://"));
   }
   if (const size_t host = options.endpoint_url.find("://") + 3;
       options.endpoint_url.find('/', host) != std::string::npos) {
     // Requests go to the endpoint's root: a path (a gateway mounted below
     // one) would be dropped, and the requests sent elsewhere.
-    return absl::InvalidArgumentError(absl::StrCat(
-        "S3 endpoint '", Shown(options.endpoint_url),
-        "' has a path; Kiln's S3 client addresses the endpoint's root only"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("S3 endpoint '", PathForMessage(options.endpoint_url),
+                     "' has a path; Kiln's S3 client addresses the endpoint's root only"));
   }
   if (options.addressing_style == S3AddressingStyle::kAuto) {
     std::optional<std::string> style = from_config("s3.addressing_style");
@@ -166,11 +162,11 @@ absl::StatusOr<S3Options> ResolveS3OptionsWith(S3Options options, EnvLookup env)
     const std::string* file_secret = Find(*ini, section, "aws_secret_access_key");
     if (file_id == nullptr && file_secret == nullptr) continue;
     if (file_id == nullptr || file_secret == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "AWS profile '", Shown(options.profile), "' has ",
-          file_id ? "aws_access_key_id but no aws_secret_access_key"
-                  : "aws_secret_access_key but no aws_access_key_id",
-          " (", Shown(ini == &config ? config_path : credentials_path), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("AWS profile '", PathForMessage(options.profile), "' has ",
+                       file_id ? "aws_access_key_id but no aws_secret_access_key"
+                               : "aws_secret_access_key but no aws_access_key_id",
+                       " (", PathForMessage(ini == &config ? config_path : credentials_path), ")"));
     }
     const std::string* token = Find(*ini, section, "aws_session_token");
     options.credentials = AwsCredentials{*file_id, *file_secret, token ? *token : ""};
@@ -178,8 +174,8 @@ absl::StatusOr<S3Options> ResolveS3OptionsWith(S3Options options, EnvLookup env)
   }
   return absl::FailedPreconditionError(absl::StrCat(
       "no AWS credentials for s3://: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or add "
-      "profile '", Shown(options.profile), "' to the shared credentials file (",
-      credentials_path.empty() ? "no HOME" : Shown(credentials_path),
+      "profile '", PathForMessage(options.profile), "' to the shared credentials file (",
+      credentials_path.empty() ? "no HOME" : PathForMessage(credentials_path),
       credentials_text ? "" : ": not found", ")"));
 }
 

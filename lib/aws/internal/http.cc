@@ -195,8 +195,7 @@ absl::StatusOr<HttpResponse> HttpClient::Send(const HttpRequest& request, const 
     // The URL holds the bucket as given (virtual-hosted style) and the key,
     // which are input, and curl's text may quote either: both escaped and cut.
     return absl::UnavailableError(absl::StrCat(
-        request.method, " ",
-        ::kiln::internal::TextForMessage(request.url, ::kiln::internal::kMaxPathInMessage), ": ",
+        request.method, " ", ::kiln::internal::PathForMessage(request.url), ": ",
         ::kiln::internal::TextForMessage(error[0] != '\0' ? error : curl_easy_strerror(rc))));
   }
   Release(curl);

@@ -23,20 +23,16 @@
 namespace kiln::aws::internal {
 namespace {
 
+using ::kiln::internal::PathForMessage;
+
 absl::string_view Av(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 // At most this many exchanges for one GetObject, resumptions included (each
 // resumption after progress starts a fresh count of max_attempts).
 constexpr int kMaxGetExchanges = 1000;
 
-// A URI or key as the messages show it. Keys are input (channel URIs,
-// manifests, a container's checkpoint files): escaped and cut, so that none
-// can break a message's line or make it long.
-std::string ShownPath(std::string_view path) {
-  return ::kiln::internal::TextForMessage(path, ::kiln::internal::kMaxPathInMessage);
-}
 std::string ShownUri(std::string_view bucket, std::string_view key) {
-  return ShownPath(absl::StrCat("s3://", Av(bucket), "/", Av(key)));
+  return PathForMessage(absl::StrCat("s3://", Av(bucket), "/", Av(key)));
 }
 
 // Text of the server's (an error's code and message, an ETag) as the messages
@@ -600,7 +596,7 @@ absl::StatusOr<S3ListPage> S3Client::ListObjectsV2(std::string_view bucket,
     e.key = XmlText(entry, "Key");
     if (!absl::SimpleAtoi(XmlText(entry, "Size"), &e.size)) {
       return absl::InternalError(
-          absl::StrCat(call.what, ": no Size for key '", ShownPath(e.key), "'"));
+          absl::StrCat(call.what, ": no Size for key '", PathForMessage(e.key), "'"));
     }
     page.objects.push_back(std::move(e));
   }
@@ -619,7 +615,7 @@ absl::Status S3Client::CreateBucket(std::string_view bucket) {
                         "</LocationConstraint></CreateBucketConfiguration>");
   }
   Call call{"PUT", std::string(bucket), "", {}, {{"content-type", "application/xml"}}, body,
-            absl::StrCat("CreateBucket ", ShownPath(absl::StrCat("s3://", Av(bucket))))};
+            absl::StrCat("CreateBucket ", PathForMessage(absl::StrCat("s3://", Av(bucket))))};
   return Send(call).status();
 }
 

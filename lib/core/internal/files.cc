@@ -17,8 +17,7 @@ absl::Status MakeDirs(const std::string& dir) {
   struct stat st;
   if (dir.empty() || ::stat(dir.c_str(), &st) == 0) {
     if (dir.empty() || S_ISDIR(st.st_mode)) return absl::OkStatus();
-    return ErrnoError(ENOTDIR, absl::StrCat("create directory '",
-                                            TextForMessage(dir, kMaxPathInMessage), "'"));
+    return ErrnoError(ENOTDIR, absl::StrCat("create directory '", PathForMessage(dir), "'"));
   }
   for (size_t pos = 1; pos <= dir.size(); ++pos) {
     if (pos != dir.size() && dir[pos] != '/') continue;
@@ -28,8 +27,7 @@ absl::Status MakeDirs(const std::string& dir) {
     int err = errno;
     if (err == EEXIST && ::stat(part.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
     if (err == EEXIST) err = ENOTDIR;
-    return ErrnoError(
-        err, absl::StrCat("create directory '", TextForMessage(part, kMaxPathInMessage), "'"));
+    return ErrnoError(err, absl::StrCat("create directory '", PathForMessage(part), "'"));
   }
   return absl::OkStatus();
 }

@@ -70,8 +70,8 @@ class UniqueFd {
 // An error for `err` (an errno value) whose message is `what` plus strerror:
 // ENOSPC and EDQUOT give ResourceExhausted, ENOENT NotFound, EACCES/EPERM
 // PermissionDenied (absl::ErrnoToStatus's mapping). A path in `what` is the
-// caller's to show escaped (TextForMessage with kMaxPathInMessage): paths
-// hold object keys, which are input.
+// caller's to show escaped (PathForMessage): paths hold object keys, which
+// are input.
 absl::Status ErrnoError(int err, std::string_view what);
 
 // Calls `visit(name)` for each entry of the directory open as `d`, in
@@ -88,8 +88,7 @@ absl::Status ForEachEntry(DIR* d, std::string_view dir, Visit visit) {
     if (entry == nullptr) {
       const int err = errno;
       if (err == 0) return absl::OkStatus();
-      return ErrnoError(
-          err, absl::StrCat("list directory '", TextForMessage(dir, kMaxPathInMessage), "'"));
+      return ErrnoError(err, absl::StrCat("list directory '", PathForMessage(dir), "'"));
     }
     const std::string_view name = entry->d_name;
     if (name == "." || name == ".." || IsTempName(name)) continue;

@@ -794,6 +794,10 @@ std::string TextForMessage(std::string_view text, size_t max_bytes) {
   return out;
 }
 
+std::string PathForMessage(std::string_view path) {
+  return TextForMessage(path, kMaxPathInMessage);
+}
+
 std::string PathKeyForMessage(std::string_view key) {
   // Every key of every path passes here (most on success paths, which build
   // paths before knowing of an error): printable ASCII takes the short way.

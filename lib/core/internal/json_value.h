@@ -193,7 +193,7 @@ std::string JsonForMessage(const JsonValue& value, size_t max_bytes = kMaxJsonIn
 std::string EscapeForMessage(std::string_view text);
 
 // Bytes of a path (a file name, a URI, an object key, a member path holding
-// map keys) TextForMessage keeps at most when asked: paths run longer than
+// map keys) a message keeps at most (PathForMessage): paths run longer than
 // the values kMaxJsonInMessage bounds, and a cut one names nothing.
 inline constexpr size_t kMaxPathInMessage = 1024;
 
@@ -204,6 +204,12 @@ inline constexpr size_t kMaxPathInMessage = 1024;
 // per byte kept.)
 // Thread-safe.
 std::string TextForMessage(std::string_view text, size_t max_bytes = kMaxJsonInMessage);
+
+// A path (a file name, a URI, an object key) as a message shows it:
+// TextForMessage(path, kMaxPathInMessage), escaped and cut as that is. Pass
+// the path raw, never already escaped: the one way messages show paths.
+// Thread-safe.
+std::string PathForMessage(std::string_view path);
 
 // A member name or map key as a step of a path in a message
 // (HyperParameters.epochs, scenario.models.instance_types.ml.m5.xlarge): as

@@ -26,6 +26,10 @@
 namespace kiln::local::internal {
 namespace {
 
+// Archive paths, entry names (an image tarball's, a container's files) and
+// libarchive's text, which quotes them, as the messages show them.
+using ::kiln::internal::PathForMessage;
+
 struct ReadCloser {
   void operator()(struct archive* a) const { archive_read_free(a); }
 };
@@ -35,9 +39,11 @@ struct WriteCloser {
 using ReadArchivePtr = std::unique_ptr<struct archive, ReadCloser>;
 using WriteArchivePtr = std::unique_ptr<struct archive, WriteCloser>;
 
+// libarchive's error text, escaped and cut as a path: it often quotes the
+// entry's path.
 std::string ArchiveError(struct archive* a) {
   const char* e = archive_error_string(a);
-  return e != nullptr ? e : "unknown error";
+  return e != nullptr ? PathForMessage(e) : "unknown error";
 }
 
 // An entry name made relative: "./a/b/" -> "a/b". Empty for the top directory.
@@ -91,7 +97,7 @@ ReadArchivePtr OpenForRead(const std::string& path, absl::Status& status) {
   archive_read_support_format_all(a.get());
   if (archive_read_open_filename(a.get(), path.c_str(), 1 << 16) != ARCHIVE_OK) {
     status = absl::InvalidArgumentError(
-        absl::StrCat("cannot read archive '", path, "': ", ArchiveError(a.get())));
+        absl::StrCat("cannot read archive '", PathForMessage(path), "': ", ArchiveError(a.get())));
     return nullptr;
   }
   return a;
@@ -218,22 +224,24 @@ absl::Status ExtractArchive(const std::string& archive_path, const std::string& 
     int r = archive_read_next_header(in.get(), &entry);
     if (r == ARCHIVE_EOF) break;
     if (r < ARCHIVE_WARN) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot read archive '", archive_path, "': ", ArchiveError(in.get())));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot read archive '", PathForMessage(archive_path), "': ", ArchiveError(in.get())));
     }
     const char* raw_name = archive_entry_pathname(entry);
     const std::string name = NormalizeEntryName(raw_name != nullptr ? raw_name : "");
     if (name.empty()) continue;
     if (!IsSafeRelativePath(name)) {
-      return absl::InvalidArgumentError(absl::StrCat("archive '", archive_path, "': entry '",
-                                                     raw_name, "' would land outside the image"));
+      return absl::InvalidArgumentError(absl::StrCat("archive '", PathForMessage(archive_path),
+                                                     "': entry '", PathForMessage(raw_name),
+                                                     "' would land outside the image"));
     }
     archive_entry_copy_pathname(entry, absl::StrCat(dest_dir, "/", name).c_str());
     if (const char* link = archive_entry_hardlink(entry); link != nullptr) {
       const std::string target = NormalizeEntryName(link);
       if (!IsSafeRelativePath(target)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "archive '", archive_path, "': hard link '", raw_name, "' points outside the image"));
+        return absl::InvalidArgumentError(absl::StrCat("archive '", PathForMessage(archive_path),
+                                                       "': hard link '", PathForMessage(raw_name),
+                                                       "' points outside the image"));
       }
       archive_entry_copy_hardlink(entry, absl::StrCat(dest_dir, "/", target).c_str());
     }
@@ -242,8 +250,9 @@ absl::Status ExtractArchive(const std::string& archive_path, const std::string& 
     archive_entry_set_gid(entry, getgid());
     r = archive_write_header(out.get(), entry);
     if (r < ARCHIVE_WARN) {
-      return absl::InvalidArgumentError(absl::StrCat("archive '", archive_path, "': entry '",
-                                                     raw_name, "': ", ArchiveError(out.get())));
+      return absl::InvalidArgumentError(absl::StrCat("archive '", PathForMessage(archive_path),
+                                                     "': entry '", PathForMessage(raw_name),
+                                                     "': ", ArchiveError(out.get())));
     }
     if (archive_entry_size(entry) > 0) {
       const std::string dest = archive_entry_pathname(entry);
@@ -259,23 +268,26 @@ absl::Status ExtractArchive(const std::string& archive_path, const std::string& 
           return ErrnoStatus(archive_errno(out.get()), "write", dest);
         }
         if (w < ARCHIVE_WARN) {
-          return absl::InternalError(absl::StrCat("archive '", archive_path, "': writing '",
-                                                  raw_name, "': ", ArchiveError(out.get())));
+          return absl::InternalError(absl::StrCat("archive '", PathForMessage(archive_path),
+                                                  "': writing '", PathForMessage(raw_name),
+                                                  "': ", ArchiveError(out.get())));
         }
       }
       if (r != ARCHIVE_EOF) {
-        return absl::InvalidArgumentError(absl::StrCat("archive '", archive_path, "': entry '",
-                                                       raw_name, "': ", ArchiveError(in.get())));
+        return absl::InvalidArgumentError(absl::StrCat("archive '", PathForMessage(archive_path),
+                                                       "': entry '", PathForMessage(raw_name),
+                                                       "': ", ArchiveError(in.get())));
       }
     }
     if (archive_write_finish_entry(out.get()) < ARCHIVE_WARN) {
-      return absl::InternalError(absl::StrCat("archive '", archive_path, "': entry '", raw_name,
+      return absl::InternalError(absl::StrCat("archive '", PathForMessage(archive_path),
+                                              "': entry '", PathForMessage(raw_name),
                                               "': ", ArchiveError(out.get())));
     }
   }
   if (archive_write_close(out.get()) != ARCHIVE_OK) {
     return absl::InternalError(
-        absl::StrCat("unpacking '", archive_path, "': ", ArchiveError(out.get())));
+        absl::StrCat("unpacking '", PathForMessage(archive_path), "': ", ArchiveError(out.get())));
   }
   return absl::OkStatus();
 }
@@ -293,7 +305,7 @@ absl::Status WriteTar(const std::vector<TreeRoot>& roots, int out_fd, const std:
   archive_write_set_bytes_in_last_block(out.get(), 1);
   if (archive_write_open(out.get(), &sink, nullptr, WriteToSink, nullptr) != ARCHIVE_OK) {
     return WriteFailure(out.get(), sink, out_name,
-                        absl::StrCat("cannot create archive '", out_name, "': "));
+                        absl::StrCat("cannot create archive '", PathForMessage(out_name), "': "));
   }
   std::unique_ptr<struct archive_entry, decltype(&archive_entry_free)> entry(archive_entry_new(),
                                                                             &archive_entry_free);
@@ -317,7 +329,8 @@ absl::Status WriteTar(const std::vector<TreeRoot>& roots, int out_fd, const std:
     if (link_target.has_value()) archive_entry_copy_symlink(entry.get(), link_target->c_str());
     if (archive_write_header(out.get(), entry.get()) != ARCHIVE_OK) {
       return WriteFailure(out.get(), sink, out_name,
-                          absl::StrCat("archive '", out_name, "': entry '", rel, "': "));
+                          absl::StrCat("archive '", PathForMessage(out_name), "': entry '",
+                                       PathForMessage(rel), "': "));
     }
     if (!fd.valid()) continue;
     // Exactly the size the header announced, even if the file changes.
@@ -333,14 +346,15 @@ absl::Status WriteTar(const std::vector<TreeRoot>& roots, int out_fd, const std:
       }
       if (archive_write_data(out.get(), buf.data(), static_cast<size_t>(n)) < 0) {
         return WriteFailure(out.get(), sink, out_name,
-                            absl::StrCat("archive '", out_name, "': writing '", rel, "': "));
+                            absl::StrCat("archive '", PathForMessage(out_name), "': writing '",
+                                         PathForMessage(rel), "': "));
       }
       left -= n;
     }
   }
   if (archive_write_close(out.get()) != ARCHIVE_OK) {
     return WriteFailure(out.get(), sink, out_name,
-                        absl::StrCat("closing archive '", out_name, "': "));
+                        absl::StrCat("closing archive '", PathForMessage(out_name), "': "));
   }
   return absl::OkStatus();
 }
@@ -371,8 +385,8 @@ absl::StatusOr<ArchiveContents> ReadArchive(const std::string& archive_path) {
     int r = archive_read_next_header(in.get(), &entry);
     if (r == ARCHIVE_EOF) break;
     if (r < ARCHIVE_WARN) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cannot read archive '", archive_path, "': ", ArchiveError(in.get())));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cannot read archive '", PathForMessage(archive_path), "': ", ArchiveError(in.get())));
     }
     const std::string name = NormalizeEntryName(archive_entry_pathname(entry));
     if (archive_entry_filetype(entry) == AE_IFDIR) {
@@ -394,8 +408,9 @@ absl::StatusOr<ArchiveContents> ReadArchive(const std::string& archive_path) {
       data.append(static_cast<const char*>(buf), size);
     }
     if (r != ARCHIVE_EOF) {
-      return absl::InvalidArgumentError(absl::StrCat("archive '", archive_path, "': entry '",
-                                                     name, "': ", ArchiveError(in.get())));
+      return absl::InvalidArgumentError(absl::StrCat("archive '", PathForMessage(archive_path),
+                                                     "': entry '", PathForMessage(name),
+                                                     "': ", ArchiveError(in.get())));
     }
     contents.files[name] = std::move(data);
   }

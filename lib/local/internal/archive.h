@@ -1,5 +1,7 @@
 // Tar archives for the local backend (libarchive): unpacking image tarballs
-// and packing model/output artifacts.
+// and packing model/output artifacts. Errors show paths, entry names and
+// libarchive's text (which quotes them) escaped and cut, as PathForMessage
+// shows a path: callers pass paths raw.
 //
 // Internal to kiln::local: never installed. Thread-safe (no shared state).
 #ifndef KILN_LIB_LOCAL_INTERNAL_ARCHIVE_H_

@@ -18,12 +18,7 @@
 namespace kiln::local::internal {
 namespace {
 
-// A path as the messages show it. Paths hold input (a request's LocalPath, a
-// channel's keys, names a container chose): escaped and cut, so that none can
-// break a message's line or make it long. Callers pass paths raw.
-std::string Shown(std::string_view path) {
-  return ::kiln::internal::TextForMessage(path, ::kiln::internal::kMaxPathInMessage);
-}
+using ::kiln::internal::PathForMessage;
 
 std::string Join(const std::string& dir, std::string_view name) {
   return absl::StrCat(dir, "/", Av(name));
@@ -115,7 +110,8 @@ absl::Status CopyFile(const std::string& from, const std::string& to, mode_t mod
 }  // namespace
 
 absl::Status ErrnoStatus(int err, std::string_view what, std::string_view path) {
-  std::string message = absl::StrCat(Av(what), " '", Shown(path), "': ", std::strerror(err));
+  std::string message =
+      absl::StrCat(Av(what), " '", PathForMessage(path), "': ", std::strerror(err));
   switch (err) {
     case ENOENT:
       return absl::NotFoundError(message);
@@ -145,14 +141,16 @@ absl::Status MakeDirs(const std::string& path) {
     partial.push_back('/');
   }
   if (!IsDirectory(path)) {
-    return absl::FailedPreconditionError(absl::StrCat("'", Shown(path), "' is not a directory"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", PathForMessage(path), "' is not a directory"));
   }
   return absl::OkStatus();
 }
 
 absl::Status RemoveTree(const std::string& path) {
   if (path.empty() || path == "/") {
-    return absl::InvalidArgumentError(absl::StrCat("refusing to remove '", Shown(path), "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("refusing to remove '", PathForMessage(path), "'"));
   }
   return RemoveAt(AT_FDCWD, path, path);
 }
@@ -282,7 +280,7 @@ absl::StatusOr<UniqueFd> OpenDirBelow(const std::string& base, std::string_view 
         const bool link = fstatat(dir.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 &&
                           S_ISLNK(st.st_mode);
         return absl::FailedPreconditionError(absl::StrCat(
-            Shown(display), " is not read: '", Shown(walked), "' is ",
+            PathForMessage(display), " is not read: '", PathForMessage(walked), "' is ",
             link ? "a symbolic link, which is never followed" : "not a directory"));
       }
       return ErrnoStatus(err, "open directory", walked);
@@ -340,7 +338,7 @@ absl::StatusOr<std::string> ReadFilePrefixBelow(const std::string& base, std::st
   if (!fd.valid()) {
     if (errno == ELOOP) {
       return absl::FailedPreconditionError(absl::StrCat(
-          Shown(display), " is not read: it is a symbolic link, which is never followed"));
+          PathForMessage(display), " is not read: it is a symbolic link, which is never followed"));
     }
     return ErrnoStatus(errno, "open", display);
   }
@@ -349,7 +347,7 @@ absl::StatusOr<std::string> ReadFilePrefixBelow(const std::string& base, std::st
   if (S_ISDIR(st.st_mode)) return ErrnoStatus(EISDIR, "read", display);
   if (!S_ISREG(st.st_mode)) {
     return absl::FailedPreconditionError(
-        absl::StrCat(Shown(display), " is not read: it is not a regular file"));
+        absl::StrCat(PathForMessage(display), " is not read: it is not a regular file"));
   }
   std::string out;
   out.resize(max_bytes);

@@ -23,8 +23,8 @@ inline absl::string_view Av(std::string_view s) { return absl::string_view(s.dat
 // A status for a failed system call on `path`, from errno `err`: NotFound for
 // ENOENT, ResourceExhausted for ENOSPC/EDQUOT, PermissionDenied for
 // EACCES/EPERM, Internal otherwise. The message is "<what> '<path>': <reason>",
-// `path` escaped and cut as TextForMessage shows a path (kMaxPathInMessage):
-// pass it raw, never already escaped.
+// `path` escaped and cut as PathForMessage shows it: pass it raw, never
+// already escaped.
 absl::Status ErrnoStatus(int err, std::string_view what, std::string_view path);
 
 // Creates `path` and its missing parents (mode 0755). OK if it exists as a

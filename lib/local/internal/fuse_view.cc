@@ -37,6 +37,8 @@
 namespace kiln::local::internal {
 namespace {
 
+using ::kiln::internal::PathForMessage;
+
 // The view never changes while mounted: the kernel may keep names and
 // attributes as long as it likes.
 constexpr double kTimeout = 86400.0;
@@ -119,8 +121,9 @@ class FuseViewImpl final : public FuseView {
 absl::Status FuseViewImpl::Build(std::vector<FuseViewFile> files) {
   for (FuseViewFile& f : files) {
     if (!IsSafeRelativePath(f.rel) || f.rel.empty() || f.rel.back() == '/') {
-      return absl::InvalidArgumentError(
-          absl::StrCat("object '", f.uri, "': its path '", f.rel, "' is not a safe relative path"));
+      return absl::InvalidArgumentError(absl::StrCat("object '", PathForMessage(f.uri),
+                                                     "': its path '", PathForMessage(f.rel),
+                                                     "' is not a safe relative path"));
     }
     fuse_ino_t at = FUSE_ROOT_ID;
     std::vector<std::string> parts = absl::StrSplit(f.rel, '/', absl::SkipEmpty());
@@ -128,15 +131,15 @@ absl::Status FuseViewImpl::Build(std::vector<FuseViewFile> files) {
       const bool last = i + 1 == parts.size();
       if (!nodes_[at].dir) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "object '", f.uri, "': its path '", f.rel,
+            "object '", PathForMessage(f.uri), "': its path '", PathForMessage(f.rel),
             "' needs a directory where another object is a file"));
       }
       auto it = nodes_[at].children.find(parts[i]);
       if (it != nodes_[at].children.end()) {
         if (last) {
           return absl::InvalidArgumentError(absl::StrCat(
-              "object '", f.uri, "': its path '", f.rel, "' is taken (by a ",
-              nodes_[it->second].dir ? "directory" : "file", ")"));
+              "object '", PathForMessage(f.uri), "': its path '", PathForMessage(f.rel),
+              "' is taken (by a ", nodes_[it->second].dir ? "directory" : "file", ")"));
         }
         at = it->second;
         continue;
@@ -369,13 +372,13 @@ absl::Status FuseViewImpl::Start() {
   fuse_opt_free_args(&args);  // parsing may have copied them
   if (session_ == nullptr) {
     return absl::InternalError(
-        absl::StrCat("FUSE view at ", mount_point_, ": fuse_session_new failed"));
+        absl::StrCat("FUSE view at ", PathForMessage(mount_point_), ": fuse_session_new failed"));
   }
   if (fuse_session_mount(session_, mount_point_.c_str()) != 0) {
     fuse_session_destroy(session_);
     session_ = nullptr;
     return absl::FailedPreconditionError(absl::StrCat(
-        "FUSE view at ", mount_point_,
+        "FUSE view at ", PathForMessage(mount_point_),
         ": mounting failed (FastFile over a store that is not local needs /dev/fuse and the "
         "right to mount FUSE file systems: root or CAP_SYS_ADMIN)"));
   }

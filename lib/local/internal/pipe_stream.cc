@@ -119,7 +119,8 @@ absl::StatusOr<FifoWriter::Result> FifoWriter::Open(const std::string& path) {
       struct stat st;
       if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
         close(fd);
-        return absl::InternalError(absl::StrCat("'", path, "' is no longer a FIFO"));
+        return absl::InternalError(absl::StrCat("'", ::kiln::internal::PathForMessage(path),
+                                                "' is no longer a FIFO"));
       }
       fd_ = fd;
       // Best effort: a smaller buffer still works, only slower.
