@@ -388,7 +388,8 @@ absl::StatusOr<ArchiveContents> ReadArchive(const std::string& archive_path) {
       return absl::InvalidArgumentError(absl::StrCat(
           "cannot read archive '", PathForMessage(archive_path), "': ", ArchiveError(in.get())));
     }
-    const std::string name = NormalizeEntryName(archive_entry_pathname(entry));
+    const char* raw_name = archive_entry_pathname(entry);  // null for an entry without one
+    const std::string name = NormalizeEntryName(raw_name != nullptr ? raw_name : "");
     if (archive_entry_filetype(entry) == AE_IFDIR) {
       contents.directories.push_back(name);
       continue;
