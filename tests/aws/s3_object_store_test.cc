@@ -709,6 +709,33 @@ TEST_F(S3ObjectStoreTest, NoSuchUploadWithoutALostAnswerIsAnError) {
   EXPECT_THAT(MultipartUploads(), ::testing::Not(HasSubstr("UploadId")));
 }
 
+// A missing key is no error for Delete (S3 answers 204; a server answering
+// NoSuchKey means the same), but the error code decides, not the message:
+// a missing bucket, or a 404 without an S3 error code (not S3 answering),
+// is NotFound, even for a key whose name holds "NoSuchKey".
+TEST_F(S3ObjectStoreTest, DeleteTellsAMissingObjectFromAMissingBucketByTheErrorCode) {
+  auto store = Store(true);
+  ASSERT_TRUE(store->Put(Uri("del/NoSuchKey"), "x").ok());
+  proxy_->AnswerMatching("DELETE", "/del/", 404, FaultProxy::S3Error("NoSuchKey"));
+  EXPECT_TRUE(store->Delete(Uri("del/NoSuchKey")).ok());
+  proxy_->AnswerMatching("DELETE", "/del/", 404, FaultProxy::S3Error("NoSuchBucket"));
+  absl::Status s = store->Delete(Uri("del/NoSuchKey"));
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("NoSuchBucket"));
+  proxy_->AnswerMatching("DELETE", "/del/", 404, "<html>Not Found</html>");
+  s = store->Delete(Uri("del/NoSuchKey"));
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("HTTP 404"));
+  // The object was never deleted by the answers above; the real delete is.
+  EXPECT_EQ(*store->Get(Uri("del/NoSuchKey")), "x");
+  ASSERT_TRUE(store->Delete(Uri("del/NoSuchKey")).ok());
+  EXPECT_TRUE(absl::IsNotFound(store->Get(Uri("del/NoSuchKey")).status()));
+  // A bucket that does not exist, as moto itself answers it.
+  s = store->Delete("s3://kiln-no-such-bucket/k");
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("NoSuchBucket"));
+}
+
 // Keys are input: an error that names an object shows its URI escaped and
 // cut, and the server's own text (an error's message) escaped, so that
 // neither can break the message's line or make it long.

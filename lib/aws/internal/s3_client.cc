@@ -574,8 +574,11 @@ absl::Status S3Client::AbortMultipartUpload(std::string_view bucket, std::string
                                             std::string_view upload_id) {
   Call call{"DELETE", std::string(bucket), std::string(key), {{"uploadId", std::string(upload_id)}},
             {}, {}, absl::StrCat("AbortMultipartUpload ", ShownUri(bucket, key))};
-  absl::Status s = Send(call).status();
-  return absl::IsNotFound(s) ? absl::OkStatus() : s;
+  // Only the upload being gone (completed or aborted already) is what an abort wants; a
+  // missing bucket, or a 404 from something that is not S3, is an error.
+  SendTrace trace;
+  absl::Status s = Send(call, nullptr, &trace).status();
+  return absl::IsNotFound(s) && trace.code == "NoSuchUpload" ? absl::OkStatus() : s;
 }
 
 absl::StatusOr<S3ListPage> S3Client::ListObjectsV2(std::string_view bucket,
@@ -622,9 +625,12 @@ absl::Status S3Client::CreateBucket(std::string_view bucket) {
 absl::Status S3Client::DeleteObject(std::string_view bucket, std::string_view key) {
   Call call{"DELETE", std::string(bucket), std::string(key), {}, {}, {},
             absl::StrCat("DELETE ", ShownUri(bucket, key))};
-  absl::Status s = Send(call).status();
-  return absl::IsNotFound(s) && !absl::StrContains(s.message(), "NoSuchBucket") ? absl::OkStatus()
-                                                                                 : s;
+  // S3 answers 204 for a missing key; a server that answers NoSuchKey instead means the same.
+  // Any other 404 (NoSuchBucket, or a code-less one from something that is not S3) is an
+  // error: the code decides, not words in the message, which quote the key.
+  SendTrace trace;
+  absl::Status s = Send(call, nullptr, &trace).status();
+  return absl::IsNotFound(s) && trace.code == "NoSuchKey" ? absl::OkStatus() : s;
 }
 
 }  // namespace kiln::aws::internal

@@ -119,6 +119,7 @@ class S3Client {
   absl::Status CompleteMultipartUpload(std::string_view bucket, std::string_view key,
                                        std::string_view upload_id,
                                        const std::vector<std::string>& part_etags);
+  // Aborts an upload; one already gone (NoSuchUpload) is OK, any other error is returned.
   absl::Status AbortMultipartUpload(std::string_view bucket, std::string_view key,
                                     std::string_view upload_id);
 
@@ -129,7 +130,8 @@ class S3Client {
   // Creates the bucket in the client's region.
   absl::Status CreateBucket(std::string_view bucket);
 
-  // Deleting a missing object is OK (S3 answers 204 either way).
+  // Deleting a missing object is OK (S3 answers 204 either way; a NoSuchKey answer is taken
+  // the same way). A missing bucket, or a 404 without NoSuchKey, is NotFound.
   absl::Status DeleteObject(std::string_view bucket, std::string_view key);
 
   S3ClientStats stats() const;
