@@ -60,6 +60,26 @@ struct Instance {
   std::string instance_type;
 };
 
+// The input mode `channel` of `request` is delivered in: the channel's own InputMode, or the
+// algorithm's TrainingInputMode when it names none ("File", "Pipe" or "FastFile" in a valid
+// request). The reference lives as long as `request`.
+inline const std::string& EffectiveInputMode(const v1::CreateTrainingJobRequest& request,
+                                             const v1::Channel& channel) {
+  return channel.has_input_mode() ? channel.input_mode()
+                                  : request.algorithm_specification().training_input_mode();
+}
+
+// Whether the instances of group `group_name` receive `channel`: all instances do when the
+// channel's S3DataSource names no InstanceGroupNames, otherwise those of the groups it names.
+inline bool ChannelReachesGroup(const v1::Channel& channel, std::string_view group_name) {
+  const auto& groups = channel.data_source().s3_data_source().instance_group_names();
+  if (groups.empty()) return true;
+  for (const std::string& g : groups) {
+    if (g == group_name) return true;
+  }
+  return false;
+}
+
 struct Cluster {
   std::string id;  // provider-specific, unique within the provider
   std::vector<Instance> instances;

@@ -922,11 +922,10 @@ absl::Status EngineImpl::CheckComponents(const v1::CreateTrainingJobRequest& req
 }
 
 absl::Status EngineImpl::CheckChannels(const v1::CreateTrainingJobRequest& request) const {
-  const std::string& default_mode = request.algorithm_specification().training_input_mode();
   for (const v1::Channel& channel : request.input_data_config()) {
     // What the service checks synchronously (an S3Prefix without objects).
-    KILN_RETURN_IF_ERROR(options_.data_channel->CheckChannel(
-        channel, channel.has_input_mode() ? channel.input_mode() : default_mode));
+    KILN_RETURN_IF_ERROR(
+        options_.data_channel->CheckChannel(channel, EffectiveInputMode(request, channel)));
   }
   return absl::OkStatus();
 }
@@ -1497,21 +1496,15 @@ void EngineImpl::StartDownloads(Job& job) {
   const ArnText arn = ContextArn(job);
   JobContext context{job.name(), arn.view(), job.request(), *job.cluster_, job.attempt_,
                      job.seq_};
-  const std::string& default_mode = job.request().algorithm_specification().training_input_mode();
   for (const v1::Channel& channel : channels) {
     // The last delivery's vector, refilled (a channel reads the delivery
     // during the call only).
     std::vector<const Instance*> receivers = std::exchange(receivers_scratch_, {});
     receivers.clear();
-    const auto& groups = channel.data_source().s3_data_source().instance_group_names();
     for (const Instance& instance : job.cluster_->instances) {
-      if (groups.empty() ||
-          std::find(groups.begin(), groups.end(), instance.group_name) != groups.end()) {
-        receivers.push_back(&instance);
-      }
+      if (ChannelReachesGroup(channel, instance.group_name)) receivers.push_back(&instance);
     }
-    ChannelDelivery delivery{context, channel,
-                             channel.has_input_mode() ? channel.input_mode() : default_mode,
+    ChannelDelivery delivery{context, channel, EffectiveInputMode(job.request(), channel),
                              std::move(receivers)};
     options_.data_channel->Deliver(delivery, [this, token = TokenOf(job)](absl::Status s) {
       if (Job* job = Resume(token)) OnChannelDelivered(*job, std::move(s));

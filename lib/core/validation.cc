@@ -14,6 +14,7 @@
 #include "core/internal/channel_layout.h"
 #include "core/internal/regex.h"
 #include "core/internal/shapes.h"
+#include "kiln/cluster_provider.h"
 
 namespace kiln {
 namespace {
@@ -182,7 +183,6 @@ class CreateRules {
   }
 
   void CheckChannels() {
-    const std::string& default_mode = r_.algorithm_specification().training_input_mode();
     std::set<std::string_view> group_names;
     for (const auto& g : r_.resource_config().instance_groups()) {
       group_names.insert(g.instance_group_name());
@@ -197,7 +197,7 @@ class CreateRules {
         Add(path() + ".channelName", Quote(c.channel_name()),
             "ChannelName must be unique within the job");
       }
-      const std::string& mode = c.has_input_mode() ? c.input_mode() : default_mode;
+      const std::string& mode = EffectiveInputMode(r_, c);
       const auto& ds = c.data_source();
       int sources = ds.has_s3_data_source() + ds.has_file_system_data_source() +
                     ds.has_dataset_source();

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kiln/cluster_provider.h"
 
 namespace kiln::sim {
 namespace {
@@ -98,11 +99,10 @@ bool UniformProgressUsesSpot(const ProgressView& v, absl::Time now, absl::Durati
 double WorstCasePace(const SimModels& models, const v1::CreateTrainingJobRequest& request,
                      const SimJobAttributes& attributes) {
   if (attributes.work <= absl::ZeroDuration() || attributes.data_bytes <= 0) return 1.0;
-  const std::string& default_mode = request.algorithm_specification().training_input_mode();
   bool pipe = false;
   for (const v1::Channel& c : request.input_data_config()) {
     if (c.data_source().has_file_system_data_source()) continue;
-    pipe = pipe || (c.has_input_mode() ? c.input_mode() : default_mode) == "Pipe";
+    pipe = pipe || EffectiveInputMode(request, c) == "Pipe";
   }
   if (!pipe) return 1.0;
   // Channels stream side by side, each data_bytes, epochs times over.
@@ -128,11 +128,9 @@ absl::Duration RestartMargin(const SimModels& models, const v1::CreateTrainingJo
     add_type(rc.instance_type());
   }
   absl::Duration data;
-  const std::string& default_mode = request.algorithm_specification().training_input_mode();
   for (const v1::Channel& c : request.input_data_config()) {
-    const std::string mode = c.data_source().has_file_system_data_source() ? "FSx"
-                             : c.has_input_mode()                         ? c.input_mode()
-                                                                          : default_mode;
+    const std::string mode =
+        c.data_source().has_file_system_data_source() ? "FSx" : EffectiveInputMode(request, c);
     data = std::max(data, models.data.Max(mode, attributes.data_bytes));
   }
   const absl::Duration notice = models.Type(rc.instance_groups_size() > 0 ? rc.instance_groups(0).instance_type()

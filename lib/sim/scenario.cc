@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "core/internal/json_value.h"
 #include "core/internal/status_macros.h"
+#include "kiln/cluster_provider.h"
 #include "kiln/json.h"
 #include "kiln/sim/scenario.h"
 #include "kiln/validation.h"
@@ -242,10 +243,9 @@ StageError StageTooLong(const SimModels& models, const v1::CreateTrainingJobRequ
                                 absl::StrCat("pulling ", image_bytes, " bytes on ", type));
     if (!error.member.empty()) return error;
   }
-  const std::string& default_mode = r.algorithm_specification().training_input_mode();
   for (const v1::Channel& c : r.input_data_config()) {
     if (c.data_source().has_file_system_data_source()) continue;  // a mount: no bytes moved
-    const std::string& mode = c.has_input_mode() ? c.input_mode() : default_mode;
+    const std::string& mode = EffectiveInputMode(r, c);
     StageError error =
         mode == "Pipe"
             ? too_long(models.data.pipe_rate.MaxTime(data_bytes) * std::max<int64_t>(1, epochs),

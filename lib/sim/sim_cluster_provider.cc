@@ -861,11 +861,10 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   double Pace(const SimJobBehavior& b, const JobContext& job, uint64_t job_key, int attempt) const {
     if (!options_.channel_bytes || b.epochs <= 0 || b.run_duration <= absl::ZeroDuration()) return 1.0;
     const v1::CreateTrainingJobRequest& r = job.request;
-    const std::string& default_mode = r.algorithm_specification().training_input_mode();
     int64_t bytes = 0;
     for (const v1::Channel& c : r.input_data_config()) {
       if (c.data_source().has_file_system_data_source()) continue;
-      if ((c.has_input_mode() ? c.input_mode() : default_mode) != "Pipe") continue;
+      if (EffectiveInputMode(r, c) != "Pipe") continue;
       bytes = std::max(bytes, options_.channel_bytes(job.job_name, c.channel_name()));
     }
     if (bytes <= 0) return 1.0;

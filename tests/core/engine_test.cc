@@ -1362,5 +1362,26 @@ TEST_F(EngineTest, ModelArtifactsNameTheTarballOrTheUncompressedPrefix) {
             "s3://bucket/out/none/output/model/");
 }
 
+
+// The public helpers providers and data channels use to read a request's
+// channels the engine's way.
+TEST(ChannelHelpersTest, EffectiveInputModeAndTheGroupsAChannelReaches) {
+  v1::CreateTrainingJobRequest r;
+  ASSERT_TRUE(google::protobuf::TextFormat::ParseFromString(R"pb(
+    algorithm_specification { training_input_mode: "File" }
+    input_data_config { channel_name: "train" input_mode: "Pipe" }
+    input_data_config {
+      channel_name: "eval"
+      data_source { s3_data_source { instance_group_names: "a" instance_group_names: "b" } }
+    }
+  )pb", &r));
+  EXPECT_EQ(EffectiveInputMode(r, r.input_data_config(0)), "Pipe");
+  EXPECT_EQ(EffectiveInputMode(r, r.input_data_config(1)), "File");
+  EXPECT_TRUE(ChannelReachesGroup(r.input_data_config(0), "c"));  // no groups named: every one
+  EXPECT_TRUE(ChannelReachesGroup(r.input_data_config(1), "b"));
+  EXPECT_FALSE(ChannelReachesGroup(r.input_data_config(1), "c"));
+  EXPECT_FALSE(ChannelReachesGroup(r.input_data_config(1), kHomogeneousGroupName));
+}
+
 }  // namespace
 }  // namespace kiln

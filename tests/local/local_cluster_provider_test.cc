@@ -145,16 +145,10 @@ class LocalClusterProviderTest : public ::testing::TestWithParam<LocalRuntime> {
     absl::Status status;
     for (const v1::Channel& channel : request.input_data_config()) {
       std::vector<const Instance*> receivers;
-      const auto& groups = channel.data_source().s3_data_source().instance_group_names();
       for (const Instance& i : cluster.instances) {
-        if (groups.empty() ||
-            std::find(groups.begin(), groups.end(), i.group_name) != groups.end()) {
-          receivers.push_back(&i);
-        }
+        if (ChannelReachesGroup(channel, i.group_name)) receivers.push_back(&i);
       }
-      const std::string mode = channel.has_input_mode()
-                                   ? channel.input_mode()
-                                   : request.algorithm_specification().training_input_mode();
+      const std::string& mode = EffectiveInputMode(request, channel);
       ++pending;
       channel_->Deliver(ChannelDelivery{job, channel, mode, receivers}, [&](absl::Status s) {
         status.Update(s);

@@ -9,15 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/internal/json_value.h"
+#include "kiln/cluster_provider.h"
 
 namespace kiln::internal {
 namespace {
-
-const std::string& EffectiveMode(const v1::CreateTrainingJobRequest& request,
-                                 const v1::Channel& channel) {
-  return channel.has_input_mode() ? channel.input_mode()
-                                  : request.algorithm_specification().training_input_mode();
-}
 
 // Whether `mode` makes /opt/ml/input/data/<channel> itself (a directory, or
 // FastFile's link), rather than Pipe's <channel>_<epoch> FIFOs.
@@ -68,11 +63,11 @@ std::vector<ChannelLayoutCollision> ChannelLayoutCollisions(
   // may repeat a name; validation refuses that on its own).
   std::multimap<std::string_view, int> pipes;
   for (int i = 0; i < channels.size(); ++i) {
-    if (EffectiveMode(request, channels[i]) == "Pipe") pipes.emplace(channels[i].channel_name(), i);
+    if (EffectiveInputMode(request, channels[i]) == "Pipe") pipes.emplace(channels[i].channel_name(), i);
   }
   if (pipes.empty()) return collisions;
   for (int d = 0; d < channels.size(); ++d) {
-    if (!MakesChannelDirectory(EffectiveMode(request, channels[d]))) continue;
+    if (!MakesChannelDirectory(EffectiveInputMode(request, channels[d]))) continue;
     const std::optional<Fifo> fifo = FifoNamed(channels[d].channel_name());
     if (!fifo) continue;
     const auto [begin, end] = pipes.equal_range(fifo->pipe);
@@ -90,7 +85,7 @@ std::string ChannelLayoutCollisionMessage(const v1::CreateTrainingJobRequest& re
   const v1::Channel& directory = request.input_data_config(collision.directory);
   const std::string dir = TextForMessage(directory.channel_name());
   const std::string pipe = TextForMessage(request.input_data_config(collision.pipe).channel_name());
-  return absl::StrCat("channels '", dir, "' (", EffectiveMode(request, directory), " mode) and '",
+  return absl::StrCat("channels '", dir, "' (", EffectiveInputMode(request, directory), " mode) and '",
                       pipe, "' (Pipe mode) collide in /opt/ml/input/data: '", dir,
                       "' is both the directory of channel '", dir, "' and the FIFO of channel '",
                       pipe, "' for epoch ", collision.epoch,

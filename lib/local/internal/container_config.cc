@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "local/internal/fs.h"
+#include "kiln/cluster_provider.h"
 
 namespace kiln::local::internal {
 namespace {
@@ -408,17 +409,13 @@ ContainerConfig BuildContainerConfig(const ContainerConfigInput& in) {
   config.resourceconfig_json = WriteJson(resource);
 
   // --- inputdataconfig.json: the channels this instance's group receives.
-  const std::string& default_mode = request.algorithm_specification().training_input_mode();
   std::map<std::string, JsonValue> input_data;
   for (const v1::Channel& channel : request.input_data_config()) {
     const auto& s3 = channel.data_source().s3_data_source();
-    const auto& names = s3.instance_group_names();
-    if (!names.empty() && std::find(names.begin(), names.end(), self.group_name) == names.end()) {
-      continue;
-    }
+    if (!ChannelReachesGroup(channel, self.group_name)) continue;
     JsonValue c = JsonValue::Object();
     if (channel.has_content_type()) c.Set("ContentType", Str(channel.content_type()));
-    c.Set("TrainingInputMode", Str(channel.has_input_mode() ? channel.input_mode() : default_mode));
+    c.Set("TrainingInputMode", Str(EffectiveInputMode(request, channel)));
     const bool sharded = channel.data_source().has_s3_data_source() &&
                          s3.s3_data_distribution_type() == "ShardedByS3Key";
     c.Set("S3DistributionType", Str(sharded ? "ShardedByS3Key" : "FullyReplicated"));
