@@ -88,7 +88,9 @@ class CheckpointSync {
   // When it wrote a file, it returns no sooner than one timestamp tick of the
   // file system after the last write (see SyncOnce: 20 ms, or up to 2 s more
   // for whole-second stamps), so that a same-size rewrite the container makes
-  // as soon as it starts gets a stamp of its own and is uploaded.
+  // as soon as it starts gets a stamp of its own and is uploaded. A file the
+  // store's write left stamped ahead of the clock is not waited for: the
+  // first SyncOnce uploads it again.
   absl::Status Restore();
 
   // Uploads new and changed files (by size and modification time since the
@@ -124,7 +126,10 @@ class CheckpointSync {
   // would keep its size and modification time. The tick is bounded from the
   // stamp itself, whatever the file system: 20 ms (the kernel's clock) for a
   // fine stamp, more for a round one: 1 s more for a whole second (ext3,
-  // HFS+, some NFS servers), 2 s more for an even second (FAT).
+  // HFS+, some NFS servers), 2 s more for an even second (FAT). A file
+  // stamped after the call began (a file server's clock ahead of this
+  // host's, a stamp set by hand) counts the same: it is uploaded by every
+  // call until the clock has passed its stamp.
   absl::Status SyncOnce(CheckpointSyncStats* stats = nullptr);
 
  private:

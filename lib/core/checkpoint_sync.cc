@@ -70,6 +70,17 @@ int64_t GranularityBoundNs(int64_t mtime_ns) {
 // looked at sooner than that.
 int64_t RacyWindowNs(int64_t mtime_ns) { return kClockTickNs + GranularityBoundNs(mtime_ns); }
 
+// Whether a file stamped `mtime_ns`, looked at from `since_ns` on, may be
+// rewritten with the same size and stamp: it was stamped less than a racy
+// window before `since_ns`, or after it. A stamp ahead of this host's clock
+// (a file server's clock ahead of ours, a stamp set by hand or unpacked from
+// an archive) can be given again to a rewrite, by that server's clock or by
+// the same hand, so it is trusted only once this host's clock has passed it
+// (git's racy-clean rule has no upper bound either).
+bool IsRacy(int64_t mtime_ns, int64_t since_ns) {
+  return mtime_ns >= since_ns - RacyWindowNs(mtime_ns);
+}
+
 absl::string_view AbslView(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 
@@ -87,8 +98,16 @@ int64_t NowNs(const Clock* clock) {
   return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
+// The stamp in nanoseconds since the epoch; one beyond int64's range (before
+// 1677 or after 2262, which a file can be given) is clamped into it.
 int64_t MtimeNs(const struct stat& st) {
-  return int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+  int64_t ns;
+  if (__builtin_mul_overflow(int64_t{st.st_mtim.tv_sec}, kSecondNs, &ns) ||
+      __builtin_add_overflow(ns, int64_t{st.st_mtim.tv_nsec}, &ns)) {
+    return st.st_mtim.tv_sec < 0 ? std::numeric_limits<int64_t>::min()
+                                 : std::numeric_limits<int64_t>::max();
+  }
+  return ns;
 }
 
 
@@ -408,7 +427,10 @@ absl::Status CheckpointSync::Restore() {
       }
       synced_[key] = Stamp{static_cast<int64_t>(st.st_size), MtimeNs(st)};
       const int64_t window_ns = RacyWindowNs(MtimeNs(st));
-      settled_ns = std::max(settled_ns, MtimeNs(st) + window_ns);
+      const int64_t mtime_ns = MtimeNs(st);
+      settled_ns = std::max(settled_ns, mtime_ns > std::numeric_limits<int64_t>::max() - window_ns
+                                            ? std::numeric_limits<int64_t>::max()
+                                            : mtime_ns + window_ns);
       longest_window_ns = std::max(longest_window_ns, window_ns);
     }
     return absl::OkStatus();
@@ -418,9 +440,15 @@ absl::Status CheckpointSync::Restore() {
   // restore, with the same size, the file would keep the stamp recorded here
   // and never be uploaded. So wait until the file system's clock has left
   // that tick (at most one racy window: 20 ms, up to 2 s more for round stamps).
+  // A stamp ahead of the clock (a file server's clock ahead of ours) is not
+  // waited for: such a file stays racy, so the first SyncOnce uploads it.
   if (!synced_.empty()) {
     const int64_t wait_ns = std::min(longest_window_ns, settled_ns - NowNs(clock_));
     if (wait_ns > 0) absl::SleepFor(absl::Nanoseconds(wait_ns));
+    const int64_t settled_at_ns = NowNs(clock_);
+    for (auto& [key, stamp] : synced_) {
+      if (IsRacy(stamp.mtime_ns, settled_at_ns)) stamp.size = -1;
+    }
   }
   return status;
 }
@@ -439,9 +467,8 @@ absl::Status CheckpointSync::SyncOnce(CheckpointSyncStats* stats_out) {
   // Folders (or entries) that could not be read, by relative path: what lies
   // there is unknown, so nothing at or below them is deleted this round.
   std::map<std::string, absl::Status> unread;
-  int64_t walk_start_ns = NowNs(clock_);
+  const int64_t walk_start_ns = NowNs(clock_);
   WalkLocal(root->get(), local_dir_, local, unread);
-  int64_t walk_end_ns = NowNs(clock_);
 
   absl::Status first_error;
   int failures = 0;
@@ -530,12 +557,9 @@ absl::Status CheckpointSync::SyncOnce(CheckpointSyncStats* stats_out) {
     }
     ++stats.uploaded;
     stats.bytes_uploaded += file.size;
-    const int64_t window_ns = RacyWindowNs(file.mtime_ns);
-    bool racy = file.mtime_ns >= walk_start_ns - window_ns &&
-                file.mtime_ns <= walk_end_ns + window_ns;
     // A racy file keeps an impossible size so that the next call uploads it
     // once more, when its stamp can be trusted.
-    synced_[key] = Stamp{racy ? -1 : file.size, file.mtime_ns};
+    synced_[key] = Stamp{IsRacy(file.mtime_ns, walk_start_ns) ? -1 : file.size, file.mtime_ns};
   }
 
   // The other deletions come last: a checkpoint the script replaced (wrote

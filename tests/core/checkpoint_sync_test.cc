@@ -15,6 +15,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -27,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -328,6 +331,86 @@ TEST_F(CheckpointSyncTest, SameSizeRewriteRightAfterRestoreIsNotMissedWithCoarse
   WriteLocal(path, "101", /*mtime_s=*/0);
   const struct timespec stamp = coarse.Truncated(now);
   const struct timespec times[2] = {stamp, stamp};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  absl::StatusOr<CheckpointSyncStats> stats = Sync(sync);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->uploaded, 1);
+  EXPECT_EQ(store_->Get(absl::StrCat(kPrefix, "step")).value_or(""), "101");
+}
+
+// A stamp ahead of the clock (a file server whose clock is ahead of this
+// host's, a stamp set by hand) may be given again to a same-size rewrite:
+// such a file is uploaded by every call until the clock has passed it.
+TEST_F(CheckpointSyncTest, SameSizeRewriteWithAStampAheadOfTheClockIsNotMissed) {
+  SetClock clock;
+  clock.now = absl::FromUnixSeconds(1'700'000'000) + absl::Milliseconds(500);
+  const int64_t ahead_s = 1'700'000'000 + 3600;  // an hour ahead
+  const std::string dir = tmp_.Sub("dir");
+  CheckpointSync sync(*store_, kPrefix, dir, /*trusted_root=*/"", &clock);
+  WriteLocal(dir + "/step", "100", ahead_s);
+  ASSERT_EQ(Sync(sync).value().uploaded, 1);
+  WriteLocal(dir + "/step", "101", ahead_s);
+  clock.now += absl::Minutes(10);
+  ASSERT_EQ(Sync(sync).value().uploaded, 1);
+  EXPECT_EQ(store_->Get(absl::StrCat(kPrefix, "step")).value_or(""), "101");
+  // Once the clock has passed the stamp (by more than a tick), one last
+  // upload records it as settled.
+  clock.now = absl::FromUnixSeconds(ahead_s + 3);
+  EXPECT_EQ(Sync(sync).value().uploaded, 1);
+  EXPECT_EQ(Sync(sync).value().uploaded, 0);
+}
+
+// A stamp beyond 2262 does not fit int64 nanoseconds: it is clamped, and
+// the file (whose stamp never settles) is uploaded by every call.
+TEST_F(CheckpointSyncTest, AStampBeyondTheNanosecondRangeIsClamped) {
+  const std::string dir = tmp_.Sub("dir");
+  CheckpointSync sync(*store_, kPrefix, dir);
+  fs::create_directories(dir);
+  WriteLocal(dir + "/step", "100", /*mtime_s=*/0);
+  struct timespec far[2] = {{10'000'000'000, 0}, {10'000'000'000, 0}};  // year 2286
+  if (::utimensat(AT_FDCWD, (dir + "/step").c_str(), far, 0) != 0) {
+    GTEST_SKIP() << "this file system cannot stamp year 2286: " << std::strerror(errno);
+  }
+  ASSERT_EQ(Sync(sync).value().uploaded, 1);
+  EXPECT_EQ(Sync(sync).value().uploaded, 1);
+  EXPECT_EQ(store_->Get(absl::StrCat(kPrefix, "step")).value_or(""), "100");
+}
+
+// The in-memory store, but the files it restores are stamped an hour ahead
+// of the clock (a file server whose clock is ahead of this host's).
+class AheadStampStore : public CoarseStampStore {
+ public:
+  explicit AheadStampStore(ObjectStore& inner) : CoarseStampStore(inner, 1) {}
+  absl::Status GetToFile(std::string_view uri, const std::string& path) override {
+    absl::Status got = CoarseStampStore::GetToFile(uri, path);
+    if (!got.ok()) return got;
+    const struct timespec times[2] = {Ahead(), Ahead()};
+    EXPECT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0) << path;
+    return got;
+  }
+  static struct timespec Ahead() {
+    static const struct timespec ahead = [] {
+      struct timespec now;
+      ::clock_gettime(CLOCK_REALTIME, &now);
+      now.tv_sec += 3600;
+      return now;
+    }();
+    return ahead;
+  }
+};
+
+// Restore does not wait for a stamp ahead of the clock, and the first sync
+// uploads that file again, since a same-size rewrite may get its stamp.
+TEST_F(CheckpointSyncTest, ARestoredFileStampedAheadOfTheClockIsUploadedByTheFirstSync) {
+  AheadStampStore ahead(*store_);
+  const std::string path = tmp_.Sub("dir/step");
+  ASSERT_TRUE(store_->Put(absl::StrCat(kPrefix, "step"), "100").ok());
+  CheckpointSync sync(ahead, kPrefix, tmp_.Sub("dir"));
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(sync.Restore().ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));  // bounded by one tick, not the hour
+  WriteLocal(path, "101", /*mtime_s=*/0);
+  const struct timespec times[2] = {AheadStampStore::Ahead(), AheadStampStore::Ahead()};
   ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
   absl::StatusOr<CheckpointSyncStats> stats = Sync(sync);
   ASSERT_TRUE(stats.ok()) << stats.status();
