@@ -107,9 +107,12 @@ class ObjectStore {
 // (file:///dir/name); any other URI is InvalidArgument naming it, and so is an
 // object URI ending in '/'. Put and PutFromFile write a temporary file
 // `.kiln-tmp-<random>` beside the target (creating parent directories), fsync
-// it and rename it over, so a crash never leaves half an object; on failure
-// the temporary file is removed (a full disk is ResourceExhausted naming the
-// path). List walks the tree below the prefix: regular files and symbolic
+// it and rename it over, so a crash never leaves half an object, then fsync
+// the directory (and those it created), so that an object Put returned OK
+// for survives a crash; on failure before the rename the temporary file is
+// removed (a full disk is ResourceExhausted naming the path), and a failure
+// to sync a directory after it says the object is in place but may not
+// survive a crash. List walks the tree below the prefix: regular files and symbolic
 // links to them, never into linked directories, never the temporary files.
 // A directory is not an object: Get says NotFound, Delete does nothing.
 // Removing the last object of a directory leaves the directory; a Put or

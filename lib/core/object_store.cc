@@ -127,10 +127,27 @@ std::string TempPathIn(std::string_view dir) {
   return absl::StrCat(AbslView(dir), "/", name);
 }
 
+// fsyncs directory `dir`, so that the entries made in it (a rename, a new
+// directory) survive a crash. A file system that cannot sync a directory
+// (EINVAL) is taken as having nothing to sync.
+absl::Status SyncDirectory(const std::string& dir) {
+  UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    return ErrnoError(errno, absl::StrCat("open directory '", PathForMessage(dir), "' to sync it"));
+  }
+  if (::fsync(fd.get()) != 0 && errno != EINVAL) {
+    return ErrnoError(errno, absl::StrCat("fsync directory '", PathForMessage(dir), "'"));
+  }
+  return absl::OkStatus();
+}
+
 // Creates or replaces the file `path` atomically: `fill` writes the content
 // into a temporary file beside it, which is then (when `durable`) fsync'ed and
-// renamed over `path`. Parent directories are created. On any failure the
-// temporary file is removed and the error names `path`.
+// renamed over `path`. Parent directories are created. When `durable`, the
+// rename and the directories created are synced too, so that once this
+// returns OK a crash keeps the new file (an error then may come after the
+// rename: the new file may be in place). On any failure before the rename the
+// temporary file is removed; the error names `path`.
 absl::Status ReplaceFile(const std::string& path, bool durable,
                          absl::FunctionRef<absl::Status(int fd, const std::string& path)> fill) {
   if (path.empty() || path.back() == '/') {
@@ -138,6 +155,16 @@ absl::Status ReplaceFile(const std::string& path, bool durable,
         absl::StrCat("'", PathForMessage(path), "' names a directory, not a file"));
   }
   std::string dir(Dirname(path));
+  // The deepest directory on the way that exists already: those below it are
+  // new entries that a durable write syncs as well.
+  std::string existing = dir;
+  if (durable) {
+    struct stat st;
+    while (existing != "/" && existing != "." && ::stat(existing.c_str(), &st) != 0 &&
+           errno == ENOENT) {
+      existing = std::string(Dirname(existing));
+    }
+  }
   KILN_RETURN_IF_ERROR(MakeDirs(dir));
   std::string temp;
   UniqueFd fd;
@@ -162,7 +189,21 @@ absl::Status ReplaceFile(const std::string& path, bool durable,
     status = ErrnoError(errno,
                         absl::StrCat("rename a temporary file over '", PathForMessage(path), "'"));
   }
-  if (!status.ok()) ::unlink(temp.c_str());
+  if (!status.ok()) {
+    ::unlink(temp.c_str());
+    return status;
+  }
+  if (durable) {
+    for (std::string d = dir;; d = std::string(Dirname(d))) {
+      if (absl::Status synced = SyncDirectory(d); !synced.ok()) {
+        return absl::Status(synced.code(), absl::StrCat("'", PathForMessage(path),
+                                                        "' is in place but may not survive a "
+                                                        "crash: ",
+                                                        synced.message()));
+      }
+      if (d == existing || d == "/" || d == "." || d.empty()) break;
+    }
+  }
   return status;
 }
 
