@@ -63,7 +63,9 @@ std::vector<ChannelLayoutCollision> ChannelLayoutCollisions(
   // may repeat a name; validation refuses that on its own).
   std::multimap<std::string_view, int> pipes;
   for (int i = 0; i < channels.size(); ++i) {
-    if (EffectiveInputMode(request, channels[i]) == "Pipe") pipes.emplace(channels[i].channel_name(), i);
+    if (EffectiveInputMode(request, channels[i]) == "Pipe") {
+      pipes.emplace(channels[i].channel_name(), i);
+    }
   }
   if (pipes.empty()) return collisions;
   for (int d = 0; d < channels.size(); ++d) {
@@ -85,8 +87,8 @@ std::string ChannelLayoutCollisionMessage(const v1::CreateTrainingJobRequest& re
   const v1::Channel& directory = request.input_data_config(collision.directory);
   const std::string dir = TextForMessage(directory.channel_name());
   const std::string pipe = TextForMessage(request.input_data_config(collision.pipe).channel_name());
-  return absl::StrCat("channels '", dir, "' (", EffectiveInputMode(request, directory), " mode) and '",
-                      pipe, "' (Pipe mode) collide in /opt/ml/input/data: '", dir,
+  return absl::StrCat("channels '", dir, "' (", EffectiveInputMode(request, directory),
+                      " mode) and '", pipe, "' (Pipe mode) collide in /opt/ml/input/data: '", dir,
                       "' is both the directory of channel '", dir, "' and the FIFO of channel '",
                       pipe, "' for epoch ", collision.epoch,
                       " (Pipe mode names its FIFOs <channel>_<epoch>); rename one of the channels");
