@@ -62,7 +62,10 @@ constexpr int64_t kSecondNs = 1'000'000'000;
 // from the stamp, whatever the file system. (A fine stamp that happens to be
 // round only keeps its file racy a little longer.)
 int64_t GranularityBoundNs(int64_t mtime_ns) {
-  if (mtime_ns % (2 * kSecondNs) == 0) return 2 * kSecondNs;
+  // (A stamp clamped to the range's start tells nothing, and has no |x| for gcd.)
+  if (mtime_ns % (2 * kSecondNs) == 0 || mtime_ns == std::numeric_limits<int64_t>::min()) {
+    return 2 * kSecondNs;
+  }
   return std::gcd(mtime_ns, kSecondNs);
 }
 

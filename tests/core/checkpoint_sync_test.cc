@@ -376,6 +376,29 @@ TEST_F(CheckpointSyncTest, AStampBeyondTheNanosecondRangeIsClamped) {
   EXPECT_EQ(store_->Get(absl::StrCat(kPrefix, "step")).value_or(""), "100");
 }
 
+// A stamp before 1677 is clamped too, and is settled (uploaded once). ext4
+// cannot keep one; tmpfs (/dev/shm) can.
+TEST_F(CheckpointSyncTest, AStampBeforeTheNanosecondRangeIsClamped) {
+  std::string pattern = "/dev/shm/kiln-checkpoint-XXXXXX";
+  if (::mkdtemp(pattern.data()) == nullptr) GTEST_SKIP() << "no /dev/shm";
+  const std::string dir = pattern;
+  const std::string path = dir + "/step";
+  WriteLocal(path, "100", /*mtime_s=*/0);
+  struct timespec early[2] = {{-10'000'000'000, 0}, {-10'000'000'000, 0}};  // year 1653
+  struct stat st;
+  const bool kept = ::utimensat(AT_FDCWD, path.c_str(), early, 0) == 0 &&
+                    ::stat(path.c_str(), &st) == 0 && st.st_mtim.tv_sec == -10'000'000'000;
+  if (kept) {
+    CheckpointSync sync(*store_, kPrefix, dir);
+    EXPECT_EQ(Sync(sync).value().uploaded, 1);
+    EXPECT_EQ(Sync(sync).value().uploaded, 0);
+    EXPECT_EQ(store_->Get(absl::StrCat(kPrefix, "step")).value_or(""), "100");
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (!kept) GTEST_SKIP() << "this file system cannot stamp year 1653";
+}
+
 // The in-memory store, but the files it restores are stamped an hour ahead
 // of the clock (a file server whose clock is ahead of this host's).
 class AheadStampStore : public CoarseStampStore {
