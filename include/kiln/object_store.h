@@ -112,8 +112,9 @@ class ObjectStore {
 // for survives a crash; on failure before the rename the temporary file is
 // removed (a full disk is ResourceExhausted naming the path), and a failure
 // to sync a directory after it says the object is in place but may not
-// survive a crash. List walks the tree below the prefix: regular files and symbolic
-// links to them, never into linked directories, never the temporary files.
+// survive a crash. List walks the tree below the prefix: regular files and
+// symbolic links to them, never into linked directories, never the temporary
+// files.
 // A directory is not an object: Get says NotFound, Delete does nothing.
 // Removing the last object of a directory leaves the directory; a Put or
 // PutFromFile of that directory's own key replaces it while it is empty (the

@@ -428,9 +428,9 @@ absl::Status CheckpointSync::Restore() {
         return ErrnoError(errno, absl::StrCat("checkpoint restore of '", PathForMessage(uri),
                                               "': stat '", PathForMessage(path), "'"));
       }
-      synced_[key] = Stamp{static_cast<int64_t>(st.st_size), MtimeNs(st)};
-      const int64_t window_ns = RacyWindowNs(MtimeNs(st));
       const int64_t mtime_ns = MtimeNs(st);
+      synced_[key] = Stamp{static_cast<int64_t>(st.st_size), mtime_ns};
+      const int64_t window_ns = RacyWindowNs(mtime_ns);
       settled_ns = std::max(settled_ns, mtime_ns > std::numeric_limits<int64_t>::max() - window_ns
                                             ? std::numeric_limits<int64_t>::max()
                                             : mtime_ns + window_ns);
