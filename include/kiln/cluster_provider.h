@@ -86,7 +86,9 @@ struct Cluster {
   bool spot = false;
 };
 
-// How one container ended.
+// How one container ended. Later versions may add fields: set them by name
+// (`ContainerExit exit; exit.exit_code = 1;`) rather than by position, which
+// -Wextra then reports as missing initializers.
 struct ContainerExit {
   int exit_code = 0;  // the process's exit status; 128 + signal when killed by one
   // Contents of /opt/ml/output/failure (the engine keeps the first 1024

@@ -1455,12 +1455,8 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
   if (status.ok() && spec.checkpoint_store != nullptr) {
     sync = std::make_unique<CheckpointSync>(*spec.checkpoint_store, spec.checkpoint_uri,
                                             spec.checkpoint_dir, spec.instance_dir);
-    absl::Status s = sync->Restore();
-    if (!s.ok()) {
-      status = absl::Status(
-          s.code(), absl::StrCat("restoring checkpoints from ", PathForMessage(spec.checkpoint_uri),
-                                 ": ", s.message()));
-    }
+    // Its errors say "checkpoint restore" and name the object or folder.
+    status = sync->Restore();
   }
   std::string program;
   if (status.ok()) {

@@ -1179,6 +1179,49 @@ TEST_P(LocalClusterProviderTest, CheckpointsAreRestoredBeforeTheRunAndSyncedAfte
   EXPECT_EQ(ReadFile(store_dir_ + "/ckpt/epoch-2.pt"), "two\n");
 }
 
+// A store whose listing fails, as one out of reach does.
+class UnreachableStore final : public ObjectStore {
+ public:
+  absl::StatusOr<std::vector<ObjectInfo>> List(std::string_view) override {
+    return absl::UnavailableError("connection refused");
+  }
+  absl::StatusOr<std::string> Get(std::string_view) override { return Unreachable(); }
+  absl::Status Put(std::string_view, std::string_view) override { return Unreachable(); }
+  absl::Status Delete(std::string_view) override { return Unreachable(); }
+  absl::Status Read(std::string_view,
+                    absl::FunctionRef<absl::Status(std::string_view)>) override {
+    return Unreachable();
+  }
+
+ private:
+  static absl::Status Unreachable() { return absl::UnavailableError("connection refused"); }
+};
+
+// A restore that fails keeps the container from running, and the error names
+// the restore once (CheckpointSync's message names it, and what it listed).
+TEST_P(LocalClusterProviderTest, AFailedCheckpointRestoreNamesItOnce) {
+  static UnreachableStore down;  // outlives the provider, which may hold it
+  stores_.Register("down", &down);
+  AddScript("ckpt.sh", "echo ran\n");
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok());
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  v1::CreateTrainingJobRequest r = Request("ckpt-restore", {"/opt/program/ckpt.sh"});
+  r.mutable_checkpoint_config()->set_s3_uri("down://bucket/ckpt/");
+  Recorder events;
+  const absl::Status started = Start(r, *cluster, events);
+  std::string said(started.message());
+  if (started.ok()) {
+    ASSERT_TRUE(WaitExits(events, 1));
+    EXPECT_NE(events.exits["algo-1"].exit_code, 0);
+    said = events.AllLines() + events.exits["algo-1"].failure_text;
+  }
+  EXPECT_FALSE(events.HasLine("algo-1", "ran")) << said;
+  EXPECT_THAT(said, HasSubstr("checkpoint restore: list 'down://bucket/ckpt/': connection refused"))
+      << said;
+  EXPECT_THAT(said, Not(HasSubstr("restoring checkpoints"))) << said;
+}
+
 // A checkpoint sync that fails for one file still uploads the others, and
 // its line in the log stream says so, naming the sync once (the error names
 // it already). Here sub/b.pt cannot go up (a FIFO in the store stands where
