@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -901,22 +902,27 @@ class EngineDataChannelTest : public EngineTest {
     }
     return c;
   }
+  // Makes `r` a heterogeneous cluster of two groups: "gpu" of 2 instances
+  // (algo-1, algo-2), then "cpu" of 1 (algo-3).
+  static void UseGpuAndCpuGroups(v1::CreateTrainingJobRequest& r) {
+    auto* rc = r.mutable_resource_config();
+    rc->clear_instance_type();
+    rc->clear_instance_count();
+    for (const auto& [name, type, count] : {std::tuple<const char*, const char*, int>{
+                                                "gpu", "ml.p3.2xlarge", 2},
+                                            {"cpu", "ml.c5.xlarge", 1}}) {
+      auto* g = rc->add_instance_groups();
+      g->set_instance_group_name(name);
+      g->set_instance_type(type);
+      g->set_instance_count(count);
+    }
+  }
   std::unique_ptr<RecordingDataChannel> recording_;
 };
 
 TEST_F(EngineDataChannelTest, ChannelsReachOnlyTheirInstanceGroupsAndEndWithTheContainers) {
   v1::CreateTrainingJobRequest r = Request("hetero");
-  auto* rc = r.mutable_resource_config();
-  rc->clear_instance_type();
-  rc->clear_instance_count();
-  auto* g1 = rc->add_instance_groups();
-  g1->set_instance_group_name("gpu");
-  g1->set_instance_type("ml.p3.2xlarge");
-  g1->set_instance_count(2);
-  auto* g2 = rc->add_instance_groups();
-  g2->set_instance_group_name("cpu");
-  g2->set_instance_type("ml.c5.xlarge");
-  g2->set_instance_count(1);
+  UseGpuAndCpuGroups(r);
   *r.add_input_data_config() = Prefix("all");
   *r.add_input_data_config() = Prefix("cpu-only", {"cpu"});
   Create(r);
@@ -934,15 +940,7 @@ TEST_F(EngineDataChannelTest, ChannelsReachOnlyTheirInstanceGroupsAndEndWithTheC
 // a job after a larger one gets its own groups and instances, no more.
 TEST_F(EngineDataChannelTest, AJobAfterALargerOneGetsOnlyItsOwnGroupsAndReceivers) {
   v1::CreateTrainingJobRequest hetero = Request("hetero");
-  auto* rc = hetero.mutable_resource_config();
-  rc->clear_instance_type();
-  rc->clear_instance_count();
-  for (const auto& [name, count] : {std::pair<const char*, int>{"gpu", 2}, {"cpu", 1}}) {
-    auto* g = rc->add_instance_groups();
-    g->set_instance_group_name(name);
-    g->set_instance_type("ml.c5.xlarge");
-    g->set_instance_count(count);
-  }
+  UseGpuAndCpuGroups(hetero);
   *hetero.add_input_data_config() = Prefix("all");
   Create(hetero);
   v1::CreateTrainingJobRequest single = Request("single");
@@ -997,15 +995,7 @@ TEST_F(EngineDataChannelTest, ChannelsThatMeetInTheContainerAreRefusedBeforeTheJ
   EXPECT_EQ(loop_->pending_events(), 0u);
   EXPECT_EQ(engine_->PrepareTrainingJob(r).status(), whole);
 
-  auto* rc = r.mutable_resource_config();
-  rc->clear_instance_type();
-  rc->clear_instance_count();
-  for (const auto& [name, count] : {std::pair<const char*, int>{"gpu", 2}, {"cpu", 1}}) {
-    auto* g = rc->add_instance_groups();
-    g->set_instance_group_name(name);
-    g->set_instance_type("ml.c5.xlarge");
-    g->set_instance_count(count);
-  }
+  UseGpuAndCpuGroups(r);
   for (const auto& [channel, group] : {std::pair<int, const char*>{0, "gpu"}, {1, "cpu"}}) {
     r.mutable_input_data_config(channel)
         ->mutable_data_source()
