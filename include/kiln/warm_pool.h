@@ -143,10 +143,12 @@ struct AdaptiveHistogramOptions {
 // Per cluster shape, a histogram of the idle gaps between a pool becoming
 // Available and the arrival of the job of that shape that would reuse it: the
 // next job for the pool that became Available last (the manager gives the
-// newest pool), a later one for each older pool. Keeps a cluster until a
-// tail percentile of that histogram (the hybrid-histogram policy of
-// "Serverless in the Wild", ATC'20, applied to clusters). Every eligible job
-// takes part. REQUIRES: options.Check() is OK (checked: a failing one aborts with its message,
+// newest pool), a later one for each older pool. A gap runs on when its pool
+// expires or is released before that job, so gaps longer than the keep-alive
+// given are learnt too. Keeps a cluster until a tail percentile of that
+// histogram (the hybrid-histogram policy of "Serverless in the Wild", ATC'20,
+// applied to clusters). Every eligible job takes part. REQUIRES:
+// options.Check() is OK (checked: a failing one aborts with its message,
 // rather than sizing a histogram from nonsense).
 std::unique_ptr<KeepAlivePolicy> NewAdaptiveHistogramKeepAlive(
     AdaptiveHistogramOptions options = {});

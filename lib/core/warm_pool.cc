@@ -101,7 +101,10 @@ class AdaptiveHistogramKeepAlive final : public KeepAlivePolicy {
 
   // A gap lasts until the job that would reuse the pool, had it been kept:
   // one job takes one pool, the one that became Available last (as the
-  // manager gives them), and the others wait on for later jobs.
+  // manager gives them), and the others wait on for later jobs. A gap runs
+  // on after its pool expires or is released: that is how gaps longer than
+  // the keep-alive given are learnt. (Ending it with the pool would show the
+  // policy only gaps shorter than the keep-alives it gives.)
   void OnJobArrived(const PoolShape& shape, absl::Time time) override {
     Histogram& h = shapes_[shape.Key()];
     if (h.counts.empty()) h.counts.assign(bins_, 0);
@@ -126,7 +129,11 @@ class AdaptiveHistogramKeepAlive final : public KeepAlivePolicy {
     std::vector<int64_t> counts;   // gaps shorter than `range`, by bin
     int64_t samples = 0;           // every gap
     int64_t beyond_range = 0;      // gaps of `range` or more, in no bin
-    std::vector<absl::Time> open;  // pools Available and not reused yet, oldest first
+    // When each pool whose gap no job has ended yet became Available, oldest
+    // first; its pool may have ended since. Under the manager at most the
+    // most jobs of the shape that ran at once: a job ends one gap as it
+    // arrives, if there is one, and opens at most one when it ends.
+    std::vector<absl::Time> open;
   };
   AdaptiveHistogramOptions options_;
   size_t bins_;

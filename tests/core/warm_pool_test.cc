@@ -640,6 +640,33 @@ TEST_F(WarmPoolTest, NeverPolicyPoolsNothing) {
   EXPECT_EQ(Startup("b"), 90);
 }
 
+// AdaptiveHistogram learns a gap from a pool it let expire: the gap runs on
+// until the job that would have reused the pool, so a workload whose gaps
+// are longer than the fallback teaches the policy to keep its clusters long
+// enough. (Were a pool's gap dropped when the pool ends, the policy would
+// only ever see gaps shorter than the keep-alive it gives.)
+TEST_F(WarmPoolTest, AdaptivePolicyLearnsTheGapsOfPoolsThatExpiredUnreused) {
+  AdaptiveHistogramOptions adaptive;
+  adaptive.min_samples = 3;
+  adaptive.fallback = absl::Seconds(300);
+  WarmPoolOptions options;
+  options.policy = NewAdaptiveHistogramKeepAlive(adaptive);
+  Build(options);
+  // Each job is created 30 min after the previous one ended (cold: 695 s).
+  int64_t t = 0;
+  for (int i = 1; i <= 4; ++i) {
+    CreateAt(t, Request(absl::StrCat("j", i)));
+    t += 695 + 1800;
+  }
+  // j1-j3 were kept for the fallback and expired; j2-j4's arrivals closed
+  // their three 30-min gaps, so j4 is kept for the bin [30, 31) min + 10%.
+  CreateAt(t, Request("j5"));
+  loop_->RunUntilIdle();
+  for (int i = 1; i <= 3; ++i) EXPECT_EQ(Pool(absl::StrCat("j", i)), "Terminated after 300 s");
+  EXPECT_EQ(Pool("j4"), "Reused by j5 after 1800 s");
+  EXPECT_EQ(Startup("j5"), 0);
+}
+
 // A manager that refuses every job with one status; the engine's own for nothing.
 class RefusingManager : public WarmPoolManager {
  public:
