@@ -132,7 +132,8 @@ struct AdaptiveHistogramOptions {
   int min_samples = 10;
   absl::Duration fallback = absl::Minutes(10);
 
-  // The most bins a histogram may have (range / bin_width): 8 MiB of counts per cluster shape.
+  // The most bins a histogram may have (range / bin_width): at most 8 MiB of counts per cluster
+  // shape. A shape holds counts only up to the bin of its longest gap shorter than `range`.
   static constexpr int64_t kMaxBins = int64_t{1} << 20;
   // OK, or InvalidArgument naming the first member out of its range: bin_width and range finite
   // and positive, range at least bin_width and at most kMaxBins bins, percentile in (0, 1],

@@ -85,6 +85,7 @@ class AdaptiveHistogramKeepAlive final : public KeepAlivePolicy {
     // measure no more gaps.)
     const double wanted = std::min(options_.percentile * static_cast<double>(h.samples),
                                    static_cast<double>(h.samples - h.beyond_range));
+    // (The loop stops within `counts`: `wanted` is at most the gaps in it.)
     double seen = 0;
     size_t bin = 0;
     for (; bin < h.counts.size(); ++bin) {
@@ -107,7 +108,6 @@ class AdaptiveHistogramKeepAlive final : public KeepAlivePolicy {
   // policy only gaps shorter than the keep-alives it gives.)
   void OnJobArrived(const PoolShape& shape, absl::Time time) override {
     Histogram& h = shapes_[shape.Key()];
-    if (h.counts.empty()) h.counts.assign(bins_, 0);
     if (h.open.empty()) return;
     const absl::Duration gap = time - h.open.back();
     h.open.pop_back();
@@ -116,8 +116,14 @@ class AdaptiveHistogramKeepAlive final : public KeepAlivePolicy {
       ++h.beyond_range;
       return;
     }
-    const int64_t bin = gap / options_.bin_width;
-    ++h.counts[static_cast<size_t>(std::clamp<int64_t>(bin, 0, bins_ - 1))];
+    const size_t bin =
+        static_cast<size_t>(std::clamp<int64_t>(gap / options_.bin_width, 0, bins_ - 1));
+    if (bin >= h.counts.size()) {
+      // Doubling, but never past the last bin.
+      h.counts.reserve(std::min(bins_, std::max(bin + 1, 2 * h.counts.size())));
+      h.counts.resize(bin + 1, 0);
+    }
+    ++h.counts[bin];
   }
 
   std::string Name() const override {
@@ -126,7 +132,9 @@ class AdaptiveHistogramKeepAlive final : public KeepAlivePolicy {
 
  private:
   struct Histogram {
-    std::vector<int64_t> counts;   // gaps shorter than `range`, by bin
+    // Gaps shorter than `range`, by bin, up to the last bin with a gap: a
+    // shape whose pools were never reused within the range holds none.
+    std::vector<int64_t> counts;
     int64_t samples = 0;           // every gap
     int64_t beyond_range = 0;      // gaps of `range` or more, in no bin
     // When each pool whose gap no job has ended yet became Available, oldest

@@ -5,6 +5,10 @@
 // cached) at t + 605.
 #include "kiln/warm_pool.h"
 
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -942,6 +946,54 @@ TEST(AdaptiveHistogramTest, AJobEndsTheGapOfThePoolItWouldReuseOnly) {
   // A job that finds no pool Available ends no gap.
   policy->OnJobArrived(shape, t);
   EXPECT_EQ(policy->KeepAlive(q), absl::Minutes(51) * 1.1);
+}
+
+// Bytes this process has resident (Linux: /proc/self/statm).
+int64_t ResidentBytes() {
+  long size = 0, pages = 0;
+  if (std::FILE* f = std::fopen("/proc/self/statm", "r")) {
+    if (std::fscanf(f, "%ld %ld", &size, &pages) != 2) pages = 0;
+    std::fclose(f);
+  }
+  return int64_t{pages} * sysconf(_SC_PAGESIZE);
+}
+
+// A shape holds counts only up to its longest gap within the range: one whose
+// pools were never reused holds none. A trace of many cluster shapes (roles,
+// volume sizes), each seen once or twice, costs the policy a little per shape,
+// not range / bin_width counts (here the most allowed: 8 MiB).
+TEST(AdaptiveHistogramTest, AShapeHoldsCountsOnlyUpToItsLongestGap) {
+  AdaptiveHistogramOptions o;
+  o.bin_width = absl::Seconds(1);
+  o.range = o.bin_width * AdaptiveHistogramOptions::kMaxBins;
+  o.min_samples = 1;
+  auto policy = NewAdaptiveHistogramKeepAlive(o);
+  const int64_t before = ResidentBytes();
+  absl::Time t = absl::FromUnixSeconds(0);
+  auto shape = [](std::string team) {
+    PoolShape s;
+    s.role_arn = "arn:aws:iam::123456789012:role/" + team;
+    s.instance_type = "ml.m5.xlarge";
+    return s;
+  };
+  for (int i = 0; i < 16; ++i) {
+    // One job, its pool never reused.
+    const PoolShape once = shape(absl::StrCat("once-", i));
+    policy->OnJobArrived(once, t);
+    policy->OnPoolAvailable(once, t + absl::Minutes(10));
+    // Two jobs, the second 2 min after the first's pool became Available.
+    const PoolShape twice = shape(absl::StrCat("twice-", i));
+    policy->OnJobArrived(twice, t);
+    policy->OnPoolAvailable(twice, t + absl::Minutes(10));
+    policy->OnJobArrived(twice, t + absl::Minutes(12));
+    policy->OnPoolAvailable(twice, t + absl::Minutes(22));
+    t += absl::Hours(1);
+  }
+  // 32 shapes in less than one full histogram.
+  EXPECT_LT(ResidentBytes() - before, 8 << 20);
+  // A 2-min gap, in the bin [120, 121) s: kept 121 s + 10%.
+  EXPECT_EQ(policy->KeepAlive({"job", shape("twice-0"), absl::ZeroDuration(), t}),
+            absl::Seconds(121) * 1.1);
 }
 
 TEST(AdaptiveHistogramTest, CheckNamesTheMemberOutOfRange) {
