@@ -382,8 +382,68 @@ class LineSplitter {
   std::string buf_;
 };
 
-// The log stream of one container run (<log_dir>/<job>/algo-<k>-<epoch>):
-// the container's output as it comes, and Kiln's own "[kiln] " lines.
+// Where the log stream of one container run goes:
+// <log_dir>/<job>/algo-<k>-<epoch>, or, when a run of the same job on the
+// same host that started in the same second holds that name (a rerun, the
+// job's next attempt, a provider in another process sharing the log
+// directory), the first free of "<name>-2", "<name>-3", ... The first Open
+// makes the file with O_EXCL: the kernel, not the clock, keeps two runs from
+// ever sharing a stream, so what is said about a run after it ended
+// (NoteAfterRun) reaches its stream and no other.
+//
+// Thread-safe.
+class RunLog {
+ public:
+  explicit RunLog(std::string name) : name_(std::move(name)) {}
+
+  // Opens the stream for appending: the first time, a file made under a name
+  // no other stream has (its directory made when missing); afterwards, that
+  // file again, or, when it was deleted or replaced meanwhile, one made anew
+  // the same way (never a file another run may have made under its name).
+  // Sets `path` to the file's name (on error, the one that failed).
+  // Errors: as ErrnoStatus, naming the directory or the file.
+  absl::StatusOr<internal::UniqueFd> Open(std::string& path) {
+    absl::MutexLock lock(&mu_);
+    if (!path_.empty()) {
+      path = path_;
+      internal::UniqueFd fd(open(path_.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC));
+      struct stat st;
+      if (fd.valid() && fstat(fd.get(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) {
+        return fd;
+      }
+      if (!fd.valid() && errno != ENOENT) return internal::ErrnoStatus(errno, "open", path_);
+    }
+    path = name_;
+    absl::Status s = internal::MakeDirs(internal::DirName(name_));
+    if (!s.ok()) return s;
+    for (int n = 2;; ++n) {
+      internal::UniqueFd fd(open(path.c_str(),
+                                 O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC,
+                                 0644));
+      if (!fd.valid()) {
+        if (errno != EEXIST) return internal::ErrnoStatus(errno, "create", path);
+        path = absl::StrCat(name_, "-", n);  // another run's
+        continue;
+      }
+      struct stat st;
+      if (fstat(fd.get(), &st) != 0) return internal::ErrnoStatus(errno, "stat", path);
+      path_ = path;
+      dev_ = st.st_dev;
+      ino_ = st.st_ino;
+      return fd;
+    }
+  }
+
+ private:
+  absl::Mutex mu_;
+  const std::string name_;
+  std::string path_ ABSL_GUARDED_BY(mu_);  // the file made, "" until then
+  dev_t dev_ ABSL_GUARDED_BY(mu_) = 0;     // ... and which file it is
+  ino_t ino_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// The log stream of one container run (RunLog): the container's output as it
+// comes, and Kiln's own "[kiln] " lines.
 //
 // Every write is completed, or the stream breaks: on the first failure (a full
 // disk) the file is cut back to the end of its last whole line, a "[kiln] "
@@ -401,22 +461,22 @@ class LogStream {
   // What every line that reports a broken stream to observers starts with.
   static constexpr char kBrokenPrefix[] = "[kiln] the log stream cannot be written: ";
 
-  explicit LogStream(std::string path) : path_(std::move(path)) {}
+  // `run` must outlive the stream.
+  explicit LogStream(RunLog& run) : run_(run) {}
 
-  // Makes the file's directory and opens the file for appending. Returns the
-  // line for observers when it cannot (naming what and why), else "".
+  // Opens the run's stream for appending (RunLog::Open). Returns the line for
+  // observers when it cannot (naming what and why), else "".
   std::string Open() {
-    absl::Status s = internal::MakeDirs(internal::DirName(path_));
+    absl::StatusOr<internal::UniqueFd> fd = run_.Open(path_);
+    absl::Status s = fd.status();
     if (s.ok()) {
-      fd_.reset(open(path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+      fd_ = *std::move(fd);
       struct stat st;
-      if (!fd_.valid()) {
-        s = internal::ErrnoStatus(errno, "create", path_);
-      } else if (fstat(fd_.get(), &st) != 0) {
+      if (fstat(fd_.get(), &st) != 0) {
         s = internal::ErrnoStatus(errno, "stat", path_);
         fd_.reset();
       } else {
-        // (Appending to an earlier run's stream of the same second: never cut below it.)
+        // (A note added after the run: never cut below what is there.)
         size_ = line_end_ = st.st_size;
       }
     }
@@ -511,7 +571,8 @@ class LogStream {
                         "container's output reaches the job's observers only");
   }
 
-  std::string path_;
+  RunLog& run_;
+  std::string path_;  // the file (set by Open)
   internal::UniqueFd fd_;
   State state_ = State::kNotOpen;
   off_t size_ = 0;      // bytes in the file (only this stream appends to it)
@@ -532,7 +593,7 @@ struct LaunchSpec {
   std::string instance_dir;  // trusted: nothing below it is followed through a link
   std::string ml_dir;
   std::string tmp_dir;
-  std::string log_path;
+  std::shared_ptr<RunLog> log;
   ContainerConfig config;
   std::vector<std::string> argv;  // argv[0] still to be found on PATH
   std::string cwd;
@@ -657,15 +718,14 @@ absl::Status EmptyTrash(std::vector<std::string>& trash) {
   return status;
 }
 
-// Adds "[kiln] <text>" to the log stream `path` of a container run that has
-// ended: what the provider learns about the run afterwards (that its files
-// could not all be deleted), said where the rest of its story is. Nothing
-// when `path` is empty (no run yet). Best effort: the line is whole or
-// absent (LogStream), and there is no one left to tell when it cannot be
-// written.
-void NoteAfterRun(const std::string& path, std::string_view text) {
-  if (path.empty()) return;
-  LogStream stream(path);
+// Adds "[kiln] <text>" to the log stream of a container run that has ended:
+// what the provider learns about the run afterwards (that its files could not
+// all be deleted), said where the rest of its story is. Nothing when `run` is
+// null (no run yet). Best effort: the line is whole or absent (LogStream), and
+// there is no one left to tell when it cannot be written.
+void NoteAfterRun(const std::shared_ptr<RunLog>& run, std::string_view text) {
+  if (run == nullptr) return;
+  LogStream stream(*run);
   if (stream.Open().empty()) stream.AppendPlatformLine(text);
   stream.Close();
 }
@@ -674,7 +734,7 @@ void NoteAfterRun(const std::string& path, std::string_view text) {
 constexpr char kLeftForDispose[] = "; what is left is deleted with the cluster";
 
 // Says in the run's log stream that a trash `deleted` could not all go.
-void NoteIfNotDeleted(const std::string& last_log, const absl::Status& deleted) {
+void NoteIfNotDeleted(const std::shared_ptr<RunLog>& last_log, const absl::Status& deleted) {
   if (deleted.ok()) return;
   NoteAfterRun(last_log, absl::StrCat("the files of this run could not all be deleted: ",
                                       deleted.message(), kLeftForDispose));
@@ -687,7 +747,7 @@ struct LocalInstance {
   std::string tmp_dir;
   std::string image_root;   // set by PrepareImage
   std::string program_dir;  // set by PrepareImage
-  std::string last_log;     // the log stream of the latest run (set by StartContainers)
+  std::shared_ptr<RunLog> last_log;  // the log stream of the latest run (set by StartContainers)
   bool lost = false;
   TimerHandle loss_timer;
   std::shared_ptr<ContainerProc> current;
@@ -1060,7 +1120,7 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
     std::vector<std::shared_ptr<ContainerProc>> wait_for;
     std::shared_ptr<Scrub> scrub;  // the tree is being made fresh already
     std::vector<std::string> trash;  // the old tree, to delete once `done` has run
-    std::string last_log;            // where to say what of it cannot be deleted
+    std::shared_ptr<RunLog> last_log;  // where to say what of it cannot be deleted
     std::string image_root, program_dir;
     absl::Status status;
   };
@@ -1136,7 +1196,8 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
     for (size_t i = 1; i < work->size(); ++i) threads.emplace_back(prepare, std::ref((*work)[i]));
     if (!work->empty()) prepare((*work)[0]);
     for (std::thread& t : threads) t.join();
-    std::vector<std::pair<std::string, std::vector<std::string>>> trash;  // (last_log, trash)
+    // (last_log, trash)
+    std::vector<std::pair<std::shared_ptr<RunLog>, std::vector<std::string>>> trash;
     for (Work& w : *work) trash.emplace_back(w.last_log, std::move(w.trash));
     loop_.Post([this, alive, work, id, done = std::move(done)]() mutable {
       if (!alive.lock()) return;
@@ -1271,7 +1332,8 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
     ls.instance_dir = inst.dir;
     ls.ml_dir = inst.ml_dir;
     ls.tmp_dir = inst.tmp_dir;
-    ls.log_path = absl::StrCat(options_.log_dir, "/", log_job, "/", inst.info.host_name, "-", epoch);
+    ls.log = std::make_shared<RunLog>(
+        absl::StrCat(options_.log_dir, "/", log_job, "/", inst.info.host_name, "-", epoch));
     ls.bwrap = bwrap;
     ls.sync_interval = options_.checkpoint_sync_interval;
     ls.drain_timeout = options_.output_drain_timeout;
@@ -1370,7 +1432,7 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
     auto proc = std::make_shared<ContainerProc>();
     ContainerProc* raw = proc.get();
     inst.current = proc;
-    inst.last_log = ls.log_path;
+    inst.last_log = ls.log;
     raw->thread = std::thread(&LocalClusterProvider::Supervise, &loop_,
                               std::weak_ptr<Alive>(alive_), this, std::move(ls), start, raw,
                               loop_.AcquireWork());
@@ -1420,7 +1482,7 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
     });
     lines.clear();
   };
-  LogStream log(spec.log_path);
+  LogStream log(*spec.log);
   auto log_platform = [&](std::string_view text) {
     // A line of Kiln's own: in the log stream only, while it can be written.
     // Once it cannot, observers get it instead: nothing Kiln says is lost.

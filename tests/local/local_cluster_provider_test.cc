@@ -1596,6 +1596,80 @@ TEST_P(LocalClusterProviderTest, FilesThatCannotBeDeletedAreNamedInTheRunsLogStr
   EXPECT_EQ(f["lock.after"], "gone");
 }
 
+// Two runs of one job on one host that start in the same second (here the
+// job's next attempt, on a cluster of its own, as the engine starts it after
+// a lost instance) have a log stream each, the later one "<name>-2": what is
+// said about a run after it ended, here that its released cluster's files
+// could not all be deleted (a mount left inside: EBUSY), is in that run's
+// stream and not in the other's.
+TEST_P(LocalClusterProviderTest, ARunInTheSameSecondAsAnotherOfItsJobHasAStreamOfItsOwn) {
+  AddScript("say.sh", "echo \"$1\"\n");
+  channel_.reset();
+  provider_.reset();
+  testing::Facts f = testing::RunWithSmallDisks({}, [&] {
+    testing::Facts f;
+    MakeProvider(LocalOptions());
+    if (provider_ == nullptr) return testing::Facts{{"ERROR", "no provider"}};
+    absl::StatusOr<Cluster> first = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}}, "rerun");
+    absl::StatusOr<Cluster> second =
+        Provision({{kHomogeneousGroupName, "ml.m5.large", 1}}, "rerun");
+    if (!first.ok()) return testing::Facts{{"ERROR", first.status().ToString()}};
+    if (!second.ok()) return testing::Facts{{"ERROR", second.status().ToString()}};
+    absl::Status s = Prepare(*first);
+    if (s.ok()) s = Prepare(*second);
+    // Both runs start within one second (each takes a fraction of one).
+    const absl::Time now = absl::Now();
+    const absl::Time next_second = absl::FromUnixSeconds(absl::ToUnixSeconds(now) + 1);
+    if (next_second - now < absl::Milliseconds(800)) absl::SleepFor(next_second - now);
+    const int64_t started_in = absl::ToUnixSeconds(absl::Now());
+    Recorder events_1, events_2;
+    if (s.ok()) s = Start(Request("rerun", {"/opt/program/say.sh", "attempt 1"}), *first, events_1);
+    if (s.ok() && !WaitExits(events_1, 1)) s = absl::DeadlineExceededError("no exit");
+    if (s.ok()) {
+      s = Start(Request("rerun", {"/opt/program/say.sh", "attempt 2"}), *second, events_2);
+    }
+    f["same second"] = absl::ToUnixSeconds(absl::Now()) == started_in ? "yes" : "no";
+    if (s.ok() && !WaitExits(events_2, 1)) s = absl::DeadlineExceededError("no exit");
+    if (!s.ok()) return testing::Facts{{"ERROR", s.ToString()}};
+    const std::string busy =
+        absl::StrCat(state_dir_, "/instances/", first->instances[0].id, "/busy");
+    if (!internal::MakeDirs(busy).ok() ||
+        mount("tmpfs", busy.c_str(), "tmpfs", 0, "size=64k") != 0) {
+      return testing::Facts{{"SKIP", "cannot mount a tmpfs at " + busy}};
+    }
+    provider_->Release(*first);
+    provider_->Release(*second);
+    provider_.reset();  // (waits for the clean-up)
+    const std::string logs = state_dir_ + "/logs/rerun";
+    for (const std::string& name : ListDir(logs)) f["stream " + name] = ReadFile(logs + "/" + name);
+    return f;
+  });
+  if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
+  std::string facts;
+  for (const auto& [name, value] : f) absl::StrAppend(&facts, name, " = ", value, "\n");
+  SCOPED_TRACE(facts);
+  EXPECT_EQ(f["CHILD"], "");
+  EXPECT_EQ(f["ERROR"], "");
+  std::vector<std::string> names;
+  for (const auto& [key, value] : f) {
+    if (absl::StartsWith(key, "stream ")) names.push_back(key.substr(7));
+  }
+  ASSERT_EQ(names.size(), 2u);
+  if (f["same second"] == "yes") {
+    EXPECT_EQ(names[1], names[0] + "-2");
+  }
+  const std::string& stream_1 = f["stream " + names[0]];
+  const std::string& stream_2 = f["stream " + names[1]];
+  EXPECT_TRUE(absl::StartsWith(stream_1, "attempt 1\n[kiln] algo-1 exited with 0: cpu "));
+  EXPECT_THAT(stream_1, HasSubstr("\n[kiln] the instance's files could not all be deleted when "
+                                  "its cluster was released: remove directory '"));
+  EXPECT_THAT(stream_1, HasSubstr("/busy': Device or resource busy; a provider made later on this "
+                                  "state directory tries again\n"));
+  // The later run's stream holds its own two lines and nothing else.
+  EXPECT_TRUE(absl::StartsWith(stream_2, "attempt 2\n[kiln] algo-1 exited with 0: cpu "));
+  EXPECT_EQ(std::count(stream_2.begin(), stream_2.end(), '\n'), 2);
+}
+
 // A Provision that fails deletes what it made while it holds the cluster's
 // lock; what it cannot delete (here a mount left in a directory of the
 // same name: EBUSY, which also fails the Provision) keeps the lock file, so

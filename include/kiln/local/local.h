@@ -31,7 +31,7 @@
 //   instances/<cluster-id>/algo-<k>/tmp/          scratch (TMPDIR; /tmp under bwrap)
 //   locks/<cluster-id>.lock                       held (flock) while the cluster lives
 //   tmp/upload-*                                  archives being uploaded (flock held)
-//   logs/<job>/algo-<k>-<epoch>                   log streams (kept after Release)
+//   logs/<job>/algo-<k>-<epoch>[-<n>]             log streams (kept after Release)
 //   image-cache/                                  host-wide image cache (opt-in); images
 //                                                 being unpacked in *.tmp-* (flock held)
 //   fastfile/<pid>-<n>-<channel>/                 FastFile FUSE mounts (s3:// sources)
@@ -153,7 +153,11 @@
 // than 64 KiB comes in pieces) and the log stream
 // <log_dir>/<job>/algo-<k>-<epoch>, which also holds lines of Kiln's own,
 // prefixed "[kiln] ": why a container could not start, checkpoint sync errors,
-// and at exit the container's CPU time and peak resident memory.
+// and at exit the container's CPU time and peak resident memory. Every run
+// has a stream of its own: one of the same job on the same host that starts
+// in the same second as another (a rerun, the job's next attempt, a provider
+// of another process on the same log directory) gets algo-<k>-<epoch>-2, or
+// -3, ..., the first name free (each file is made exclusively, O_EXCL).
 // A log stream that cannot be written (a full disk) never fails the job, and
 // observers still get every line. When a write fails, the file is cut back to
 // its last whole line and ends with "[kiln] the log stream stops here: ..."
