@@ -329,22 +329,29 @@ std::vector<StaleScratch> ClaimStaleScratch(const std::string& state_dir) {
 }
 
 // Makes `target` hold the unpacked image (atomically: a directory appears
-// complete or not at all). A no-op when it exists.
-absl::Status Materialize(const ImageSource& src, const std::string& target) {
+// complete or not at all). A no-op when it exists. The image is unpacked into
+// a scratch copy beside `target`, which is deleted when it is not renamed
+// into place: `left` says why it could not all be deleted (OK when nothing is
+// left), whether the unpack succeeded or not (see UnpackLeftover).
+absl::Status Materialize(const ImageSource& src, const std::string& target, absl::Status& left) {
+  left = absl::OkStatus();
   if (internal::IsDirectory(target)) return absl::OkStatus();
   const std::string tmp = absl::StrCat(target, ".tmp-", getpid(), "-", gettid());
+  // (A copy of this name is one an earlier unpack on this thread left, and
+  // said it left.)
   absl::Status s = internal::RemoveTree(tmp);
-  absl::StatusOr<internal::UniqueFd> lock = internal::UniqueFd();
-  if (s.ok()) lock = MakeLockedScratch(tmp, /*dir=*/true);
+  if (!s.ok()) return s;
+  absl::StatusOr<internal::UniqueFd> lock = MakeLockedScratch(tmp, /*dir=*/true);
   if (!lock.ok()) s = lock.status();
   if (s.ok()) s = src.is_dir ? internal::CopyTree(src.path, tmp) : internal::ExtractArchive(src.path, tmp);
   if (s.ok() && rename(tmp.c_str(), target.c_str()) != 0) {
+    const int err = errno;  // (before IsDirectory's stat sets it)
     // Someone else finished first (shared cache): theirs is as good.
-    if (!internal::IsDirectory(target)) s = internal::ErrnoStatus(errno, "rename", target);
+    if (!internal::IsDirectory(target)) s = internal::ErrnoStatus(err, "rename", target);
   }
   // (What cannot be deleted is found again: below an instance, with its
   // cluster; in the shared cache, by the next provider's ClaimStaleScratch.)
-  internal::RemoveTree(tmp).IgnoreError();
+  left = internal::RemoveTree(tmp);
   return s;
 }
 
@@ -388,13 +395,34 @@ class LineSplitter {
 // job's next attempt, a provider in another process sharing the log
 // directory), the first free of "<name>-2", "<name>-3", ... The first Open
 // makes the file with O_EXCL: the kernel, not the clock, keeps two runs from
-// ever sharing a stream, so what is said about a run after it ended
-// (NoteAfterRun) reaches its stream and no other.
+// ever sharing a stream, so what is said about a run (NoteForRun) reaches its
+// stream and no other. The stream gets its name when the run starts; what is
+// said about the run before (while PrepareImage prepares the instance for it)
+// is kept until then, for the stream's first lines.
 //
 // Thread-safe.
 class RunLog {
  public:
-  explicit RunLog(std::string name) : name_(std::move(name)) {}
+  // Gives the stream its name (StartContainers).
+  void Name(std::string name) {
+    absl::MutexLock lock(&mu_);
+    name_ = std::move(name);
+  }
+
+  // Keeps `text` for the stream while it has no name, and returns true; false
+  // once it has one (the caller writes `text` then).
+  bool QueueUnlessNamed(std::string_view text) {
+    absl::MutexLock lock(&mu_);
+    if (!name_.empty()) return false;
+    queued_.emplace_back(text);
+    return true;
+  }
+
+  // The texts QueueUnlessNamed kept, which the caller now writes.
+  std::vector<std::string> TakeQueued() {
+    absl::MutexLock lock(&mu_);
+    return std::exchange(queued_, {});
+  }
 
   // Opens the stream for appending: the first time, a file made under a name
   // no other stream has (its directory made when missing); afterwards, that
@@ -402,8 +430,10 @@ class RunLog {
   // the same way (never a file another run may have made under its name).
   // Sets `path` to the file's name (on error, the one that failed).
   // Errors: as ErrnoStatus, naming the directory or the file.
+  // REQUIRES: Name was called.
   absl::StatusOr<internal::UniqueFd> Open(std::string& path) {
     absl::MutexLock lock(&mu_);
+    if (name_.empty()) return absl::InternalError("a log stream opened before it has a name");
     if (!path_.empty()) {
       path = path_;
       internal::UniqueFd fd(open(path_.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC));
@@ -436,7 +466,8 @@ class RunLog {
 
  private:
   absl::Mutex mu_;
-  const std::string name_;
+  std::string name_ ABSL_GUARDED_BY(mu_);  // "" until Name
+  std::vector<std::string> queued_ ABSL_GUARDED_BY(mu_);
   std::string path_ ABSL_GUARDED_BY(mu_);  // the file made, "" until then
   dev_t dev_ ABSL_GUARDED_BY(mu_) = 0;     // ... and which file it is
   ino_t ino_ ABSL_GUARDED_BY(mu_) = 0;
@@ -709,35 +740,61 @@ absl::Status FreshInstanceTree(const std::string& dir, const std::string& ml_dir
   return status;
 }
 
-// Deletes what FreshInstanceTree put aside. Errors: the first removal that
-// failed (as ErrnoStatus, naming the path); the others are tried all the same.
-absl::Status EmptyTrash(std::vector<std::string>& trash) {
-  absl::Status status;
-  for (const std::string& t : trash) status.Update(internal::RemoveTree(t));
-  trash.clear();
-  return status;
-}
-
-// Adds "[kiln] <text>" to the log stream of a container run that has ended:
-// what the provider learns about the run afterwards (that its files could not
-// all be deleted), said where the rest of its story is. Nothing when `run` is
-// null (no run yet). Best effort: the line is whole or absent (LogStream), and
-// there is no one left to tell when it cannot be written.
-void NoteAfterRun(const std::shared_ptr<RunLog>& run, std::string_view text) {
-  if (run == nullptr) return;
+// Adds "[kiln] <text>" to the log stream of a container run: what the
+// provider learns about the run outside it (that files could not all be
+// deleted), said where the rest of its story is. For a run that has started,
+// now; for the run an instance is being prepared for, as the first lines of
+// its stream (RunLog). Nothing when `run` is null (no run yet). Best effort:
+// the line is whole or absent (LogStream), and there is no one left to tell
+// when it cannot be written.
+void NoteForRun(const std::shared_ptr<RunLog>& run, std::string_view text) {
+  if (run == nullptr || run->QueueUnlessNamed(text)) return;
   LogStream stream(*run);
   if (stream.Open().empty()) stream.AppendPlatformLine(text);
   stream.Close();
 }
 
-// Where what a clean-up during a cluster's life leaves goes.
+// Who tries again to delete what a clean-up left: in an instance's directory,
+// the cluster's release (Dispose); elsewhere, or at the release, the next
+// provider made on the state directory (the cluster's kept lock file, or the
+// scratch's name, leads it there).
 constexpr char kLeftForDispose[] = "; what is left is deleted with the cluster";
+constexpr char kLeftForNextProvider[] =
+    "; a provider made later on this state directory tries again";
 
-// Says in the run's log stream that a trash `deleted` could not all go.
-void NoteIfNotDeleted(const std::shared_ptr<RunLog>& last_log, const absl::Status& deleted) {
-  if (deleted.ok()) return;
-  NoteAfterRun(last_log, absl::StrCat("the files of this run could not all be deleted: ",
-                                      deleted.message(), kLeftForDispose));
+// What a clean-up left, as NoteForRun says it: "<lead>: <why><then>", where
+// `removal` (the failed deletion's status) names the path and the reason.
+std::string LeftoverText(std::string_view lead, const absl::Status& removal,
+                         std::string_view then) {
+  return absl::StrCat(internal::Av(lead), ": ", removal.message(), internal::Av(then));
+}
+
+// Deletes what FreshInstanceTree put aside, the files of the run `run`, and
+// says in its log stream what could not be deleted (the first removal that
+// failed; the others are tried all the same).
+void EmptyTrash(const std::shared_ptr<RunLog>& run, std::vector<std::string>& trash) {
+  absl::Status status;
+  for (const std::string& t : trash) status.Update(internal::RemoveTree(t));
+  trash.clear();
+  if (!status.ok()) {
+    NoteForRun(run, LeftoverText("the files of this run could not all be deleted", status,
+                                 kLeftForDispose));
+  }
+}
+
+// Returns the status of an unpack (Materialize) that left a scratch copy it
+// could not delete (`left`; OK: nothing is left), described by `lead` and
+// `then`: said in the log stream of each run the unpack prepares (`runs`)
+// and, when the unpack failed (`unpacked`), in its error too, as that job may
+// never run.
+absl::Status UnpackLeftover(const absl::Status& unpacked, const absl::Status& left,
+                            std::string_view lead, std::string_view then,
+                            const std::vector<std::shared_ptr<RunLog>>& runs) {
+  if (left.ok()) return unpacked;
+  const std::string text = LeftoverText(lead, left, then);
+  for (const std::shared_ptr<RunLog>& run : runs) NoteForRun(run, text);
+  if (unpacked.ok()) return unpacked;
+  return absl::Status(unpacked.code(), absl::StrCat(unpacked.message(), "; ", text));
 }
 
 struct LocalInstance {
@@ -748,6 +805,9 @@ struct LocalInstance {
   std::string image_root;   // set by PrepareImage
   std::string program_dir;  // set by PrepareImage
   std::shared_ptr<RunLog> last_log;  // the log stream of the latest run (set by StartContainers)
+  // The log stream of the run PrepareImage prepares the instance for, until
+  // StartContainers names it and makes it last_log.
+  std::shared_ptr<RunLog> next_log;
   bool lost = false;
   TimerHandle loss_timer;
   std::shared_ptr<ContainerProc> current;
@@ -1121,6 +1181,7 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
     std::shared_ptr<Scrub> scrub;  // the tree is being made fresh already
     std::vector<std::string> trash;  // the old tree, to delete once `done` has run
     std::shared_ptr<RunLog> last_log;  // where to say what of it cannot be deleted
+    std::shared_ptr<RunLog> next_log;  // ... and what preparing the next run leaves
     std::string image_root, program_dir;
     absl::Status status;
   };
@@ -1131,6 +1192,8 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
     w.ml_dir = inst.ml_dir;
     w.tmp_dir = inst.tmp_dir;
     w.last_log = inst.last_log;
+    if (inst.next_log == nullptr) inst.next_log = std::make_shared<RunLog>();
+    w.next_log = inst.next_log;
     if (inst.current) w.wait_for.push_back(inst.current);
     for (auto& r : inst.retired) w.wait_for.push_back(r);
     w.scrub = std::move(inst.scrub);
@@ -1147,7 +1210,12 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
       shared_target = absl::StrCat(options_.state_dir, "/image-cache/", src->key);
       absl::MutexLock lock(&image_mu_);
       absl::Status s = internal::MakeDirs(internal::DirName(shared_target));
-      if (s.ok()) s = Materialize(*src, shared_target);
+      absl::Status left;
+      if (s.ok()) s = Materialize(*src, shared_target, left);
+      std::vector<std::shared_ptr<RunLog>> runs;
+      for (const Work& w : *work) runs.push_back(w.next_log);
+      s = UnpackLeftover(s, left, "the scratch copy of the image in the shared image cache could "
+                         "not all be deleted", kLeftForNextProvider, runs);
       if (!s.ok()) src = s;
     }
     auto prepare = [&](Work& w) {
@@ -1172,15 +1240,19 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
         // An instance holds one image: drop the others. (What cannot be
         // deleted does not keep this job from running: Dispose tries again.)
         if (absl::Status s = internal::ResetDir(cache); !s.ok()) {
-          NoteAfterRun(w.last_log, absl::StrCat("the instance's earlier images could not all "
-                                                "be deleted: ", s.message(), kLeftForDispose));
+          NoteForRun(w.last_log, LeftoverText("the instance's earlier images could not all be "
+                                              "deleted", s, kLeftForDispose));
         }
         if (shared) {
           if (symlink(shared_target.c_str(), target.c_str()) != 0) {
             w.status = internal::ErrnoStatus(errno, "link", target);
           }
         } else {
-          w.status = Materialize(*src, target);
+          absl::Status left;
+          w.status = Materialize(*src, target, left);
+          w.status = UnpackLeftover(w.status, left, "the scratch copy of the image in the "
+                                    "instance's image cache could not all be deleted",
+                                    kLeftForDispose, {w.next_log});
         }
         if (!w.status.ok()) return;
       }
@@ -1220,7 +1292,7 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
       done(status);
     });
     // The earlier job's files, once the job in hand has its fresh tree.
-    for (auto& [last_log, files] : trash) NoteIfNotDeleted(last_log, EmptyTrash(files));
+    for (auto& [last_log, files] : trash) EmptyTrash(last_log, files);
     guard->Reset();
   });
 }
@@ -1332,7 +1404,9 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
     ls.instance_dir = inst.dir;
     ls.ml_dir = inst.ml_dir;
     ls.tmp_dir = inst.tmp_dir;
-    ls.log = std::make_shared<RunLog>(
+    ls.log = std::exchange(inst.next_log, nullptr);
+    if (ls.log == nullptr) ls.log = std::make_shared<RunLog>();
+    ls.log->Name(
         absl::StrCat(options_.log_dir, "/", log_job, "/", inst.info.host_name, "-", epoch));
     ls.bwrap = bwrap;
     ls.sync_interval = options_.checkpoint_sync_interval;
@@ -1545,6 +1619,16 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
       post_lines();
     }
   }
+  // What preparing the instance for this run left (NoteForRun): the stream's
+  // first lines, or observers' when the run ends before it has a stream.
+  for (const std::string& note : spec.log->TakeQueued()) {
+    if (status.ok()) {
+      log_platform(note);
+    } else {
+      lines.push_back(absl::StrCat("[kiln] ", note));
+    }
+  }
+  post_lines();
   int out[2] = {-1, -1};
   int info[2] = {-1, -1};
   if (status.ok() && pipe2(out, O_CLOEXEC) != 0) status = internal::ErrnoStatus(errno, "pipe", "output");
@@ -1978,7 +2062,7 @@ void LocalClusterProvider::Recycle(const Cluster& cluster) {
       std::vector<std::string> trash;
       scrub->status = FreshInstanceTree(dir, ml_dir, tmp_dir, trash);
       scrub->done.Notify();
-      NoteIfNotDeleted(last_log, EmptyTrash(trash));
+      EmptyTrash(last_log, trash);
       scrub->trash_gone.Notify();
     });
   }
@@ -2019,10 +2103,9 @@ void LocalClusterProvider::Dispose(std::unique_ptr<LocalCluster> c) {
       absl::Status s = internal::RemoveTree(inst.dir);
       if (s.ok()) continue;
       left = true;
-      NoteAfterRun(inst.last_log,
-                   absl::StrCat("the instance's files could not all be deleted when its cluster "
-                                "was released: ", s.message(),
-                                "; a provider made later on this state directory tries again"));
+      NoteForRun(inst.last_log, LeftoverText("the instance's files could not all be deleted "
+                                             "when its cluster was released",
+                                             s, kLeftForNextProvider));
     }
     if (!internal::RemoveTree(c->dir).ok()) left = true;
     if (left && c->lock != nullptr) c->lock->KeepFile();

@@ -5,10 +5,12 @@
 #define FUSE_USE_VERSION 34
 #include <fcntl.h>
 #include <fuse_lowlevel.h>
+#include <linux/fs.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 
@@ -1668,6 +1670,67 @@ TEST_P(LocalClusterProviderTest, ARunInTheSameSecondAsAnotherOfItsJobHasAStreamO
   // The later run's stream holds its own two lines and nothing else.
   EXPECT_TRUE(absl::StartsWith(stream_2, "attempt 2\n[kiln] algo-1 exited with 0: cpu "));
   EXPECT_EQ(std::count(stream_2.begin(), stream_2.end(), '\n'), 2);
+}
+
+// Sets or clears the append-only flag (chattr +a) of the directory `dir`:
+// files can be made in it, none renamed or deleted. False (with errno) when
+// the file system or this process cannot.
+bool SetAppendOnly(const std::string& dir, bool on) {
+  const internal::UniqueFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  int flags = 0;
+  if (!fd.valid() || ioctl(fd.get(), FS_IOC_GETFLAGS, &flags) != 0) return false;
+  flags = on ? (flags | FS_APPEND_FL) : (flags & ~FS_APPEND_FL);
+  return ioctl(fd.get(), FS_IOC_SETFLAGS, &flags) == 0;
+}
+
+// The scratch copy an image is unpacked into in the shared image cache, when
+// it can be neither renamed into place nor deleted (here the cache is
+// append-only), is named with the reason in the error of the PrepareImage
+// that failed and in the first lines of the log stream of the instance's next
+// run, like the other files a clean-up leaves; a provider made later on the
+// state directory deletes it.
+TEST_P(LocalClusterProviderTest, AnImageScratchCopyThatCannotBeDeletedIsNamedInTheNextRunsStream) {
+  LocalOptions options;
+  options.shared_image_cache = true;
+  MakeProvider(options);
+  AddScript("hello.sh", "echo hello\n");
+  const std::string cache = state_dir_ + "/image-cache";
+  ASSERT_TRUE(internal::MakeDirs(cache).ok());
+  if (!SetAppendOnly(cache, true)) {
+    GTEST_SKIP() << "cannot make " << cache << " append-only: " << std::strerror(errno);
+  }
+  struct Unflag {
+    std::string dir;
+    ~Unflag() { SetAppendOnly(dir, false); }  // (or the test's directory could not go)
+  } unflag{cache};
+  auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  const absl::Status failed = Prepare(*cluster);
+  const std::vector<std::string> left = ListDir(cache);
+  ASSERT_TRUE(SetAppendOnly(cache, false)) << std::strerror(errno);
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_THAT(left[0], HasSubstr(".tmp-"));
+  const std::string note = absl::StrCat(
+      "the scratch copy of the image in the shared image cache could not all be deleted: remove "
+      "directory '", cache, "/", left[0], "': Operation not permitted; a provider made later on "
+      "this state directory tries again");
+  EXPECT_FALSE(failed.ok());
+  EXPECT_THAT(std::string(failed.message()), HasSubstr(absl::StrCat("rename '", cache, "/")));
+  EXPECT_THAT(std::string(failed.message()), HasSubstr("': Operation not permitted; " + note));
+
+  ASSERT_TRUE(Prepare(*cluster).ok());
+  Recorder events;
+  ASSERT_TRUE(Start(Request("after-leftover", {"/opt/program/hello.sh"}), *cluster, events).ok());
+  ASSERT_TRUE(WaitExits(events, 1));
+  const std::string logs = state_dir_ + "/logs/after-leftover";
+  const std::vector<std::string> streams = ListDir(logs);
+  ASSERT_EQ(streams.size(), 1u);
+  const std::string stream = ReadFile(logs + "/" + streams[0]);
+  EXPECT_TRUE(absl::StartsWith(stream, absl::StrCat("[kiln] ", note, "\nhello\n"))) << stream;
+  provider_->Release(*cluster);
+  MakeProvider(options);
+  provider_.reset();  // (waits for the clean-up it started)
+  EXPECT_THAT(ListDir(cache), Not(::testing::Contains(left[0])));
 }
 
 // A Provision that fails deletes what it made while it holds the cluster's

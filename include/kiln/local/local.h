@@ -51,7 +51,12 @@
 // instance's last log stream, and the cluster keeps its lock file (as does
 // one whose Provision failed, for what that left), so that the next provider
 // made on the state directory tries again (scratch is tried again the same
-// way, found by its name).
+// way, found by its name). The scratch copy an image is unpacked into (in
+// the shared image cache or the instance's) is named the same way when it
+// resists: in the first lines of the instance's next log stream, and, when
+// the unpack failed, in PrepareImage's error too (that job never runs); the
+// shared cache's is tried again by the next provider, the instance's with
+// the cluster.
 //
 // Images. TrainingImage names a directory or a tarball (.tar, .tar.gz, .tgz,
 // any compression libarchive reads) by absolute path or file:// URI. It is
