@@ -97,6 +97,47 @@ class LocalClusterProviderTest : public ::testing::TestWithParam<LocalRuntime> {
     channel_ = NewLocalDataChannel(*loop_, stores_, {.state_dir = state_dir_});
   }
 
+  // Runs `body` in a child process with a mount namespace of its own
+  // (testing::RunWithSmallDisks), on a provider made there with `options`:
+  // for tests that mount (a tmpfs left inside a directory makes its deletion
+  // fail with EBUSY). `body` writes its findings into `f` (the child's copy,
+  // which is brought back): "SKIP" when the machine cannot do what the test
+  // needs, "ERROR" when a step failed. Skips the test on "SKIP" (the caller
+  // then returns: IsSkipped()); otherwise fails it when the child crashed or
+  // found an error, and every failure of the test from then on shows `f`.
+  // (The provider of SetUp goes first: this process keeps no thread to fork.)
+  void RunInMountNamespace(testing::Facts& f, const std::function<void()>& body,
+                           const LocalOptions& options = LocalOptions()) {
+    channel_.reset();
+    provider_.reset();
+    f = testing::RunWithSmallDisks({}, [&] {
+      MakeProvider(options);
+      if (provider_ == nullptr) {
+        f["ERROR"] = "no provider";
+      } else {
+        body();
+      }
+      return f;
+    });
+    if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
+    std::string facts;
+    for (const auto& [name, value] : f) absl::StrAppend(&facts, name, " = ", value, "\n");
+    facts_trace_.emplace(__FILE__, __LINE__, facts);
+    EXPECT_EQ(f["CHILD"], "");
+    EXPECT_EQ(f["ERROR"], "");
+  }
+
+  // In RunInMountNamespace's `body`: mounts a small tmpfs at `dir` (made when
+  // missing), which keeps the directories above it from being deleted
+  // (EBUSY). False, with "SKIP" set in `f`, when it cannot.
+  static bool MountInTheWay(testing::Facts& f, const std::string& dir) {
+    if (internal::MakeDirs(dir).ok() && mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=64k") == 0) {
+      return true;
+    }
+    f["SKIP"] = "cannot mount a tmpfs at " + dir;
+    return false;
+  }
+
   bool bwrap() const { return GetParam() == LocalRuntime::kBwrap; }
   std::string runtime() const { return bwrap() ? "bwrap" : "process"; }
 
@@ -333,6 +374,7 @@ class LocalClusterProviderTest : public ::testing::TestWithParam<LocalRuntime> {
   Recorder listener_;
   std::unique_ptr<ClusterProvider> provider_;
   std::unique_ptr<DataChannel> channel_;
+  std::optional<::testing::ScopedTrace> facts_trace_;  // (RunInMountNamespace)
 };
 
 TEST_P(LocalClusterProviderTest, ContractHoldsForHomogeneousCluster) {
@@ -1522,31 +1564,28 @@ TEST_P(LocalClusterProviderTest, FilesThatCannotBeDeletedAreNamedInTheRunsLogStr
   AddScript("hello.sh", "echo hello\n");
   const std::string image_b = tmp_.path() + "/image-b";
   WriteFile(image_b + "/hello.sh", "#!/bin/sh\necho hello\n", 0755);
-  // The provider runs in the child (a mount namespace of its own): this
-  // process keeps no thread to fork.
-  channel_.reset();
-  provider_.reset();
-  testing::Facts f = testing::RunWithSmallDisks({}, [&] {
-    testing::Facts f;
-    MakeProvider(LocalOptions());
-    if (provider_ == nullptr) return testing::Facts{{"ERROR", "no provider"}};
+  testing::Facts f;
+  RunInMountNamespace(f, [&] {
     absl::StatusOr<Cluster> cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
-    if (!cluster.ok()) return testing::Facts{{"ERROR", cluster.status().ToString()}};
+    if (!cluster.ok()) {
+      f["ERROR"] = cluster.status().ToString();
+      return;
+    }
     Recorder events;
     absl::Status s = Prepare(*cluster);
     if (s.ok()) s = Start(Request("leaky", {"/opt/program/hello.sh"}), *cluster, events);
     if (s.ok() && !WaitExits(events, 1)) s = absl::DeadlineExceededError("no exit");
-    if (!s.ok()) return testing::Facts{{"ERROR", s.ToString()}};
+    if (!s.ok()) {
+      f["ERROR"] = s.ToString();
+      return;
+    }
     const std::string dir = absl::StrCat(state_dir_, "/instances/", cluster->instances[0].id);
     f["dir"] = dir;
     const std::string image_a = ListDir(dir + "/image-cache").at(0);
     f["image"] = image_a;
     for (const std::string& busy :
          {absl::StrCat(dir, "/image-cache/", image_a, "/busy"), dir + "/ml/model/busy"}) {
-      if (!internal::MakeDirs(busy).ok() ||
-          mount("tmpfs", busy.c_str(), "tmpfs", 0, "size=64k") != 0) {
-        return testing::Facts{{"SKIP", "cannot mount a tmpfs at " + busy}};
-      }
+      if (!MountInTheWay(f, busy)) return;
     }
     provider_->Recycle(*cluster);  // the run's tree goes
     s = Prepare(*cluster, image_b);  // the run's image goes
@@ -1568,14 +1607,8 @@ TEST_P(LocalClusterProviderTest, FilesThatCannotBeDeletedAreNamedInTheRunsLogStr
     provider_.reset();
     f["left"] = absl::StrJoin(ListDir(state_dir_ + "/instances"), " ");
     f["lock.after"] = internal::Exists(lock) ? "kept" : "gone";
-    return f;
   });
-  if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
-  std::string facts;
-  for (const auto& [name, value] : f) absl::StrAppend(&facts, name, " = ", value, "\n");
-  SCOPED_TRACE(facts);
-  EXPECT_EQ(f["CHILD"], "");
-  EXPECT_EQ(f["ERROR"], "");
+  if (IsSkipped()) return;
   EXPECT_EQ(f["prepare"], "");
   const std::string busy = "busy': Device or resource busy";
   EXPECT_THAT(f["stream"],
@@ -1606,18 +1639,13 @@ TEST_P(LocalClusterProviderTest, FilesThatCannotBeDeletedAreNamedInTheRunsLogStr
 // stream and not in the other's.
 TEST_P(LocalClusterProviderTest, ARunInTheSameSecondAsAnotherOfItsJobHasAStreamOfItsOwn) {
   AddScript("say.sh", "echo \"$1\"\n");
-  channel_.reset();
-  provider_.reset();
-  testing::Facts f = testing::RunWithSmallDisks({}, [&] {
-    testing::Facts f;
-    MakeProvider(LocalOptions());
-    if (provider_ == nullptr) return testing::Facts{{"ERROR", "no provider"}};
+  testing::Facts f;
+  RunInMountNamespace(f, [&] {
     absl::StatusOr<Cluster> first = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}}, "rerun");
     absl::StatusOr<Cluster> second =
         Provision({{kHomogeneousGroupName, "ml.m5.large", 1}}, "rerun");
-    if (!first.ok()) return testing::Facts{{"ERROR", first.status().ToString()}};
-    if (!second.ok()) return testing::Facts{{"ERROR", second.status().ToString()}};
-    absl::Status s = Prepare(*first);
+    absl::Status s = first.ok() ? second.status() : first.status();
+    if (s.ok()) s = Prepare(*first);
     if (s.ok()) s = Prepare(*second);
     // Both runs start within one second (each takes a fraction of one).
     const absl::Time now = absl::Now();
@@ -1632,26 +1660,20 @@ TEST_P(LocalClusterProviderTest, ARunInTheSameSecondAsAnotherOfItsJobHasAStreamO
     }
     f["same second"] = absl::ToUnixSeconds(absl::Now()) == started_in ? "yes" : "no";
     if (s.ok() && !WaitExits(events_2, 1)) s = absl::DeadlineExceededError("no exit");
-    if (!s.ok()) return testing::Facts{{"ERROR", s.ToString()}};
+    if (!s.ok()) {
+      f["ERROR"] = s.ToString();
+      return;
+    }
     const std::string busy =
         absl::StrCat(state_dir_, "/instances/", first->instances[0].id, "/busy");
-    if (!internal::MakeDirs(busy).ok() ||
-        mount("tmpfs", busy.c_str(), "tmpfs", 0, "size=64k") != 0) {
-      return testing::Facts{{"SKIP", "cannot mount a tmpfs at " + busy}};
-    }
+    if (!MountInTheWay(f, busy)) return;
     provider_->Release(*first);
     provider_->Release(*second);
     provider_.reset();  // (waits for the clean-up)
     const std::string logs = state_dir_ + "/logs/rerun";
     for (const std::string& name : ListDir(logs)) f["stream " + name] = ReadFile(logs + "/" + name);
-    return f;
   });
-  if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
-  std::string facts;
-  for (const auto& [name, value] : f) absl::StrAppend(&facts, name, " = ", value, "\n");
-  SCOPED_TRACE(facts);
-  EXPECT_EQ(f["CHILD"], "");
-  EXPECT_EQ(f["ERROR"], "");
+  if (IsSkipped()) return;
   std::vector<std::string> names;
   for (const auto& [key, value] : f) {
     if (absl::StartsWith(key, "stream ")) names.push_back(key.substr(7));
@@ -1739,19 +1761,12 @@ TEST_P(LocalClusterProviderTest, AnImageScratchCopyThatCannotBeDeletedIsNamedInT
 // that the next provider made on the state directory tries again (and, the
 // mount gone, deletes it all).
 TEST_P(LocalClusterProviderTest, AFailedProvisionKeepsTheLockFileOfWhatItCannotDelete) {
-  channel_.reset();
-  provider_.reset();
-  testing::Facts f = testing::RunWithSmallDisks({}, [&] {
-    testing::Facts f;
-    MakeProvider(LocalOptions());
-    if (provider_ == nullptr) return testing::Facts{{"ERROR", "no provider"}};
+  testing::Facts f;
+  RunInMountNamespace(f, [&] {
     // The provider's first cluster, by name.
     const std::string id = absl::StrCat("cluster-", getpid(), "-1");
     const std::string busy = absl::StrCat(state_dir_, "/instances/", id, "/algo-1/busy");
-    if (!internal::MakeDirs(busy).ok() ||
-        mount("tmpfs", busy.c_str(), "tmpfs", 0, "size=64k") != 0) {
-      return testing::Facts{{"SKIP", "cannot mount a tmpfs at " + busy}};
-    }
+    if (!MountInTheWay(f, busy)) return;
     absl::StatusOr<Cluster> cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
     f["provision"] = cluster.status().ToString();
     provider_.reset();
@@ -1762,14 +1777,8 @@ TEST_P(LocalClusterProviderTest, AFailedProvisionKeepsTheLockFileOfWhatItCannotD
     provider_.reset();
     f["left"] = absl::StrJoin(ListDir(state_dir_ + "/instances"), " ");
     f["lock.after"] = internal::Exists(lock) ? "kept" : "gone";
-    return f;
   });
-  if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
-  std::string facts;
-  for (const auto& [name, value] : f) absl::StrAppend(&facts, name, " = ", value, "\n");
-  SCOPED_TRACE(facts);
-  EXPECT_EQ(f["CHILD"], "");
-  EXPECT_EQ(f["ERROR"], "");
+  if (IsSkipped()) return;
   EXPECT_THAT(f["provision"], HasSubstr("could not create local instances: remove directory '"));
   EXPECT_THAT(f["provision"], HasSubstr("/algo-1/busy': Device or resource busy"));
   EXPECT_EQ(f["lock"], "kept");
