@@ -68,7 +68,7 @@ constexpr char kDefaultCheckpointPath[] = "/opt/ml/checkpoints";
 // The instance's scratch directory, below its directory (TMPDIR; /tmp under bwrap).
 constexpr char kInstanceTmp[] = "tmp";
 // The /opt/ml tree of an instance.
-constexpr const char* kMlTree[] = {"input/config", "input/data",          "model",      "output/data",
+constexpr const char* kMlTree[] = {"input/config",        "input/data",  "model", "output/data",
                                    "output/intermediate", "checkpoints", "code"};
 constexpr char kDefaultHostPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -343,7 +343,9 @@ absl::Status Materialize(const ImageSource& src, const std::string& target, absl
   if (!s.ok()) return s;
   absl::StatusOr<internal::UniqueFd> lock = MakeLockedScratch(tmp, /*dir=*/true);
   if (!lock.ok()) s = lock.status();
-  if (s.ok()) s = src.is_dir ? internal::CopyTree(src.path, tmp) : internal::ExtractArchive(src.path, tmp);
+  if (s.ok()) {
+    s = src.is_dir ? internal::CopyTree(src.path, tmp) : internal::ExtractArchive(src.path, tmp);
+  }
   if (s.ok() && rename(tmp.c_str(), target.c_str()) != 0) {
     const int err = errno;  // (before IsDirectory's stat sets it)
     // Someone else finished first (shared cache): theirs is as good.
@@ -663,7 +665,8 @@ absl::Status MountFastFileViews(LaunchSpec& spec) {
     if (unlink(path.c_str()) != 0) return internal::ErrnoStatus(errno, "unlink", path);
     absl::Status s = internal::MakeDirs(path);
     if (!s.ok()) return s;
-    binds.insert(binds.end(), {"--ro-bind", target, absl::StrCat(kContainerBase, "/input/data/", ch)});
+    binds.insert(binds.end(),
+                 {"--ro-bind", target, absl::StrCat(kContainerBase, "/input/data/", ch)});
   }
   if (binds.empty()) return absl::OkStatus();
   // After the tree's own bind (mounts apply in order).
@@ -1304,7 +1307,8 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
   };
   LocalCluster* c = Find(job.cluster.id);
   if (c == nullptr) {
-    fail(absl::FailedPreconditionError(absl::StrCat("unknown local cluster '", job.cluster.id, "'")));
+    fail(absl::FailedPreconditionError(
+        absl::StrCat("unknown local cluster '", job.cluster.id, "'")));
     return;
   }
   for (const LocalInstance& inst : c->instances) {
@@ -1338,7 +1342,8 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
           "CheckpointConfig needs LocalOptions.object_stores, and this provider has none"));
       return;
     }
-    absl::StatusOr<ObjectStore*> store = options_.object_stores->For(request.checkpoint_config().s3_uri());
+    absl::StatusOr<ObjectStore*> store =
+        options_.object_stores->For(request.checkpoint_config().s3_uri());
     if (!store.ok()) {
       fail(absl::Status(store.status().code(),
                         absl::StrCat("CheckpointConfig.S3Uri: ", store.status().message())));
@@ -1383,7 +1388,9 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
   // The job's log directory name (the engine's job names are safe already).
   std::string log_job(job.job_name);
   std::replace(log_job.begin(), log_job.end(), '/', '_');
-  if (!internal::IsSafeRelativePath(log_job)) log_job = absl::StrCat("job-", internal::StableHashHex(log_job));
+  if (!internal::IsSafeRelativePath(log_job)) {
+    log_job = absl::StrCat("job-", internal::StableHashHex(log_job));
+  }
   for (size_t i = 0; i < c->instances.size(); ++i) {
     LocalInstance& inst = c->instances[i];
     // Join earlier runs that have finished; keep the others for the new run
@@ -1631,7 +1638,9 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
   post_lines();
   int out[2] = {-1, -1};
   int info[2] = {-1, -1};
-  if (status.ok() && pipe2(out, O_CLOEXEC) != 0) status = internal::ErrnoStatus(errno, "pipe", "output");
+  if (status.ok() && pipe2(out, O_CLOEXEC) != 0) {
+    status = internal::ErrnoStatus(errno, "pipe", "output");
+  }
   if (status.ok() && spec.bwrap && pipe2(info, O_CLOEXEC) != 0) {
     status = internal::ErrnoStatus(errno, "pipe", "bwrap info");
   }
@@ -1718,7 +1727,8 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
     }
     close_fd(info[0]);
     const kiln::internal::JsonValue* child = doc.ok() ? doc->Find("child-pid") : nullptr;
-    absl::StatusOr<int64_t> child_pid = child != nullptr ? child->AsInt64() : absl::StatusOr<int64_t>(absl::NotFoundError(""));
+    absl::StatusOr<int64_t> child_pid =
+        child != nullptr ? child->AsInt64() : absl::StatusOr<int64_t>(absl::NotFoundError(""));
     if (child_pid.ok()) {
       const pid_t sandbox = static_cast<pid_t>(*child_pid);
       const int sandbox_fd = internal::PidfdOpen(sandbox);
@@ -1905,7 +1915,8 @@ void LocalClusterProvider::Signal(const Cluster& cluster, int signal) {
 void LocalClusterProvider::UploadArtifacts(const JobContext& job, ArtifactsCallback done) {
   LocalCluster* c = Find(job.cluster.id);
   const auto& out = job.request.output_data_config();
-  const std::string base = JoinUri(out.s3_output_path(), absl::StrCat(internal::Av(job.job_name), "/output"));
+  const std::string base =
+      JoinUri(out.s3_output_path(), absl::StrCat(internal::Av(job.job_name), "/output"));
   // CompressionType NONE: the model's files as they are, below model/ (the
   // model's URI is that prefix); otherwise model.tar.gz. output.tar.gz is
   // gzip-compressed either way.
@@ -1914,7 +1925,8 @@ void LocalClusterProvider::UploadArtifacts(const JobContext& job, ArtifactsCallb
   const std::string output_uri = absl::StrCat(base, "/output.tar.gz");
   absl::Status error;
   if (c == nullptr) {
-    error = absl::FailedPreconditionError(absl::StrCat("unknown local cluster '", job.cluster.id, "'"));
+    error = absl::FailedPreconditionError(
+        absl::StrCat("unknown local cluster '", job.cluster.id, "'"));
   } else if (options_.object_stores == nullptr) {
     error = absl::FailedPreconditionError(
         "uploading artifacts needs LocalOptions.object_stores, and this provider has none");
@@ -2007,7 +2019,8 @@ absl::Status LocalClusterProvider::InjectInterruption(std::string_view instance_
   }
   LocalInstance& inst = c->instances[index];
   if (inst.lost) {
-    return absl::FailedPreconditionError(absl::StrCat("instance '", internal::Av(instance_id), "' is already lost"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("instance '", internal::Av(instance_id), "' is already lost"));
   }
   const std::string cluster_id = c->cluster.id;
   if (kind == InterruptionKind::kInstanceLoss) {
@@ -2132,11 +2145,15 @@ absl::StatusOr<std::unique_ptr<ClusterProvider>> NewLocalClusterProvider(EventLo
   options.state_dir = real;
   for (const char* sub : {"/instances", "/locks", "/logs", "/tmp"}) {
     s = internal::MakeDirs(absl::StrCat(options.state_dir, sub));
-    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("LocalOptions.state_dir: ", s.message()));
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("LocalOptions.state_dir: ", s.message()));
+    }
   }
   if (!options.log_dir.empty()) {
     s = internal::MakeDirs(options.log_dir);
-    if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("LocalOptions.log_dir: ", s.message()));
+    if (!s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("LocalOptions.log_dir: ", s.message()));
+    }
     if (realpath(options.log_dir.c_str(), real) != nullptr) options.log_dir = real;
   }
   std::string bwrap_program;
