@@ -1048,7 +1048,6 @@ class LocalClusterProvider final : public ClusterProvider {
   std::shared_ptr<Alive> alive_ = std::make_shared<Alive>();
   std::map<std::string, std::unique_ptr<LocalCluster>> clusters_;
   int64_t instances_in_use_ = 0;
-  uint64_t next_cluster_ = 0;
   bool netns_unavailable_ = false;  // learned from a failed attempt
   absl::Mutex image_mu_;            // serializes shared-cache unpacks
   internal::TaskRunner tasks_;      // last: joined first on destruction
@@ -1074,7 +1073,10 @@ void LocalClusterProvider::Provision(const ClusterSpec& spec, ClusterCallback do
   }
   instances_in_use_ += count;
   auto cluster = std::make_unique<LocalCluster>();
-  cluster->cluster.id = absl::StrCat("cluster-", getpid(), "-", ++next_cluster_);
+  // Numbered per process, not per provider: providers of one process may share a state
+  // directory, where a second "cluster-<pid>-1" would wait for the first one's lock.
+  static std::atomic<uint64_t> next_cluster{0};
+  cluster->cluster.id = absl::StrCat("cluster-", getpid(), "-", next_cluster.fetch_add(1) + 1);
   cluster->cluster.spot = spec.spot;
   cluster->dir = internal::ClusterDir(options_.state_dir, cluster->cluster.id);
   int host = 0;

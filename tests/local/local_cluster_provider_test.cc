@@ -34,6 +34,7 @@
 #include "kiln/object_store.h"
 #include "local/internal/archive.h"
 #include "local/internal/fs.h"
+#include "local/internal/layout.h"
 #include "local/internal/spawn.h"
 #include "local/local_test_util.h"
 
@@ -169,6 +170,17 @@ class LocalClusterProviderTest : public ::testing::TestWithParam<LocalRuntime> {
       return absl::DeadlineExceededError("Provision did not complete");
     }
     return *result;
+  }
+
+  // The id the provider's next cluster gets ("cluster-<pid>-<n>", numbered per
+  // process): one more than that of a cluster provisioned, and released, now.
+  // "" when that Provision fails.
+  std::string NextClusterId() {
+    absl::StatusOr<Cluster> probe = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+    if (!probe.ok()) return "";
+    provider_->Release(*probe);
+    const size_t dash = probe->id.rfind('-');
+    return absl::StrCat(probe->id.substr(0, dash + 1), std::stoull(probe->id.substr(dash + 1)) + 1);
   }
 
   absl::Status Prepare(const Cluster& cluster, const std::string& image = "") {
@@ -1241,6 +1253,30 @@ class UnreachableStore final : public ObjectStore {
   static absl::Status Unreachable() { return absl::UnavailableError("connection refused"); }
 };
 
+// Two providers of one process may share a state directory: their clusters
+// have ids of their own, so neither waits for the other's cluster lock (a
+// second "cluster-<pid>-1" would until the first was released).
+TEST_P(LocalClusterProviderTest, TwoProvidersOfOneProcessShareAStateDirectory) {
+  auto first = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+  ASSERT_TRUE(first.ok()) << first.status();
+  LocalOptions options = options_;
+  auto second = NewLocalClusterProvider(*loop_, options);
+  ASSERT_TRUE(second.ok()) << second.status();
+  ClusterSpec spec;
+  spec.job_name = "other";
+  spec.groups = {{kHomogeneousGroupName, "ml.m5.large", 1}};
+  std::optional<absl::StatusOr<Cluster>> result;
+  (*second)->Provision(spec, [&](absl::StatusOr<Cluster> c) { result = std::move(c); });
+  ASSERT_TRUE(RunUntil(*loop_, [&] { return result.has_value(); }, absl::Seconds(5)))
+      << "the second provider's Provision waits";
+  ASSERT_TRUE(result->ok()) << result->status();
+  EXPECT_NE((*result)->id, first->id);
+  // Both clusters' directories are there, each its own.
+  EXPECT_TRUE(internal::IsDirectory(internal::ClusterDir(state_dir_, first->id)));
+  EXPECT_TRUE(internal::IsDirectory(internal::ClusterDir(state_dir_, (*result)->id)));
+  second->reset();
+}
+
 // A restore that fails keeps the container from running, and the error names
 // the restore once (CheckpointSync's message names it, and what it listed).
 TEST_P(LocalClusterProviderTest, AFailedCheckpointRestoreNamesItOnce) {
@@ -1763,8 +1799,12 @@ TEST_P(LocalClusterProviderTest, AnImageScratchCopyThatCannotBeDeletedIsNamedInT
 TEST_P(LocalClusterProviderTest, AFailedProvisionKeepsTheLockFileOfWhatItCannotDelete) {
   testing::Facts f;
   RunInMountNamespace(f, [&] {
-    // The provider's first cluster, by name.
-    const std::string id = absl::StrCat("cluster-", getpid(), "-1");
+    // The provider's next cluster, by name.
+    const std::string id = NextClusterId();
+    if (id.empty()) {
+      f["ERROR"] = "no cluster to learn the next id from";
+      return;
+    }
     const std::string busy = absl::StrCat(state_dir_, "/instances/", id, "/algo-1/busy");
     if (!MountInTheWay(f, busy)) return;
     absl::StatusOr<Cluster> cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
@@ -1790,7 +1830,8 @@ TEST_P(LocalClusterProviderTest, AFailedProvisionKeepsTheLockFileOfWhatItCannotD
 // taken by a directory) deletes nothing: the directory of that name may be a
 // live cluster's, made in another PID namespace sharing the state directory.
 TEST_P(LocalClusterProviderTest, AProvisionWithoutTheLockDeletesNothing) {
-  const std::string id = absl::StrCat("cluster-", getpid(), "-1");  // the provider's first
+  const std::string id = NextClusterId();
+  ASSERT_NE(id, "");
   const std::string weights = absl::StrCat(state_dir_, "/instances/", id, "/algo-1/ml/model/w");
   WriteFile(weights, "another's");
   ASSERT_TRUE(internal::MakeDirs(absl::StrCat(state_dir_, "/locks/", id, ".lock")).ok());
