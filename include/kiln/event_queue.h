@@ -22,8 +22,9 @@
 //   hold model                    pending:  10^3   10^5   10^6
 //     queue alone                 ladder    23.3   23.0   13.8
 //                                 heap      13.6    7.4    2.9
-//     through the event loop      ladder    14.8   11.0    6.8
-//                                 heap       8.9    5.4    2.0
+//     through the event loop      ladder    14.8   11.0    6.8   (session 22, the next slots
+//                                 heap       8.9    5.4    2.0    prefetched 4 ahead: ladder
+//                                                                  20.0 16.0 9.5)
 //
 //   sleepers, N actors x K sleeps     1000 x 1000   10000 x 100   1000 x 1000   10000 x 100
 //   (bench/simgrid_sleepers.cc)       same period   same period   distinct      distinct
