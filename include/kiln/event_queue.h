@@ -24,7 +24,10 @@
 //                                 heap      13.6    7.4    2.9
 //     through the event loop      ladder    14.8   11.0    6.8   (session 22, the next slots
 //                                 heap       8.9    5.4    2.0    prefetched 4 ahead: ladder
-//                                                                  20.0 16.0 9.5)
+//                                                                  20.0 16.0 9.5; session 24,
+//                                                                  6 ahead: 20.0 16.2 9.0)
+//   The same with the ziggurat's exponential draws (half a log()'s cost; session 24, best of
+//   5): queue alone, ladder, 10^5: 42.5; through the event loop, ladder: 24.5 18.0 10.2.
 //
 //   sleepers, N actors x K sleeps     1000 x 1000   10000 x 100   1000 x 1000   10000 x 100
 //   (bench/simgrid_sleepers.cc)       same period   same period   distinct      distinct
