@@ -89,6 +89,7 @@ class InversionExponentialNs {
   SplitMix64 bits_;
   double mean_ns_;
 };
+
 // ZigguratExponentialNs: Marsaglia and Tsang's ziggurat (J. Stat. Software 5(8), 2000), the
 // method numpy's Generator.standard_exponential uses. The density e^-x is covered by 256
 // layers of equal area: layer 0 the base strip (a rectangle of height e^-r and the tail past
