@@ -167,6 +167,33 @@ void SetEventRate(benchmark::State& state, int64_t events) {
   state.SetItemsProcessed(events);
 }
 
+// Whether `Sampler` draws Exp(1 s); if not, `state` reports an error, and the benchmark using
+// it must return untimed. Its first 10^6 draws are checked once per process: their mean and
+// variance within 0.5% and 1.5% of 1 (the standard errors are 0.1% and 0.3%), and the share
+// below the median (ln 2 s) within 0.2% of one half.
+template <class Sampler>
+bool SamplerChecked(benchmark::State& state) {
+  static const bool ok = [] {
+    Sampler check(/*seed=*/42, kOneSecondNs);
+    constexpr int kDraws = 1'000'000;
+    double sum = 0, sum_sq = 0;
+    int below_median = 0;
+    for (int k = 0; k < kDraws; ++k) {
+      const double x = static_cast<double>(check.Next()) / kOneSecondNs;
+      sum += x;
+      sum_sq += x * x;
+      below_median += x < std::log(2.0);
+    }
+    const double mean = sum / kDraws;
+    const double variance = sum_sq / kDraws - mean * mean;
+    const double below = static_cast<double>(below_median) / kDraws;
+    return std::abs(mean - 1) <= 0.005 && std::abs(variance - 1) <= 0.015 &&
+           std::abs(below - 0.5) <= 0.002;
+  }();
+  if (!ok) state.SkipWithError("the sampler's draws are not Exp(1 s)");
+  return ok;
+}
+
 // The hold model through the virtual event loop, with exponential samples from `Sampler`.
 template <class Sampler>
 class HoldModel {
@@ -195,6 +222,7 @@ class HoldModel {
 
 template <class Sampler>
 void HoldEventLoop(benchmark::State& state, QueueFactory make_queue) {
+  if (!SamplerChecked<Sampler>(state)) return;
   const int64_t pending = state.range(0);
   std::unique_ptr<EventLoop> loop = NewLoopOn(make_queue);
   HoldModel<Sampler> model(*loop, /*seed=*/42);
@@ -238,6 +266,7 @@ void HoldOnQueue(benchmark::State& state, PopPush pop_push) {
 // Through the EventQueue interface (virtual calls), with ReplaceTop as an event loop uses it.
 template <class Sampler>
 void HoldQueue(benchmark::State& state, QueueFactory make_queue) {
+  if (!SamplerChecked<Sampler>(state)) return;
   const int64_t pending = state.range(0);
   std::unique_ptr<EventQueue> q = make_queue();
   Sampler init(/*seed=*/7, kOneSecondNs);
@@ -263,31 +292,9 @@ BENCHMARK_CAPTURE(BM_HoldQueueZiggurat, ladder, &NewLadderEventQueue) KILN_HOLD_
 
 // The hold model's own work without any queue: the exponential sample and the absl::Duration
 // made of it, as HoldModel::ScheduleOne does per event.
-// Before it is timed, each sampler's first 10^6 draws are checked against Exp(1 s): their
-// mean and variance within 0.5% and 1.5% of 1 (the standard errors are 0.1% and 0.3%), and the
-// share below the median (ln 2 s) within 0.2% of one half.
 template <class Sampler>
 void HoldSampler(benchmark::State& state) {
-  {
-    Sampler check(/*seed=*/42, kOneSecondNs);
-    constexpr int kDraws = 1'000'000;
-    double sum = 0, sum_sq = 0;
-    int below_median = 0;
-    for (int k = 0; k < kDraws; ++k) {
-      const double x = static_cast<double>(check.Next()) / kOneSecondNs;
-      sum += x;
-      sum_sq += x * x;
-      below_median += x < std::log(2.0);
-    }
-    const double mean = sum / kDraws;
-    const double variance = sum_sq / kDraws - mean * mean;
-    const double below = static_cast<double>(below_median) / kDraws;
-    if (std::abs(mean - 1) > 0.005 || std::abs(variance - 1) > 0.015 ||
-        std::abs(below - 0.5) > 0.002) {
-      state.SkipWithError("the sampler's draws are not Exp(1 s)");
-      return;
-    }
-  }
+  if (!SamplerChecked<Sampler>(state)) return;
   Sampler exp(/*seed=*/42, kOneSecondNs);
   int64_t events = 0;
   for (auto _ : state) {
@@ -305,6 +312,7 @@ BENCHMARK(BM_HoldSamplerZiggurat)->Unit(benchmark::kMillisecond);
 
 // The baseline: std::priority_queue of the same entries, ordered the same way.
 void BM_HoldStdPriorityQueue(benchmark::State& state) {
+  if (!SamplerChecked<InversionExponentialNs>(state)) return;
   const int64_t pending = state.range(0);
   auto after = [](const QueuedEvent& a, const QueuedEvent& b) { return EventBefore(b, a); };
   std::priority_queue<QueuedEvent, std::vector<QueuedEvent>, decltype(after)> q(after);
