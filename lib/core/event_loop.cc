@@ -29,8 +29,8 @@
 // running event's entry stays at the top of the queue while its callback runs (anything it
 // schedules orders after it), and the first event it schedules takes that entry's place.
 // When the queue knows what comes next (the heap on large heaps: the next event; the ladder:
-// the event six ahead, when its bottom holds it), that event's slot is prefetched while the
-// current callback runs. A callback scheduled with a lambda (or any callable) is constructed in
+// the event six ahead in its lane, which it keeps that long), that event's slot is prefetched
+// while the current callback runs. A callback scheduled with a lambda (or any callable) is constructed in
 // its slot (EventLoop::Reserve*, then Emplace), not moved there from a temporary Callback.
 // Cancel() marks the event dead before it destroys the callable in place, and no compaction
 // frees a slot while its callable is being destroyed.
@@ -583,8 +583,12 @@ class EventLoopImpl final : public EventLoop {
       // distance 1: 10.0 M events/s, 2: 12.5, 3: 14.4, 4: 16.0, 5: 16.2, 6: 15.6, 8: 14.5; with
       // the ziggurat's cheaper samples, whose events are shorter, 6 gained 5-12% over 4 and 8
       // no more than 6 (6 against 4 with log(): within noise; at 10^6 and 10^3, 6 the same as
-      // 4 within 2%). At 10^5, ~90% of events have six entries after them in the lane (four
-      // entries: ~95%).
+      // 4 within 2%). At 10^5, ~90% of events had six entries after them in the lane (four
+      // entries: ~95%) until the ladder kept its lane at kMinLane entries (session 25): now
+      // all do while its rungs hold more, and an entry of the bottom's heap ahead of the one
+      // six ahead no longer stops the prefetch (the heap's entries are recent pushes, whose
+      // slots are in cache), which made 10^5 8-11% faster and 10^6 26%.
+      static_assert(6 < LadderEventQueue::kMinLane, "the lane keeps the event six ahead");
       if (const QueuedEvent* next = queue_->Upcoming(6)) __builtin_prefetch(&slots_.at(next->slot));
     } else if constexpr (std::is_same_v<Queue, HeapEventQueue>) {
       // Fetch the next event's slot (a likely cache miss) while this callback runs.

@@ -21,6 +21,10 @@ constexpr int64_t kMaxNs = std::numeric_limits<int64_t>::max();
 // Buckets up to this size are sorted by insertion as they are copied into the lane.
 constexpr size_t kInsertionSortMax = 32;
 
+// The lane's first capacity, in entries. Refills append to the lane's end, which moves through
+// its buffer; GrowLane slides the lane back to the front once it is at most half full.
+constexpr size_t kInitialLane = 256;
+
 // The min-heap order of the bottom's heap, for std::push_heap and std::pop_heap.
 struct After {
   bool operator()(const QueuedEvent& a, const QueuedEvent& b) const {
@@ -31,8 +35,8 @@ struct After {
 }  // namespace
 
 LadderEventQueue::LadderEventQueue() : top_limit_(kMinNs) {
-  // Room for the most a refill copies from small buckets (see Refill).
-  lane_buf_.resize(kLaneFill + kSmallBucket);
+  // Room for several refills from small buckets (Refill) before the lane slides to the front.
+  lane_buf_.resize(kInitialLane);
   lane_head_ = lane_end_ = lane_buf_.data();
 }
 
@@ -182,7 +186,7 @@ void LadderEventQueue::ConvertTop() {
 }
 
 void LadderEventQueue::SortIntoLane(Bucket& bucket, size_t n, uint64_t first, uint32_t shift) {
-  if (lane_buf_.size() < n) GrowLane(n);
+  if (static_cast<size_t>(LaneCapacityEnd() - lane_end_) < n) GrowLane(n);
   // Counting sort on the high bits of the offset from `first`: about one entry per digit, so
   // that the runs of one digit, sorted afterwards, are mostly of one or two entries.
   const uint32_t bits = std::min<uint32_t>(
@@ -197,7 +201,7 @@ void LadderEventQueue::SortIntoLane(Bucket& bucket, size_t n, uint64_t first, ui
   });
   uint32_t sum = 0;
   for (size_t d = 0; d < digits; ++d) sum += std::exchange(count[d], sum);
-  QueuedEvent* const lane = lane_buf_.data();
+  QueuedEvent* const lane = lane_end_;
   Drain(bucket, [lane, count, first, low](const QueuedEvent& e) {
     lane[count[(static_cast<uint64_t>(e.time_ns) - first) >> low]++] = e;
   });
@@ -213,7 +217,6 @@ void LadderEventQueue::SortIntoLane(Bucket& bucket, size_t n, uint64_t first, ui
     }
     start = end;
   }
-  lane_head_ = lane;
   lane_end_ = lane + n;
 }
 
@@ -237,11 +240,13 @@ void LadderEventQueue::SortRun(QueuedEvent* first, QueuedEvent* last) {
 }
 
 void LadderEventQueue::Refill() {
+  // What the lane still holds stays first (a top-up): the entries taken are appended to it,
+  // GrowLane sliding it to the front of its buffer when the room after it runs short.
   for (;;) {
     if (rung_count_ == 0) {
       ConvertTop();
-      if (!BottomEmpty()) return;
-      continue;  // (a rung was made)
+      if (rung_count_ == 0) return;  // the top went to the lane
+      continue;                      // the top became a rung
     }
     Rung& rung = rungs_[rung_count_ - 1];
     uint32_t b = rung.cur;
@@ -285,9 +290,12 @@ void LadderEventQueue::Refill() {
       ++b;
     } else {
       // Sort this bucket into the lane by insertion as it is copied, and the next ones while
-      // the lane is short and they are small; b ends as the first bucket not taken. The lane
-      // is empty, and this copies fewer than kLaneFill + kSmallBucket entries: it fits.
-      QueuedEvent* const lane = lane_buf_.data();
+      // fewer than kLaneFill have been taken and they are small; b ends as the first bucket
+      // not taken. This copies fewer than kLaneFill + kSmallBucket entries after the lane's.
+      if (static_cast<size_t>(LaneCapacityEnd() - lane_end_) < kLaneFill + kSmallBucket) {
+        GrowLane(kLaneFill + kSmallBucket);
+      }
+      QueuedEvent* const lane = lane_end_;
       QueuedEvent* end = lane;
       for (;;) {
         Bucket& taken = rung.buckets[b];  // one block
@@ -310,7 +318,6 @@ void LadderEventQueue::Refill() {
         if (next == rung.count || !rung.buckets[next].small()) break;
         b = next;
       }
-      lane_head_ = lane;
       lane_end_ = end;
     }
     if (b == rung.count) {
