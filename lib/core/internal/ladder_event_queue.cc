@@ -92,6 +92,28 @@ void LadderEventQueue::GrowLane(size_t n) {
   lane_end_ = lane_head_ + live;
 }
 
+bool LadderEventQueue::LaneInsert(const QueuedEvent& e) {
+  const __int128 key = Key(e);
+  if (key < Key(*lane_head_)) {
+    // Due before the whole lane, as an event "now" usually is: into the room a pop left.
+    if (lane_head_ == lane_buf_.data()) return false;
+    *--lane_head_ = e;
+    return true;
+  }
+  // Among the last kMaxShift entries: those after it move one place toward the back. (The
+  // head orders before e, so the scan stops there at the latest.)
+  if (lane_end_ == LaneCapacityEnd()) return false;
+  QueuedEvent* p = lane_end_ - 1;  // orders after e
+  for (size_t moved = 1; key < Key(p[-1]); ++moved) {
+    if (moved == kMaxShift) return false;
+    --p;
+  }
+  for (QueuedEvent* q = lane_end_; q != p; --q) *q = q[-1];
+  *p = e;
+  ++lane_end_;
+  return true;
+}
+
 void LadderEventQueue::AppendSorted(Bucket& bucket) {
   const size_t n = Count(bucket);
   if (static_cast<size_t>(LaneCapacityEnd() - lane_end_) < n) GrowLane(n);

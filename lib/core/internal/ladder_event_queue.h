@@ -19,9 +19,11 @@
 //           A bucket is an unsorted vector: a push into a rung is an index computation and an
 //           append, with no comparison;
 //   bottom  the entries due first, sorted: a first-in first-out "lane" (a sorted vector read
-//           from its head) plus a small binary heap for the rare entry that arrives out of
-//           order (time below the finest rung's current bucket, e.g. an event "now"). The top
-//           of the queue is the smaller of the two fronts. When the lane runs short (fewer
+//           from its head) plus a small binary heap. An entry that arrives below the finest
+//           rung's current bucket and orders before the lane's end goes into the lane if that
+//           is cheap (before the whole lane, into the room a pop left, as an event "now" does;
+//           or among its last kMaxShift entries), else into the heap. The top of the queue is
+//           the smaller of the two fronts. When the lane runs short (fewer
 //           than kMinLane entries: the event loop prefetches the callback of the entry six
 //           ahead in it) it is topped up from the finest rung, the entries taken appended to
 //           it: the next non-empty bucket, if it holds more than kSmallBucket entries, by a
@@ -134,6 +136,9 @@ class LadderEventQueue final : public EventQueue {
   static constexpr size_t kSortMax = 4096;
   // The counting sort uses at most 2^kMaxDigitBits digits.
   static constexpr uint32_t kMaxDigitBits = 12;
+  // An entry pushed below the lane's end enters the lane if that moves at most this many of
+  // its entries (LaneInsert), else the bottom's heap.
+  static constexpr size_t kMaxShift = 8;
   // The bottom's heap spills into a rung when it grows past this many entries.
   static constexpr size_t kSpillThreshold = 2 * kSmallBucket;
 
@@ -274,10 +279,17 @@ class LadderEventQueue final : public EventQueue {
   [[gnu::noinline]] void PushBottom(const QueuedEvent& e) {
     if (LaneEmpty() || Before(lane_end_[-1], e)) {
       LaneAppend(e);
-    } else {
+    } else if (!LaneInsert(e)) {
       HeapPush(e);
     }
   }
+
+  // Puts `e` in its place in the lane if it orders before the whole lane and a pop has left
+  // room there (an event due "now" takes the place of the one just run), or if at most
+  // kMaxShift entries order after it (they move one place toward the back). Returns false,
+  // changing nothing, otherwise.
+  // REQUIRES: the lane is not empty and its last entry orders after `e`.
+  bool LaneInsert(const QueuedEvent& e);
 
   // REQUIRES: `e` orders after every entry of the lane.
   void LaneAppend(const QueuedEvent& e) {
