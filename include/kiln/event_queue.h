@@ -28,6 +28,10 @@
 //                                                                  6 ahead: 20.0 16.2 9.0)
 //   The same with the ziggurat's exponential draws (half a log()'s cost; session 24, best of
 //   5): queue alone, ladder, 10^5: 42.5; through the event loop, ladder: 24.5 18.0 10.2.
+//   Session 25, the ladder's lane kept at 8 entries or more so that the loop's prefetch always
+//   finds the slot six ahead (best of 10 in a slow stretch): through the loop, ziggurat, 24.0
+//   21.0 14.0; log(), 20.1 17.5 12.6; against session 24's build in turns, 0.86 of its time at
+//   10^5 and 0.72 at 10^6.
 //
 //   sleepers, N actors x K sleeps     1000 x 1000   10000 x 100   1000 x 1000   10000 x 100
 //   (bench/simgrid_sleepers.cc)       same period   same period   distinct      distinct
