@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <set>
 #include <unordered_map>
 #include <vector>
 
@@ -43,9 +44,14 @@ TEST(LadderEventQueueTest, UpcomingIsTheEntryOnTopKPopsLater) {
   Hold hold(q, 10000, /*seed=*/7);
   for (int step = 0; step < 20000; ++step) {
     const QueuedEvent top = q.Top();
-    // Now and then an entry at the popped time: below the lane, into the bottom's heap.
-    q.ReplaceTop(step % 97 == 0 ? QueuedEvent{top.time_ns, 1'000'000 + uint64_t(step), 0, 1}
-                                : hold.Next(top.time_ns));
+    QueuedEvent e = hold.Next(top.time_ns);
+    // Now and then an entry right after the lane's third: more than kMaxShift entries before
+    // the lane's end when the lane is long, so into the bottom's heap; and now and then one at
+    // the popped time, before the whole lane, into the room the pop leaves.
+    const QueuedEvent* third = q.Upcoming(2);
+    if (step % 97 == 0 && third != nullptr) e.time_ns = third->time_ns;
+    if (step % 89 == 0) e.time_ns = top.time_ns;
+    q.ReplaceTop(e);
   }
   std::vector<uint64_t> popped;                       // seq of each pop, in order
   std::vector<std::array<int64_t, 8>> predicted;      // per pop: Upcoming(k)'s seq, or -1
@@ -94,6 +100,118 @@ TEST(LadderEventQueueTest, LaneKeepsTheEntrySixAheadInSight) {
     q.ReplaceTop(hold.Next(top.time_ns));
   }
   EXPECT_EQ(found, kSteps);
+}
+
+// Random fills, then pops and ReplaceTops near the top (among the lane's entries), further, and
+// past everything, against a std::set: the queue pops in EventBefore order throughout, its lane
+// topped up and pushed into in every way.
+TEST(LadderEventQueueTest, RandomPushesAndPopsMatchASortedSet) {
+  std::mt19937_64 rng(5);
+  auto before = [](const QueuedEvent& a, const QueuedEvent& b) { return EventBefore(a, b); };
+  for (int round = 0; round < 200; ++round) {
+    LadderEventQueue q;
+    std::set<QueuedEvent, decltype(before)> ref(before);
+    uint64_t seq = 0;
+    int64_t now = 0;
+    auto push = [&](int64_t t) {
+      const QueuedEvent e{t, seq++, 0, 1};
+      q.Push(e);
+      ref.insert(e);
+    };
+    const int n = 20 + static_cast<int>(rng() % 300);
+    const int64_t span = 1 + static_cast<int64_t>(rng() % 1'000'000);
+    for (int i = 0; i < n; ++i) push(static_cast<int64_t>(rng() % span));
+    for (int step = 0; step < 4 * n && !ref.empty(); ++step) {
+      ASSERT_EQ(q.Size(), ref.size());
+      const QueuedEvent top = q.Top();
+      ASSERT_EQ(top.seq, ref.begin()->seq) << "round " << round << ", step " << step;
+      now = top.time_ns;
+      ref.erase(ref.begin());
+      const uint64_t r = rng() % 8;
+      if (r < 3) {
+        q.Pop();
+      } else {
+        // Near now (among the lane's entries), or further, or past everything.
+        const int64_t t = r < 5 ? now + static_cast<int64_t>(rng() % 64)
+                                : r < 7 ? now + static_cast<int64_t>(rng() % (span + 1))
+                                        : now + span + static_cast<int64_t>(rng() % span);
+        const QueuedEvent e{t, seq++, 0, 1};
+        q.ReplaceTop(e);
+        ref.insert(e);
+      }
+    }
+    while (!ref.empty()) {
+      ASSERT_EQ(q.Top().seq, ref.begin()->seq) << "round " << round << ", drain";
+      q.Pop();
+      ref.erase(ref.begin());
+    }
+    EXPECT_TRUE(q.Empty());
+  }
+}
+
+// A queue filled in falling time order spills its bottom into a rung with nothing in the top.
+// Popping then tops the lane up until that rung holds nothing more, while the lane still holds
+// entries; entries pushed then, between the lane's and past them, must still pop in order.
+TEST(LadderEventQueueTest, PushesAfterTheLastRungIsUsedUpKeepTheOrder) {
+  for (int kept = 1; kept < 12; ++kept) {
+    LadderEventQueue q;
+    auto before = [](const QueuedEvent& a, const QueuedEvent& b) { return EventBefore(a, b); };
+    std::set<QueuedEvent, decltype(before)> ref(before);
+    uint64_t seq = 0;
+    auto push = [&](int64_t t) {
+      const QueuedEvent e{t, seq++, 0, 1};
+      q.Push(e);
+      ref.insert(e);
+    };
+    for (int64_t t = 1000; t > 0; t -= 5) push(t);
+    while (ref.size() > static_cast<size_t>(kept)) {
+      ASSERT_EQ(q.Top().seq, ref.begin()->seq);
+      q.Pop();
+      ref.erase(ref.begin());
+    }
+    // Between the remaining entries, and past them.
+    const int64_t last = ref.rbegin()->time_ns;
+    for (int64_t t = last - 12; t <= last + 12; t += 3) push(t);
+    while (!ref.empty()) {
+      ASSERT_EQ(q.Top().seq, ref.begin()->seq) << "kept " << kept;
+      q.Pop();
+      ref.erase(ref.begin());
+    }
+  }
+}
+
+// The last rung can be used up while the lane still holds entries: here a crowded last bucket
+// of rung 0 is split into a finer rung that reaches far past its entries, and an entry pushed
+// into rung 0 after the top became it lies past the top's old maximum. When the lane is topped
+// up and finds the rungs empty, entries pushed between the lane's must still go before its
+// last, not be appended after it.
+TEST(LadderEventQueueTest, AToppedUpLaneWithNoRungLeftStillOrdersNewPushes) {
+  LadderEventQueue q;
+  auto before = [](const QueuedEvent& a, const QueuedEvent& b) { return EventBefore(a, b); };
+  std::set<QueuedEvent, decltype(before)> ref(before);
+  uint64_t seq = 0;
+  auto push = [&](int64_t t) {
+    const QueuedEvent e{t, seq++, 0, 1};
+    q.Push(e);
+    ref.insert(e);
+  };
+  auto pop = [&] {
+    ASSERT_EQ(q.Top().seq, ref.begin()->seq) << "time " << ref.begin()->time_ns;
+    q.Pop();
+    ref.erase(ref.begin());
+  };
+  constexpr int64_t kFar = int64_t{1} << 40;
+  push(1000);                                      // the lane
+  for (int64_t t = 999; t >= 900; --t) push(t);    // the bottom's heap, spilled into a rung
+  push(int64_t{1} << 20);                          // the top, and far from ...
+  for (int64_t t = kFar - 10000; t < kFar; ++t) push(t);  // ... a crowd in one bucket
+  while (ref.begin()->time_ns < kFar - 10000) pop();      // the top is rung 0 now
+  push(kFar + 5);                                  // into rung 0, past the top's maximum
+  while (ref.size() > 3) pop();
+  push(kFar + 2);                                  // between the lane's last two
+  push(kFar + 7);
+  while (!ref.empty()) pop();
+  EXPECT_TRUE(q.Empty());
 }
 
 }  // namespace

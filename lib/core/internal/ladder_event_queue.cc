@@ -266,6 +266,10 @@ void LadderEventQueue::Refill() {
   // GrowLane sliding it to the front of its buffer when the room after it runs short.
   for (;;) {
     if (rung_count_ == 0) {
+      // Nothing left above the lane (its last rungs were used up): top_limit_ stays, at or
+      // past every entry of the bottom. (ConvertTop would set it to the maximum of an earlier
+      // top, which entries pushed into the rungs since may exceed.)
+      if (top_.empty()) return;
       ConvertTop();
       if (rung_count_ == 0) return;  // the top went to the lane
       continue;                      // the top became a rung

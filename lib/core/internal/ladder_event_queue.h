@@ -18,29 +18,27 @@
 //           more than kSortMax entries is split into a finer rung rather than sorted).
 //           A bucket is an unsorted vector: a push into a rung is an index computation and an
 //           append, with no comparison;
-//   bottom  the entries due first, sorted: a first-in first-out "lane" (a sorted vector read
-//           from its head) plus a small binary heap. An entry that arrives below the finest
-//           rung's current bucket and orders before the lane's end goes into the lane if that
-//           is cheap (before the whole lane, into the room a pop left, as an event "now" does;
-//           or among its last kMaxShift entries), else into the heap. The top of the queue is
-//           the smaller of the two fronts. When the lane runs short (fewer
-//           than kMinLane entries: the event loop prefetches the callback of the entry six
-//           ahead in it) it is topped up from the finest rung, the entries taken appended to
-//           it: the next non-empty bucket, if it holds more than kSmallBucket entries, by a
-//           counting sort on the high bits of the entries' times (about one entry per digit;
-//           the runs of one digit are then sorted, by insertion when short), else that bucket
-//           and the next small ones, each sorted by insertion as it is copied, until
-//           kLaneFill entries are taken. (Topping up before the lane is empty, rather than
-//           refilling it once empty, made the hold model through the loop 8-11% faster at
-//           10^5 pending and 26% at 10^6: the events after a refill had run with their slots
-//           unprefetched.) (Splitting every crowded bucket
-//           into a finer rung of 1024 buckets of one or two entries, as a first version did
-//           after the paper, moved each entry once more, through block chains spread over the
-//           whole rung; the counting sort reads a bucket twice and writes it once, in cache.
-//           At 10^5 pending, the hold model alone ran 15-16 M events/s before, 19-20 M after,
-//           for nearly the same instruction count.) When its heap grows past spill_at_
-//           entries (many pushes below the bottom's range, as when a fresh queue is filled),
-//           the whole bottom becomes a new finest rung.
+//   bottom  the entries due first, sorted: a first-in first-out "lane" (a sorted vector read from
+//           its head) plus a small binary heap. An entry that arrives below the finest rung's
+//           current bucket and orders before the lane's end goes into the lane if that is cheap
+//           (before the whole lane, into the room a pop left, as an event "now" does; or among its
+//           last kMaxShift entries), else into the heap. The top of the queue is the smaller of the
+//           two fronts. When the lane runs short (fewer than kMinLane entries: the event loop
+//           prefetches the callback of the entry six ahead in it) it is topped up from the finest
+//           rung, the entries taken appended to it: the next non-empty bucket, if it holds more
+//           than kSmallBucket entries, by a counting sort on the high bits of the entries' times
+//           (about one entry per digit; the runs of one digit are then sorted, by insertion when
+//           short), else that bucket and the next small ones, each sorted by insertion as it is
+//           copied, until kLaneFill entries are taken. (Topping up before the lane is empty, rather
+//           than refilling it once empty, took the hold model through the loop to 0.86-0.95 of its
+//           time at 10^5 pending and 0.72 at 10^6: the events before a refill had run with their
+//           slots unprefetched.) (Splitting every crowded bucket into a finer rung of 1024 buckets
+//           of one or two entries, as a first version did after the paper, moved each entry once
+//           more, through block chains spread over the whole rung; the counting sort reads a bucket
+//           twice and writes it once, in cache. At 10^5 pending, the hold model alone ran 15-16 M
+//           events/s before, 19-20 M after, for nearly the same instruction count.) When its heap
+//           grows past spill_at_ entries (many pushes below the bottom's range, as when a fresh
+//           queue is filled), the whole bottom becomes a new finest rung.
 //
 // Unlike the paper's linked lists, buckets are contiguous and a rung has at most kMaxBuckets of
 // them (the paper gives rung 0 one bucket per entry): the tails of all buckets of a rung stay
@@ -329,8 +327,9 @@ class LadderEventQueue final : public EventQueue {
   // Moves the next entries from the rungs or the top to the end of the lane (they order after
   // everything in the bottom). REQUIRES: size_ > 0; LaneShort().
   void Refill();
-  // Makes the top into rung 0, or, if it is small or of one time, into the bottom.
-  // REQUIRES: no rung, the bottom is empty, the top is not.
+  // Makes the top into rung 0, or, if it is small or of one time, into the bottom (after the
+  // lane's entries, which all order before the top's).
+  // REQUIRES: no rung; the top is not empty.
   void ConvertTop();
   // Adds a rung covering [first, last] for `entries` (all within it) and moves them there,
   // emptying `entries`.
