@@ -103,25 +103,76 @@ TEST(LadderEventQueueTest, LaneKeepsTheEntrySixAheadInSight) {
   EXPECT_EQ(found, kSteps);
 }
 
+// A LadderEventQueue beside a std::set of the same entries: Pop and ReplaceTop first check
+// that the queue's top is the set's first entry (and the sizes agree).
+class CheckedQueue {
+ public:
+  void Push(int64_t t) {
+    const QueuedEvent e = Next(t);
+    q_.Push(e);
+    ref_.insert(e);
+  }
+  ::testing::AssertionResult Pop() {
+    if (::testing::AssertionResult r = TopMatches(); !r) return r;
+    q_.Pop();
+    ref_.erase(ref_.begin());
+    return ::testing::AssertionSuccess();
+  }
+  // Pops the top and pushes an entry at `t`, in one ReplaceTop.
+  ::testing::AssertionResult ReplaceTop(int64_t t) {
+    if (::testing::AssertionResult r = TopMatches(); !r) return r;
+    ref_.erase(ref_.begin());
+    const QueuedEvent e = Next(t);
+    q_.ReplaceTop(e);
+    ref_.insert(e);
+    return ::testing::AssertionSuccess();
+  }
+  // Pops everything, checking each top; then the queue must be empty.
+  ::testing::AssertionResult Drain() {
+    while (!ref_.empty()) {
+      if (::testing::AssertionResult r = Pop(); !r) return r;
+    }
+    if (!q_.Empty()) return ::testing::AssertionFailure() << "the queue holds more";
+    return ::testing::AssertionSuccess();
+  }
+
+  size_t size() const { return ref_.size(); }
+  bool empty() const { return ref_.empty(); }
+  int64_t first_time() const { return ref_.begin()->time_ns; }
+  int64_t last_time() const { return ref_.rbegin()->time_ns; }
+
+ private:
+  static bool Before(const QueuedEvent& a, const QueuedEvent& b) { return EventBefore(a, b); }
+  QueuedEvent Next(int64_t t) { return {t, seq_++, 0, 1}; }
+  ::testing::AssertionResult TopMatches() const {
+    if (q_.Size() != ref_.size()) {
+      return ::testing::AssertionFailure() << "size " << q_.Size() << ", expected " << ref_.size();
+    }
+    const QueuedEvent& top = q_.Top();
+    const QueuedEvent& first = *ref_.begin();
+    if (top.seq != first.seq) {
+      return ::testing::AssertionFailure() << "top: seq " << top.seq << " at " << top.time_ns
+                                           << ", expected seq " << first.seq << " at "
+                                           << first.time_ns;
+    }
+    return ::testing::AssertionSuccess();
+  }
+
+  LadderEventQueue q_;
+  std::set<QueuedEvent, bool (*)(const QueuedEvent&, const QueuedEvent&)> ref_{&Before};
+  uint64_t seq_ = 0;
+};
+
 // Random fills (half of them with far crowds), then pops and ReplaceTops near the top (among the
 // lane's entries), further, and around the latest entry, against a std::set: the queue pops in
 // EventBefore order throughout, its lane topped up and pushed into in every way.
 TEST(LadderEventQueueTest, RandomPushesAndPopsMatchASortedSet) {
   std::mt19937_64 rng(5);
-  auto before = [](const QueuedEvent& a, const QueuedEvent& b) { return EventBefore(a, b); };
   for (int round = 0; round < 100; ++round) {
-    LadderEventQueue q;
-    std::set<QueuedEvent, decltype(before)> ref(before);
-    uint64_t seq = 0;
-    int64_t now = 0;
-    auto push = [&](int64_t t) {
-      const QueuedEvent e{t, seq++, 0, 1};
-      q.Push(e);
-      ref.insert(e);
-    };
+    CheckedQueue q;
     int n = 20 + static_cast<int>(rng() % 300);
     int64_t span = 1 + static_cast<int64_t>(rng() % 1'000'000);
-    for (int i = 0; i < n; ++i) push(static_cast<int64_t>(rng() % span));
+    for (int i = 0; i < n; ++i) q.Push(static_cast<int64_t>(rng() % span));
     if (round % 2 == 1) {
       // Crowds far apart, some more than a bucket can sort at once (kSortMax): coarse rungs,
       // crowded buckets split into finer rungs that reach past their entries.
@@ -129,37 +180,26 @@ TEST(LadderEventQueueTest, RandomPushesAndPopsMatchASortedSet) {
         const int64_t center = static_cast<int64_t>(rng() % (uint64_t{1} << 40));
         const int64_t width = 1 + static_cast<int64_t>(rng() % 2000);
         const int count = static_cast<int>(rng() % 6000);
-        for (int i = 0; i < count; ++i) push(center + static_cast<int64_t>(rng() % width));
+        for (int i = 0; i < count; ++i) q.Push(center + static_cast<int64_t>(rng() % width));
         n += count;
       }
       span = static_cast<int64_t>(uint64_t{1} << 20);
     }
-    for (int step = 0; step < 2 * n && !ref.empty(); ++step) {
-      ASSERT_EQ(q.Size(), ref.size());
-      const QueuedEvent top = q.Top();
-      ASSERT_EQ(top.seq, ref.begin()->seq) << "round " << round << ", step " << step;
-      now = top.time_ns;
-      ref.erase(ref.begin());
+    for (int step = 0; step < 2 * n && !q.empty(); ++step) {
       const uint64_t r = rng() % 8;
       if (r < 3) {
-        q.Pop();
-      } else {
-        // Near now (among the lane's entries), or further, or around the latest entry.
-        const int64_t latest = ref.empty() ? now : ref.rbegin()->time_ns;
-        const int64_t t = r < 5 ? now + static_cast<int64_t>(rng() % 64)
-                          : r < 7 ? now + static_cast<int64_t>(rng() % (span + 1))
-                                  : std::max(now, latest - 8 + static_cast<int64_t>(rng() % 16));
-        const QueuedEvent e{t, seq++, 0, 1};
-        q.ReplaceTop(e);
-        ref.insert(e);
+        ASSERT_TRUE(q.Pop()) << "round " << round << ", step " << step;
+        continue;
       }
+      // Near the popped time (among the lane's entries), or further, or around the latest entry.
+      const int64_t now = q.first_time();
+      const int64_t near_latest = q.last_time() - 8 + static_cast<int64_t>(rng() % 16);
+      const int64_t t = r < 5 ? now + static_cast<int64_t>(rng() % 64)
+                        : r < 7 ? now + static_cast<int64_t>(rng() % (span + 1))
+                                : std::max(now, near_latest);
+      ASSERT_TRUE(q.ReplaceTop(t)) << "round " << round << ", step " << step;
     }
-    while (!ref.empty()) {
-      ASSERT_EQ(q.Top().seq, ref.begin()->seq) << "round " << round << ", drain";
-      q.Pop();
-      ref.erase(ref.begin());
-    }
-    EXPECT_TRUE(q.Empty());
+    ASSERT_TRUE(q.Drain()) << "round " << round;
   }
 }
 
@@ -168,29 +208,13 @@ TEST(LadderEventQueueTest, RandomPushesAndPopsMatchASortedSet) {
 // entries; entries pushed then, between the lane's and past them, must still pop in order.
 TEST(LadderEventQueueTest, PushesAfterTheLastRungIsUsedUpKeepTheOrder) {
   for (int kept = 1; kept < 12; ++kept) {
-    LadderEventQueue q;
-    auto before = [](const QueuedEvent& a, const QueuedEvent& b) { return EventBefore(a, b); };
-    std::set<QueuedEvent, decltype(before)> ref(before);
-    uint64_t seq = 0;
-    auto push = [&](int64_t t) {
-      const QueuedEvent e{t, seq++, 0, 1};
-      q.Push(e);
-      ref.insert(e);
-    };
-    for (int64_t t = 1000; t > 0; t -= 5) push(t);
-    while (ref.size() > static_cast<size_t>(kept)) {
-      ASSERT_EQ(q.Top().seq, ref.begin()->seq);
-      q.Pop();
-      ref.erase(ref.begin());
-    }
+    CheckedQueue q;
+    for (int64_t t = 1000; t > 0; t -= 5) q.Push(t);
+    while (q.size() > static_cast<size_t>(kept)) ASSERT_TRUE(q.Pop()) << "kept " << kept;
     // Between the remaining entries, and past them.
-    const int64_t last = ref.rbegin()->time_ns;
-    for (int64_t t = last - 12; t <= last + 12; t += 3) push(t);
-    while (!ref.empty()) {
-      ASSERT_EQ(q.Top().seq, ref.begin()->seq) << "kept " << kept;
-      q.Pop();
-      ref.erase(ref.begin());
-    }
+    const int64_t last = q.last_time();
+    for (int64_t t = last - 12; t <= last + 12; t += 3) q.Push(t);
+    ASSERT_TRUE(q.Drain()) << "kept " << kept;
   }
 }
 
@@ -200,32 +224,18 @@ TEST(LadderEventQueueTest, PushesAfterTheLastRungIsUsedUpKeepTheOrder) {
 // up and finds the rungs empty, entries pushed between the lane's must still go before its
 // last, not be appended after it.
 TEST(LadderEventQueueTest, AToppedUpLaneWithNoRungLeftStillOrdersNewPushes) {
-  LadderEventQueue q;
-  auto before = [](const QueuedEvent& a, const QueuedEvent& b) { return EventBefore(a, b); };
-  std::set<QueuedEvent, decltype(before)> ref(before);
-  uint64_t seq = 0;
-  auto push = [&](int64_t t) {
-    const QueuedEvent e{t, seq++, 0, 1};
-    q.Push(e);
-    ref.insert(e);
-  };
-  auto pop = [&] {
-    ASSERT_EQ(q.Top().seq, ref.begin()->seq) << "time " << ref.begin()->time_ns;
-    q.Pop();
-    ref.erase(ref.begin());
-  };
+  CheckedQueue q;
   constexpr int64_t kFar = int64_t{1} << 40;
-  push(1000);                                      // the lane
-  for (int64_t t = 999; t >= 900; --t) push(t);    // the bottom's heap, spilled into a rung
-  push(int64_t{1} << 20);                          // the top, and far from ...
-  for (int64_t t = kFar - 10000; t < kFar; ++t) push(t);  // ... a crowd in one bucket
-  while (ref.begin()->time_ns < kFar - 10000) pop();      // the top is rung 0 now
-  push(kFar + 5);                                  // into rung 0, past the top's maximum
-  while (ref.size() > 3) pop();
-  push(kFar + 2);                                  // between the lane's last two
-  push(kFar + 7);
-  while (!ref.empty()) pop();
-  EXPECT_TRUE(q.Empty());
+  q.Push(1000);                                      // the lane
+  for (int64_t t = 999; t >= 900; --t) q.Push(t);    // the bottom's heap, spilled into a rung
+  q.Push(int64_t{1} << 20);                          // the top, and far from ...
+  for (int64_t t = kFar - 10000; t < kFar; ++t) q.Push(t);  // ... a crowd in one bucket
+  while (q.first_time() < kFar - 10000) ASSERT_TRUE(q.Pop());  // the top is rung 0 now
+  q.Push(kFar + 5);                                  // into rung 0, past the top's maximum
+  while (q.size() > 3) ASSERT_TRUE(q.Pop());
+  q.Push(kFar + 2);                                  // between the lane's last two
+  q.Push(kFar + 7);
+  ASSERT_TRUE(q.Drain());
 }
 
 }  // namespace
