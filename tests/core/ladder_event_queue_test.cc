@@ -1,5 +1,6 @@
-// The ladder queue's look-ahead (internal/ladder_event_queue.h), which the event loop uses to
-// prefetch upcoming callbacks. Its ordering is tested with every queue in event_queue_test.cc.
+// The ladder queue's own behaviour (internal/ladder_event_queue.h): the look-ahead the event
+// loop prefetches upcoming callbacks with, and the order kept while the lane is topped up from
+// the rungs and pushed into. The ordering every queue shares is tested in event_queue_test.cc.
 #include "core/internal/ladder_event_queue.h"
 
 #include <algorithm>
