@@ -9,9 +9,13 @@
 // the channel, the start, the exit, the upload). Targets (issue 3):
 // >= 200,000 jobs/s, <= 2 KiB per finished job.
 //
-// Two ways to submit the same jobs:
-//   whole:    CreateTrainingJob(request), the template renamed: each job's
-//             request is validated whole and copied into the job;
+// Three ways to submit the jobs:
+//   whole:    CreateTrainingJob(request), the template renamed: the engine
+//             finds each request's content among those it accepted lately,
+//             so it validates the name only and the jobs share one copy;
+//   distinct: CreateTrainingJob(request), the template renamed and with a
+//             hyperparameter of its own: each request is new to the engine,
+//             validated whole and copied into its job;
 //   prepared: CreateTrainingJob(prepared, name) from one PrepareTrainingJob
 //             of the template: each job's name is validated and the jobs
 //             share the request (what a sweep or a batch can do).
@@ -64,7 +68,10 @@ size_t ResidentBytes() {
   return static_cast<size_t>(pages) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
 }
 
-void BM_EngineLifecycle(benchmark::State& state, bool prepare) {
+enum class Submit { kWhole, kDistinct, kPrepared };
+
+void BM_EngineLifecycle(benchmark::State& state, Submit how) {
+  const bool prepare = how == Submit::kPrepared;
   const int jobs = static_cast<int>(state.range(0));
   kiln::v1::CreateTrainingJobRequest request = Template();
   std::string name;
@@ -93,6 +100,9 @@ void BM_EngineLifecycle(benchmark::State& state, bool prepare) {
         ok = engine->CreateTrainingJob(prepared, name).ok();
       } else {
         request.set_training_job_name(name);
+        if (how == Submit::kDistinct) {
+          (*request.mutable_hyper_parameters())["seed"] = absl::StrCat(submitted);
+        }
         ok = engine->CreateTrainingJob(request).ok();  // the engine copies what it keeps
       }
       if (!ok) state.SkipWithError("CreateTrainingJob failed");
@@ -117,9 +127,11 @@ void BM_EngineLifecycle(benchmark::State& state, bool prepare) {
       benchmark::Counter(static_cast<double>(state.iterations() * jobs), benchmark::Counter::kIsRate);
   state.counters["bytes_per_finished_job"] = bytes_per_job;
 }
-BENCHMARK_CAPTURE(BM_EngineLifecycle, whole, false)
+BENCHMARK_CAPTURE(BM_EngineLifecycle, whole, Submit::kWhole)
     ->Arg(100000)->Arg(10000)->Unit(benchmark::kMillisecond)->UseRealTime();
-BENCHMARK_CAPTURE(BM_EngineLifecycle, prepared, true)
+BENCHMARK_CAPTURE(BM_EngineLifecycle, distinct, Submit::kDistinct)
+    ->Arg(100000)->Arg(10000)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK_CAPTURE(BM_EngineLifecycle, prepared, Submit::kPrepared)
     ->Arg(100000)->Arg(10000)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace

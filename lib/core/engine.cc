@@ -29,6 +29,7 @@
 #include "core/internal/json_value.h"
 #include "core/internal/keyed_set.h"
 #include "core/internal/prefetch.h"
+#include "core/internal/recent_requests.h"
 #include "core/internal/regex.h"
 #include "core/internal/seq_window.h"
 #include "core/internal/shapes.h"
@@ -269,15 +270,19 @@ struct RequestStore {
 // bump allocations rather than one heap allocation per field, and dropping it
 // frees a block or two. Once the job has ended the engine compacts it
 // (EngineImpl::CompactLater): the request is kept serialized and the arena
-// goes, which keeps a finished job's footprint small. A shared request is a
-// PreparedTrainingJob's (no TrainingJobName; name_ is the name): the job only
-// holds a reference to it, for its whole life, until an UpdateTrainingJob
-// gives the job a request of its own.
+// goes, which keeps a finished job's footprint small. (CreateTrainingJob
+// serialized it already, to look it up among the recent requests: the job
+// keeps those bytes from the start.) A shared request (no TrainingJobName;
+// name_ is the name) is a PreparedTrainingJob's or one that CreateTrainingJob
+// found among the recent requests: the job holds a reference to it until an
+// UpdateTrainingJob gives the job a request of its own, or until it is
+// compacted as the last holder, when it keeps the request serialized instead.
 class Job final : public ContainerEvents {
  public:
-  // A job with its own copy of `request`. `store` is empty (fresh or reset).
-  Job(EngineImpl& engine, uint64_t seq, const v1::CreateTrainingJobRequest& request, absl::Time now,
-      std::unique_ptr<RequestStore> store)
+  // A job with its own copy of `request`, whose serialized form is `bytes`
+  // (empty: not serialized yet). `store` is empty (fresh or reset).
+  Job(EngineImpl& engine, uint64_t seq, const v1::CreateTrainingJobRequest& request,
+      std::string bytes, absl::Time now, std::unique_ptr<RequestStore> store)
       : engine_(engine),
         seq_(seq),
         name_(request.training_job_name()),
@@ -285,6 +290,7 @@ class Job final : public ContainerEvents {
         own_request_(
             google::protobuf::Arena::CreateMessage<v1::CreateTrainingJobRequest>(&store_->arena)),
         request_(own_request_),
+        request_bytes_(std::move(bytes)),
         creation_time_(now),
         last_modified_(now) {
     own_request_->CopyFrom(request);
@@ -330,6 +336,7 @@ class Job final : public ContainerEvents {
   void StoreRequest(const v1::CreateTrainingJobRequest& r) {
     if (own_request_ != nullptr) {
       own_request_->CopyFrom(r);
+      request_bytes_.clear();  // serialized again when compacted
     } else if (shared_request_ != nullptr) {
       shared_request_ = std::make_shared<const v1::CreateTrainingJobRequest>(r);
       request_ = shared_request_.get();
@@ -338,9 +345,9 @@ class Job final : public ContainerEvents {
     }
   }
 
-  // Drops what only a running job needs; an own request is serialized, a
-  // shared one stays as it is (the job holds only a reference). Called once.
-  // REQUIRES: ended().
+  // Drops what only a running job needs; an own request is kept serialized,
+  // and so is a shared one the job is the last to hold (otherwise the job
+  // keeps its reference). Called once. REQUIRES: ended().
   void Compact();
 
   // The StatusMessage of transition `i`: its message, and its detail if any.
@@ -386,7 +393,9 @@ class Job final : public ContainerEvents {
   std::shared_ptr<const v1::CreateTrainingJobRequest> shared_request_;
   // own_request_ or shared_request_; null once compacted.
   const v1::CreateTrainingJobRequest* request_;
-  std::string request_bytes_;  // set once compacted
+  // The request serialized: set once compacted, and while an own request
+  // has not changed since the job was created with its bytes.
+  std::string request_bytes_;
   const absl::Time creation_time_;
   absl::Time last_modified_;
 
@@ -542,12 +551,7 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   }
 
   absl::StatusOr<v1::CreateTrainingJobResponse> CreateTrainingJob(
-      const v1::CreateTrainingJobRequest& request) override {
-    // The checks that need no engine state run on the caller's thread: the
-    // data channel's may wait for a store, and must not hold up the loop.
-    KILN_RETURN_IF_ERROR(Admit(request));
-    return OnLoop([&] { return Create(request); });
-  }
+      const v1::CreateTrainingJobRequest& request) override;
   absl::StatusOr<PreparedTrainingJob> PrepareTrainingJob(
       const v1::CreateTrainingJobRequest& request) override;
   absl::StatusOr<v1::CreateTrainingJobResponse> CreateTrainingJob(
@@ -714,9 +718,14 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   absl::Status CheckComponents(const v1::CreateTrainingJobRequest& request) const;
   // Each channel's DataChannel::CheckChannel, in order; the first error.
   absl::Status CheckChannels(const v1::CreateTrainingJobRequest& request) const;
+  // InvalidArgument, worded as for a whole request, when `name` is not a
+  // TrainingJobName the service accepts.
+  absl::Status CheckName(const std::string& name) const;
   // CreateTrainingJob on the loop, for an admitted request: the name must be
-  // free (CheckNewJob); then the job is accepted with a copy of the request.
-  absl::StatusOr<v1::CreateTrainingJobResponse> Create(const v1::CreateTrainingJobRequest& request);
+  // free (CheckNewJob); then the job is accepted with a copy of the request,
+  // and `bytes`, the request serialized (or empty).
+  absl::StatusOr<v1::CreateTrainingJobResponse> Create(const v1::CreateTrainingJobRequest& request,
+                                                       std::string bytes);
   // The same for a job `name` that shares the prepared request `shared`.
   absl::StatusOr<v1::CreateTrainingJobResponse> Create(
       std::string name, std::shared_ptr<const v1::CreateTrainingJobRequest> shared);
@@ -843,6 +852,8 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   // A prepared job's name: its shape, and a checker (options_.validation).
   const internal::ShapeChecker name_checker_;
   const internal::Shape& name_shape_;
+  // Contents of requests CreateTrainingJob accepted lately (thread-safe).
+  internal::RecentRequests recent_requests_;
   // Room kept between calls (see Provision, StartDownloads).
   ClusterSpec spec_scratch_;
   std::vector<const Instance*> receivers_scratch_;
@@ -885,10 +896,17 @@ Job::~Job() { engine_.GiveBackStore(std::move(store_)); }
 
 void Job::Compact() {
   if (own_request_ != nullptr) {
-    own_request_->SerializeToString(&request_bytes_);
+    if (request_bytes_.empty()) own_request_->SerializeToString(&request_bytes_);
     own_request_ = nullptr;
     request_ = nullptr;
     engine_.GiveBackStore(std::move(store_));
+  } else if (shared_request_ != nullptr && shared_request_.use_count() == 1) {
+    // No other job or PreparedTrainingJob holds it: it would stay parsed
+    // for this job alone. (A CreateTrainingJob on another thread may take it
+    // from recent_requests_ meanwhile: its job keeps it alive.)
+    shared_request_->SerializeToString(&request_bytes_);
+    shared_request_.reset();
+    request_ = nullptr;
   }
   if (extras_ != nullptr) {
     for (MetricState& m : extras_->metrics) m.regex.reset();
@@ -954,19 +972,57 @@ absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::CreateTrainingJob(
     return absl::InvalidArgumentError(
         "CreateTrainingJob: the PreparedTrainingJob was prepared by another engine");
   }
-  // The name is all that is left to validate: checked against its shape,
-  // and a name that fails gets the error a whole request with that name
-  // would get (its other fields are valid): a request naming only the job
-  // has the same check, and words it the same way.
   std::string job_name(name);
-  // (A new job's name does not come again: not worth remembering.)
-  if (!name_checker_.StringOk(job_name, name_shape_, internal::Pattern::Memo::kSkip)) {
-    v1::DescribeTrainingJobRequest name_only;
-    name_only.set_training_job_name(job_name);
-    KILN_RETURN_IF_ERROR(ValidateRequest(name_only, options_.validation));
-  }
+  KILN_RETURN_IF_ERROR(CheckName(job_name));
   KILN_RETURN_IF_ERROR(CheckChannels(*shared));
   return OnLoop([&] { return Create(std::move(job_name), shared); });
+}
+
+absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::CreateTrainingJob(
+    const v1::CreateTrainingJobRequest& request) {
+  // The checks that need no engine state run on the caller's thread: the
+  // data channel's may wait for a store, and must not hold up the loop.
+  //
+  // A request whose content (all but its name) the engine accepted lately
+  // needs only its name checked, and its jobs share one copy, as if it had
+  // been prepared. The content is found by its serialized bytes, which a
+  // job with its own copy keeps for when it is compacted.
+  // (A request without a name is validated whole, to be refused as such.)
+  internal::SerializedRequest serialized(request);
+  if (request.has_training_job_name() && serialized.cacheable() &&
+      recent_requests_.MayHold(serialized.content_size())) {
+    serialized.Serialize();
+    internal::RecentRequests::Found found = recent_requests_.Find(serialized);
+    if (found.seen) {
+      KILN_RETURN_IF_ERROR(CheckName(request.training_job_name()));
+      KILN_RETURN_IF_ERROR(CheckChannels(request));
+      std::shared_ptr<const v1::CreateTrainingJobRequest> shared = std::move(found.shared);
+      if (shared == nullptr) {
+        auto copy = std::make_shared<v1::CreateTrainingJobRequest>(request);
+        copy->clear_training_job_name();
+        shared = recent_requests_.Share(serialized, std::move(copy));
+      }
+      return OnLoop([&] { return Create(request.training_job_name(), std::move(shared)); });
+    }
+  }
+  KILN_RETURN_IF_ERROR(Admit(request));
+  if (!serialized.cacheable()) return OnLoop([&] { return Create(request, std::string()); });
+  serialized.Serialize();  // valid now: its strings are UTF-8
+  recent_requests_.Remember(serialized);
+  return OnLoop([&] { return Create(request, std::move(serialized).TakeBytes()); });
+}
+
+absl::Status EngineImpl::CheckName(const std::string& name) const {
+  // Checked against its shape, and a name that fails gets the error a whole
+  // request with that name would get (its other fields are valid): a
+  // request naming only the job has the same check, and words it the same
+  // way. (A new job's name does not come again: not worth remembering.)
+  if (!name_checker_.StringOk(name, name_shape_, internal::Pattern::Memo::kSkip)) {
+    v1::DescribeTrainingJobRequest name_only;
+    name_only.set_training_job_name(name);
+    return ValidateRequest(name_only, options_.validation);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status EngineImpl::CheckNewJob(const std::string& name) {
@@ -984,12 +1040,13 @@ absl::Status EngineImpl::CheckNewJob(const std::string& name) {
 }
 
 absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
-    const v1::CreateTrainingJobRequest& request) {
+    const v1::CreateTrainingJobRequest& request, std::string bytes) {
   KILN_RETURN_IF_ERROR(CheckNewJob(request.training_job_name()));
   KILN_ASSIGN_OR_RETURN(const bool pooled,
                         pools().OnJobCreated(WarmPoolJob{request.training_job_name(), request}));
   // Accepted: the job keeps a copy of the request.
-  return Accept(jobs_.Add(*this, next_seq_++, request, Now(), TakeStore()), pooled);
+  return Accept(jobs_.Add(*this, next_seq_++, request, std::move(bytes), Now(), TakeStore()),
+                pooled);
 }
 
 absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(

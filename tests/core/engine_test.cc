@@ -657,6 +657,148 @@ TEST_F(EngineTest, PreparedJobsShareTheRequestUntilOneIsUpdated) {
   EXPECT_EQ(Describe("later-299").training_job_status(), "Completed");
 }
 
+// --- Requests sent again
+
+// A request whose content (all but its name) the engine accepted before is
+// checked by its name only and its jobs share one copy; a job made from it
+// runs, reports and describes exactly as one made from a request new to the
+// engine.
+TEST_F(EngineTest, ARequestSentAgainRunsAsANewOneDoes) {
+  SimJobBehavior b;
+  b.log_lines = {{absl::Seconds(100), "epoch 1 loss=0.5;"}};
+  b.capacity_failures = 1;
+  behaviors_["job"] = b;
+  auto r = Request("job");
+  (*r.mutable_hyper_parameters())["lr"] = "0.1";
+  (*r.mutable_hyper_parameters())["epochs"] = "3";
+  auto* loss = r.mutable_algorithm_specification()->add_metric_definitions();
+  loss->set_name("train:loss");
+  loss->set_regex("loss=(.*?);");
+  r.mutable_stopping_condition()->set_max_runtime_in_seconds(3600);
+
+  Create(r);
+  loop_->RunUntilIdle();
+  const std::string fresh = ToJson(Describe("job"));
+  const std::vector<std::string> fresh_statuses = observer_.statuses;
+  const std::vector<std::string> fresh_metrics = observer_.metrics;
+  ASSERT_FALSE(fresh_metrics.empty());
+
+  // In a new engine: the content under another name first, then "job"
+  // (found: its name alone is checked, and it gets the copy to share), then
+  // the same content built anew, its map filled in another order (found
+  // again: it shares that copy).
+  Build();
+  observer_ = RecordingObserver();
+  auto warm = r;
+  warm.set_training_job_name("warm");
+  Create(warm);
+  Create(r);
+  auto again = Request("again");
+  (*again.mutable_hyper_parameters())["epochs"] = "3";
+  (*again.mutable_hyper_parameters())["lr"] = "0.1";
+  *again.mutable_algorithm_specification()->add_metric_definitions() = *loss;
+  again.mutable_stopping_condition()->set_max_runtime_in_seconds(3600);
+  Create(again);
+  loop_->RunUntilIdle();
+  EXPECT_EQ(ToJson(Describe("job")), fresh);
+  std::vector<std::string> job_statuses;
+  for (const std::string& s : observer_.statuses) {
+    if (s.rfind("job:", 0) == 0) job_statuses.push_back(s);
+  }
+  EXPECT_EQ(job_statuses, fresh_statuses);
+  std::vector<std::string> job_metrics;
+  for (const std::string& m : observer_.metrics) {
+    if (m.rfind("job:", 0) == 0) job_metrics.push_back(m);
+  }
+  EXPECT_EQ(job_metrics, fresh_metrics);
+  for (const char* name : {"warm", "again"}) {
+    v1::DescribeTrainingJobResponse d = Describe(name);
+    EXPECT_EQ(d.training_job_status(), "Completed") << name;
+    EXPECT_EQ(d.hyper_parameters().at("epochs"), "3") << name;
+    EXPECT_EQ(d.training_job_name(), name);
+  }
+}
+
+// A request found among those accepted lately has only its name left to
+// check, and fails as it would have if it were new; nothing is kept.
+TEST_F(EngineTest, ARequestSentAgainFailsAsANewOneWould) {
+  std::vector<v1::CreateTrainingJobRequest> bad;
+  for (const std::string& name :
+       std::vector<std::string>{"not a name", "-job-1", std::string(64, 'a'), ""}) {
+    bad.push_back(Request(name));
+  }
+  bad.push_back(Request(""));
+  bad.back().clear_training_job_name();  // missing, which is not the same as empty
+  std::vector<absl::Status> as_new;
+  for (const auto& r : bad) {
+    as_new.push_back(engine_->CreateTrainingJob(r).status());
+    ASSERT_TRUE(absl::IsInvalidArgument(as_new.back())) << as_new.back();
+  }
+  Create(Request("job"));  // the content, accepted
+  for (size_t i = 0; i < bad.size(); ++i) {
+    EXPECT_EQ(engine_->CreateTrainingJob(bad[i]).status(), as_new[i])
+        << bad[i].training_job_name();
+  }
+  const absl::Status taken = engine_->CreateTrainingJob(Request("job")).status();
+  EXPECT_TRUE(absl::IsAlreadyExists(taken)) << taken;
+  EXPECT_EQ(engine_->ListTrainingJobs({}).value().training_job_summaries_size(), 1);
+}
+
+// Jobs made from one request sent again share a copy, and keep what each was
+// given: the caller's later changes reach none of them, an update only the
+// job updated, before and after ended jobs are compacted (the last job to
+// hold the shared copy keeps it serialized).
+TEST_F(EngineTest, JobsFromARequestSentAgainKeepWhatTheyWereGiven) {
+  auto r = Request("a");
+  (*r.mutable_hyper_parameters())["lr"] = "0.1";
+  Create(r);  // new: a copy of its own
+  r.set_training_job_name("b");
+  Create(r);  // found: the copy to share, with "c"
+  r.set_training_job_name("c");
+  Create(r);
+  (*r.mutable_hyper_parameters())["lr"] = "0.2";  // new content
+  r.set_training_job_name("d");
+  Create(r);
+  r.mutable_hyper_parameters()->clear();
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Describe("a").hyper_parameters().at("lr"), "0.1");
+  EXPECT_EQ(Describe("b").hyper_parameters().at("lr"), "0.1");
+  EXPECT_EQ(Describe("d").hyper_parameters().at("lr"), "0.2");
+
+  v1::UpdateTrainingJobRequest update;
+  update.set_training_job_name("b");
+  update.mutable_profiler_config()->set_s3_output_path("s3://bucket/profiles");
+  ASSERT_TRUE(engine_->UpdateTrainingJob(update).ok());
+  EXPECT_EQ(Describe("b").profiler_config().s3_output_path(), "s3://bucket/profiles");
+  EXPECT_FALSE(Describe("c").has_profiler_config());
+  EXPECT_FALSE(Describe("a").has_profiler_config());
+  const v1::DescribeTrainingJobResponse c_before = Describe("c");
+  const v1::DescribeTrainingJobResponse b_before = Describe("b");
+  EXPECT_EQ(c_before.training_job_name(), "c");
+
+  // Past the compaction backlog, with requests of other contents.
+  for (int i = 0; i < 300; ++i) {
+    auto later = Request(absl::StrCat("later-", i));
+    (*later.mutable_hyper_parameters())["i"] = absl::StrCat(i);
+    Create(later);
+  }
+  loop_->RunUntilIdle();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(Describe("c"), c_before))
+      << Describe("c").DebugString();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(Describe("b"), b_before));
+  EXPECT_EQ(Describe("a").hyper_parameters().at("lr"), "0.1");
+  EXPECT_EQ(Describe("later-299").hyper_parameters().at("i"), "299");
+
+  // That content, forgotten since (64 newer ones), is new again: a job
+  // from it is checked whole, and runs.
+  r.set_training_job_name("e");
+  (*r.mutable_hyper_parameters())["lr"] = "0.1";
+  Create(r);
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Describe("e").training_job_status(), "Completed");
+  EXPECT_EQ(Describe("e").hyper_parameters().at("lr"), "0.1");
+}
+
 TEST_F(EngineTest, DeleteOnlyEndedJobsAndTheNameBecomesFree) {
   Create(Request("job"));
   v1::DeleteTrainingJobRequest del;
@@ -860,7 +1002,10 @@ class RecordingDataChannel : public DataChannel {
     inner_.Deliver(d, std::move(done));
   }
   absl::Status CheckChannel(const v1::Channel& channel, std::string_view mode) override {
-    if (channel.channel_name() == "refused") return absl::InvalidArgumentError("No S3 objects found");
+    if (channel.channel_name() == "refused" ||
+        channel.data_source().s3_data_source().s3_uri() == emptied_uri) {
+      return absl::InvalidArgumentError("No S3 objects found");
+    }
     return absl::OkStatus();
   }
   void EndJob(std::string_view job) override { ended.push_back(std::string(job)); }
@@ -869,6 +1014,7 @@ class RecordingDataChannel : public DataChannel {
   std::map<std::string, std::string> receivers;
   std::vector<std::string> ended;
   DataChannelListener* listener = nullptr;
+  std::string emptied_uri;  // a source whose objects are gone: refused
 
  private:
   DataChannel& inner_;
@@ -975,6 +1121,25 @@ TEST_F(EngineDataChannelTest, PreparedJobsCheckTheirChannelsAtEachCreate) {
   v1::DescribeTrainingJobRequest d;
   d.set_training_job_name("refused-job");
   EXPECT_TRUE(absl::IsNotFound(engine_->DescribeTrainingJob(d).status()));
+}
+
+// A source may change between jobs: a request sent again has its channels
+// checked again, as a new one does.
+TEST_F(EngineDataChannelTest, ARequestSentAgainHasItsChannelsCheckedAgain) {
+  v1::CreateTrainingJobRequest r = Request("first");
+  *r.add_input_data_config() = Prefix("train");
+  Create(r);
+  recording_->emptied_uri = "s3://bucket/train/";
+  r.set_training_job_name("second");
+  EXPECT_EQ(engine_->CreateTrainingJob(r).status(),
+            absl::InvalidArgumentError("No S3 objects found"));
+  v1::DescribeTrainingJobRequest d;
+  d.set_training_job_name("second");
+  EXPECT_TRUE(absl::IsNotFound(engine_->DescribeTrainingJob(d).status()));
+  recording_->emptied_uri.clear();
+  Create(r);
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Describe("second").training_job_status(), "Completed");
 }
 
 // A File channel named as a Pipe channel's FIFO is refused with the request,
