@@ -799,6 +799,27 @@ TEST_F(EngineTest, JobsFromARequestSentAgainKeepWhatTheyWereGiven) {
   EXPECT_EQ(Describe("e").hyper_parameters().at("lr"), "0.1");
 }
 
+// A request too large to look up (over 32 KiB serialized) is validated and
+// copied each time it is sent, and runs and compacts as any other.
+TEST_F(EngineTest, ALargeRequestSentAgainRunsAsAnyOther) {
+  auto r = Request("big-0");
+  for (int i = 0; i < 20; ++i) {
+    (*r.mutable_hyper_parameters())[absl::StrCat("k", i)] = std::string(2000, 'v');
+  }
+  ASSERT_GT(r.ByteSizeLong(), 32u << 10);
+  Create(r);
+  r.set_training_job_name("big-1");
+  Create(r);
+  loop_->RunUntilIdle();
+  const v1::DescribeTrainingJobResponse before = Describe("big-1");
+  EXPECT_EQ(before.training_job_status(), "Completed");
+  EXPECT_EQ(before.hyper_parameters().size(), 20);
+  for (int i = 0; i < 300; ++i) Create(Request(absl::StrCat("later-", i)));  // compacts both
+  loop_->RunUntilIdle();
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(Describe("big-1"), before));
+  EXPECT_EQ(Describe("big-0").hyper_parameters().at("k19"), std::string(2000, 'v'));
+}
+
 TEST_F(EngineTest, DeleteOnlyEndedJobsAndTheNameBecomesFree) {
   Create(Request("job"));
   v1::DeleteTrainingJobRequest del;

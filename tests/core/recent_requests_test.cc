@@ -59,6 +59,16 @@ TEST(SerializedRequestTest, TheContentIsAllButTheName) {
   EXPECT_EQ(ContentOf(empty_name), ContentOf(unnamed));
 }
 
+TEST(SerializedRequestTest, OnlyRequestsUpTo32KiBAreLookedUp) {
+  v1::CreateTrainingJobRequest r = Request("a");
+  EXPECT_TRUE(SerializedRequest(r).cacheable());
+  for (int i = 0; SerializedRequest(r).cacheable(); ++i) {
+    (*r.mutable_hyper_parameters())[absl::StrCat("k", i)] = std::string(1000, 'v');
+  }
+  EXPECT_GT(r.ByteSizeLong(), SerializedRequest::kMaxBytes);
+  EXPECT_LT(r.ByteSizeLong(), SerializedRequest::kMaxBytes + 1100);
+}
+
 TEST(SerializedRequestTest, AnyOtherFieldMakesADifferentContent) {
   const std::string base = ContentOf(Request("a"));
   v1::CreateTrainingJobRequest r = Request("a");

@@ -30,9 +30,11 @@ class SerializedRequest {
   explicit SerializedRequest(const v1::CreateTrainingJobRequest& request);
   explicit SerializedRequest(const v1::CreateTrainingJobRequest&& request) = delete;
 
-  // Requests larger than this are not looked up or remembered (the service
-  // takes far smaller ones: validation refuses them).
-  static constexpr size_t kMaxBytes = size_t{1} << 20;
+  // Requests larger than this are not looked up or remembered, which bounds
+  // what RecentRequests holds to 2 MiB. A usual request is under 2 KiB; a
+  // valid one can reach a few hundred (100 hyperparameters of 2,500
+  // characters), and one that large costs its validation and copy anyway.
+  static constexpr size_t kMaxBytes = size_t{32} << 10;
   bool cacheable() const { return size_ <= kMaxBytes; }
 
   // Bytes of the content (content().size() once serialized).
