@@ -5,6 +5,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -16,6 +17,7 @@
 #include "kiln/json.h"
 #include "kiln/sim/sim.h"
 #include "core/forwarding_provider.h"
+#include "core/requests.h"
 
 namespace kiln {
 namespace {
@@ -68,16 +70,25 @@ class EngineTest : public testing::Test {
   }
 
   static v1::CreateTrainingJobRequest Request(const std::string& name) {
-    v1::CreateTrainingJobRequest r;
-    EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(
-        R"pb(
-          role_arn: "arn:aws:iam::123456789012:role/SageMakerRole"
-          algorithm_specification { training_image: "train:latest" training_input_mode: "File" }
-          output_data_config { s3_output_path: "s3://bucket/out" }
-          resource_config { instance_type: "ml.m5.xlarge" instance_count: 1 volume_size_in_gb: 30 }
-        )pb",
-        &r));
-    r.set_training_job_name(name);
+    return tests::MinimalRequest(name);
+  }
+
+  // A request for a job `name` that logs a loss at 100 s, with a metric
+  // definition for it, and is short of capacity once; its hyperparameters
+  // `hyper` are set in the order given.
+  v1::CreateTrainingJobRequest ReportingRequest(
+      const std::string& name,
+      const std::vector<std::pair<std::string, std::string>>& hyper = {{"lr", "0.1"}}) {
+    SimJobBehavior b;
+    b.log_lines = {{absl::Seconds(100), "epoch 1 loss=0.5;"}};
+    b.capacity_failures = 1;
+    behaviors_[name] = b;
+    v1::CreateTrainingJobRequest r = Request(name);
+    for (const auto& [key, value] : hyper) (*r.mutable_hyper_parameters())[key] = value;
+    auto* loss = r.mutable_algorithm_specification()->add_metric_definitions();
+    loss->set_name("train:loss");
+    loss->set_regex("loss=(.*?);");
+    r.mutable_stopping_condition()->set_max_runtime_in_seconds(3600);
     return r;
   }
 
@@ -536,17 +547,8 @@ TEST_F(EngineTest, EndedJobsDescribeTheSameBeforeAndAfterCompaction) {
 // A job made from a PreparedTrainingJob runs, reports and describes exactly
 // as one made from the whole request.
 TEST_F(EngineTest, PreparedJobsRunAndDescribeAsWholeRequestsDo) {
-  SimJobBehavior b;
-  b.log_lines = {{absl::Seconds(100), "epoch 1 loss=0.5;"}};
-  b.capacity_failures = 1;
-  behaviors_["job"] = b;
-  auto r = Request("job");
-  (*r.mutable_hyper_parameters())["lr"] = "0.1";
-  auto* loss = r.mutable_algorithm_specification()->add_metric_definitions();
-  loss->set_name("train:loss");
-  loss->set_regex("loss=(.*?);");
+  auto r = ReportingRequest("job");
   r.set_enable_managed_spot_training(true);
-  r.mutable_stopping_condition()->set_max_runtime_in_seconds(3600);
   r.mutable_stopping_condition()->set_max_wait_time_in_seconds(7200);
 
   Create(r);
@@ -664,17 +666,7 @@ TEST_F(EngineTest, PreparedJobsShareTheRequestUntilOneIsUpdated) {
 // runs, reports and describes exactly as one made from a request new to the
 // engine.
 TEST_F(EngineTest, ARequestSentAgainRunsAsANewOneDoes) {
-  SimJobBehavior b;
-  b.log_lines = {{absl::Seconds(100), "epoch 1 loss=0.5;"}};
-  b.capacity_failures = 1;
-  behaviors_["job"] = b;
-  auto r = Request("job");
-  (*r.mutable_hyper_parameters())["lr"] = "0.1";
-  (*r.mutable_hyper_parameters())["epochs"] = "3";
-  auto* loss = r.mutable_algorithm_specification()->add_metric_definitions();
-  loss->set_name("train:loss");
-  loss->set_regex("loss=(.*?);");
-  r.mutable_stopping_condition()->set_max_runtime_in_seconds(3600);
+  const auto r = ReportingRequest("job", {{"lr", "0.1"}, {"epochs", "3"}});
 
   Create(r);
   loop_->RunUntilIdle();
@@ -693,12 +685,7 @@ TEST_F(EngineTest, ARequestSentAgainRunsAsANewOneDoes) {
   warm.set_training_job_name("warm");
   Create(warm);
   Create(r);
-  auto again = Request("again");
-  (*again.mutable_hyper_parameters())["epochs"] = "3";
-  (*again.mutable_hyper_parameters())["lr"] = "0.1";
-  *again.mutable_algorithm_specification()->add_metric_definitions() = *loss;
-  again.mutable_stopping_condition()->set_max_runtime_in_seconds(3600);
-  Create(again);
+  Create(ReportingRequest("again", {{"epochs", "3"}, {"lr", "0.1"}}));
   loop_->RunUntilIdle();
   EXPECT_EQ(ToJson(Describe("job")), fresh);
   std::vector<std::string> job_statuses;

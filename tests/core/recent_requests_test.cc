@@ -8,24 +8,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "google/protobuf/text_format.h"
+#include "core/requests.h"
 #include "gtest/gtest.h"
 
 namespace kiln::internal {
 namespace {
 
 v1::CreateTrainingJobRequest Request(const std::string& name) {
-  v1::CreateTrainingJobRequest r;
-  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(
-      R"pb(
-        role_arn: "arn:aws:iam::123456789012:role/SageMakerRole"
-        algorithm_specification { training_image: "train:latest" training_input_mode: "File" }
-        output_data_config { s3_output_path: "s3://bucket/out" }
-        resource_config { instance_type: "ml.m5.xlarge" instance_count: 1 volume_size_in_gb: 30 }
-      )pb",
-      &r));
-  r.set_training_job_name(name);
-  return r;
+  return tests::MinimalRequest(name);
 }
 
 std::string ContentOf(const v1::CreateTrainingJobRequest& r) {
