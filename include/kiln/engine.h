@@ -91,7 +91,9 @@ struct PreparedAccess;
 // their names: a sweep's trials, a nightly batch, a simulated workload. Made
 // by Engine::PrepareTrainingJob, used by Engine::CreateTrainingJob(prepared,
 // name). The jobs made from it share its request instead of each keeping a
-// copy, and only their names are validated.
+// copy, and only their names are validated. (CreateTrainingJob(request)
+// recognizes a request sent again under a new name and does the same, at the
+// cost of serializing each request to find it; preparing spares that too.)
 //
 //   auto prepared = engine->PrepareTrainingJob(request).value();
 //   for (int i = 0; i < 100; ++i) {
