@@ -42,15 +42,13 @@ void RecentRequests::Remember(const SerializedRequest& request) {
   next_ = (next_ + 1) % kCapacity;
   if (index_.size() == kCapacity) {  // e is the oldest: it goes
     index_.erase(Key{e.content, e.hash});
-    std::atomic<uint8_t>& count = sizes_[e.content.size() % kSizeBuckets];
-    count.store(count.load(std::memory_order_relaxed) - 1, std::memory_order_relaxed);
+    CountSize(e.content.size(), -1);
   }
   e.content.assign(request.content());
   e.hash = request.content_hash();
   e.shared.reset();
   index_.emplace(Key{e.content, e.hash}, &e);
-  std::atomic<uint8_t>& count = sizes_[e.content.size() % kSizeBuckets];
-  count.store(count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  CountSize(e.content.size(), +1);
 }
 
 std::shared_ptr<const v1::CreateTrainingJobRequest> RecentRequests::Share(

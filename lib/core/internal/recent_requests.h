@@ -41,9 +41,9 @@ class SerializedRequest {
   size_t content_size() const { return size_ - name_size_; }
 
   // Serializes the request (once; later calls do nothing). REQUIRES:
-  // cacheable(). Serializing a
-  // string field that is not UTF-8 makes protobuf log an error: serialize a
-  // request that may hold one only once it is validated.
+  // cacheable(). Serializing a string field that is not UTF-8 makes protobuf
+  // log an error: serialize a request that may hold one only once it is
+  // validated.
   void Serialize();
 
   // The request, serialized. REQUIRES: Serialize().
@@ -140,8 +140,13 @@ class RecentRequests {
   size_t next_ = 0;  // the entry to fill next (the oldest when full)
   // Contents (views of entries_[i].content) to their entry.
   absl::flat_hash_map<Key, Entry*, KeyHash> index_;
-  // Written under mu_.
+  // Written under mu_ (CountSize).
   std::array<std::atomic<uint8_t>, kSizeBuckets> sizes_ = {};
+  void CountSize(size_t size, int delta) {
+    std::atomic<uint8_t>& count = sizes_[size % kSizeBuckets];
+    count.store(static_cast<uint8_t>(count.load(std::memory_order_relaxed) + delta),
+                std::memory_order_relaxed);
+  }
 };
 
 }  // namespace kiln::internal
