@@ -215,6 +215,7 @@ absl::Status ExtractArchive(const std::string& archive_path, const std::string& 
   ReadArchivePtr in = OpenForRead(archive_path, status);
   if (in == nullptr) return status;
   WriteArchivePtr out(archive_write_disk_new());
+  // No ARCHIVE_EXTRACT_OWNER: what is unpacked belongs to the unpacking user.
   archive_write_disk_set_options(out.get(), ARCHIVE_EXTRACT_TIME | ARCHIVE_EXTRACT_PERM |
                                                 ARCHIVE_EXTRACT_SECURE_SYMLINKS |
                                                 ARCHIVE_EXTRACT_SECURE_NODOTDOT);
@@ -227,17 +228,31 @@ absl::Status ExtractArchive(const std::string& archive_path, const std::string& 
       return absl::InvalidArgumentError(absl::StrCat(
           "cannot read archive '", PathForMessage(archive_path), "': ", ArchiveError(in.get())));
     }
-    const char* raw_name = archive_entry_pathname(entry);
-    const std::string name = NormalizeEntryName(raw_name != nullptr ? raw_name : "");
+    // (Copied: the entry's own storage is replaced below.)
+    const char* raw = archive_entry_pathname(entry);
+    const std::string raw_name = raw != nullptr ? raw : "";
+    auto entry_error = [&](std::string_view what) {
+      return absl::InvalidArgumentError(absl::StrCat("archive '", PathForMessage(archive_path),
+                                                     "': entry '", PathForMessage(raw_name),
+                                                     "': ", Av(what)));
+    };
+    const std::string name = NormalizeEntryName(raw_name);
     if (name.empty()) continue;
     if (!IsSafeRelativePath(name)) {
       return absl::InvalidArgumentError(absl::StrCat("archive '", PathForMessage(archive_path),
                                                      "': entry '", PathForMessage(raw_name),
                                                      "' would land outside the image"));
     }
+    // An image holds files, directories and links: no device nodes, FIFOs
+    // or sockets (the image is untrusted, and the cache is the host's).
+    const char* hardlink = archive_entry_hardlink(entry);
+    const mode_t type = archive_entry_filetype(entry);
+    if (hardlink == nullptr && type != AE_IFREG && type != AE_IFDIR && type != AE_IFLNK) {
+      continue;
+    }
     archive_entry_copy_pathname(entry, absl::StrCat(dest_dir, "/", name).c_str());
-    if (const char* link = archive_entry_hardlink(entry); link != nullptr) {
-      const std::string target = NormalizeEntryName(link);
+    if (hardlink != nullptr) {
+      const std::string target = NormalizeEntryName(archive_entry_hardlink(entry));
       if (!IsSafeRelativePath(target)) {
         return absl::InvalidArgumentError(absl::StrCat("archive '", PathForMessage(archive_path),
                                                        "': hard link '", PathForMessage(raw_name),
@@ -245,15 +260,13 @@ absl::Status ExtractArchive(const std::string& archive_path, const std::string& 
       }
       archive_entry_copy_hardlink(entry, absl::StrCat(dest_dir, "/", target).c_str());
     }
-    // Ownership is the extracting user's, whatever the archive says.
+    // Ownership is the extracting user's, whatever the archive says, and no
+    // file keeps a set-user-ID, set-group-ID or sticky bit.
     archive_entry_set_uid(entry, getuid());
     archive_entry_set_gid(entry, getgid());
+    archive_entry_set_perm(entry, archive_entry_perm(entry) & 0777);
     r = archive_write_header(out.get(), entry);
-    if (r < ARCHIVE_WARN) {
-      return absl::InvalidArgumentError(absl::StrCat("archive '", PathForMessage(archive_path),
-                                                     "': entry '", PathForMessage(raw_name),
-                                                     "': ", ArchiveError(out.get())));
-    }
+    if (r < ARCHIVE_WARN) return entry_error(ArchiveError(out.get()));
     if (archive_entry_size(entry) > 0) {
       const std::string dest = archive_entry_pathname(entry);
       const void* buf;
@@ -273,11 +286,7 @@ absl::Status ExtractArchive(const std::string& archive_path, const std::string& 
                                                   "': ", ArchiveError(out.get())));
         }
       }
-      if (r != ARCHIVE_EOF) {
-        return absl::InvalidArgumentError(absl::StrCat("archive '", PathForMessage(archive_path),
-                                                       "': entry '", PathForMessage(raw_name),
-                                                       "': ", ArchiveError(in.get())));
-      }
+      if (r != ARCHIVE_EOF) return entry_error(ArchiveError(in.get()));
     }
     if (archive_write_finish_entry(out.get()) < ARCHIVE_WARN) {
       return absl::InternalError(absl::StrCat("archive '", PathForMessage(archive_path),

@@ -19,9 +19,12 @@
 namespace kiln::local::internal {
 
 // Unpacks the archive at `archive_path` (tar in any compression libarchive
-// reads) into `dest_dir` (created when missing). Entries that are absolute,
-// contain "..", or would write through a symbolic link are refused: the
-// archive is untrusted. Errors: InvalidArgument for an unreadable or unsafe
+// reads) into `dest_dir` (created when missing). The archive is untrusted:
+// entries that are absolute, contain "..", or would write through a symbolic
+// link, and hard links to anything outside `dest_dir`, are refused; device
+// nodes, FIFOs and sockets are left out; what is unpacked belongs to this
+// process's user and keeps its read, write and execute bits only (no
+// set-user-ID, set-group-ID or sticky bit). Errors: InvalidArgument for an unreadable or unsafe
 // archive (naming the entry); file-system errors as ErrnoStatus gives them,
 // among them a file that cannot be written in full (ResourceExhausted for a
 // full disk, naming the file), which libarchive alone would leave cut short.

@@ -71,7 +71,7 @@ absl::Status RemoveAt(int dir_fd, const std::string& name, const std::string& di
 absl::Status CopyFile(const std::string& from, const std::string& to, mode_t mode) {
   int in = open(from.c_str(), O_RDONLY | O_CLOEXEC);
   if (in < 0) return ErrnoStatus(errno, "open", from);
-  int out = open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode & 07777);
+  int out = open(to.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode & 0777);
   if (out < 0) {
     const int err = errno;
     close(in);
@@ -103,7 +103,7 @@ absl::Status CopyFile(const std::string& from, const std::string& to, mode_t mod
   if (close(out) != 0 && status.ok()) status = ErrnoStatus(errno, "close", to);
   // (What the umask took off open's mode. `to` is a file this process just
   // made: should this fail, its owner still has the bits open gave it.)
-  if (status.ok()) fchmodat(AT_FDCWD, to.c_str(), mode & 07777, 0);
+  if (status.ok()) fchmodat(AT_FDCWD, to.c_str(), mode & 0777, 0);
   return status;
 }
 
@@ -233,7 +233,7 @@ absl::Status CopyTree(const std::string& from, const std::string& to) {
     if (S_ISDIR(st.st_mode)) {
       s = CopyTree(src, dst);
       // (Should this fail, the directory keeps MakeDirs' 0755.)
-      if (s.ok()) chmod(dst.c_str(), (st.st_mode & 07777) | 0700);
+      if (s.ok()) chmod(dst.c_str(), (st.st_mode & 0777) | 0700);
     } else if (S_ISLNK(st.st_mode)) {
       std::string target(static_cast<size_t>(st.st_size) + 1, '\0');
       ssize_t n = readlink(src.c_str(), target.data(), target.size());
@@ -321,6 +321,73 @@ absl::Status ResetDirBelow(const std::string& base, std::string_view rel) {
     }
     if (!next.valid()) return ErrnoStatus(errno, "open directory", walked);
     dir = std::move(next);
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+// ChownBelow's walk below the open directory `dir` (`path` names it).
+absl::Status ChownEntries(int dir, const std::string& path, uid_t uid, gid_t gid, int depth) {
+  if (depth == 0) return absl::OkStatus();
+  const int listed = dup(dir);
+  if (listed < 0) return ErrnoStatus(errno, "read directory", path);
+  DIR* d = fdopendir(listed);
+  if (d == nullptr) {
+    const int err = errno;
+    close(listed);
+    return ErrnoStatus(err, "read directory", path);
+  }
+  std::vector<std::string> names;
+  while (struct dirent* e = readdir(d)) {
+    if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
+    names.emplace_back(e->d_name);
+  }
+  closedir(d);
+  for (const std::string& name : names) {
+    const std::string child = absl::StrCat(path, "/", name);
+    if (fchownat(dir, name.c_str(), uid, gid, AT_SYMLINK_NOFOLLOW) != 0) {
+      if (errno == ENOENT) continue;
+      return ErrnoStatus(errno, "change the owner of", child);
+    }
+    if (depth == 1) continue;
+    UniqueFd sub(openat(dir, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!sub.valid()) continue;  // not a directory (or gone)
+    absl::Status s = ChownEntries(sub.get(), child, uid, gid, depth < 0 ? depth : depth - 1);
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ChownBelow(const std::string& base, std::string_view rel, uid_t uid, gid_t gid,
+                        int depth) {
+  const std::string path = rel.empty() ? base : absl::StrCat(base, "/", Av(rel));
+  absl::StatusOr<UniqueFd> dir = OpenDirBelow(base, rel, path);
+  if (!dir.ok()) {
+    return absl::IsNotFound(dir.status()) ? absl::OkStatus() : dir.status();
+  }
+  if (fchown(dir->get(), uid, gid) != 0) return ErrnoStatus(errno, "change the owner of", path);
+  return ChownEntries(dir->get(), path, uid, gid, depth);
+}
+
+absl::Status CheckSearchable(const std::string& path, uid_t uid, gid_t gid) {
+  std::string walked;
+  std::vector<std::string> dirs = {"/"};
+  for (absl::string_view part : absl::StrSplit(Av(path), '/', absl::SkipEmpty())) {
+    absl::StrAppend(&walked, "/", part);
+    dirs.push_back(walked);
+  }
+  for (const std::string& dir : dirs) {
+    struct stat st;
+    if (stat(dir.c_str(), &st) != 0) return ErrnoStatus(errno, "examine", dir);
+    const mode_t bit = st.st_uid == uid ? S_IXUSR : st.st_gid == gid ? S_IXGRP : S_IXOTH;
+    if ((st.st_mode & bit) == 0) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "'%s' is not searchable by uid %d gid %d (mode %04o, owner %d:%d)", PathForMessage(dir),
+          uid, gid, st.st_mode & 07777, st.st_uid, st.st_gid));
+    }
   }
   return absl::OkStatus();
 }

@@ -7,6 +7,8 @@
 #define KILN_LIB_LOCAL_INTERNAL_FS_H_
 
 #include <cstdint>
+#include <sys/types.h>
+
 #include <string>
 #include <string_view>
 
@@ -48,7 +50,9 @@ absl::Status WriteFileAtomic(const std::string& path, std::string_view data);
 absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, size_t max_bytes);
 
 // Copies the tree below `from` into `to` (created when missing): regular files
-// with their permission bits, directories, symbolic links as links.
+// with their read, write and execute bits (never a set-user-ID, set-group-ID
+// or sticky bit), directories, symbolic links as links. Anything else (device
+// nodes, FIFOs, sockets) is left out. The copies belong to this process's user.
 absl::Status CopyTree(const std::string& from, const std::string& to);
 
 using ::kiln::internal::UniqueFd;  // (core/internal/files.h)
@@ -76,6 +80,20 @@ absl::StatusOr<UniqueFd> OpenDirBelow(const std::string& base, std::string_view 
 // removed as RemoveTree removes it. Links are removed, never followed.
 // Errors: as ErrnoStatus, naming the path.
 absl::Status ResetDirBelow(const std::string& base, std::string_view rel);
+
+// Gives the directory `rel` below `base` (an empty `rel`: `base` itself) to
+// `uid`:`gid`, and with it the entries `depth` levels below it (0: none, 1:
+// its own entries, -1: all). Nothing is followed through a symbolic link, the
+// way down included (links themselves change owner). A `rel` that does not
+// exist is not an error. Errors: as ErrnoStatus, naming the path.
+absl::Status ChownBelow(const std::string& base, std::string_view rel, uid_t uid, gid_t gid,
+                        int depth);
+
+// OK when `uid`:`gid` (without supplementary groups) may search every
+// directory from / down to `path` (an absolute path) by their mode bits.
+// Errors: FailedPrecondition naming the first directory in the way, its mode
+// and owner; as ErrnoStatus when one cannot be examined.
+absl::Status CheckSearchable(const std::string& path, uid_t uid, gid_t gid);
 
 // Returns at most `max_bytes` from the start of the regular file base/rel.
 // Errors: NotFound only when it, or a directory on the way, does not exist;
