@@ -264,6 +264,8 @@ int main(int argc, char** argv) {
   if (o.work.empty()) {
     char pattern[] = "/tmp/kiln-startup-XXXXXX";
     if (mkdtemp(pattern) == nullptr) Die("mkdtemp failed");
+    // (Searchable: run as root, the containers run as nobody.)
+    chmod(pattern, 0755);
     o.work = pattern;
     own_work = true;
   }

@@ -13,6 +13,10 @@ find_package(LibArchive REQUIRED)      # CMake's FindLibArchive (LibArchive::Lib
 # libfuse3: the local backend's FastFile view of sources that are not local
 # (s3://) is a read-only FUSE mount read lazily through the ObjectStore.
 pkg_check_modules(FUSE3 REQUIRED IMPORTED_TARGET GLOBAL fuse3)
+# libseccomp: the bwrap runtime hands bubblewrap a seccomp filter that refuses
+# the system calls containers never need (mount, module loading, kexec, ...);
+# libseccomp knows each architecture's syscall numbers and writes the BPF.
+pkg_check_modules(SECCOMP REQUIRED IMPORTED_TARGET GLOBAL libseccomp)
 # zlib: Pipe-mode channels with CompressionType Gzip are decompressed on the way.
 find_package(ZLIB REQUIRED)            # CMake's FindZLIB (ZLIB::ZLIB)
 # libcurl and OpenSSL's libcrypto: kiln::aws speaks HTTP(S) to S3 through

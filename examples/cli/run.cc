@@ -116,8 +116,11 @@ bool ParseArgs(const std::vector<std::string>& args, RunOptions& o, std::string&
     return false;
   }
   if (o.state_dir.empty()) {
+    // Root's containers run as nobody, who cannot reach /root: root's state
+    // lives where system services keep theirs.
     const char* home = std::getenv("HOME");
-    o.state_dir = std::string(home != nullptr ? home : "/tmp") + "/.kiln/state";
+    o.state_dir = geteuid() == 0 ? "/var/lib/kiln/state"
+                                 : std::string(home != nullptr ? home : "/tmp") + "/.kiln/state";
   }
   return true;
 }

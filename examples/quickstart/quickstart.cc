@@ -131,6 +131,8 @@ int main(int argc, char** argv) {
   } else {
     char pattern[] = "/tmp/kiln-quickstart-XXXXXX";
     if (mkdtemp(pattern) == nullptr) return 1;
+    // (Searchable: run as root, the containers run as nobody.)
+    chmod(pattern, 0755);
     work = pattern;
   }
   work = std::filesystem::absolute(work);

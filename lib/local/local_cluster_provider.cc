@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -38,6 +39,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -49,6 +51,7 @@
 #include "local/internal/fs.h"
 #include "local/internal/layout.h"
 #include "local/internal/process_keeper.h"
+#include "local/internal/seccomp_filter.h"
 #include "local/internal/spawn.h"
 #include "local/internal/task_runner.h"
 
@@ -632,7 +635,12 @@ struct LaunchSpec {
   std::string cwd;
   bool bwrap = false;
   int netns_fd = -1;
-  // process runtime: the FastFile sources the container sees read-only.
+  // The container user, when it is not this process's own.
+  std::optional<internal::Credentials> run_as;
+  // bwrap: the seccomp filter (BPF), shared by every run.
+  std::shared_ptr<const std::string> seccomp;
+  // process runtime: what the container sees read-only (the image, the
+  // FastFile sources).
   std::vector<std::string> readonly_paths;
   // Directories made fresh before the run, below instance_dir.
   std::vector<std::string> fresh_dirs;
@@ -701,6 +709,83 @@ absl::Status CollectReadOnlyViews(LaunchSpec& spec) {
       internal::GetMountNamespaceSupport() == internal::MountNamespaceSupport::kNone) {
     spec.readonly_paths.clear();
   }
+  return absl::OkStatus();
+}
+
+// Gives the container user what a run may write: the /opt/ml tree's
+// directories, model, output, code and checkpoints, the entries of
+// input/data (FIFOs, channel folders) and input/config, and the scratch
+// space. (The channels' files stay the host's: read-only to the container.)
+absl::Status GiveTreeToContainer(const LaunchSpec& spec) {
+  const internal::Credentials& c = *spec.run_as;
+  const std::pair<std::string, int> parts[] = {
+      {"ml", 0},          {"ml/model", -1},     {"ml/output", -1},     {"ml/code", -1},
+      {"ml/checkpoints", -1}, {"ml/input", 0},  {"ml/input/data", 1},  {"ml/input/config", 1},
+      {kInstanceTmp, -1},
+  };
+  for (const auto& [rel, depth] : parts) {
+    absl::Status s = internal::ChownBelow(spec.instance_dir, rel, c.uid, c.gid, depth);
+    if (!s.ok()) return s;
+  }
+  if (!spec.checkpoint_dir.empty()) {
+    const std::string rel = spec.checkpoint_dir.substr(spec.instance_dir.size() + 1);
+    return internal::ChownBelow(spec.instance_dir, rel, c.uid, c.gid, -1);
+  }
+  return absl::OkStatus();
+}
+
+// A memory file holding `data`, read from its start. Errors: as ErrnoStatus.
+absl::StatusOr<internal::UniqueFd> MemoryFile(const char* name, std::string_view data) {
+  internal::UniqueFd fd(memfd_create(name, MFD_CLOEXEC));
+  if (!fd.valid()) return internal::ErrnoStatus(errno, "create the memory file", name);
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = write(fd.get(), data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return internal::ErrnoStatus(n < 0 ? errno : EIO, "write the memory file", name);
+    done += static_cast<size_t>(n);
+  }
+  if (lseek(fd.get(), 0, SEEK_SET) != 0) {
+    return internal::ErrnoStatus(errno, "rewind the memory file", name);
+  }
+  return fd;
+}
+
+// bwrap: bubblewrap's own process gets an empty environment, and its
+// options, among them the container's variables as --setenv pairs and the
+// seccomp filter's descriptor (5), come from a memory file (descriptor 4);
+// only the command stays on its command line (bubblewrap reads no command
+// from that file). Nothing of the job reaches bubblewrap itself, neither a
+// variable its loader would honour (LD_PRELOAD) nor a secret in its
+// /proc/<pid>/cmdline. `fds` gets the descriptors to hand over, after the
+// info pipe's (3).
+absl::Status PrepareBwrapCommand(const LaunchSpec& spec, std::vector<std::string>& argv,
+                                 std::vector<std::string>& env,
+                                 std::vector<internal::UniqueFd>& fds) {
+  auto command = std::find(argv.begin() + 1, argv.end(), "--");
+  std::vector<std::string> options(argv.begin() + 1, command);
+  for (const auto& [k, v] : spec.config.env) options.insert(options.end(), {"--setenv", k, v});
+  if (spec.seccomp != nullptr) options.insert(options.end(), {"--seccomp", "5"});
+  std::string text;
+  for (const std::string& a : options) {
+    if (a.find('\0') != std::string::npos) {
+      return absl::InvalidArgumentError("a container variable holds a NUL byte");
+    }
+    text.append(a);
+    text.push_back('\0');
+  }
+  absl::StatusOr<internal::UniqueFd> args = MemoryFile("kiln-bwrap-args", text);
+  if (!args.ok()) return args.status();
+  fds.push_back(*std::move(args));
+  if (spec.seccomp != nullptr) {
+    absl::StatusOr<internal::UniqueFd> filter = MemoryFile("kiln-seccomp", *spec.seccomp);
+    if (!filter.ok()) return filter.status();
+    fds.push_back(*std::move(filter));
+  }
+  std::vector<std::string> short_argv = {argv[0], "--args", "4"};
+  short_argv.insert(short_argv.end(), command, argv.end());
+  argv = std::move(short_argv);
+  env.clear();
   return absl::OkStatus();
 }
 
@@ -951,10 +1036,23 @@ struct ProvisionedDirs {
   }
 };
 
+// How containers are started, settled when the provider is made.
+struct RuntimeSetup {
+  std::string bwrap_program;  // bwrap: the program's path
+  // The container user, when it is not this process's own.
+  std::optional<internal::Credentials> run_as;
+  // bwrap: the seccomp filter handed to every sandbox.
+  std::shared_ptr<const std::string> seccomp;
+};
+
 class LocalClusterProvider final : public ClusterProvider {
  public:
-  LocalClusterProvider(EventLoop& loop, LocalOptions options, std::string bwrap_program)
-      : loop_(loop), options_(std::move(options)), bwrap_program_(std::move(bwrap_program)) {
+  LocalClusterProvider(EventLoop& loop, LocalOptions options, RuntimeSetup runtime)
+      : loop_(loop),
+        options_(std::move(options)),
+        bwrap_program_(std::move(runtime.bwrap_program)),
+        run_as_(runtime.run_as),
+        seccomp_(std::move(runtime.seccomp)) {
     if (options_.log_dir.empty()) options_.log_dir = absl::StrCat(options_.state_dir, "/logs");
     const char* path = std::getenv("PATH");
     host_path_ = path != nullptr && *path != '\0' ? path : kDefaultHostPath;
@@ -1041,6 +1139,8 @@ class LocalClusterProvider final : public ClusterProvider {
   EventLoop& loop_;
   LocalOptions options_;
   std::string bwrap_program_;
+  std::optional<internal::Credentials> run_as_;
+  std::shared_ptr<const std::string> seccomp_;
   std::string host_path_;
   std::string home_;
   int cpu_count_ = 1;
@@ -1418,6 +1518,16 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
     ls.log->Name(
         absl::StrCat(options_.log_dir, "/", log_job, "/", inst.info.host_name, "-", epoch));
     ls.bwrap = bwrap;
+    ls.run_as = run_as_;
+    if (bwrap) {
+      ls.seccomp = seccomp_;
+    } else {
+      // The image, read-only to the container (with the FastFile sources
+      // CollectReadOnlyViews adds): a job cannot change what the instance's
+      // next job runs.
+      char real[PATH_MAX];
+      if (realpath(inst.image_root.c_str(), real) != nullptr) ls.readonly_paths.push_back(real);
+    }
     ls.sync_interval = options_.checkpoint_sync_interval;
     ls.drain_timeout = options_.output_drain_timeout;
     ls.wait_for = inst.retired;
@@ -1477,8 +1587,18 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
       std::vector<std::string>& a = ls.argv;
       // /tmp is the instance's scratch directory on disk (emptied between
       // runs, like the rest of the tree), not memory.
-      a = {bwrap_program_, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind",
-           inst.tmp_dir, "/tmp"};
+      a = {bwrap_program_};
+      if (run_as_.has_value() || geteuid() != 0) {
+        // A user namespace of its own, in which the container user is root
+        // with no power over the host; none below it.
+        a.insert(a.end(), {"--unshare-user", "--disable-userns", "--uid", "0", "--gid", "0"});
+      } else {
+        // Root by choice (LocalOptions::container_user): root without
+        // capabilities.
+        a.insert(a.end(), {"--cap-drop", "ALL"});
+      }
+      a.insert(a.end(), {"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind",
+                         inst.tmp_dir, "/tmp"});
       // Hide Kiln's own files (other instances, logs, caches); what is below
       // the host's /tmp is hidden already.
       for (const std::string& hide : {options_.state_dir, options_.log_dir}) {
@@ -1603,6 +1723,7 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
     // Its errors say "checkpoint restore" and name the object or folder.
     status = sync->Restore();
   }
+  if (status.ok() && spec.run_as.has_value()) status = GiveTreeToContainer(spec);
   std::string program;
   if (status.ok()) {
     auto path_it = spec.config.env.find("PATH");
@@ -1669,13 +1790,23 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
     for (const auto& [k, v] : spec.config.env) ss.env.push_back(absl::StrCat(k, "=", v));
     ss.cwd = spec.cwd;
     ss.output_fd = out[1];
-    ss.info_fd = info[1];
     ss.netns_fd = spec.netns_fd;
+    ss.run_as = spec.run_as;
     ss.readonly_paths = spec.readonly_paths;
     // bwrap ends its sandbox with this process (--die-with-parent and a PID
     // namespace); the process runtime has the keeper do it.
     ss.keeper = !spec.bwrap;
-    absl::StatusOr<pid_t> spawned = internal::Spawn(ss);
+    std::vector<internal::UniqueFd> bwrap_fds;
+    absl::StatusOr<pid_t> spawned = absl::UnknownError("not started");
+    if (spec.bwrap) {
+      ss.fds.push_back(info[1]);
+      absl::Status prepared = PrepareBwrapCommand(spec, ss.argv, ss.env, bwrap_fds);
+      for (const internal::UniqueFd& fd : bwrap_fds) ss.fds.push_back(fd.get());
+      spawned = prepared.ok() ? internal::Spawn(ss) : absl::StatusOr<pid_t>(prepared);
+    } else {
+      spawned = internal::Spawn(ss);
+    }
+    bwrap_fds.clear();
     close_fd(out[1]);
     close_fd(info[1]);
     if (spawned.ok()) {
@@ -2158,7 +2289,36 @@ absl::StatusOr<std::unique_ptr<ClusterProvider>> NewLocalClusterProvider(EventLo
     }
     if (realpath(options.log_dir.c_str(), real) != nullptr) options.log_dir = real;
   }
-  std::string bwrap_program;
+  RuntimeSetup runtime;
+  // Who the containers are: another user than this process's own needs root.
+  const uid_t euid = geteuid();
+  const gid_t egid = getegid();
+  const ContainerUser user = options.container_user.value_or(
+      euid == 0 ? ContainerUser{} : ContainerUser{static_cast<uint32_t>(euid),
+                                                  static_cast<uint32_t>(egid)});
+  if (user.uid != euid || user.gid != egid) {
+    if (euid != 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "LocalOptions.container_user %d:%d: only a provider running as root can run "
+          "containers as another user than its own (%d:%d)",
+          user.uid, user.gid, euid, egid));
+    }
+    runtime.run_as = internal::Credentials{static_cast<uid_t>(user.uid),
+                                           static_cast<gid_t>(user.gid)};
+    for (const auto& [field, dir] :
+         {std::pair<const char*, const std::string&>{"state_dir", options.state_dir},
+          {"log_dir", options.log_dir}}) {
+      if (dir.empty()) continue;
+      s = internal::CheckSearchable(dir, user.uid, user.gid);
+      if (!s.ok()) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "LocalOptions.%s '%s': the container user %d:%d cannot reach it: %s; make it "
+            "searchable (chmod o+x), choose another directory, or set "
+            "LocalOptions.container_user",
+            field, PathForMessage(dir), user.uid, user.gid, s.message()));
+      }
+    }
+  }
   if (options.runtime == LocalRuntime::kBwrap) {
     const char* path = std::getenv("PATH");
     absl::StatusOr<std::string> found =
@@ -2167,10 +2327,20 @@ absl::StatusOr<std::unique_ptr<ClusterProvider>> NewLocalClusterProvider(EventLo
       return absl::FailedPreconditionError(
           absl::StrCat("the bwrap runtime needs bubblewrap: ", found.status().message()));
     }
-    bwrap_program = *found;
-    // It must actually work here (user namespaces, mounts).
+    runtime.bwrap_program = *found;
+    absl::StatusOr<std::string> filter = internal::ContainerSeccompFilter();
+    if (!filter.ok()) return absl::FailedPreconditionError(filter.status().message());
+    runtime.seccomp = std::make_shared<const std::string>(*std::move(filter));
+    // It must actually work here (user namespaces, mounts), as the
+    // container user.
     internal::SpawnSpec probe;
-    probe.argv = {bwrap_program, "--ro-bind", "/", "/", "true"};
+    probe.argv = {runtime.bwrap_program};
+    if (runtime.run_as.has_value() || euid != 0) {
+      probe.argv.insert(probe.argv.end(),
+                        {"--unshare-user", "--disable-userns", "--uid", "0", "--gid", "0"});
+    }
+    probe.argv.insert(probe.argv.end(), {"--ro-bind", "/", "/", "true"});
+    probe.run_as = runtime.run_as;
     int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
     probe.output_fd = null_fd;
     absl::StatusOr<pid_t> pid = internal::Spawn(probe);
@@ -2182,13 +2352,13 @@ absl::StatusOr<std::unique_ptr<ClusterProvider>> NewLocalClusterProvider(EventLo
     }
     if (!pid.ok() || !WIFEXITED(wstatus) || WEXITSTATUS(wstatus) != 0) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "the bwrap runtime needs a working bubblewrap: '", bwrap_program,
-          " --ro-bind / / true' failed",
+          "the bwrap runtime needs a working bubblewrap: '", absl::StrJoin(probe.argv, " "),
+          "' failed", runtime.run_as.has_value() ? absl::StrCat(" as user ", user.uid) : "",
           pid.ok() ? "" : absl::StrCat(": ", pid.status().message())));
     }
   }
   return std::unique_ptr<ClusterProvider>(
-      new LocalClusterProvider(loop, std::move(options), std::move(bwrap_program)));
+      new LocalClusterProvider(loop, std::move(options), std::move(runtime)));
 }
 
 }  // namespace kiln::local

@@ -46,6 +46,7 @@ def main():
     if shutil.which("aws") is None:
         fail("the aws CLI is not installed (cmake/install-deps.sh installs it)")
     work = tempfile.mkdtemp(prefix="kiln-cli-s3-")
+    os.chmod(work, 0o755)  # run as root, the containers run as nobody
     port = free_port()
     endpoint = f"http://127.0.0.1:{port}"
     try:

@@ -37,6 +37,9 @@ class TempDir {
     std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/kiln-aws-XXXXXX");
     char* made = ::mkdtemp(pattern.data());
     path_ = made != nullptr ? made : "";
+    // Searchable by everyone: containers of a provider running as root run
+    // as another user (LocalOptions::container_user), who must reach it.
+    if (!path_.empty()) ::chmod(path_.c_str(), 0755);
   }
   ~TempDir() {
     if (!path_.empty()) RemoveTree(path_);

@@ -7,6 +7,7 @@ set -u
 kiln="$1"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
+chmod 755 "$tmp"  # run as root, the containers run as nobody, who must reach it
 fail=0
 
 mkdir -p "$tmp/data" "$tmp/ok-image" "$tmp/bad-image"

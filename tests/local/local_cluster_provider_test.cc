@@ -17,6 +17,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -1134,7 +1135,7 @@ TEST_P(LocalClusterProviderTest, AFailedBwrapStartShowsItsOutputEscapedAndCut) {
   const std::string fake = tmp_.path() + "/fake-bwrap";
   WriteFile(fake,
             "#!/bin/sh\n"
-            "[ \"$*\" = '--ro-bind / / true' ] && exit 0\n"
+            "case \"$*\" in *'--ro-bind / / true') exit 0 ;; esac\n"
             "printf 'bwrap: \\033[31mforged\\rline \\377\\n' >&2\n"
             "head -c 5000 /dev/zero | tr '\\0' x >&2\n"
             "exit 1\n",

@@ -105,8 +105,9 @@
 //   instance's tmp/. Arguments of the entrypoint that start with /opt/ml or
 //   /opt/program are rewritten to the instance tree and the program directory,
 //   so jobs written for the container paths run unchanged. Not a sandbox: the
-//   process sees the host as the user running Kiln does, and host names
-//   algo-<k> do not resolve. One exception keeps FastFile channels
+//   process sees the host as the container user (LocalOptions::container_user)
+//   does, and host names algo-<k> do not resolve. The image is read-only to it
+//   wherever Kiln can give it a mount namespace (see below). One exception keeps FastFile channels
 //   read-only: a job with FastFile channels starts its containers in a mount
 //   namespace of their own (as root; otherwise inside a user namespace that
 //   maps only Kiln's uid and gid to themselves, where the kernel allows
@@ -114,7 +115,14 @@
 //   there) in which each channel's source is bind-mounted on itself
 //   read-only. Where neither can be made, the channel stays a plain link to
 //   the source, which the container can write through.
-// - bwrap: bubblewrap with a read-only host root, the instance's own tmp/
+// - bwrap: bubblewrap, started with an empty environment (the container's
+//   variables reach only the entrypoint), as the container user, in a user
+//   namespace of its own in which that user is root without any power over
+//   the host (as root with LocalOptions::container_user root: every
+//   capability dropped), with no_new_privs and a seccomp filter that refuses
+//   what a container never needs (mounts, namespaces, modules, kexec,
+//   keyrings, the clock, BPF, ...: docs/security.md); a read-only host root,
+//   the instance's own tmp/
 //   directory (on disk, not memory; emptied between jobs like the /opt/ml
 //   tree) bound at /tmp, the state directory hidden, the instance tree bound
 //   at /opt/ml (SAGEMAKER_BASE_DIR is /opt/ml), the program directory bound
@@ -219,6 +227,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -235,9 +244,25 @@ enum class LocalRuntime {
   kBwrap,    // bubblewrap, the tree mounted at /opt/ml
 };
 
+// A user and group of this host.
+struct ContainerUser {
+  uint32_t uid = 65534;
+  uint32_t gid = 65534;
+};
+
 struct LocalOptions {
   // Where instances, logs and caches live. Required; created when missing.
+  // When the containers run as another user than this process, it and every
+  // directory above it must be searchable by that user.
   std::string state_dir;
+  // Who the containers' processes are on this host. Unset: nobody and nogroup
+  // (65534) when this process runs as root, this process's own user
+  // otherwise. Only root may name another user than its own; naming root
+  // (0) runs containers as root, with every capability dropped under bwrap
+  // (not a safe choice for jobs of others). The container user owns what a
+  // run may write (/opt/ml/model, output, checkpoints, code, tmp) and must be
+  // able to read the image and the job's file:// FastFile sources.
+  std::optional<ContainerUser> container_user;
   LocalRuntime runtime = LocalRuntime::kProcess;
   // Serves checkpoint sync (CheckpointConfig.S3Uri) and artifact upload
   // (S3OutputPath). Optional; must outlive the provider. Without it a job that
@@ -272,8 +297,11 @@ struct LocalOptions {
 // provider's destruction kills every container it started, waits for its
 // threads and removes its instances (logs are kept).
 // Errors: InvalidArgument when state_dir is empty or cannot be created (the
-// message names the path); FailedPrecondition for the bwrap runtime when
-// `bwrap_path` cannot run (`bwrap --ro-bind / / true` fails).
+// message names the path), or when container_user names another user while
+// this process is not root; FailedPrecondition when the container user cannot
+// reach state_dir or log_dir (the message names the directory in the way),
+// and for the bwrap runtime when `bwrap_path` cannot run a sandbox as the
+// container user, or the seccomp filter cannot be built.
 // Thread-safe.
 absl::StatusOr<std::unique_ptr<ClusterProvider>> NewLocalClusterProvider(EventLoop& loop,
                                                                          LocalOptions options);

@@ -69,6 +69,7 @@ enum Stage {
   kStageUserns = 5,
   kStagePropagation = 6,
   kStageKeeper = 7,  // the keeper itself could not be executed
+  kStageCredentials = 8,
   // kStageReadOnly + i: readonly_paths[i]
   kStageReadOnly = 100,
 };
@@ -163,19 +164,40 @@ int ChildMain(void* p) {
   if (spec.netns_fd >= 0 && setns(spec.netns_fd, CLONE_NEWNET) != 0) {
     ChildFail(err_fd, kStageSetns, errno);
   }
+  if (spec.run_as.has_value()) {
+    // Raw system calls: the C library's wrappers would change the
+    // credentials of every thread of the process whose memory this child
+    // borrows. The parent-death signal is cleared by a change of
+    // credentials: set again.
+    const Credentials& c = *spec.run_as;
+    if (syscall(SYS_setgroups, 0, nullptr) != 0 || syscall(SYS_setresgid, c.gid, c.gid, c.gid) != 0 ||
+        syscall(SYS_setresuid, c.uid, c.uid, c.uid) != 0) {
+      ChildFail(err_fd, kStageCredentials, errno);
+    }
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != a.parent) _exit(127);
+  }
   const int out = MoveHigh(spec.output_fd);
-  const int info = MoveHigh(spec.info_fd);
+  int moved[kMaxSpawnFds];
+  const size_t nfds = spec.fds.size();
+  for (size_t i = 0; i < nfds; ++i) {
+    moved[i] = MoveHigh(spec.fds[i]);
+    if (moved[i] < 0) ChildFail(err_fd, kStageDup, errno);
+  }
   const int null_fd = open("/dev/null", O_RDONLY);
   if (out < 0 || null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) {
     ChildFail(err_fd, kStageDup, errno);
   }
-  if (info >= 0 && dup2(info, 3) < 0) ChildFail(err_fd, kStageDup, errno);
+  for (size_t i = 0; i < nfds; ++i) {
+    if (dup2(moved[i], static_cast<int>(3 + i)) < 0) ChildFail(err_fd, kStageDup, errno);
+  }
   // The keeper reports on descriptor 3 (dup2 leaves it open across execve).
   if (a.keeper_argv != nullptr && dup2(err_fd, kKeeperErrorFd) < 0) {
     ChildFail(err_fd, kStageDup, errno);
   }
-  // Nothing of this process but 0..3 reaches the program.
-  const unsigned first = info >= 0 || a.keeper_argv != nullptr ? 4 : 3;
+  // Nothing of this process but 0..2 and the descriptors given reaches the
+  // program.
+  const unsigned first = static_cast<unsigned>(3 + (a.keeper_argv != nullptr ? 1 : nfds));
   if (close_range(first, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
     for (int fd = static_cast<int>(first); fd < 1024; ++fd) {
       if (fd != err_fd) fcntl(fd, F_SETFD, FD_CLOEXEC);
@@ -328,8 +350,12 @@ MountNamespaceSupport GetMountNamespaceSupport() {
 
 absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec) {
   if (spec.argv.empty()) return absl::InvalidArgumentError("empty command line");
-  if (spec.keeper && spec.info_fd >= 0) {
-    return absl::InvalidArgumentError("the process keeper and info_fd both use descriptor 3");
+  if (spec.keeper && !spec.fds.empty()) {
+    return absl::InvalidArgumentError("the process keeper and fds both use descriptor 3");
+  }
+  if (spec.fds.size() > kMaxSpawnFds) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("at most ", kMaxSpawnFds, " descriptors can be given to a child"));
   }
   MountNamespaceSupport mount_ns = MountNamespaceSupport::kNone;
   if (!spec.readonly_paths.empty()) {
@@ -417,7 +443,16 @@ absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec) {
     case kStageSetns:
       return ErrnoStatus(msg[1], "join the cluster's network namespace for", spec.argv[0]);
     case kStageChdir:
-      return ErrnoStatus(msg[1], "change to the working directory", spec.cwd);
+      return ErrnoStatus(msg[1],
+                         spec.run_as.has_value()
+                             ? absl::StrCat("change, as user ", spec.run_as->uid,
+                                            ", to the working directory")
+                             : "change to the working directory",
+                         spec.cwd);
+    case kStageCredentials:
+      return absl::PermissionDeniedError(absl::StrCat(
+          "cannot run ", spec.argv[0], " as user ", spec.run_as->uid, " group ",
+          spec.run_as->gid, ": ", strerror(msg[1])));
     case kStageExec:
       return ErrnoStatus(msg[1], "execute", spec.argv[0]);
     case kStageUserns:

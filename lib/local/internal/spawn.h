@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,13 +19,28 @@
 
 namespace kiln::local::internal {
 
+// A user and group on this host.
+struct Credentials {
+  uid_t uid = 0;
+  gid_t gid = 0;
+};
+
+inline constexpr size_t kMaxSpawnFds = 8;
+
 struct SpawnSpec {
   std::vector<std::string> argv;  // argv[0]: the program's path (see FindProgram)
   std::vector<std::string> env;   // "NAME=value"
   std::string cwd;
   int output_fd = -1;  // becomes the child's stdout and stderr; stdin is /dev/null
-  int info_fd = -1;    // when >= 0, becomes the child's fd 3
-  int netns_fd = -1;   // when >= 0, the child joins this network namespace first
+  // fds[i] becomes the child's descriptor 3 + i (at most kMaxSpawnFds); no
+  // other descriptor of this process reaches it.
+  std::vector<int> fds;
+  int netns_fd = -1;  // when >= 0, the child joins this network namespace first
+  // When set, the child drops to this user and group (no supplementary
+  // groups) after joining its namespaces and before it changes directory and
+  // executes the program. REQUIRES: this process may (root, or the ids are
+  // its own).
+  std::optional<Credentials> run_as;
   // Directories the child sees read-only: when not empty, the child gets a
   // mount namespace of its own (see MountNamespaceSupport) in which each of
   // them (a canonical absolute path) is bind-mounted on itself and made
@@ -37,7 +53,7 @@ struct SpawnSpec {
   // process group when the forking thread exits, or this process dies,
   // before the program ends. Where the keeper cannot run (memory files not
   // executable here), the program runs directly, as without it. Not with
-  // info_fd (the keeper uses descriptor 3).
+  // fds (the keeper uses descriptor 3).
   bool keeper = false;
 };
 
@@ -63,8 +79,10 @@ MountNamespaceSupport GetMountNamespaceSupport();
 // (with spec.keeper, its whole group is). Returns the child's pid once the
 // program is executing.
 // Errors: NotFound / PermissionDenied when the program cannot be executed
-// (the message names it), Internal for a failed fork or namespace join;
-// InvalidArgument for keeper with info_fd;
+// (the message names it), or the working directory cannot be entered (as
+// the run_as user: the message names the directory); PermissionDenied when
+// the child cannot take on run_as; Internal for a failed fork or namespace
+// join; InvalidArgument for keeper with fds, or more than kMaxSpawnFds fds;
 // FailedPrecondition when `readonly_paths` is set and this process cannot
 // make mount namespaces (GetMountNamespaceSupport() is kNone), or a path
 // cannot be made read-only (the message names it).
