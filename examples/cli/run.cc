@@ -23,10 +23,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -230,15 +228,14 @@ int RunCommand(const std::vector<std::string>& args) {
   }
   std::vector<v1::CreateTrainingJobRequest> jobs;
   for (const std::string& file : options.files) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) {
-      std::cerr << "kiln run: " << ShownPath(file) << ": cannot read the file\n";
+    absl::StatusOr<std::string> text = ReadRequestFile(file);
+    if (!text.ok()) {
+      std::cerr << "kiln run: " << ShownPath(file)
+                << ": cannot read the file: " << text.status().message() << "\n";
       return 1;
     }
-    std::stringstream text;
-    text << in.rdbuf();
     v1::CreateTrainingJobRequest r;
-    absl::Status s = ParseJson(text.str(), r);
+    absl::Status s = ParseJson(*text, r);
     if (!s.ok()) {
       std::cerr << "kiln run: " << ShownPath(file) << ": " << s.message() << "\n";
       return 1;

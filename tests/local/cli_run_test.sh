@@ -88,7 +88,7 @@ else
 fi
 "$kiln" run --state-dir "$tmp/state" "$tmp/no"$'\r'"such.json" >/dev/null 2>"$tmp/stderr"
 status=$?
-want="kiln run: $tmp/no\rsuch.json: cannot read the file"
+want="kiln run: $tmp/no\rsuch.json: cannot read the file: No such file or directory"
 if [[ "$status" != 1 || "$(cat "$tmp/stderr")" != "$want" ]]; then
   echo "FAIL a job file name with a line break: status $status (want 1), stderr:"
   cat -A "$tmp/stderr"
@@ -96,6 +96,23 @@ if [[ "$status" != 1 || "$(cat "$tmp/stderr")" != "$want" ]]; then
 else
   echo "ok   a job file name is shown escaped"
 fi
+# A job file must be a regular file: a device, a FIFO or a directory is
+# refused at once, nothing run (timeout: the reads used to never end).
+mkfifo "$tmp/fifo.json"
+mkdir "$tmp/dir.json"
+for spec in "/dev/zero:a character device" "$tmp/fifo.json:a FIFO" "$tmp/dir.json:a directory"; do
+  file="${spec%%:*}" what="${spec#*:}"
+  timeout 20 "$kiln" run --state-dir "$tmp/state" "$file" >/dev/null 2>"$tmp/stderr"
+  status=$?
+  want="kiln run: $file: cannot read the file: $what, not a regular file; a request file must be a regular file"
+  if [[ "$status" != 1 || "$(cat "$tmp/stderr")" != "$want" ]]; then
+    echo "FAIL job file $file: status $status (want 1), stderr:"
+    head -c 500 "$tmp/stderr"
+    fail=1
+  else
+    echo "ok   job file $file is refused"
+  fi
+done
 
 # stdout that cannot be written (a full disk): the jobs still run, exit 1,
 # and stderr says why.
