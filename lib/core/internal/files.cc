@@ -59,8 +59,8 @@ absl::Status ErrnoReason(int err) {
 absl::StatusOr<std::string> ReadUserFile(const std::string& path, int64_t max_bytes,
                                          std::string_view kind) {
   // O_NONBLOCK: opening a FIFO must not wait for a writer (fstat then
-  // refuses it).
-  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+  // refuses it); O_NOCTTY: a terminal named by mistake must not become ours.
+  UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (!fd.valid()) {
     const int err = errno;
     // A socket cannot be opened (ENXIO): say what it is rather than
