@@ -62,6 +62,22 @@ if ! tar -xzOf "$tmp/out/good/output/model.tar.gz" model.txt 2>/dev/null | grep 
   echo "FAIL the model was not uploaded to file://$tmp/out/good/output/model.tar.gz"
   fail=1
 fi
+# --file-root confines file://: the data folder outside every root is not
+# accepted (nothing runs); with it inside one, the job runs.
+mkdir -p "$tmp/elsewhere"
+"$kiln" run --state-dir "$tmp/state" --file-root "$tmp/elsewhere" "$tmp/good.json" \
+  >"$tmp/stdout" 2>"$tmp/stderr"
+status=$?
+want="[good] not accepted: channel 'train': file object store: 'file://$tmp/data/' is outside the allowed roots ($tmp/elsewhere)"
+if [[ "$status" != 1 ]] || ! grep -qxF -- "$want" "$tmp/stderr" || grep -q "rows:" "$tmp/stderr"; then
+  echo "FAIL a source outside --file-root: status $status (want 1), stderr:"
+  cat "$tmp/stderr"
+  fail=1
+else
+  echo "ok   a source outside --file-root is not accepted"
+fi
+check "sources and outputs inside --file-root" 0 '"TrainingJobStatus":"Completed"' 'rows: 2' \
+  -- --file-root "$tmp/data" --file-root "$tmp/out" "$tmp/good.json"
 check "a job that fails" 1 '"FailureReason":"AlgorithmError: loss went to NaN' \
   'Failed' -- "$tmp/bad.json"
 # Both in one run: a line per job, in submission order, and exit 1.
