@@ -151,8 +151,10 @@ struct FileObjectStoreOptions {
   // read, written or created; a URI with a '.' or '..' segment is
   // InvalidArgument. A read is checked again on the file it opened, and a
   // write on the directory it renames into, so a link swapped in meanwhile
-  // reaches nothing outside. A hard link inside a root to a file elsewhere
-  // cannot be told from the file itself: the roots must not hold any.
+  // reaches nothing outside (that check reads /proc/self/fd: without /proc a
+  // confined store's reads and writes fail). A hard link inside a root to a
+  // file elsewhere cannot be told from the file itself: the roots must not
+  // hold any.
   std::vector<std::string> allowed_roots;
 };
 

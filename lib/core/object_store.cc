@@ -664,7 +664,8 @@ class FileObjectStore final : public ObjectStore {
   // How the store writes an object at `path`: durable, checked by `check`
   // (when set), and sweeping the stale temporary files of the directory the
   // first time this store writes into it.
-  ReplaceOptions StoreWrite(const std::string& path, const std::function<absl::Status(int)>& check) {
+  ReplaceOptions StoreWrite(const std::string& path,
+                            const std::function<absl::Status(int)>& check) {
     ReplaceOptions options;
     options.durable = true;
     options.check_dir = check ? &check : nullptr;
