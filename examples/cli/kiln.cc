@@ -6,12 +6,8 @@
 // Exit status of `validate`: 0 when every file is a valid request, 2 when any
 // is invalid, 1 on other errors (a file that cannot be read or is not JSON, or
 // stdout that cannot be written).
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -66,22 +62,6 @@ constexpr char kUsage[] =
 
 enum ExitCode { kOk = 0, kError = 1, kInvalid = 2 };
 
-bool ReadFile(const std::string& path, std::string* out, std::string* error) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    *error = std::strerror(errno);
-    return false;
-  }
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) {
-    *error = "read error";
-    return false;
-  }
-  *out = ss.str();
-  return true;
-}
-
 int Validate(const std::vector<std::string>& files) {
   if (files.empty()) {
     std::cerr << kUsage;
@@ -89,14 +69,14 @@ int Validate(const std::vector<std::string>& files) {
   }
   int result = kOk;
   for (const std::string& path : files) {
-    std::string text, error;
-    if (!ReadFile(path, &text, &error)) {
-      std::cout << ShownPath(path) << ": cannot read the file: " << error << "\n";
+    absl::StatusOr<std::string> text = kiln::ReadRequestFile(path);
+    if (!text.ok()) {
+      std::cout << ShownPath(path) << ": cannot read the file: " << text.status().message() << "\n";
       result = kError;
       continue;
     }
     kiln::v1::CreateTrainingJobRequest request;
-    absl::Status status = kiln::ParseJson(text, request);
+    absl::Status status = kiln::ParseJson(*text, request);
     if (!status.ok()) {
       const std::string message(status.message());
       const bool not_json = message.rfind("Invalid JSON:", 0) == 0;

@@ -1,7 +1,7 @@
 // `kiln run`: runs training jobs on this machine with the local backend.
 //
 //   kiln run [--state-dir DIR] [--runtime process|bwrap] [--grace SECONDS]
-//            [--interrupt HOST@SECONDS]... JOB.json...
+//            [--interrupt HOST@SECONDS]... [--file-root DIR]... JOB.json...
 //
 // The jobs run in order in one engine, so a job can reuse the warm pool of the
 // one before it. Status changes (with the time since the job was submitted)
@@ -15,6 +15,11 @@
 // --interrupt algo-1@30 injects a spot interruption notice into instance
 // algo-1 of every job, 30 s after the job starts Training.
 //
+// --file-root DIR (repeatable) confines file:// to those directories: every
+// source, checkpoint and output URI must lie inside one of them, its links
+// resolved (FileObjectStoreOptions). Without it file:// reaches whatever
+// this user can read and write.
+//
 // Public headers only.
 #include <pthread.h>
 #include <signal.h>
@@ -23,10 +28,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,6 +59,7 @@ struct RunOptions {
   local::LocalRuntime runtime = local::LocalRuntime::kProcess;
   absl::Duration grace = absl::Seconds(120);
   std::vector<Interruption> interruptions;
+  std::vector<std::string> file_roots;
   std::vector<std::string> files;
 };
 
@@ -104,6 +108,9 @@ bool ParseArgs(const std::vector<std::string>& args, RunOptions& o, std::string&
         return false;
       }
       o.interruptions.push_back({v.substr(0, at), absl::Seconds(seconds)});
+    } else if (a == "--file-root") {
+      if (!value(v)) return false;
+      o.file_roots.push_back(v);
     } else if (!a.empty() && a[0] == '-') {
       error = "unknown option " + InputForMessage(a);
       return false;
@@ -228,20 +235,19 @@ int RunCommand(const std::vector<std::string>& args) {
   if (!ParseArgs(args, options, error)) {
     std::cerr << "kiln run: " << error << "\n"
               << "usage: kiln run [--state-dir DIR] [--runtime process|bwrap] [--grace SECONDS]\n"
-                 "                [--interrupt HOST@SECONDS]... JOB.json...\n";
+                 "                [--interrupt HOST@SECONDS]... [--file-root DIR]... JOB.json...\n";
     return 1;
   }
   std::vector<v1::CreateTrainingJobRequest> jobs;
   for (const std::string& file : options.files) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) {
-      std::cerr << "kiln run: " << ShownPath(file) << ": cannot read the file\n";
+    absl::StatusOr<std::string> text = ReadRequestFile(file);
+    if (!text.ok()) {
+      std::cerr << "kiln run: " << ShownPath(file)
+                << ": cannot read the file: " << text.status().message() << "\n";
       return 1;
     }
-    std::stringstream text;
-    text << in.rdbuf();
     v1::CreateTrainingJobRequest r;
-    absl::Status s = ParseJson(text.str(), r);
+    absl::Status s = ParseJson(*text, r);
     if (!s.ok()) {
       std::cerr << "kiln run: " << ShownPath(file) << ": " << s.message() << "\n";
       return 1;
@@ -258,9 +264,16 @@ int RunCommand(const std::vector<std::string>& args) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   auto loop = NewRealTimeEventLoop();
-  auto files = NewFileObjectStore();
+  absl::StatusOr<std::unique_ptr<ObjectStore>> files =
+      options.file_roots.empty()
+          ? absl::StatusOr<std::unique_ptr<ObjectStore>>(NewFileObjectStore())
+          : NewFileObjectStore(FileObjectStoreOptions{options.file_roots});
+  if (!files.ok()) {
+    std::cerr << "kiln run: --file-root: " << files.status().message() << "\n";
+    return 1;
+  }
   ObjectStores stores;
-  stores.Register("file", files.get());
+  stores.Register("file", files->get());
   // s3:// through kiln::aws, configured the AWS way (AWS_* variables, the
   // shared files, AWS_ENDPOINT_URL), set up before any job starts. Each job's
   // S3 inputs are checked when it is submitted (an empty prefix is refused

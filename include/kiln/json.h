@@ -46,10 +46,12 @@
 #define KILN_JSON_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "google/protobuf/message.h"
 
 namespace kiln {
@@ -59,8 +61,10 @@ namespace kiln {
 // - `json` is not valid JSON (RFC 8259, strict: no comments, trailing commas
 //   or NaN; valid UTF-8; unique keys): "Invalid JSON: line 3, column 17:
 //   expected ',' or '}' after object member";
-// - the document does not fit the message: the message lists every problem
-//   found, one per line, in botocore's words, e.g.
+// - the document does not fit the message: the message lists the problems
+//   found, one per line, in botocore's words (the first
+//   kMaxReportedViolations of kiln/validation.h, then a line "... and 1234
+//   more" for the rest), e.g.
 //     Parameter validation failed:
 //     Unknown parameter in InputDataConfig[0].DataSource: "Foo", must be one of: S3DataSource, FileSystemDataSource, DatasetSource
 //     Invalid type for parameter ResourceConfig.InstanceCount, value: "2", type: string, valid types: integer
@@ -103,6 +107,26 @@ struct JsonPrintOptions {
 // 0001-01-01..9999-12-31 is written but not read back.
 // Thread-safe.
 std::string ToJson(const google::protobuf::Message& message, const JsonPrintOptions& options = {});
+
+// The most bytes a request file may hold (ReadRequestFile): 8 MiB, room for
+// any request within the model's limits written in ASCII without escapes.
+inline constexpr int64_t kMaxRequestFileBytes = int64_t{8} << 20;
+
+// Reads a file that holds a request's JSON (for ParseJson) whole: the file
+// at `path` (a symbolic link to one is followed) must be a regular file of
+// at most kMaxRequestFileBytes; directories, FIFOs, devices and sockets are
+// refused without waiting on them or reading them.
+// Errors (the message says what is wrong and the rule, not which file: the
+// caller names the file as it shows paths, e.g. "job.json: cannot read the
+// file: <message>"): InvalidArgument for a file that is not regular ("a
+// FIFO, not a regular file; a request file must be a regular file") or that
+// holds more than kMaxRequestFileBytes ("12582912 bytes; a request file may
+// hold at most 8 MiB (8388608 bytes)"): the caller should point at another
+// file; for a file that cannot be opened or read, the errno's code
+// (NotFound, PermissionDenied, ...) with strerror's text ("No such file or
+// directory").
+// Thread-safe.
+absl::StatusOr<std::string> ReadRequestFile(const std::string& path);
 
 // Input as Kiln's messages show it when not as JSON (bare, or 'in single
 // quotes': a name, a file name, a command-line value), for a program that

@@ -101,6 +101,16 @@ class ObjectStore {
   // `path`) when the local file does not exist or is not a regular file;
   // otherwise as for Put. Default: read, then Put.
   virtual absl::Status PutFromFile(std::string_view uri, const std::string& path);
+
+  // For readers that use a store's local files in place rather than through
+  // the store (the local backend's FastFile links and Pipe splices): the
+  // local path that `uri` (an object or a prefix) names, with the symbolic
+  // links of the part of it that exists resolved, after the checks the store
+  // makes on every call (a confined file store's roots). Errors:
+  // Unimplemented when the store keeps no local files (the caller then reads
+  // through the store); PermissionDenied outside a confined store's roots;
+  // InvalidArgument as for List. Default: Unimplemented.
+  virtual absl::StatusOr<std::string> LocalPath(std::string_view uri);
 };
 
 // Objects in a local directory tree, for file:// URIs with an absolute path
@@ -112,14 +122,47 @@ class ObjectStore {
 // for survives a crash; on failure before the rename the temporary file is
 // removed (a full disk is ResourceExhausted naming the path), and a failure
 // to sync a directory after it says the object is in place but may not
-// survive a crash. List walks the tree below the prefix: regular files and
-// symbolic links to them, never into linked directories, never the temporary
-// files.
+// survive a crash. A writer holds a flock on its temporary file until the
+// rename; the first Put or PutFromFile of a store into a directory removes
+// the temporary files there that no writer holds (those a killed process
+// left). PutFromFile and GetToFile copy the holes of a sparse file as holes.
+// List walks the tree below the prefix: regular files and symbolic links to
+// them, never into linked directories, never the temporary files. A
+// symbolic link is followed only when its target lies inside the listed
+// prefix's folder (the prefix up to its last '/', its own links resolved):
+// one leading out of it fails the listing with PermissionDenied naming the
+// link and the folder (a link to nothing is skipped, as before), so a link
+// planted in a source folder never brings a file from elsewhere into a job.
+// Get and the other reads of a single object follow its links.
 // A directory is not an object: Get says NotFound, Delete does nothing.
 // Removing the last object of a directory leaves the directory; a Put or
 // PutFromFile of that directory's own key replaces it while it is empty (the
 // key can be an object again, as on S3), and fails while it holds anything.
+// LocalPath returns the URI's path (links of its existing part resolved).
 std::unique_ptr<ObjectStore> NewFileObjectStore();
+
+struct FileObjectStoreOptions {
+  // Directories (absolute paths) the store is confined to; empty: the whole
+  // file system, as far as this process may read and write it. When set,
+  // every URI a call names (the object read, written or deleted, the listed
+  // prefix's folder, LocalPath's URI) must lead, once the symbolic links on
+  // its way are resolved, to a path inside one of them, or the call fails
+  // with PermissionDenied naming the URI and the roots, before anything is
+  // read, written or created; a URI with a '.' or '..' segment is
+  // InvalidArgument. A read is checked again on the file it opened, and a
+  // write on the directory it renames into, so a link swapped in meanwhile
+  // reaches nothing outside (that check reads /proc/self/fd: without /proc a
+  // confined store's reads and writes fail). A hard link inside a root to a
+  // file elsewhere cannot be told from the file itself: the roots must not
+  // hold any.
+  std::vector<std::string> allowed_roots;
+};
+
+// NewFileObjectStore confined to `options.allowed_roots`. Errors:
+// InvalidArgument naming a root that is not an absolute path to an existing
+// directory (each is resolved once, here: a root that is a link means its
+// target).
+absl::StatusOr<std::unique_ptr<ObjectStore>> NewFileObjectStore(FileObjectStoreOptions options);
 
 // Objects in memory, for any scheme (tests, simulation); a URI without
 // `<scheme>://` is InvalidArgument. Never blocks.

@@ -10,9 +10,11 @@
 // (`file://` URIs wherever an S3 URI is allowed) and rules (no two channels
 // at one path of the container's /opt/ml/input/data on an instance that
 // receives both: File channel "a_1" beside Pipe channel "a", whose epoch 1
-// FIFO is a_1).
+// FIFO is a_1; no channel named "." or "..", which the model's pattern
+// allows).
 //
-// All violations of a request are reported at once, in the service's
+// All violations of a request are reported at once (the first
+// kMaxReportedViolations of them listed, the rest counted), in the service's
 // ValidationException form:
 //
 //   2 validation errors detected: Value 'a_b' at 'trainingJobName' failed to
@@ -46,6 +48,12 @@
 
 namespace kiln {
 
+// The most violations a message lists: ValidateRequest's text, and ParseJson's
+// (kiln/json.h) "Parameter validation failed" lines. Those past it are
+// counted ("...; and 1699900 more"), so that a request with a million bad
+// elements gets a message of bounded size.
+inline constexpr int kMaxReportedViolations = 100;
+
 struct ValidationOptions {
   // Accept `file://<path>` wherever the model allows an S3 URI (S3OutputPath,
   // channel S3Uri, CheckpointConfig.S3Uri, ...). A local engine needs it; an
@@ -67,7 +75,8 @@ struct ValidationError {
 
 // Checks `message` (any kiln.v1 message generated from the model) against the
 // model's constraints only: no cross-field rules. Returns the violations in a
-// deterministic order (members in model order, depth first); empty when valid.
+// deterministic order (members in model order, depth first), the first
+// kMaxReportedViolations of them when there are more; empty when valid.
 // Thread-safe.
 std::vector<ValidationError> CheckShapeConstraints(const google::protobuf::Message& message,
                                                    const ValidationOptions& options = {});
@@ -75,7 +84,8 @@ std::vector<ValidationError> CheckShapeConstraints(const google::protobuf::Messa
 // Checks a CreateTrainingJob request: the model's constraints and the
 // service's cross-field rules, all violations at once.
 // Returns OK when the request is acceptable; InvalidArgument with the
-// ValidationException text otherwise (the caller should fix the request; no
+// ValidationException text otherwise (the number of violations, the first
+// kMaxReportedViolations of them, "and N more" for the rest) (the caller should fix the request; no
 // retry helps). Does not look at anything outside the request (existing jobs,
 // objects under an S3 prefix): the engine checks those.
 // Thread-safe.
@@ -107,7 +117,9 @@ absl::Status ValidateRequest(const v1::DeleteTrainingJobRequest& request,
                              const ValidationOptions& options = {});
 
 // Joins violations into the service's text: "N validation error(s) detected:
-// m1; m2". REQUIRES: !errors.empty().
+// m1; m2"; past kMaxReportedViolations of them, the rest are counted, not
+// listed: "N validation errors detected: m1; ...; m100; and 5 more".
+// REQUIRES: !errors.empty().
 std::string FormatValidationErrors(const std::vector<ValidationError>& errors);
 
 }  // namespace kiln

@@ -21,6 +21,8 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/civil_time.h"
 #include "absl/time/time.h"
+#include "core/internal/error_list.h"
+#include "core/internal/files.h"
 #include "core/internal/json_value.h"
 #include "core/internal/shapes.h"
 #include "fmt/format.h"
@@ -287,7 +289,9 @@ std::string FormatTimestamp(int64_t seconds, int64_t nanos) {
 
 class Decoder {
  public:
-  std::vector<std::string>& errors() { return errors_; }
+  // The problems found, one line each (the first kMaxReportedViolations
+  // kept, all counted).
+  internal::ErrorList<std::string>& errors() { return errors_; }
 
   // The list and map members with a minimum size (internal::MinSize) that
   // the document holds empty ([] or {}), by their paths in the service's form
@@ -324,7 +328,7 @@ class Decoder {
           oneof != nullptr && reflection->HasOneof(message, oneof)) {
         std::vector<std::string> names;
         for (int i = 0; i < oneof->field_count(); ++i) names.push_back(oneof->field(i)->json_name());
-        errors_.push_back(absl::StrCat(
+        errors_.Add(absl::StrCat(
             "Invalid number of parameters set for tagged union structure ", Name(path),
             ". Can only set one of the following keys: ", absl::StrJoin(names, ", "), "."));
         continue;
@@ -396,20 +400,20 @@ class Decoder {
   }
 
   void TypeError(const std::string& path, const JsonValue& json, std::string_view valid_types) {
-    errors_.push_back(absl::StrCat("Invalid type for parameter ", Name(path), ", value: ", Quote(json),
-                                   ", type: ", AbslView(TypeName(json)), ", valid types: ", AbslView(valid_types)));
+    errors_.Add(absl::StrCat("Invalid type for parameter ", Name(path), ", value: ", Quote(json),
+                             ", type: ", AbslView(TypeName(json)), ", valid types: ", AbslView(valid_types)));
   }
 
   void ValueError(const std::string& path, const JsonValue& json, std::string_view reason) {
-    errors_.push_back(absl::StrCat("Invalid value for parameter ", Name(path), ", value: ", Quote(json),
-                                   ", ", AbslView(reason)));
+    errors_.Add(absl::StrCat("Invalid value for parameter ", Name(path), ", value: ", Quote(json),
+                             ", ", AbslView(reason)));
   }
 
   void UnknownError(const std::string& path, const std::string& key, const pb::Descriptor* descriptor) {
     std::vector<std::string> names;
     for (int i = 0; i < descriptor->field_count(); ++i) names.push_back(descriptor->field(i)->json_name());
-    errors_.push_back(absl::StrCat("Unknown parameter in ", Name(path), ": ", Quote(key),
-                                   ", must be one of: ", absl::StrJoin(names, ", ")));
+    errors_.Add(absl::StrCat("Unknown parameter in ", Name(path), ": ", Quote(key),
+                             ", must be one of: ", absl::StrJoin(names, ", ")));
   }
 
   void DecodeTimestamp(const JsonValue& json, pb::Message& message, const std::string& path) {
@@ -478,9 +482,9 @@ class Decoder {
     for (const auto& [key, value] : json.members()) {
       pb::Message* entry = message.GetReflection()->AddMessage(&message, field);
       if (!SetMapKey(key, *entry, key_field)) {
-        errors_.push_back(absl::StrCat("Invalid type for parameter ", path,
-                                       " (key: ", PathKey(key), "), valid types: ",
-                                       AbslView(KeyTypeName(key_field))));
+        errors_.Add(absl::StrCat("Invalid type for parameter ", path,
+                                 " (key: ", PathKey(key), "), valid types: ",
+                                 AbslView(KeyTypeName(key_field))));
         continue;
       }
       steps_.push_back(Step{key, false, 0});
@@ -726,7 +730,7 @@ class Decoder {
     }
   }
 
-  std::vector<std::string> errors_;
+  internal::ErrorList<std::string> errors_;
   std::vector<Step> steps_;
   std::vector<std::string> empty_lists_;
 };
@@ -870,8 +874,12 @@ absl::Status ParseJson(std::string_view json, pb::Message& message) {
   decoder.DecodeMessage(*document, message, "");
   if (!decoder.errors().empty()) {
     message.Clear();
-    return absl::InvalidArgumentError(
-        absl::StrCat("Parameter validation failed:\n", absl::StrJoin(decoder.errors(), "\n")));
+    std::string text = absl::StrCat("Parameter validation failed:\n",
+                                    absl::StrJoin(decoder.errors().kept(), "\n"));
+    if (decoder.errors().more() > 0) {
+      absl::StrAppend(&text, "\n... and ", decoder.errors().more(), " more");
+    }
+    return absl::InvalidArgumentError(text);
   }
   if (!decoder.empty_lists().empty()) {
     // The document holds [] (or {}) where the model requires at least one
@@ -882,13 +890,13 @@ absl::Status ParseJson(std::string_view json, pb::Message& message) {
     // service's complete answer), by a checker told which lists were empty.
     internal::ShapeChecker checker{ValidationOptions{}};
     checker.SetEmptyLists(std::move(decoder.empty_lists()));
-    const std::vector<ValidationError> errors = internal::ValidateWith(checker, message);
+    const internal::ErrorList<ValidationError> errors = internal::ValidateWith(checker, message);
     message.Clear();
     // The checks visit every member MinSize names (both are generated from
     // the model), so each empty list was reported.
     assert(!errors.empty());
     if (errors.empty()) return absl::InternalError("kiln: an empty list went unreported");
-    return absl::InvalidArgumentError(FormatValidationErrors(errors));
+    return absl::InvalidArgumentError(internal::FormatViolations(errors));
   }
   return absl::OkStatus();
 }
@@ -899,6 +907,10 @@ std::string ToJson(const pb::Message& message, const JsonPrintOptions& options) 
 
 // The public default (kiln/json.h) is the bound the library's messages use.
 static_assert(internal::kMaxJsonInMessage == 200);
+
+absl::StatusOr<std::string> ReadRequestFile(const std::string& path) {
+  return internal::ReadUserFile(path, kMaxRequestFileBytes, "a request file");
+}
 
 std::string InputForMessage(std::string_view text, size_t max_bytes) {
   return internal::TextForMessage(text, max_bytes);

@@ -2,15 +2,26 @@
 // scheme registry (see include/kiln/object_store.h).
 //
 // Local files are always replaced the same way: a temporary file
-// `.kiln-tmp-<random>` is created beside the target with O_EXCL, filled,
-// (for the store's own objects) fsync'ed, and renamed over the target. A
-// failure at any step unlinks the temporary file. List never reports those
-// temporary files.
+// `.kiln-tmp-<random>` is created beside the target with O_EXCL and locked
+// (flock) until the end, filled, (for the store's own objects) fsync'ed, and
+// renamed over the target. A failure at any step unlinks the temporary file.
+// List never reports those temporary files. A process killed meanwhile
+// leaves its temporary file unlocked: the store's first write into that
+// directory removes it (SweepStaleTemporaries). Copies keep holes as holes
+// (CopyFd).
+//
+// A confined file store (FileObjectStoreOptions::allowed_roots) checks each
+// URI twice: by path before anything is opened or made (ResolveExisting:
+// the links of its existing part resolved), and by the file or directory
+// actually opened (its /proc/self/fd link), so a link swapped in between
+// reaches nothing outside the roots.
 #include "kiln/object_store.h"
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
+#include <limits.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <unistd.h>
@@ -18,9 +29,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -29,6 +42,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "core/internal/files.h"
@@ -78,15 +92,24 @@ absl::Status WriteAll(int fd, std::string_view data, const std::string& path) {
   return absl::OkStatus();
 }
 
-// Copies `in` (from its current offset to EOF) to `out`: copy_file_range
-// where the kernel supports it for these files, otherwise a buffered copy.
+// Copies bytes [offset, offset + length) of `in` to the same offsets of
+// `out` (length < 0: up to `in`'s end): copy_file_range where the kernel
+// supports it for these files, otherwise pread/pwrite. Returns the offset
+// where the copy ended (where `in` ended, when it ended first).
 // `in_name`/`out_name` name the files in errors.
-absl::Status CopyFd(int in, int out, const std::string& in_name, const std::string& out_name) {
+absl::StatusOr<off_t> CopyRange(int in, int out, off_t offset, off_t length,
+                                const std::string& in_name, const std::string& out_name) {
+  off_t in_off = offset;
+  off_t out_off = offset;
+  auto left = [&]() -> size_t {
+    if (length < 0) return kChunkSize * 64;
+    return static_cast<size_t>(std::min<off_t>(offset + length - in_off, kChunkSize * 64));
+  };
   bool use_copy_file_range = true;
-  while (use_copy_file_range) {
-    ssize_t n = ::copy_file_range(in, nullptr, out, nullptr, kChunkSize * 64, 0);
+  while (use_copy_file_range && left() > 0) {
+    ssize_t n = ::copy_file_range(in, &in_off, out, &out_off, left(), 0);
     if (n > 0) continue;
-    if (n == 0) return absl::OkStatus();
+    if (n == 0) return in_off;
     int err = errno;
     if (err == EINTR) continue;
     if (err == EXDEV || err == EINVAL || err == ENOSYS || err == EOPNOTSUPP || err == EBADF ||
@@ -102,20 +125,61 @@ absl::Status CopyFd(int in, int out, const std::string& in_name, const std::stri
     return ErrnoError(err, absl::StrCat("copy '", PathForMessage(in_name), "' to '",
                                         PathForMessage(out_name), "'"));
   }
-  std::unique_ptr<char[]> buffer(new char[kChunkSize]);
-  for (;;) {
-    ssize_t n = ::read(in, buffer.get(), kChunkSize);
+  std::unique_ptr<char[]> buffer;
+  while (left() > 0) {
+    if (buffer == nullptr) buffer.reset(new char[kChunkSize]);
+    ssize_t n = ::pread(in, buffer.get(), std::min(left(), kChunkSize), in_off);
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoError(errno, absl::StrCat("read '", PathForMessage(in_name), "'"));
     }
-    if (n == 0) return absl::OkStatus();
-    KILN_RETURN_IF_ERROR(
-        WriteAll(out, std::string_view(buffer.get(), static_cast<size_t>(n)), out_name));
+    if (n == 0) break;
+    for (ssize_t done = 0; done < n;) {
+      ssize_t w = ::pwrite(out, buffer.get() + done, static_cast<size_t>(n - done),
+                           out_off + done);
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoError(errno, absl::StrCat("write '", PathForMessage(out_name), "'"));
+      }
+      done += w;
+    }
+    in_off += n;
+    out_off += n;
   }
+  return in_off;
 }
 
-std::string TempPathIn(std::string_view dir) {
+// Copies `in` (from offset 0 to its end) into the empty file `out`, holes as
+// holes: only the extents SEEK_DATA finds are copied, and the size is set
+// last, so a sparse file stays sparse. Where the file system cannot tell
+// (SEEK_DATA unsupported) the rest is copied whole. `in_name`/`out_name`
+// name the files in errors.
+absl::Status CopyFd(int in, int out, const std::string& in_name, const std::string& out_name) {
+  off_t end = 0;  // the copy holds `in`'s bytes [0, end)
+  for (;;) {
+    off_t data = ::lseek(in, end, SEEK_DATA);
+    if (data < 0 && errno == ENXIO) break;  // no data after `end`
+    off_t hole = data < 0 ? -1 : ::lseek(in, data, SEEK_HOLE);
+    if (hole < 0) {
+      KILN_ASSIGN_OR_RETURN(end, CopyRange(in, out, end, -1, in_name, out_name));
+      break;
+    }
+    KILN_ASSIGN_OR_RETURN(off_t copied, CopyRange(in, out, data, hole - data, in_name, out_name));
+    end = copied;
+    if (copied < hole) break;  // `in` shrank meanwhile
+  }
+  // The trailing hole (or a file that is all hole).
+  struct stat st;
+  if (::fstat(in, &st) != 0) {
+    return ErrnoError(errno, absl::StrCat("stat '", PathForMessage(in_name), "'"));
+  }
+  if (st.st_size > end && ::ftruncate(out, st.st_size) != 0) {
+    return ErrnoError(errno, absl::StrCat("write '", PathForMessage(out_name), "'"));
+  }
+  return absl::OkStatus();
+}
+
+std::string TempName() {
   // Uniqueness only (O_EXCL catches the rest): no behaviour depends on it.
   thread_local std::mt19937_64 rng{(uint64_t{std::random_device{}()} << 32) ^
                                    std::random_device{}() ^ static_cast<uint64_t>(::getpid())};
@@ -123,8 +187,44 @@ std::string TempPathIn(std::string_view dir) {
   std::string name(kTempPrefix);
   uint64_t r = rng();
   for (int i = 0; i < 16; ++i) name.push_back(kHex[(r >> (4 * i)) & 0xf]);
-  if (dir == "/") return absl::StrCat("/", name);
-  return absl::StrCat(AbslView(dir), "/", name);
+  return name;
+}
+
+// Whether the entry `name` of directory `dir_fd` is still the file open as
+// `fd` (not removed, not replaced).
+bool StillNamed(int dir_fd, const char* name, int fd) {
+  struct stat named, open;
+  return ::fstatat(dir_fd, name, &named, AT_SYMLINK_NOFOLLOW) == 0 && ::fstat(fd, &open) == 0 &&
+         named.st_dev == open.st_dev && named.st_ino == open.st_ino;
+}
+
+// Removes the temporary files in directory `dir_fd` that no writer holds
+// locked: those of a process killed before its rename. Best effort: a file
+// that cannot be opened or removed stays (and stays out of listings). Each
+// is locked before it is removed, so a writer that has just created it
+// (and not yet locked it) finds it gone and takes another name.
+void SweepStaleTemporaries(int dir_fd) {
+  UniqueFd list_fd(::dup(dir_fd));
+  if (list_fd.get() < 0) return;
+  DIR* d = ::fdopendir(list_fd.get());
+  if (d == nullptr) return;
+  list_fd.release();
+  std::unique_ptr<DIR, int (*)(DIR*)> closer(d, &::closedir);
+  ::rewinddir(d);
+  std::vector<std::string> stale;
+  for (;;) {
+    errno = 0;
+    const struct dirent* entry = ::readdir(d);
+    if (entry == nullptr) break;
+    if (internal::IsTempName(entry->d_name)) stale.emplace_back(entry->d_name);
+  }
+  for (const std::string& name : stale) {
+    UniqueFd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+    struct stat st;
+    if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) != 0) continue;  // a live writer's
+    if (StillNamed(dir_fd, name.c_str(), fd.get())) ::unlinkat(dir_fd, name.c_str(), 0);
+  }
 }
 
 // fsyncs directory `dir`, so that the entries made in it (a rename, a new
@@ -141,20 +241,33 @@ absl::Status SyncDirectory(const std::string& dir) {
   return absl::OkStatus();
 }
 
+struct ReplaceOptions {
+  // fsync the file, the rename and the directories created (the store's own
+  // objects); else scratch data that can be fetched again.
+  bool durable = false;
+  // Remove stale temporary files from the target's directory first.
+  bool sweep = false;
+  // Called with the target's directory, opened, before anything is made in
+  // it; an error stops the write (a confined store's check). Null: none.
+  const std::function<absl::Status(int dir_fd)>* check_dir = nullptr;
+};
+
 // Creates or replaces the file `path` atomically: `fill` writes the content
-// into a temporary file beside it, which is then (when `durable`) fsync'ed and
-// renamed over `path`. Parent directories are created. When `durable`, the
+// into a temporary file beside it, which is then (when durable) fsync'ed and
+// renamed over `path`. Parent directories are created. When durable, the
 // rename and the directories created are synced too, so that once this
 // returns OK a crash keeps the new file (an error then may come after the
 // rename: the new file may be in place). On any failure before the rename the
 // temporary file is removed; the error names `path`.
-absl::Status ReplaceFile(const std::string& path, bool durable,
+absl::Status ReplaceFile(const std::string& path, const ReplaceOptions& options,
                          absl::FunctionRef<absl::Status(int fd, const std::string& path)> fill) {
   if (path.empty() || path.back() == '/') {
     return absl::InvalidArgumentError(
         absl::StrCat("'", PathForMessage(path), "' names a directory, not a file"));
   }
+  const bool durable = options.durable;
   std::string dir(Dirname(path));
+  const std::string base = path.substr(path.rfind('/') + 1);
   // The deepest directory on the way that exists already: those below it are
   // new entries that a durable write syncs as well.
   std::string existing = dir;
@@ -166,33 +279,59 @@ absl::Status ReplaceFile(const std::string& path, bool durable,
     }
   }
   KILN_RETURN_IF_ERROR(MakeDirs(dir));
+  // The file is made and renamed relative to this descriptor: the directory
+  // checked is the one written.
+  UniqueFd dir_fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (dir_fd.get() < 0) {
+    return ErrnoError(errno, absl::StrCat("open directory '", PathForMessage(dir), "' to write '",
+                                          PathForMessage(path), "'"));
+  }
+  if (options.check_dir != nullptr) KILN_RETURN_IF_ERROR((*options.check_dir)(dir_fd.get()));
+  if (options.sweep) SweepStaleTemporaries(dir_fd.get());
   std::string temp;
   UniqueFd fd;
   for (int attempt = 0; fd.get() < 0; ++attempt) {
-    temp = TempPathIn(dir);
-    int raw = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (raw >= 0) {
-      fd = UniqueFd(raw);
-    } else if (errno != EEXIST || attempt + 1 >= kTempNameAttempts) {
-      return ErrnoError(errno, absl::StrCat("create a temporary file for '", PathForMessage(path),
-                                            "' in '", PathForMessage(dir), "'"));
+    temp = TempName();
+    UniqueFd made(
+        ::openat(dir_fd.get(), temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666));
+    if (made.get() < 0) {
+      if (errno != EEXIST || attempt + 1 >= kTempNameAttempts) {
+        return ErrnoError(errno, absl::StrCat("create a temporary file for '",
+                                              PathForMessage(path), "' in '", PathForMessage(dir),
+                                              "'"));
+      }
+      continue;
+    }
+    // Locked, and still ours: a sweep that took it between the open and the
+    // lock removes it; then another name.
+    if (::flock(made.get(), LOCK_EX | LOCK_NB) == 0 &&
+        StillNamed(dir_fd.get(), temp.c_str(), made.get())) {
+      fd = std::move(made);
+    } else if (attempt + 1 >= kTempNameAttempts) {
+      return absl::UnavailableError(absl::StrCat("create a temporary file for '",
+                                                 PathForMessage(path), "' in '",
+                                                 PathForMessage(dir), "': each was taken away"));
     }
   }
   absl::Status status = fill(fd.get(), path);
   if (status.ok() && durable && ::fsync(fd.get()) != 0) {
     status = ErrnoError(errno, absl::StrCat("fsync '", PathForMessage(path), "'"));
   }
+  // The lock lives on in `lock` until the rename is done; `fd` closes now,
+  // for the errors only close() reports.
+  UniqueFd lock(::dup(fd.get()));
   if (int err = fd.Close(); status.ok() && err != 0) {
     status = ErrnoError(err, absl::StrCat("close '", PathForMessage(path), "'"));
   }
-  if (status.ok() && ::rename(temp.c_str(), path.c_str()) != 0) {
+  if (status.ok() && ::renameat(dir_fd.get(), temp.c_str(), dir_fd.get(), base.c_str()) != 0) {
     status = ErrnoError(errno,
                         absl::StrCat("rename a temporary file over '", PathForMessage(path), "'"));
   }
   if (!status.ok()) {
-    ::unlink(temp.c_str());
+    ::unlinkat(dir_fd.get(), temp.c_str(), 0);
     return status;
   }
+  lock.reset();
   if (durable) {
     for (std::string d = dir;; d = std::string(Dirname(d))) {
       if (absl::Status synced = SyncDirectory(d); !synced.ok()) {
@@ -207,8 +346,9 @@ absl::Status ReplaceFile(const std::string& path, bool durable,
   return status;
 }
 
-absl::Status WriteFileAtomically(const std::string& path, std::string_view data, bool durable) {
-  return ReplaceFile(path, durable,
+absl::Status WriteFileAtomically(const std::string& path, std::string_view data,
+                                 const ReplaceOptions& options) {
+  return ReplaceFile(path, options,
                      [&](int fd, const std::string& name) { return WriteAll(fd, data, name); });
 }
 
@@ -282,8 +422,58 @@ std::string Slice(std::string_view data, int64_t offset, int64_t length) {
   return std::string(data.substr(static_cast<size_t>(offset), static_cast<size_t>(length)));
 }
 
+// Whether the absolute path `path` is `root` or below it (`root` without a
+// trailing '/', "/" alone for the whole tree).
+bool IsWithin(std::string_view path, std::string_view root) {
+  if (root == "/") return !path.empty() && path.front() == '/';
+  return path.size() >= root.size() && path.compare(0, root.size(), root) == 0 &&
+         (path.size() == root.size() || path[root.size()] == '/');
+}
+
+// The path the open descriptor `fd` is at (its /proc/self/fd link: links
+// resolved, as the kernel reached it). `name` names the file in errors.
+absl::StatusOr<std::string> PathOfFd(int fd, std::string_view name) {
+  const std::string link = absl::StrCat("/proc/self/fd/", fd);
+  char buffer[PATH_MAX];
+  ssize_t n = ::readlink(link.c_str(), buffer, sizeof buffer);
+  if (n < 0 || static_cast<size_t>(n) >= sizeof buffer) {
+    return ErrnoError(n < 0 ? errno : ENAMETOOLONG,
+                      absl::StrCat("find where '", PathForMessage(name), "' is (", link, ")"));
+  }
+  return std::string(buffer, static_cast<size_t>(n));
+}
+
+// `path` (absolute) with the symbolic links of its longest existing leading
+// part resolved (realpath), the rest appended as it is (a trailing '/'
+// kept). `name` names the path in errors (any failure but a missing part).
+absl::StatusOr<std::string> ResolveExisting(std::string_view path, std::string_view name) {
+  const bool slash = path.size() > 1 && path.back() == '/';
+  std::string head(path);
+  while (head.size() > 1 && head.back() == '/') head.pop_back();
+  std::string tail;
+  for (;;) {
+    char real[PATH_MAX];
+    if (::realpath(head.c_str(), real) != nullptr) {
+      std::string out = real;
+      if (!tail.empty()) absl::StrAppend(&out, out == "/" ? "" : "/", tail);
+      if (slash && out != "/") out.push_back('/');
+      return out;
+    }
+    int err = errno;
+    if ((err != ENOENT && err != ENOTDIR) || head == "/") {
+      return ErrnoError(err, absl::StrCat("resolve '", PathForMessage(name), "'"));
+    }
+    size_t cut = head.rfind('/');
+    tail = tail.empty() ? head.substr(cut + 1) : absl::StrCat(head.substr(cut + 1), "/", tail);
+    head = cut == 0 ? "/" : head.substr(0, cut);
+  }
+}
+
 class FileObjectStore final : public ObjectStore {
  public:
+  // `roots`: real paths without a trailing '/' ("/" alone); empty: unconfined.
+  explicit FileObjectStore(std::vector<std::string> roots = {}) : roots_(std::move(roots)) {}
+
   absl::StatusOr<std::vector<ObjectInfo>> List(std::string_view prefix) override {
     KILN_ASSIGN_OR_RETURN(std::string path, PathOf(prefix, /*object=*/false));
     std::vector<ObjectInfo> out;
@@ -291,28 +481,47 @@ class FileObjectStore final : public ObjectStore {
     // last '/'. Below it only subdirectories compatible with the prefix are
     // entered.
     std::string dir = path.substr(0, path.rfind('/') + 1);
-    KILN_RETURN_IF_ERROR(Walk(dir, path, /*top=*/true, out));
+    KILN_RETURN_IF_ERROR(CheckSegments(prefix, path));
+    KILN_ASSIGN_OR_RETURN(std::string real_dir, ResolveExisting(dir, prefix));
+    KILN_RETURN_IF_ERROR(Confine(prefix, real_dir));
+    // Links in the tree may lead only into the folder itself.
+    while (real_dir.size() > 1 && real_dir.back() == '/') real_dir.pop_back();
+    KILN_RETURN_IF_ERROR(Walk(dir, path, real_dir, /*top=*/true, out));
     std::sort(out.begin(), out.end(),
               [](const ObjectInfo& a, const ObjectInfo& b) { return a.uri < b.uri; });
     return out;
   }
 
   absl::StatusOr<std::string> Get(std::string_view uri) override {
-    KILN_ASSIGN_OR_RETURN(std::string path, PathOf(uri, /*object=*/true));
     int64_t size = 0;
-    KILN_ASSIGN_OR_RETURN(UniqueFd fd, OpenRegularFile(path, uri, &size));
+    KILN_ASSIGN_OR_RETURN(UniqueFd fd, OpenObject(uri, &size));
     return ReadWholeFile(fd.get(), size, uri);
   }
 
   absl::Status Put(std::string_view uri, std::string_view data) override {
-    KILN_ASSIGN_OR_RETURN(std::string path, PathOf(uri, /*object=*/true));
+    KILN_ASSIGN_OR_RETURN(std::string path, WritablePathOf(uri));
     RemoveIfEmptyDirectory(path);
-    return WriteFileAtomically(path, data, /*durable=*/true);
+    std::function<absl::Status(int)> check = CheckDir(uri);
+    return WriteFileAtomically(path, data, StoreWrite(path, check));
   }
 
   absl::Status Delete(std::string_view uri) override {
-    KILN_ASSIGN_OR_RETURN(std::string path, PathOf(uri, /*object=*/true));
-    if (::unlink(path.c_str()) == 0) return absl::OkStatus();
+    KILN_ASSIGN_OR_RETURN(std::string path, WritablePathOf(uri));
+    UniqueFd dir_fd(AT_FDCWD);  // (not a descriptor: never closed)
+    std::string name = path;
+    if (!roots_.empty()) {
+      // Removed from the directory checked.
+      const std::string dir(Dirname(path));
+      dir_fd = UniqueFd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+      if (dir_fd.get() < 0) {
+        int err = errno;
+        if (err == ENOENT || err == ENOTDIR) return absl::OkStatus();
+        return ErrnoError(err, absl::StrCat("delete '", PathForMessage(path), "'"));
+      }
+      KILN_RETURN_IF_ERROR(CheckDir(uri)(dir_fd.get()));
+      name = path.substr(path.rfind('/') + 1);
+    }
+    if (::unlinkat(dir_fd.get(), name.c_str(), 0) == 0) return absl::OkStatus();
     int err = errno;
     // Missing, or a directory (which is not an object): nothing to delete.
     if (err == ENOENT || err == ENOTDIR || err == EISDIR) return absl::OkStatus();
@@ -321,8 +530,7 @@ class FileObjectStore final : public ObjectStore {
 
   absl::Status Read(std::string_view uri,
                     absl::FunctionRef<absl::Status(std::string_view chunk)> sink) override {
-    KILN_ASSIGN_OR_RETURN(std::string path, PathOf(uri, /*object=*/true));
-    KILN_ASSIGN_OR_RETURN(UniqueFd fd, OpenRegularFile(path, uri, nullptr));
+    KILN_ASSIGN_OR_RETURN(UniqueFd fd, OpenObject(uri, nullptr));
     std::unique_ptr<char[]> buffer(new char[kChunkSize]);
     for (;;) {
       ssize_t n = ::read(fd.get(), buffer.get(), kChunkSize);
@@ -338,9 +546,8 @@ class FileObjectStore final : public ObjectStore {
   absl::StatusOr<std::string> ReadRange(std::string_view uri, int64_t offset,
                                         int64_t length) override {
     KILN_RETURN_IF_ERROR(CheckRange(uri, offset, length));
-    KILN_ASSIGN_OR_RETURN(std::string path, PathOf(uri, /*object=*/true));
     int64_t size = 0;
-    KILN_ASSIGN_OR_RETURN(UniqueFd fd, OpenRegularFile(path, uri, &size));
+    KILN_ASSIGN_OR_RETURN(UniqueFd fd, OpenObject(uri, &size));
     if (offset >= size) return std::string();
     std::string out(static_cast<size_t>(std::min(length, size - offset)), '\0');
     size_t done = 0;
@@ -359,24 +566,123 @@ class FileObjectStore final : public ObjectStore {
   }
 
   absl::Status GetToFile(std::string_view uri, const std::string& path) override {
-    KILN_ASSIGN_OR_RETURN(std::string source, PathOf(uri, /*object=*/true));
-    KILN_ASSIGN_OR_RETURN(UniqueFd in, OpenRegularFile(source, uri, nullptr));
+    KILN_ASSIGN_OR_RETURN(UniqueFd in, OpenObject(uri, nullptr));
     std::string uri_name(uri);
-    return ReplaceFile(path, /*durable=*/false, [&](int out, const std::string& name) {
+    return ReplaceFile(path, ReplaceOptions{}, [&](int out, const std::string& name) {
       return CopyFd(in.get(), out, uri_name, name);
     });
   }
 
   absl::Status PutFromFile(std::string_view uri, const std::string& path) override {
-    KILN_ASSIGN_OR_RETURN(std::string target, PathOf(uri, /*object=*/true));
+    KILN_ASSIGN_OR_RETURN(std::string target, WritablePathOf(uri));
     KILN_ASSIGN_OR_RETURN(UniqueFd in, OpenRegularFile(path, path, nullptr));
     RemoveIfEmptyDirectory(target);
-    return ReplaceFile(target, /*durable=*/true, [&](int out, const std::string& name) {
+    std::function<absl::Status(int)> check = CheckDir(uri);
+    return ReplaceFile(target, StoreWrite(target, check), [&](int out, const std::string& name) {
       return CopyFd(in.get(), out, path, name);
     });
   }
 
+  absl::StatusOr<std::string> LocalPath(std::string_view uri) override {
+    KILN_ASSIGN_OR_RETURN(std::string path, PathOf(uri, /*object=*/false));
+    KILN_RETURN_IF_ERROR(CheckSegments(uri, path));
+    KILN_ASSIGN_OR_RETURN(std::string real, ResolveExisting(path, uri));
+    KILN_RETURN_IF_ERROR(Confine(uri, real));
+    return real;
+  }
+
  private:
+  // OK when the store is unconfined or `real` (a resolved path) is inside a
+  // root; else PermissionDenied naming `uri` (and `real` when it differs).
+  absl::Status Confine(std::string_view uri, std::string_view real) const {
+    if (roots_.empty()) return absl::OkStatus();
+    for (const std::string& root : roots_) {
+      if (IsWithin(real, root)) return absl::OkStatus();
+    }
+    std::vector<std::string> shown;
+    for (const std::string& root : roots_) shown.push_back(PathForMessage(root));
+    std::string_view named = std::string_view(uri).substr(kFileScheme.size());
+    return absl::PermissionDeniedError(absl::StrCat(
+        "file object store: '", PathForMessage(uri), "'",
+        real == named ? "" : absl::StrCat(" (which is '", PathForMessage(real), "')"),
+        " is outside the allowed roots (", absl::StrJoin(shown, ", "), ")"));
+  }
+
+  // A confined store takes no '.' or '..' segment: the part of a path that
+  // does not exist yet cannot be resolved, and mkdir would follow it.
+  absl::Status CheckSegments(std::string_view uri, std::string_view path) const {
+    if (roots_.empty()) return absl::OkStatus();
+    for (std::string_view rest = path; !rest.empty();) {
+      size_t slash = rest.find('/');
+      std::string_view segment = rest.substr(0, slash);
+      if (segment == "." || segment == "..") {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "file object store: '", PathForMessage(uri),
+            "' has a '.' or '..' segment, which a store confined to roots does not take"));
+      }
+      if (slash == std::string_view::npos) break;
+      rest.remove_prefix(slash + 1);
+    }
+    return absl::OkStatus();
+  }
+
+  // The object's file, opened for reading (as OpenRegularFile), inside the
+  // roots by its path and by the file opened.
+  absl::StatusOr<UniqueFd> OpenObject(std::string_view uri, int64_t* size) const {
+    KILN_ASSIGN_OR_RETURN(std::string path, PathOf(uri, /*object=*/true));
+    if (roots_.empty()) return OpenRegularFile(path, uri, size);
+    KILN_RETURN_IF_ERROR(CheckSegments(uri, path));
+    KILN_ASSIGN_OR_RETURN(std::string real, ResolveExisting(path, uri));
+    KILN_RETURN_IF_ERROR(Confine(uri, real));
+    KILN_ASSIGN_OR_RETURN(UniqueFd fd, OpenRegularFile(path, uri, size));
+    KILN_ASSIGN_OR_RETURN(std::string opened, PathOfFd(fd.get(), uri));
+    KILN_RETURN_IF_ERROR(Confine(uri, opened));
+    return fd;
+  }
+
+  // The path an object is written at or deleted from, its folder inside the
+  // roots (as far as it exists).
+  absl::StatusOr<std::string> WritablePathOf(std::string_view uri) const {
+    KILN_ASSIGN_OR_RETURN(std::string path, PathOf(uri, /*object=*/true));
+    if (roots_.empty()) return path;
+    KILN_RETURN_IF_ERROR(CheckSegments(uri, path));
+    KILN_ASSIGN_OR_RETURN(std::string real_dir, ResolveExisting(Dirname(path), uri));
+    KILN_RETURN_IF_ERROR(Confine(uri, real_dir));
+    return path;
+  }
+
+  // The check of the directory a write of `uri` renames into, by the
+  // directory opened (empty when unconfined).
+  std::function<absl::Status(int)> CheckDir(std::string_view uri) const {
+    if (roots_.empty()) return nullptr;
+    return [this, uri = std::string(uri)](int dir_fd) -> absl::Status {
+      KILN_ASSIGN_OR_RETURN(std::string opened, PathOfFd(dir_fd, uri));
+      return Confine(uri, opened);
+    };
+  }
+
+  // How the store writes an object at `path`: durable, checked by `check`
+  // (when set), and sweeping the stale temporary files of the directory the
+  // first time this store writes into it.
+  ReplaceOptions StoreWrite(const std::string& path,
+                            const std::function<absl::Status(int)>& check) {
+    ReplaceOptions options;
+    options.durable = true;
+    options.check_dir = check ? &check : nullptr;
+    std::string dir(Dirname(path));
+    absl::MutexLock lock(&mu_);
+    // Bounded: a long-lived store forgets (and sweeps again) now and then.
+    if (swept_dirs_.size() >= kSweptDirsRemembered) swept_dirs_.clear();
+    options.sweep = swept_dirs_.insert(std::move(dir)).second;
+    return options;
+  }
+  static constexpr size_t kSweptDirsRemembered = 4096;
+
+  const std::vector<std::string> roots_;
+  absl::Mutex mu_;
+  // Directories this store has swept of stale temporary files.
+  std::set<std::string, std::less<>> swept_dirs_ ABSL_GUARDED_BY(mu_);
+
   // A directory where an object is to be written that holds only
   // directories holds no object (the objects once below it were deleted,
   // which leaves their folders): it goes, so that the key can be an object
@@ -423,8 +729,11 @@ class FileObjectStore final : public ObjectStore {
 
   // Adds the regular files below `dir` (which ends in '/') whose path starts
   // with `prefix`. A missing `dir` at the top adds nothing.
-  static absl::Status Walk(const std::string& dir, const std::string& prefix, bool top,
-                           std::vector<ObjectInfo>& out) {
+  // Links are followed only to files inside `folder` (the listed folder's
+  // real path, without a trailing '/'): one leading elsewhere is
+  // PermissionDenied naming it.
+  static absl::Status Walk(const std::string& dir, const std::string& prefix,
+                           const std::string& folder, bool top, std::vector<ObjectInfo>& out) {
     DIR* d = ::opendir(dir.c_str());
     if (d == nullptr) {
       int err = errno;
@@ -447,10 +756,21 @@ class FileObjectStore final : public ObjectStore {
         std::string sub = absl::StrCat(full, "/");
         common = std::min(sub.size(), prefix.size());
         if (sub.compare(0, common, prefix, 0, common) != 0) return absl::OkStatus();
-        return Walk(sub, prefix, /*top=*/false, out);
+        return Walk(sub, prefix, folder, /*top=*/false, out);
       }
-      if (S_ISLNK(st.st_mode) && ::fstatat(::dirfd(d), name.data(), &st, 0) != 0) {
-        return absl::OkStatus();  // dangling link
+      if (S_ISLNK(st.st_mode)) {
+        if (full.size() < prefix.size()) return absl::OkStatus();
+        if (::fstatat(::dirfd(d), name.data(), &st, 0) != 0) return absl::OkStatus();  // dangling
+        char target[PATH_MAX];
+        if (!S_ISREG(st.st_mode) || ::realpath(full.c_str(), target) == nullptr) {
+          return absl::OkStatus();
+        }
+        if (!IsWithin(target, folder)) {
+          return absl::PermissionDeniedError(absl::StrCat(
+              "file object store: '", PathForMessage(full), "' is a symbolic link to '",
+              PathForMessage(target), "', outside the listed folder '", PathForMessage(folder),
+              "': links are not followed out of it"));
+        }
       }
       if (!S_ISREG(st.st_mode) || full.size() < prefix.size()) return absl::OkStatus();
       out.push_back(
@@ -524,7 +844,7 @@ class InMemoryObjectStore final : public ObjectStore {
 
   absl::Status GetToFile(std::string_view uri, const std::string& path) override {
     KILN_ASSIGN_OR_RETURN(std::shared_ptr<const std::string> data, Find(uri));
-    return WriteFileAtomically(path, *data, /*durable=*/false);
+    return WriteFileAtomically(path, *data, ReplaceOptions{});
   }
 
  private:
@@ -594,7 +914,7 @@ absl::StatusOr<std::string> ObjectStore::ReadRange(std::string_view uri, int64_t
 
 absl::Status ObjectStore::GetToFile(std::string_view uri, const std::string& path) {
   KILN_ASSIGN_OR_RETURN(std::string data, Get(uri));
-  return WriteFileAtomically(path, data, /*durable=*/false);
+  return WriteFileAtomically(path, data, ReplaceOptions{});
 }
 
 absl::Status ObjectStore::PutFromFile(std::string_view uri, const std::string& path) {
@@ -605,7 +925,31 @@ absl::Status ObjectStore::PutFromFile(std::string_view uri, const std::string& p
   return Put(uri, data);
 }
 
+absl::StatusOr<std::string> ObjectStore::LocalPath(std::string_view uri) {
+  return absl::UnimplementedError(
+      absl::StrCat("'", PathForMessage(uri), "': this object store keeps no local files"));
+}
+
 std::unique_ptr<ObjectStore> NewFileObjectStore() { return std::make_unique<FileObjectStore>(); }
+
+absl::StatusOr<std::unique_ptr<ObjectStore>> NewFileObjectStore(FileObjectStoreOptions options) {
+  std::vector<std::string> roots;
+  for (const std::string& root : options.allowed_roots) {
+    char real[PATH_MAX];
+    struct stat st;
+    if (root.empty() || root.front() != '/' || root.find('\0') != std::string::npos ||
+        ::realpath(root.c_str(), real) == nullptr || ::stat(real, &st) != 0 ||
+        !S_ISDIR(st.st_mode)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("file object store: allowed root '", PathForMessage(root),
+                       "' is not an absolute path to an existing directory"));
+    }
+    roots.emplace_back(real);
+  }
+  std::sort(roots.begin(), roots.end());
+  roots.erase(std::unique(roots.begin(), roots.end()), roots.end());
+  return std::make_unique<FileObjectStore>(std::move(roots));
+}
 
 std::unique_ptr<ObjectStore> NewInMemoryObjectStore() {
   return std::make_unique<InMemoryObjectStore>();

@@ -371,10 +371,14 @@ std::string ShapeChecker::PathText(std::string_view member) const {
 
 void ShapeChecker::Add(std::string_view member, const std::string& value,
                        const std::string& constraint) {
+  if (errors_.full()) {
+    errors_.Count();
+    return;
+  }
   std::string path = PathText(member);
   std::string message = "Value " + value + " at '" + PathForMessage(path) +
                         "' failed to satisfy constraint: " + constraint;
-  errors_.push_back(ValidationError{std::move(path), std::move(message)});
+  errors_.Add(ValidationError{std::move(path), std::move(message)});
 }
 
 void ShapeChecker::Missing(std::string_view member) {

@@ -1,8 +1,8 @@
 #include "kiln/validation.h"
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
-#include <iterator>
 #include <set>
 #include <string>
 #include <string_view>
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "core/internal/channel_layout.h"
+#include "core/internal/error_list.h"
 #include "core/internal/regex.h"
 #include "core/internal/shapes.h"
 #include "kiln/cluster_provider.h"
@@ -48,11 +48,13 @@ class SeenBefore {
 // ---------------------------------------------------------------------------
 // Cross-field rules of CreateTrainingJob.
 
+// Violations go to `errors`, after the model's (one list bounds them all).
 class CreateRules {
  public:
-  explicit CreateRules(const v1::CreateTrainingJobRequest& r) : r_(r) {}
+  CreateRules(const v1::CreateTrainingJobRequest& r, internal::ErrorList<ValidationError>& errors)
+      : r_(r), errors_(errors) {}
 
-  std::vector<ValidationError> Check() {
+  void Check() {
     CheckAlgorithm();
     CheckResources();
     CheckStopping();
@@ -63,19 +65,22 @@ class CreateRules {
       Add("serverlessJobConfig", "",
           "ServerlessJobConfig is not supported: Kiln runs container training jobs");
     }
-    return std::move(errors_);
   }
 
  private:
   void Add(const std::string& path, const std::string& value, const std::string& rule) {
+    if (errors_.full()) {
+      errors_.Count();
+      return;
+    }
     std::string message =
         value.empty() ? absl::StrCat("Invalid value at '", path, "': ", rule)
                       : absl::StrCat("Value ", value, " at '", path,
                                      "' failed to satisfy constraint: ", rule);
-    errors_.push_back(ValidationError{path, std::move(message)});
+    errors_.Add(ValidationError{path, std::move(message)});
   }
   void AddVerbatim(const std::string& path, const std::string& message) {
-    errors_.push_back(ValidationError{path, message});
+    errors_.Add(ValidationError{path, message});
   }
 
   void CheckAlgorithm() {
@@ -197,6 +202,13 @@ class CreateRules {
         Add(path() + ".channelName", Quote(c.channel_name()),
             "ChannelName must be unique within the job");
       }
+      // The model's pattern allows them, but a File channel is the directory
+      // /opt/ml/input/data/<ChannelName>: '.' would be data/ itself, '..' input/.
+      if (c.channel_name() == "." || c.channel_name() == "..") {
+        Add(path() + ".channelName", Quote(c.channel_name()),
+            "ChannelName must not be '.' or '..': it names the channel's directory in "
+            "/opt/ml/input/data");
+      }
       const std::string& mode = EffectiveInputMode(r_, c);
       const auto& ds = c.data_source();
       int sources = ds.has_s3_data_source() + ds.has_file_system_data_source() +
@@ -277,18 +289,31 @@ class CreateRules {
   }
 
   const v1::CreateTrainingJobRequest& r_;
-  std::vector<ValidationError> errors_;
+  internal::ErrorList<ValidationError>& errors_;
 };
 
 // The model's constraints, then the cross-field rules.
-std::vector<ValidationError> CreateViolations(internal::ShapeChecker& checker,
-                                              const v1::CreateTrainingJobRequest& request) {
+internal::ErrorList<ValidationError> CreateViolations(
+    internal::ShapeChecker& checker, const v1::CreateTrainingJobRequest& request) {
   internal::CheckShape(checker, request);
-  std::vector<ValidationError> errors = checker.Take();
-  std::vector<ValidationError> rules = CreateRules(request).Check();
-  errors.insert(errors.end(), std::make_move_iterator(rules.begin()),
-                std::make_move_iterator(rules.end()));
-  return errors;
+  CreateRules(request, checker.errors()).Check();
+  return checker.Take();
+}
+
+// "N validation error(s) detected: m1; m2", listing the first
+// kMaxReportedViolations of `errors` and counting the rest of `total`.
+std::string FormatValidationText(const std::vector<ValidationError>& errors, int64_t total) {
+  const size_t listed = std::min(errors.size(), static_cast<size_t>(kMaxReportedViolations));
+  std::string text = absl::StrCat(total, total == 1 ? " validation error" : " validation errors",
+                                  " detected: ");
+  for (size_t i = 0; i < listed; ++i) {
+    if (i > 0) text += "; ";
+    text += errors[i].message;
+  }
+  if (total > static_cast<int64_t>(listed)) {
+    absl::StrAppend(&text, "; and ", total - static_cast<int64_t>(listed), " more");
+  }
+  return text;
 }
 
 }  // namespace
@@ -299,23 +324,19 @@ std::vector<ValidationError> CheckShapeConstraints(const google::protobuf::Messa
                                                    const ValidationOptions& options) {
   internal::ShapeChecker checker(options);
   internal::CheckShape(checker, message);  // nothing to check outside the model
-  return checker.Take();
+  return std::move(checker.errors().kept());
 }
 
 std::string FormatValidationErrors(const std::vector<ValidationError>& errors) {
-  std::vector<std::string> messages;
-  messages.reserve(errors.size());
-  for (const auto& e : errors) messages.push_back(e.message);
-  return absl::StrCat(errors.size(), errors.size() == 1 ? " validation error" : " validation errors",
-                      " detected: ", absl::StrJoin(messages, "; "));
+  return FormatValidationText(errors, static_cast<int64_t>(errors.size()));
 }
 
 absl::Status ValidateCreateTrainingJobRequest(const v1::CreateTrainingJobRequest& request,
                                               const ValidationOptions& options) {
   internal::ShapeChecker checker(options);
-  std::vector<ValidationError> errors = CreateViolations(checker, request);
+  internal::ErrorList<ValidationError> errors = CreateViolations(checker, request);
   if (errors.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(FormatValidationErrors(errors));
+  return absl::InvalidArgumentError(internal::FormatViolations(errors));
 }
 
 namespace {
@@ -325,9 +346,8 @@ template <class Request>
 absl::Status ValidateShape(const Request& request, const ValidationOptions& options) {
   internal::ShapeChecker checker(options);
   internal::CheckShape(checker, request);
-  std::vector<ValidationError> errors = checker.Take();
-  if (errors.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(FormatValidationErrors(errors));
+  if (checker.errors().empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(internal::FormatViolations(checker.errors()));
 }
 
 }  // namespace
@@ -360,20 +380,24 @@ absl::Status ValidateRequest(const v1::DeleteTrainingJobRequest& request,
 absl::Status ValidateRequest(const google::protobuf::Message& request,
                              const ValidationOptions& options) {
   internal::ShapeChecker checker(options);
-  std::vector<ValidationError> errors = internal::ValidateWith(checker, request);
+  internal::ErrorList<ValidationError> errors = internal::ValidateWith(checker, request);
   if (errors.empty()) return absl::OkStatus();
-  return absl::InvalidArgumentError(FormatValidationErrors(errors));
+  return absl::InvalidArgumentError(internal::FormatViolations(errors));
 }
 
 namespace internal {
 
-std::vector<ValidationError> ValidateWith(ShapeChecker& checker,
-                                          const google::protobuf::Message& request) {
+ErrorList<ValidationError> ValidateWith(ShapeChecker& checker,
+                                        const google::protobuf::Message& request) {
   if (const auto* create = dynamic_cast<const v1::CreateTrainingJobRequest*>(&request)) {
     return CreateViolations(checker, *create);
   }
   CheckShape(checker, request);  // nothing to check outside the model
   return checker.Take();
+}
+
+std::string FormatViolations(const ErrorList<ValidationError>& errors) {
+  return FormatValidationText(errors.kept(), errors.total());
 }
 
 }  // namespace internal

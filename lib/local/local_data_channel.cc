@@ -47,6 +47,15 @@
 //   channel wraps; lines are what ShuffleConfig and ShardedByS3Key order and
 //   split.
 //
+// Local files (file://) are used in place only where the store serving the
+// URI hands out a path (ObjectStore::LocalPath), after its own checks: a
+// confined file store's roots hold for the FastFile link, the Pipe splice
+// and CheckChannel's look into the folder as for its reads. Every mode lists
+// a prefix through the store, whose listing refuses a symbolic link leading
+// out of the source folder; a manifest's keys are held to the same rule
+// (CheckKeysStayInFolder). A FastFile folder is shown as it is: a link added
+// to it later is resolved by the container, in its own view of the files.
+//
 // Deliver runs on the loop thread and only starts tasks; every completion is
 // posted back (unless the channel object is gone by then).
 #include <errno.h>
@@ -138,17 +147,6 @@ void UnmountViews(std::vector<std::unique_ptr<internal::FuseView>> views) {
     v->Unmount();
     rmdir(v->mount_point().c_str());
   }
-}
-
-constexpr std::string_view kFileScheme = "file://";
-
-// The local path of a file:// URI with an absolute path, or "" for any other.
-std::string LocalPathOf(std::string_view uri) {
-  if (uri.substr(0, kFileScheme.size()) != kFileScheme || uri.size() <= kFileScheme.size() ||
-      uri[kFileScheme.size()] != '/') {
-    return "";
-  }
-  return std::string(uri.substr(kFileScheme.size()));
 }
 
 // Whether the directory `dir` (ending in '/') holds, at any depth, a regular
@@ -342,7 +340,25 @@ class LocalDataChannel final : public DataChannel {
     if (!store.ok()) return InChannel(channel, store.status());
     return store;
   }
+  // The local path of `uri` when its store keeps it in a local file (the
+  // file store's LocalPath: links of its existing part resolved, a confined
+  // store's roots checked), "" when the store keeps no local files; any
+  // other error names the channel.
+  absl::StatusOr<std::string> LocalPathOf(std::string_view channel, std::string_view uri) const {
+    absl::StatusOr<ObjectStore*> store = StoreFor(channel, uri);
+    if (!store.ok()) return store.status();
+    absl::StatusOr<std::string> path = (*store)->LocalPath(uri);
+    if (absl::IsUnimplemented(path.status())) return std::string();
+    if (!path.ok()) return InChannel(channel, path.status());
+    return path;
+  }
   absl::StatusOr<std::vector<Source>> ListSources(const v1::Channel& channel);
+  // For a manifest whose prefix is kept in local files: every object it
+  // names lies, its links resolved, inside the prefix's folder (as a
+  // listing's must, ObjectStore::List); else PermissionDenied naming the
+  // object and the folder.
+  absl::Status CheckKeysStayInFolder(std::string_view channel, std::string_view prefix,
+                                     const std::vector<Source>& sources) const;
   // The lines of an AugmentedManifestFile channel, in the manifest's order,
   // each with the attributes it streams. Errors name the channel, the line
   // and the attribute.
@@ -485,7 +501,9 @@ absl::Status LocalDataChannel::CheckChannel(const v1::Channel& channel,
   const bool prefix = s3.s3_data_type() == "S3Prefix";
   if (prefix) {
     // A local directory: its first entries, not a walk of the tree.
-    const std::string path = LocalPathOf(uri);
+    absl::StatusOr<std::string> local = LocalPathOf(name, uri);
+    if (!local.ok()) return local.status();
+    const std::string& path = *local;
     if (!path.empty()) {
       if (AnyObjectUnder(path)) return absl::OkStatus();
       return absl::InvalidArgumentError(NoObjectsMessage(name, uri));
@@ -519,6 +537,7 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
   absl::StatusOr<ObjectStore*> store = StoreFor(name, uri);
   if (!store.ok()) return store.status();
   std::vector<Source> sources;
+  std::string manifest_prefix;  // a ManifestFile's
   if (s3.s3_data_type() == kAugmentedManifest) {
     return ListAugmentedManifest(channel, **store);
   }
@@ -575,6 +594,7 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
       return absl::NotFoundError(absl::StrCat("channel '", Shown(name), "': manifest ",
                                               PathForMessage(uri), " lists no object"));
     }
+    manifest_prefix = prefix->string_value();
   } else {
     return absl::UnimplementedError(absl::StrCat("channel '", Shown(name), "': S3DataType ",
                                                  Shown(s3.s3_data_type()),
@@ -589,12 +609,36 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
         ": ", reason,
         " (a key must be a relative path of segments that are not empty, '.' or '..')"));
   }
+  if (!manifest_prefix.empty()) {
+    absl::Status s = CheckKeysStayInFolder(name, manifest_prefix, sources);
+    if (!s.ok()) return s;
+  }
   // A listing in key order; a manifest keeps its own order.
   if (s3.s3_data_type() == "S3Prefix") {
     std::sort(sources.begin(), sources.end(),
               [](const Source& a, const Source& b) { return a.uri < b.uri; });
   }
   return sources;
+}
+
+absl::Status LocalDataChannel::CheckKeysStayInFolder(std::string_view channel,
+                                                     std::string_view prefix,
+                                                     const std::vector<Source>& sources) const {
+  const std::string_view folder_uri = prefix.substr(0, prefix.rfind('/') + 1);
+  absl::StatusOr<std::string> folder = LocalPathOf(channel, folder_uri);
+  if (!folder.ok() || folder->empty()) return folder.status();
+  std::string root = *folder;
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  for (const Source& s : sources) {
+    absl::StatusOr<std::string> path = LocalPathOf(channel, s.uri);
+    if (!path.ok()) return path.status();
+    if (root == "/" || absl::StartsWith(internal::Av(*path), internal::Av(root + "/"))) continue;
+    return absl::PermissionDeniedError(absl::StrCat(
+        "channel '", Shown(channel), "': object '", PathForMessage(s.uri), "' leads to '",
+        PathForMessage(*path), "', outside the manifest's prefix folder '", PathForMessage(root),
+        "': symbolic links are not followed out of it"));
+  }
+  return absl::OkStatus();
 }
 
 // The JSON Lines manifest: each line one object; AttributeNames picks the
@@ -800,13 +844,16 @@ absl::Status LocalDataChannel::MakeViews(const v1::Channel& channel,
         "': the local backend's FastFile view shows the whole folder to every instance; use File "
         "or Pipe mode for ShardedByS3Key"));
   }
-  std::string path = LocalPathOf(uri);
+  absl::StatusOr<std::string> local = LocalPathOf(name, uri);
+  if (!local.ok()) return local.status();
+  std::string path = *local;
   if (path.empty()) return MountView(channel, data_roots, job_views);
+  const std::string prefix_path = path;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   char real[PATH_MAX];
   struct stat st;
   if (realpath(path.c_str(), real) == nullptr || stat(real, &st) != 0 || !S_ISDIR(st.st_mode)) {
-    if (!AnyObjectUnder(LocalPathOf(uri))) return absl::NotFoundError(NoObjectsMessage(name, uri));
+    if (!AnyObjectUnder(prefix_path)) return absl::NotFoundError(NoObjectsMessage(name, uri));
     return absl::InvalidArgumentError(
         absl::StrCat("channel '", Shown(name), "': FastFile needs S3Uri to name a folder ('",
                      PathForMessage(uri), "' is not a directory); a trailing '/' is recommended"));
@@ -943,12 +990,18 @@ absl::StatusOr<FifoWriter::Result> LocalDataChannel::StreamObject(FifoWriter& wr
                                                                   const PipeSpec& spec,
                                                                   const std::string& uri) {
   if (!spec.gzip && !spec.recordio) {
-    const std::string path = LocalPathOf(uri);
+    absl::StatusOr<ObjectStore*> store = stores_.For(uri);
+    if (!store.ok()) return store.status();
+    absl::StatusOr<std::string> local = (*store)->LocalPath(uri);
+    if (!local.ok() && !absl::IsUnimplemented(local.status())) return local.status();
+    const std::string path = local.value_or("");
     if (!path.empty()) {
       // file://: the page cache's pages straight into the pipe.
       // O_NONBLOCK: a FIFO put in the object's place must not block the
-      // open (and the job's end with it); it is refused below.
-      int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+      // open (and the job's end with it); it is refused below. O_NOFOLLOW:
+      // the store resolved the path; a link put in its place meanwhile is
+      // not followed.
+      int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
       // (The path is a manifest's or a listing's: shown escaped, which
       // ErrnoStatus does itself.)
       if (fd < 0) return internal::ErrnoStatus(errno, "open", path);

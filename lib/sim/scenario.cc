@@ -2,12 +2,10 @@
 // examples/scenarios/README.md.
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "core/internal/files.h"
 #include "core/internal/json_value.h"
 #include "core/internal/status_macros.h"
 #include "kiln/cluster_provider.h"
@@ -165,12 +164,16 @@ absl::StatusOr<RateDist> Rate(const JsonValue& v, const std::string& path, RateD
   return r;
 }
 
-absl::StatusOr<std::string> ReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read '", PathForMessage(path), "'"));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// A file the scenario names, or the scenario itself: regular, and at most
+// `max_bytes` (`kind` names such a file in the message's rule).
+absl::StatusOr<std::string> ReadText(const std::string& path, int64_t max_bytes,
+                                     std::string_view kind) {
+  absl::StatusOr<std::string> text = internal::ReadUserFile(path, max_bytes, kind);
+  if (!text.ok()) {
+    return absl::Status(text.status().code(), absl::StrCat("cannot read '", PathForMessage(path),
+                                                           "': ", text.status().message()));
+  }
+  return text;
 }
 
 std::string Resolve(std::string_view base_dir, const std::string& file) {
@@ -455,7 +458,7 @@ class Parser {
         KILN_ASSIGN_OR_RETURN(invert, Bool(*i, Member(path, "invert")));
       }
       const std::string resolved = Resolve(base_dir_, file);
-      auto text = ReadText(resolved);
+      auto text = ReadText(resolved, kMaxTraceFileBytes, "a trace file");
       if (!text.ok()) return Bad(Member(path, "trace"), std::string(text.status().message()));
       auto trace = ParseSpotTrace(*text, invert);
       if (!trace.ok()) {
@@ -704,7 +707,7 @@ class Parser {
       if (f == nullptr) return Bad(path, "file is required (JSON Lines of jobs)");
       KILN_ASSIGN_OR_RETURN(std::string file, String(*f, Member(path, "file")));
       const std::string resolved = Resolve(base_dir_, file);
-      auto text = ReadText(resolved);
+      auto text = ReadText(resolved, kMaxTraceFileBytes, "a trace file");
       if (!text.ok()) return Bad(Member(path, "file"), std::string(text.status().message()));
       auto entries = ParseJobTrace(*text);
       if (!entries.ok()) {
@@ -940,7 +943,8 @@ absl::StatusOr<Scenario> ParseScenario(std::string_view json, std::string_view b
 }
 
 absl::StatusOr<Scenario> LoadScenario(const std::string& path) {
-  KILN_ASSIGN_OR_RETURN(std::string text, ReadText(path));
+  KILN_ASSIGN_OR_RETURN(std::string text,
+                        ReadText(path, kMaxScenarioFileBytes, "a scenario file"));
   const size_t slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "."
                           : slash == 0               ? "/"

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "core/internal/json_value.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
@@ -676,6 +677,47 @@ std::string ParseAndValidate(const std::string& json) {
     status = ValidateCreateTrainingJobRequest(request);
   }
   return status.ok() ? "OK" : std::string(status.message());
+}
+
+// A document with a problem per element lists the first
+// kMaxReportedViolations lines and counts the rest, so that the message
+// stays small however many elements are wrong.
+TEST_F(JsonTest, ManyProblemsAreCountedPastTheLimit) {
+  constexpr int kElements = 5000;
+  std::string json = R"({"AlgorithmSpecification": {"ContainerArguments": [)";
+  for (int i = 0; i < kElements; ++i) absl::StrAppend(&json, i == 0 ? "" : ",", i);
+  json += "]}}";
+  const std::string error = CreateError(json);
+  std::vector<std::string> lines = absl::StrSplit(error, '\n');
+  ASSERT_EQ(lines.size(), static_cast<size_t>(1 + kMaxReportedViolations + 1)) << error.substr(0, 500);
+  EXPECT_EQ(lines[0], "Parameter validation failed:");
+  EXPECT_EQ(lines[1],
+            "Invalid type for parameter AlgorithmSpecification.ContainerArguments[0], value: 0, "
+            "type: integer, valid types: string");
+  EXPECT_EQ(lines[kMaxReportedViolations],
+            absl::StrCat("Invalid type for parameter AlgorithmSpecification.ContainerArguments[",
+                         kMaxReportedViolations - 1, "], value: ", kMaxReportedViolations - 1,
+                         ", type: integer, valid types: string"));
+  EXPECT_EQ(lines.back(), absl::StrCat("... and ", kElements - kMaxReportedViolations, " more"));
+}
+
+// When ParseJson reports an empty list, it reports the request's other
+// violations with it, bounded the same way.
+TEST_F(JsonTest, EmptyListWithManyViolationsIsCountedPastTheLimit) {
+  constexpr int kTags = 300;
+  std::string tags;
+  for (int i = 0; i < kTags; ++i) absl::StrAppend(&tags, i == 0 ? "" : ",", R"({"Key":"k","Value":"v"})");
+  v1::CreateTrainingJobRequest request;
+  const absl::Status status = ParseJson(
+      SmallRequest(absl::StrCat(R"(,"InputDataConfig":[],"Tags":[)", tags, "]")), request);
+  ASSERT_FALSE(status.ok());
+  const std::string message(status.message());
+  // The empty InputDataConfig, the Tags list's size, each repeated key.
+  const int total = 1 + 1 + (kTags - 1);
+  EXPECT_THAT(message, testing::StartsWith(absl::StrCat(total, " validation errors detected: ")));
+  EXPECT_THAT(message, HasSubstr("Value '[]' at 'inputDataConfig'"));
+  EXPECT_THAT(message,
+              testing::EndsWith(absl::StrCat("; and ", total - kMaxReportedViolations, " more")));
 }
 
 // A list the model requires is always on the wire, `[]` when empty, as the

@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -116,17 +117,32 @@ class DefaultMethodsStore : public ObjectStore {
 };
 
 struct FileStoreKind {
-  static std::unique_ptr<ObjectStore> New() { return NewFileObjectStore(); }
+  static std::unique_ptr<ObjectStore> New(const TempDir&) { return NewFileObjectStore(); }
   static std::string Root(const TempDir& dir) {
     return absl::StrCat("file://", dir.path(), "/store/");
   }
 };
+// A file store confined to the suite's folder: inside it, it behaves as the
+// unconfined one.
+struct ConfinedFileStoreKind {
+  static std::unique_ptr<ObjectStore> New(const TempDir& dir) {
+    const std::string root = absl::StrCat(dir.path(), "/store");
+    fs::create_directories(root);
+    absl::StatusOr<std::unique_ptr<ObjectStore>> store =
+        NewFileObjectStore(FileObjectStoreOptions{{root}});
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? *std::move(store) : NewFileObjectStore();
+  }
+  static std::string Root(const TempDir& dir) { return FileStoreKind::Root(dir); }
+};
 struct InMemoryStoreKind {
-  static std::unique_ptr<ObjectStore> New() { return NewInMemoryObjectStore(); }
+  static std::unique_ptr<ObjectStore> New(const TempDir&) { return NewInMemoryObjectStore(); }
   static std::string Root(const TempDir&) { return "mem://bucket/store/"; }
 };
 struct DefaultMethodsStoreKind {
-  static std::unique_ptr<ObjectStore> New() { return std::make_unique<DefaultMethodsStore>(); }
+  static std::unique_ptr<ObjectStore> New(const TempDir&) {
+    return std::make_unique<DefaultMethodsStore>();
+  }
   static std::string Root(const TempDir&) { return "s3://bucket/store/"; }
 };
 
@@ -139,16 +155,18 @@ class ObjectStoreConformanceTest : public ::testing::Test {
   }
 
   TempDir dir_;
-  std::unique_ptr<ObjectStore> store_ = Kind::New();
+  std::unique_ptr<ObjectStore> store_ = Kind::New(dir_);
   std::string root_ = Kind::Root(dir_);
 };
 
-using StoreKinds = ::testing::Types<FileStoreKind, InMemoryStoreKind, DefaultMethodsStoreKind>;
+using StoreKinds = ::testing::Types<FileStoreKind, ConfinedFileStoreKind, InMemoryStoreKind,
+                                    DefaultMethodsStoreKind>;
 class StoreKindNames {
  public:
   template <typename T>
   static std::string GetName(int) {
     if (std::is_same_v<T, FileStoreKind>) return "File";
+    if (std::is_same_v<T, ConfinedFileStoreKind>) return "ConfinedFile";
     if (std::is_same_v<T, InMemoryStoreKind>) return "InMemory";
     return "DefaultMethods";
   }
@@ -701,6 +719,168 @@ TEST_F(FileObjectStoreTest, FullDiskIsResourceExhaustedNamingThePathAndLeavesNoT
 
 // ---------------------------------------------------------------------------
 // ObjectStores.
+
+// ---------------------------------------------------------------------------
+// Links out of a listed folder, confinement to roots.
+
+TEST_F(FileObjectStoreTest, ListRefusesALinkLeadingOutOfTheListedFolderNamingIt) {
+  WriteLocal(Path("secret"), "not for jobs");
+  WriteLocal(Path("src/a.csv"), "a");
+  WriteLocal(Path("src/sub/b.csv"), "b");
+  fs::create_symlink(Path("src/a.csv"), Path("src/sub/inside-link"));  // stays in: listed
+  fs::create_symlink(Path("secret"), Path("src/sub/shadow-link"));
+  absl::StatusOr<std::vector<ObjectInfo>> listed = store_->List(Uri("src/"));
+  ASSERT_EQ(listed.status().code(), absl::StatusCode::kPermissionDenied) << listed.status();
+  EXPECT_THAT(listed.status().message(), HasSubstr(Path("src/sub/shadow-link")));
+  EXPECT_THAT(listed.status().message(), HasSubstr(Path("secret")));
+  fs::remove(Path("src/sub/shadow-link"));
+  listed = store_->List(Uri("src/"));
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_THAT(Uris(*listed),
+              ElementsAre(Uri("src/a.csv"), Uri("src/sub/b.csv"), Uri("src/sub/inside-link")));
+}
+
+class ConfinedFileObjectStoreTest : public FileObjectStoreTest {
+ protected:
+  void SetUp() override {
+    fs::create_directories(Path("root"));
+    WriteLocal(Path("secret"), "not for jobs");
+    absl::StatusOr<std::unique_ptr<ObjectStore>> store =
+        NewFileObjectStore(FileObjectStoreOptions{{Path("root")}});
+    ASSERT_TRUE(store.ok()) << store.status();
+    confined_ = *std::move(store);
+  }
+  void ExpectRefusedNamingUriAndRoot(const absl::Status& status, const std::string& uri) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kPermissionDenied) << status;
+    EXPECT_THAT(status.message(), HasSubstr(uri));
+    EXPECT_THAT(status.message(), HasSubstr(Path("root")));
+  }
+
+  std::unique_ptr<ObjectStore> confined_;
+};
+
+TEST_F(ConfinedFileObjectStoreTest, AFileOutsideTheRootsIsNeitherReadNorListed) {
+  const std::string uri = Uri("secret");
+  ExpectRefusedNamingUriAndRoot(confined_->Get(uri).status(), uri);
+  ExpectRefusedNamingUriAndRoot(confined_->ReadRange(uri, 0, 4).status(), uri);
+  ExpectRefusedNamingUriAndRoot(
+      confined_->Read(uri, [](std::string_view) { return absl::OkStatus(); }), uri);
+  ExpectRefusedNamingUriAndRoot(confined_->GetToFile(uri, Path("root/copy")), uri);
+  EXPECT_FALSE(fs::exists(Path("root/copy")));
+  ExpectRefusedNamingUriAndRoot(confined_->List(Uri("")).status(), Uri(""));
+  ExpectRefusedNamingUriAndRoot(confined_->LocalPath(uri).status(), uri);
+}
+
+TEST_F(ConfinedFileObjectStoreTest, NothingIsWrittenOrDeletedOutsideTheRoots) {
+  ExpectRefusedNamingUriAndRoot(confined_->Put(Uri("secret"), "x"), Uri("secret"));
+  ExpectRefusedNamingUriAndRoot(confined_->Put(Uri("new/dir/obj"), "x"), Uri("new/dir/obj"));
+  ExpectRefusedNamingUriAndRoot(confined_->PutFromFile(Uri("secret"), Path("root/../secret")),
+                                Uri("secret"));
+  ExpectRefusedNamingUriAndRoot(confined_->Delete(Uri("secret")), Uri("secret"));
+  EXPECT_EQ(ReadLocal(Path("secret")), "not for jobs");
+  EXPECT_FALSE(fs::exists(Path("new")));
+}
+
+TEST_F(ConfinedFileObjectStoreTest, LinksInsideTheRootsLeadNowhereOutside) {
+  fs::create_symlink(Path("secret"), Path("root/shadow-link"));
+  fs::create_directory_symlink(dir_.path(), Path("root/up"));
+  ExpectRefusedNamingUriAndRoot(confined_->Get(Uri("root/shadow-link")).status(),
+                                Uri("root/shadow-link"));
+  ExpectRefusedNamingUriAndRoot(confined_->Get(Uri("root/up/secret")).status(),
+                                Uri("root/up/secret"));
+  // A write through a linked folder would land outside.
+  ExpectRefusedNamingUriAndRoot(confined_->Put(Uri("root/up/planted"), "x"),
+                                Uri("root/up/planted"));
+  ExpectRefusedNamingUriAndRoot(confined_->Put(Uri("root/up/deeper/planted"), "x"),
+                                Uri("root/up/deeper/planted"));
+  EXPECT_FALSE(fs::exists(Path("planted")));
+  EXPECT_FALSE(fs::exists(Path("deeper")));
+  ExpectRefusedNamingUriAndRoot(confined_->List(Uri("root/up/")).status(), Uri("root/up/"));
+}
+
+TEST_F(ConfinedFileObjectStoreTest, DotDotSegmentsAreRefused) {
+  absl::Status status = confined_->Put(Uri("root/new/../../escaped"), "x");
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  EXPECT_EQ(confined_->Get(Uri("root/../secret")).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(fs::exists(Path("escaped")));
+}
+
+TEST_F(ConfinedFileObjectStoreTest, ObjectsInsideTheRootsAndLinksBetweenThemWork) {
+  ASSERT_TRUE(confined_->Put(Uri("root/out/model"), "m").ok());
+  fs::create_symlink(Path("root/out/model"), Path("root/out/alias"));
+  EXPECT_EQ(confined_->Get(Uri("root/out/alias")).value_or(""), "m");
+  EXPECT_THAT(Uris(confined_->List(Uri("root/out/")).value()),
+              ElementsAre(Uri("root/out/alias"), Uri("root/out/model")));
+  EXPECT_EQ(confined_->LocalPath(Uri("root/out/alias")).value_or(""), Path("root/out/model"));
+  EXPECT_TRUE(confined_->Delete(Uri("root/out/alias")).ok());
+  EXPECT_TRUE(fs::exists(Path("root/out/model")));
+}
+
+TEST_F(ConfinedFileObjectStoreTest, ARootThatIsNotAnExistingAbsoluteDirectoryIsRefused) {
+  for (const std::string& root : {std::string("relative/dir"), Path("missing"), Path("secret"),
+                                  std::string()}) {
+    absl::StatusOr<std::unique_ptr<ObjectStore>> store =
+        NewFileObjectStore(FileObjectStoreOptions{{root}});
+    EXPECT_EQ(store.status().code(), absl::StatusCode::kInvalidArgument) << root;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Temporary files of killed writers, sparse files.
+
+TEST_F(FileObjectStoreTest, TemporaryFileOfAKilledWriterIsRemovedByTheNextWriteThere) {
+  // What a writer killed before its rename leaves: a temporary file nobody
+  // holds (its lock ended with its process).
+  WriteLocal(Path("model/.kiln-tmp-0123456789abcdef"), "half an upload");
+  // A writer still at work holds its own locked.
+  WriteLocal(Path("model/.kiln-tmp-fedcba9876543210"), "being written");
+  int held = ::open(Path("model/.kiln-tmp-fedcba9876543210").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX), 0);
+  ASSERT_TRUE(store_->Put(Uri("model/weights.bin"), "w").ok());
+  EXPECT_THAT(DirEntries(Path("model")), ElementsAre(".kiln-tmp-fedcba9876543210", "weights.bin"));
+  ::close(held);
+}
+
+// A file of `size` bytes holding `data` at `offset`, holes elsewhere.
+void WriteSparse(const std::string& path, off_t size, off_t offset, std::string_view data) {
+  fs::create_directories(fs::path(path).parent_path());
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0) << path;
+  ASSERT_EQ(::ftruncate(fd, size), 0);
+  ASSERT_EQ(::pwrite(fd, data.data(), data.size(), offset), static_cast<ssize_t>(data.size()));
+  ::close(fd);
+}
+
+int64_t AllocatedBytes(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return -1;
+  return static_cast<int64_t>(st.st_blocks) * 512;
+}
+
+TEST_F(FileObjectStoreTest, ASparseFileStaysSparseThroughPutFromFileAndGetToFile) {
+  constexpr off_t kSize = off_t{256} << 20;  // 256 MiB, nearly all holes
+  constexpr off_t kAt = off_t{100} << 20;
+  const std::string data = Pattern(64 * 1024, 9);
+  WriteSparse(Path("local/sparse.bin"), kSize, kAt, data);
+  if (AllocatedBytes(Path("local/sparse.bin")) > (off_t{4} << 20)) {
+    GTEST_SKIP() << "this file system does not keep holes";
+  }
+  ASSERT_TRUE(store_->PutFromFile(Uri("store/model.bin"), Path("local/sparse.bin")).ok());
+  EXPECT_EQ(fs::file_size(Path("store/model.bin")), static_cast<uintmax_t>(kSize));
+  EXPECT_LT(AllocatedBytes(Path("store/model.bin")), int64_t{4} << 20);
+  EXPECT_EQ(store_->ReadRange(Uri("store/model.bin"), kAt - 1, data.size() + 2).value_or(""),
+            absl::StrCat(std::string(1, '\0'), data, std::string(1, '\0')));
+  ASSERT_TRUE(store_->GetToFile(Uri("store/model.bin"), Path("local/back.bin")).ok());
+  EXPECT_EQ(fs::file_size(Path("local/back.bin")), static_cast<uintmax_t>(kSize));
+  EXPECT_LT(AllocatedBytes(Path("local/back.bin")), int64_t{4} << 20);
+  // Holes at both ends, data only in the middle, and a file all hole.
+  WriteSparse(Path("local/hole.bin"), kSize, 0, "");
+  ASSERT_TRUE(store_->PutFromFile(Uri("store/hole.bin"), Path("local/hole.bin")).ok());
+  EXPECT_EQ(fs::file_size(Path("store/hole.bin")), static_cast<uintmax_t>(kSize));
+  EXPECT_LT(AllocatedBytes(Path("store/hole.bin")), int64_t{1} << 20);
+}
 
 TEST(ObjectStoresTest, RoutesEachUriToTheStoreOfItsScheme) {
   std::unique_ptr<ObjectStore> file = NewFileObjectStore();

@@ -405,7 +405,11 @@ class Comparison {
       ValidationOptions options;
       options.allow_local_uris = local;
       const std::vector<ValidationError> got = CheckShapeConstraints(m, options);
-      const std::vector<ValidationError> want = reference_.Check(m, options);
+      std::vector<ValidationError> want = reference_.Check(m, options);
+      // The checks keep the first kMaxReportedViolations.
+      if (want.size() > static_cast<size_t>(kMaxReportedViolations)) {
+        want.resize(kMaxReportedViolations);
+      }
       ++checked_;
       if (got.empty()) ++valid_;
       bool same = got.size() == want.size();
@@ -738,7 +742,7 @@ TEST(ShapeChecksTest, EmptyMapWithAMinimumIsReportedAsTooShort) {
   EXPECT_FALSE(checker.EmptyList("hyperParameters", kMap));
   EXPECT_TRUE(checker.EmptyList("environment", kMap));
   checker.Leave();
-  EXPECT_EQ(Render(checker.Take()),
+  EXPECT_EQ(Render(checker.Take().kept()),
             Render({ValidationError{"outer.environment",
                                     "Value '{}' at 'outer.environment' failed to satisfy "
                                     "constraint: Member must have length greater than or equal "

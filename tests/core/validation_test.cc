@@ -303,6 +303,26 @@ INSTANTIATE_TEST_SUITE_P(
              [](auto& r) { *r.add_input_data_config() = r.input_data_config(0); },
              One("Value 'train' at 'inputDataConfig.2.member.channelName' failed to satisfy "
                  "constraint: ChannelName must be unique within the job")},
+        Case{"ChannelNamedDot",
+             [](auto& r) { r.mutable_input_data_config(0)->set_channel_name("."); },
+             One("Value '.' at 'inputDataConfig.1.member.channelName' failed to satisfy "
+                 "constraint: ChannelName must not be '.' or '..': it names the channel's "
+                 "directory in /opt/ml/input/data")},
+        Case{"ChannelNamedDotDot",
+             [](auto& r) {
+               *r.add_input_data_config() = r.input_data_config(0);
+               r.mutable_input_data_config(1)->set_channel_name("..");
+             },
+             One("Value '..' at 'inputDataConfig.2.member.channelName' failed to satisfy "
+                 "constraint: ChannelName must not be '.' or '..': it names the channel's "
+                 "directory in /opt/ml/input/data")},
+        Case{"ChannelNamesWithDotsAreFine",
+             [](auto& r) {
+               r.mutable_input_data_config(0)->set_channel_name("...");
+               *r.add_input_data_config() = r.input_data_config(0);
+               r.mutable_input_data_config(1)->set_channel_name(".train");
+             },
+             "OK"},
         Case{"FastFileWithManifest",
              [](auto& r) {
                auto* c = r.mutable_input_data_config(0);
@@ -400,6 +420,60 @@ TEST(ValidationTest, AllViolationsAreReportedAtOnceInModelOrder) {
             "^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}; Value null at 'roleArn' failed to satisfy "
             "constraint: Member must not be null; Invalid MaxWaitTimeInSeconds. It is only "
             "supported when EnableManagedSpotTraining is set to true");
+}
+
+// A request with a violation per element (here 20,000 tags, each key
+// repeated) lists the first kMaxReportedViolations and counts the rest, in
+// the model's order and then the cross-field rules', so the message stays
+// small.
+TEST(ValidationTest, ManyViolationsAreCountedPastTheLimit) {
+  CreateTrainingJobRequest r = BaseRequest();
+  constexpr int kTags = 20000;
+  for (int i = 0; i < kTags; ++i) {
+    v1::Tag* t = r.add_tags();
+    t->set_key(std::string(100, 'k'));
+    t->set_value("v");
+  }
+  const std::string message = Validate(r);
+  // One for the list's size, one per repeated key after the first.
+  const int total = 1 + (kTags - 1);
+  EXPECT_EQ(message.substr(0, message.find(':')),
+            absl::StrCat(total, " validation errors detected"));
+  EXPECT_TRUE(message.starts_with(
+      absl::StrCat(total, " validation errors detected: Value '[...]' at 'tags' failed to "
+                          "satisfy constraint: Member must have length less than or equal to 50; "
+                          "Value '")))
+      << message.substr(0, 300);
+  const std::string tail = absl::StrCat("; and ", total - kMaxReportedViolations, " more");
+  EXPECT_TRUE(message.ends_with(tail)) << message.substr(message.size() - 300);
+  // The messages listed: kMaxReportedViolations of them, the separators between.
+  size_t separators = 0;
+  for (size_t at = message.find("; "); at != std::string::npos; at = message.find("; ", at + 2)) {
+    ++separators;
+  }
+  // 99 between the messages, 1 before "and N more".
+  EXPECT_EQ(separators, static_cast<size_t>(kMaxReportedViolations));
+  EXPECT_LT(message.size(), 100000u);
+}
+
+TEST(ValidationTest, ExactlyTheLimitIsListedWhole) {
+  std::vector<ValidationError> errors(kMaxReportedViolations, ValidationError{"p", "m"});
+  std::string want = absl::StrCat(kMaxReportedViolations, " validation errors detected: m");
+  for (int i = 1; i < kMaxReportedViolations; ++i) want += "; m";
+  EXPECT_EQ(FormatValidationErrors(errors), want);
+  errors.push_back(ValidationError{"p", "last"});
+  EXPECT_EQ(FormatValidationErrors(errors),
+            absl::StrCat(kMaxReportedViolations + 1, " validation errors detected: ",
+                         want.substr(want.find(": ") + 2), "; and 1 more"));
+}
+
+TEST(ValidationTest, CheckShapeConstraintsReturnsTheFirstViolations) {
+  CreateTrainingJobRequest r = BaseRequest();
+  for (int i = 0; i < 500; ++i) r.add_tags()->set_key("bad*key");
+  const std::vector<ValidationError> errors = CheckShapeConstraints(r);
+  ASSERT_EQ(errors.size(), static_cast<size_t>(kMaxReportedViolations));
+  EXPECT_EQ(errors[0].path, "tags");
+  EXPECT_EQ(errors[1].path, "tags.1.member.key");
 }
 
 TEST(ValidationTest, HeterogeneousJobWithPerGroupChannelsIsValid) {

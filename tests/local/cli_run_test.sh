@@ -63,6 +63,22 @@ if ! tar -xzOf "$tmp/out/good/output/model.tar.gz" model.txt 2>/dev/null | grep 
   echo "FAIL the model was not uploaded to file://$tmp/out/good/output/model.tar.gz"
   fail=1
 fi
+# --file-root confines file://: the data folder outside every root is not
+# accepted (nothing runs); with it inside one, the job runs.
+mkdir -p "$tmp/elsewhere"
+"$kiln" run --state-dir "$tmp/state" --file-root "$tmp/elsewhere" "$tmp/good.json" \
+  >"$tmp/stdout" 2>"$tmp/stderr"
+status=$?
+want="[good] not accepted: channel 'train': file object store: 'file://$tmp/data/' is outside the allowed roots ($tmp/elsewhere)"
+if [[ "$status" != 1 ]] || ! grep -qxF -- "$want" "$tmp/stderr" || grep -q "rows:" "$tmp/stderr"; then
+  echo "FAIL a source outside --file-root: status $status (want 1), stderr:"
+  cat "$tmp/stderr"
+  fail=1
+else
+  echo "ok   a source outside --file-root is not accepted"
+fi
+check "sources and outputs inside --file-root" 0 '"TrainingJobStatus":"Completed"' 'rows: 2' \
+  -- --file-root "$tmp/data" --file-root "$tmp/out" "$tmp/good.json"
 check "a job that fails" 1 '"FailureReason":"AlgorithmError: loss went to NaN' \
   'Failed' -- "$tmp/bad.json"
 # Both in one run: a line per job, in submission order, and exit 1.
@@ -89,7 +105,7 @@ else
 fi
 "$kiln" run --state-dir "$tmp/state" "$tmp/no"$'\r'"such.json" >/dev/null 2>"$tmp/stderr"
 status=$?
-want="kiln run: $tmp/no\rsuch.json: cannot read the file"
+want="kiln run: $tmp/no\rsuch.json: cannot read the file: No such file or directory"
 if [[ "$status" != 1 || "$(cat "$tmp/stderr")" != "$want" ]]; then
   echo "FAIL a job file name with a line break: status $status (want 1), stderr:"
   cat -A "$tmp/stderr"
@@ -97,6 +113,23 @@ if [[ "$status" != 1 || "$(cat "$tmp/stderr")" != "$want" ]]; then
 else
   echo "ok   a job file name is shown escaped"
 fi
+# A job file must be a regular file: a device, a FIFO or a directory is
+# refused at once, nothing run (timeout: the reads used to never end).
+mkfifo "$tmp/fifo.json"
+mkdir "$tmp/dir.json"
+for spec in "/dev/zero:a character device" "$tmp/fifo.json:a FIFO" "$tmp/dir.json:a directory"; do
+  file="${spec%%:*}" what="${spec#*:}"
+  timeout 20 "$kiln" run --state-dir "$tmp/state" "$file" >/dev/null 2>"$tmp/stderr"
+  status=$?
+  want="kiln run: $file: cannot read the file: $what, not a regular file; a request file must be a regular file"
+  if [[ "$status" != 1 || "$(cat "$tmp/stderr")" != "$want" ]]; then
+    echo "FAIL job file $file: status $status (want 1), stderr:"
+    head -c 500 "$tmp/stderr"
+    fail=1
+  else
+    echo "ok   job file $file is refused"
+  fi
+done
 
 # stdout that cannot be written (a full disk): the jobs still run, exit 1,
 # and stderr says why.

@@ -176,6 +176,79 @@ TEST_F(LocalDataChannelTest, ManifestListsKeysBelowItsPrefix) {
   EXPECT_EQ(ReadFile(DataDir("c1/algo-2") + "/m/y/two"), "2");
 }
 
+// A link planted in a file:// source folder that leads out of it (here to a
+// file standing for /etc/shadow) brings nothing into the job, in any mode
+// that reads the objects.
+TEST_F(LocalDataChannelTest, ALinkOutOfTheSourceFolderIsNotFollowedInFileOrPipeMode) {
+  WriteFile(tmp_.path() + "/shadow", "root:secret");
+  WriteFile(src_ + "/train/a.csv", "a");
+  ASSERT_EQ(symlink((tmp_.path() + "/shadow").c_str(), (src_ + "/train/shadow-link").c_str()), 0);
+  for (std::string_view mode : {"File", "Pipe"}) {
+    SCOPED_TRACE(mode);
+    absl::Status s = Deliver(Channel("train", "S3Prefix", "file://" + src_ + "/train/"), mode);
+    EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+    EXPECT_THAT(s.message(), HasSubstr("channel 'train'"));
+    EXPECT_THAT(s.message(), HasSubstr(src_ + "/train/shadow-link"));
+    EXPECT_FALSE(internal::Exists(DataDir("c1/algo-1") + "/train/shadow-link"));
+    EXPECT_FALSE(internal::Exists(Fifo("algo-1", "train", 0)));
+  }
+  channel_->EndJob("data-job");
+}
+
+TEST_F(LocalDataChannelTest, AManifestKeyThatIsALinkOutOfThePrefixFolderIsRefused) {
+  WriteFile(tmp_.path() + "/shadow", "root:secret");
+  WriteFile(src_ + "/m/ok", "1");
+  ASSERT_EQ(symlink((tmp_.path() + "/shadow").c_str(), (src_ + "/m/shadow-link").c_str()), 0);
+  WriteFile(src_ + "/manifest.json",
+            absl::StrCat("[{\"prefix\": \"file://", src_, "/m/\"}, \"ok\", \"shadow-link\"]"));
+  absl::Status s = Deliver(Channel("m", "ManifestFile", "file://" + src_ + "/manifest.json"));
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("shadow-link"));
+  EXPECT_FALSE(internal::Exists(DataDir("c1/algo-1") + "/m/shadow-link"));
+  EXPECT_FALSE(internal::Exists(DataDir("c1/algo-1") + "/m/ok")) << "copied before refusing";
+}
+
+// With the file store confined to a root, a source outside it (standing for
+// file:///etc/shadow) is refused in every mode and by CheckChannel, and a
+// link inside the root leads nowhere outside it.
+TEST_F(LocalDataChannelTest, AConfinedFileStoreRefusesSourcesOutsideItsRoots) {
+  const std::string root = tmp_.path() + "/root";
+  ASSERT_TRUE(internal::MakeDirs(root).ok());
+  WriteFile(src_ + "/secret/shadow", "root:secret");
+  absl::StatusOr<std::unique_ptr<ObjectStore>> confined =
+      NewFileObjectStore(FileObjectStoreOptions{{root}});
+  ASSERT_TRUE(confined.ok()) << confined.status();
+  stores_.Register("file", confined->get());
+  const std::string outside = "file://" + src_ + "/secret/";
+  for (std::string_view mode : {"File", "FastFile", "Pipe"}) {
+    SCOPED_TRACE(mode);
+    absl::Status s = Deliver(Channel("s", "S3Prefix", outside), mode);
+    EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+    EXPECT_THAT(s.message(), HasSubstr(root));
+    EXPECT_FALSE(internal::Exists(DataDir("c1/algo-1") + "/s"));
+    s = channel_->CheckChannel(Channel("s", "S3Prefix", outside), mode);
+    EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  }
+  absl::Status s = Deliver(Channel("s", "S3Prefix", "file://" + src_ + "/secret/shadow"));
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+  // Inside the root, through a link leading out: refused too.
+  ASSERT_EQ(symlink((src_ + "/secret").c_str(), (root + "/linked").c_str()), 0);
+  for (std::string_view mode : {"File", "FastFile", "Pipe"}) {
+    SCOPED_TRACE(mode);
+    s = Deliver(Channel("l", "S3Prefix", "file://" + root + "/linked/"), mode);
+    EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
+    EXPECT_FALSE(internal::Exists(DataDir("c1/algo-1") + "/l"));
+  }
+  // What lies inside is delivered as before.
+  WriteFile(root + "/train/a.csv", "a");
+  EXPECT_TRUE(Deliver(Channel("train", "S3Prefix", "file://" + root + "/train/")).ok());
+  EXPECT_EQ(ReadFile(DataDir("c1/algo-1") + "/train/a.csv"), "a");
+  EXPECT_TRUE(Deliver(Channel("ff", "S3Prefix", "file://" + root + "/train/"), "FastFile").ok());
+  EXPECT_EQ(ReadFile(DataDir("c1/algo-1") + "/ff/a.csv"), "a");
+  channel_->EndJob("data-job");
+  stores_.Register("file", file_store_.get());
+}
+
 TEST_F(LocalDataChannelTest, KeyWithDotDotIsRefusedAndNothingEscapes) {
   WriteFile(src_ + "/m/ok", "1");
   WriteFile(src_ + "/escape", "evil");

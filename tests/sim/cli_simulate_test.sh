@@ -56,11 +56,36 @@ want+="9223372036854775807]"
 [[ $? == 2 && "$(head -1 "$tmp/err.txt")" == "kiln simulate: unknown option '--x\u001b[2J'" ]] \
   && ok "an unknown option is shown escaped" || bad "unknown option: $(cat "$tmp/err.txt")"
 "$kiln" simulate "$tmp/no"$'\n'"such.json" >/dev/null 2>"$tmp/err.txt"; rc=$?
-want="kiln simulate: cannot read '$tmp/no\nsuch.json'"
+want="kiln simulate: cannot read '$tmp/no\nsuch.json': No such file or directory"
 [[ $rc == 1 && "$(cat "$tmp/err.txt")" == "$want" ]] \
   && ok "a scenario file name is shown escaped" || bad "file name: $(cat "$tmp/err.txt")"
 "$kiln" simulate "$tmp/missing.json" >/dev/null 2>"$tmp/err.txt"; [[ $? == 1 ]] && grep -q "cannot read" "$tmp/err.txt" \
   && ok "unreadable scenario exits 1" || bad "unreadable scenario: $(cat "$tmp/err.txt")"
+# Only regular files are read, the scenario and the traces it names: a
+# device, a FIFO (no writer: the open must not wait) or a directory is
+# refused at once. (timeout: such reads used to never end.)
+mkfifo "$tmp/fifo"
+mkdir "$tmp/dir"
+not_regular="not a regular file;"
+for spec in "/dev/zero:a character device" "$tmp/fifo:a FIFO" "$tmp/dir:a directory"; do
+  file="${spec%%:*}" what="${spec#*:}"
+  timeout 20 "$kiln" simulate "$file" >/dev/null 2>"$tmp/err.txt"; rc=$?
+  [[ $rc == 1 && "$(cat "$tmp/err.txt")" == "kiln simulate: cannot read '$file': $what, $not_regular a scenario file must be a regular file" ]] \
+    && ok "scenario $file is refused" || bad "scenario $file: exit $rc, $(head -c 300 "$tmp/err.txt")"
+  printf '{"horizon": "1h", "workloads": [{"kind": "trace", "file": "%s"}], "policies": [{}]}' "$file" >"$tmp/jobs.json"
+  timeout 20 "$kiln" simulate "$tmp/jobs.json" >/dev/null 2>"$tmp/err.txt"; rc=$?
+  [[ $rc == 1 && "$(cat "$tmp/err.txt")" == "kiln simulate: $tmp/jobs.json: scenario.workloads[0].file: cannot read '$file': $what, $not_regular a trace file must be a regular file" ]] \
+    && ok "job trace $file is refused" || bad "job trace $file: exit $rc, $(head -c 300 "$tmp/err.txt")"
+  printf '{"models": {"instance_types": {"ml.m5.xlarge": {"spot": {"trace": "%s"}}}}, "workloads": [{"kind": "hpo", "job": {"work": "1m"}}], "policies": [{}]}' "$file" >"$tmp/spot.json"
+  timeout 20 "$kiln" simulate "$tmp/spot.json" >/dev/null 2>"$tmp/err.txt"; rc=$?
+  [[ $rc == 1 ]] && grep -qF "spot.trace: cannot read '$file': $what, $not_regular a trace file must be a regular file" "$tmp/err.txt" \
+    && ok "spot trace $file is refused" || bad "spot trace $file: exit $rc, $(head -c 300 "$tmp/err.txt")"
+done
+: >"$tmp/big.json"
+truncate -s $((16 * 1024 * 1024 + 1)) "$tmp/big.json"
+timeout 20 "$kiln" simulate "$tmp/big.json" >/dev/null 2>"$tmp/err.txt"; rc=$?
+[[ $rc == 1 ]] && grep -qF "cannot read '$tmp/big.json': 16777217 bytes; a scenario file may hold at most 16 MiB (16777216 bytes)" "$tmp/err.txt" \
+  && ok "a scenario over 16 MiB is refused" || bad "big scenario: exit $rc, $(head -c 300 "$tmp/err.txt")"
 printf '{"workloads": [], "policies": []}' >"$tmp/empty.json"
 "$kiln" simulate "$tmp/empty.json" >/dev/null 2>"$tmp/err.txt"; [[ $? == 1 ]] && grep -q "scenario.workloads" "$tmp/err.txt" \
   && ok "invalid scenario exits 1 naming the member" || bad "invalid scenario: $(cat "$tmp/err.txt")"

@@ -4,6 +4,7 @@
 #include "kiln/sim/scenario.h"
 
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -614,6 +615,73 @@ TEST(ScenarioParseTest, TraceRequestsAreValidatedAtLoad) {
       absl::StrContains(error, "t.jsonl: job trace line 2: job 'b': the request is not valid: "))
       << error;
   EXPECT_TRUE(absl::StrContains(error, "roleArn")) << error;
+}
+
+// Files a scenario names, and the scenario file itself, must be regular
+// files within their limits: a device, a FIFO or a directory is refused at
+// once (never waited on or read), a file too large by its size.
+TEST(ScenarioParseTest, TracesMustBeRegularFilesWithinTheLimit) {
+  const TempFiles files(TempFiles::Files{});
+  const std::string& dir = files.dir();
+  const std::string fifo = dir + "/fifo";
+  const std::string subdir = dir + "/d";
+  const std::string big = dir + "/big.jsonl";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_EQ(mkdir(subdir.c_str(), 0755), 0);
+  {
+    std::ofstream out(big);
+  }
+  ASSERT_EQ(truncate(big.c_str(), kMaxTraceFileBytes + 1), 0);  // sparse: nothing is read
+  auto job_trace = [&](const std::string& file) {
+    return ParseError(absl::StrCat(R"({"workloads": [{"kind": "trace", "file": ")", file,
+                                   R"("}], "policies": [{}]})"),
+                      dir);
+  };
+  auto spot_trace = [&](const std::string& file) {
+    return ParseError(
+        absl::StrCat(R"({"models": {"instance_types": {"ml.m5.xlarge": {"spot": {"trace": ")", file,
+                     R"("}}}}, "workloads": [{"kind": "hpo", "job": {"work": "1m"}}], )",
+                     R"("policies": [{}]})"),
+        dir);
+  };
+  const std::string not_regular = ", not a regular file; a trace file must be a regular file";
+  EXPECT_EQ(job_trace("/dev/zero"),
+            absl::StrCat("scenario.workloads[0].file: cannot read '/dev/zero': a character device",
+                         not_regular));
+  EXPECT_EQ(spot_trace("/dev/zero"),
+            absl::StrCat("scenario.models.instance_types.ml.m5.xlarge.spot.trace: cannot read "
+                         "'/dev/zero': a character device",
+                         not_regular));
+  EXPECT_EQ(job_trace("fifo"),
+            absl::StrCat("scenario.workloads[0].file: cannot read '", fifo, "': a FIFO",
+                         not_regular));
+  EXPECT_EQ(spot_trace("fifo"),
+            absl::StrCat("scenario.models.instance_types.ml.m5.xlarge.spot.trace: cannot read '",
+                         fifo, "': a FIFO", not_regular));
+  EXPECT_EQ(job_trace("d"), absl::StrCat("scenario.workloads[0].file: cannot read '", subdir,
+                                         "': a directory", not_regular));
+  EXPECT_EQ(job_trace("big.jsonl"),
+            absl::StrCat("scenario.workloads[0].file: cannot read '", big, "': ",
+                         kMaxTraceFileBytes + 1, " bytes; a trace file may hold at most 256 MiB (",
+                         kMaxTraceFileBytes, " bytes)"));
+
+  // The scenario file itself.
+  auto load = [](const std::string& path) {
+    return std::string(LoadScenario(path).status().message());
+  };
+  const std::string scenario_rule = ", not a regular file; a scenario file must be a regular file";
+  EXPECT_EQ(load("/dev/zero"),
+            absl::StrCat("cannot read '/dev/zero': a character device", scenario_rule));
+  EXPECT_EQ(load(fifo), absl::StrCat("cannot read '", fifo, "': a FIFO", scenario_rule));
+  EXPECT_EQ(load(subdir), absl::StrCat("cannot read '", subdir, "': a directory", scenario_rule));
+  ASSERT_EQ(truncate(big.c_str(), kMaxScenarioFileBytes + 1), 0);
+  EXPECT_EQ(load(big), absl::StrCat("cannot read '", big, "': ", kMaxScenarioFileBytes + 1,
+                                    " bytes; a scenario file may hold at most 16 MiB (",
+                                    kMaxScenarioFileBytes, " bytes)"));
+  EXPECT_EQ(LoadScenario(dir + "/missing.json").status().code(), absl::StatusCode::kNotFound);
+  unlink(fifo.c_str());
+  unlink(big.c_str());
+  rmdir(subdir.c_str());
 }
 
 // A trace that gives the run no job (empty, or every arrival at or after the

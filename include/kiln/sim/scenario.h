@@ -70,6 +70,12 @@ struct Scenario {
   std::vector<double> slack_sweep;
 };
 
+// The most bytes a scenario file may hold (LoadScenario): 16 MiB.
+inline constexpr int64_t kMaxScenarioFileBytes = int64_t{16} << 20;
+// The most bytes a trace file a scenario names may hold (a spot trace, a job
+// trace): 256 MiB.
+inline constexpr int64_t kMaxTraceFileBytes = int64_t{256} << 20;
+
 // Parses a scenario file's text. Relative file names in it (spot traces,
 // job traces) are resolved against `base_dir` (empty: as given). Everything
 // a run would trip on is checked here: durations are finite and at most
@@ -78,12 +84,22 @@ struct Scenario {
 // trace has a job arriving before the horizon.
 // Errors: InvalidArgument naming the member and the problem (e.g.
 // "scenario.workloads[1].job.instance_count: expected a positive integer";
-// a trace's errors name its file and line); NotFound/InvalidArgument for a
-// trace file that cannot be read or parsed.
+// a trace's errors name its file and line); InvalidArgument for a trace
+// file that cannot be read or parsed, naming the member that names it and
+// why: one that is not a regular file (a directory, a FIFO, a device such
+// as /dev/zero: refused without waiting on it or reading it), that holds
+// more than kMaxTraceFileBytes, or that cannot be opened ("cannot read
+// 'traces/a.json': No such file or directory").
 absl::StatusOr<Scenario> ParseScenario(std::string_view json, std::string_view base_dir);
 
 // Reads and parses a scenario file (base directory: the file's, "/" for a
-// file in the root).
+// file in the root). The file must be a regular file (a symbolic link to one
+// is followed) of at most kMaxScenarioFileBytes.
+// Errors: as ParseScenario's, the message led by the file's name; for the
+// scenario file itself, InvalidArgument when it is not a regular file or is
+// too large ("cannot read 's.json': a FIFO, not a regular file; a scenario
+// file must be a regular file"), and the errno's code (NotFound,
+// PermissionDenied, ...) when it cannot be opened or read.
 absl::StatusOr<Scenario> LoadScenario(const std::string& path);
 
 // How one job ended, when PolicyRunOptions::keep_outcomes is set.

@@ -1,6 +1,7 @@
 // File helpers shared by the stores that keep objects or scratch copies in
-// local files (file:// store, checkpoint sync, the S3 store's downloads) and
-// by the local backend.
+// local files (file:// store, checkpoint sync, the S3 store's downloads), by
+// the local backend, and by whatever reads a file a user names (requests,
+// scenarios, traces).
 // Internal: not installed.
 #ifndef KILN_LIB_CORE_INTERNAL_FILES_H_
 #define KILN_LIB_CORE_INTERNAL_FILES_H_
@@ -9,10 +10,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "core/internal/json_value.h"
@@ -96,6 +99,25 @@ absl::Status ForEachEntry(DIR* d, std::string_view dir, Visit visit) {
     if (!status.ok()) return status;
   }
 }
+
+// Reads the file at `path`, which a user named (a request, a scenario, a
+// trace), whole, refusing what could make the read endless or exhaust
+// memory: anything but a regular file (a directory, a FIFO, a device such as
+// /dev/zero, a socket), and a file of more than `max_bytes` bytes, by its
+// size or, for one that grows while read, at the first byte past the limit.
+// A symbolic link to a regular file is followed. `kind` names such a file in
+// the rule the message states ("a request file").
+// Errors (the message says what is wrong, not which file: the caller names
+// it as it shows paths): InvalidArgument for a file that is not regular
+// ("a FIFO, not a regular file; a request file must be a regular file") or
+// too large ("12582912 bytes; a request file may hold at most 8 MiB
+// (8388608 bytes)"); for a file that cannot be opened or read, the code
+// ErrnoError gives (NotFound, PermissionDenied, ...) with strerror's text
+// ("No such file or directory").
+// REQUIRES: max_bytes >= 0.
+// Thread-safe.
+absl::StatusOr<std::string> ReadUserFile(const std::string& path, int64_t max_bytes,
+                                         std::string_view kind);
 
 // mkdir -p: creates `dir` and its missing parents (mode 0777 before umask).
 // OK when it exists already as a directory, or when `dir` is empty. Errors:

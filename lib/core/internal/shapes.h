@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/internal/error_list.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/map.h"
 #include "google/protobuf/message.h"
@@ -173,7 +174,11 @@ class ShapeChecker {
   void StringMap(const google::protobuf::Map<std::string, std::string>& map, const Shape& shape,
                  const Shape& key, const Shape& value);
 
-  std::vector<ValidationError> Take() { return std::move(errors_); }
+  // The violations found (the first kMaxReportedViolations kept, all
+  // counted). Other checks of the same request (the cross-field rules) add
+  // theirs here too, so that one list bounds them all.
+  ErrorList<ValidationError>& errors() { return errors_; }
+  ErrorList<ValidationError> Take() { return std::move(errors_); }
 
   // Whether `value` meets the length, pattern and enum constraints of
   // `shape` (nothing is recorded). `memo`: as Pattern::Matches.
@@ -202,7 +207,7 @@ class ShapeChecker {
   bool allow_local_uris_;
   int depth_ = 0;
   std::array<PathPart, kMaxDepth> path_;
-  std::vector<ValidationError> errors_;
+  ErrorList<ValidationError> errors_;
   std::vector<std::string> empty_lists_;  // see SetEmptyLists
 };
 
@@ -222,8 +227,13 @@ void CheckShape(ShapeChecker& checker, const v1::DeleteTrainingJobRequest& messa
 // constraints, and for a v1::CreateTrainingJobRequest the service's
 // cross-field rules), found with `checker`, which holds the options and the
 // empty lists ParseJson saw. Defined in validation.cc.
-std::vector<ValidationError> ValidateWith(ShapeChecker& checker,
-                                          const google::protobuf::Message& request);
+ErrorList<ValidationError> ValidateWith(ShapeChecker& checker,
+                                        const google::protobuf::Message& request);
+
+// The ValidationException text for `errors` (FormatValidationErrors's, with
+// the count of those not kept). REQUIRES: !errors.empty(). Defined in
+// validation.cc.
+std::string FormatViolations(const ErrorList<ValidationError>& errors);
 
 // The value as error messages show it: quoted, cut after 256 bytes (on a
 // UTF-8 boundary) with "...", and escaped by EscapeForMessage (json_value.h)
