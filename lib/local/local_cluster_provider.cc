@@ -1543,7 +1543,9 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
     in.cpu_count = cpu_count_;
     in.network_interface_name = options_.network_interface_name;
     in.host_path = host_path_;
-    in.home = home_;
+    // (The container user of the process runtime gets a home it may write:
+    // the instance's scratch space.)
+    in.home = run_as_.has_value() && !bwrap ? inst.tmp_dir : home_;
     ls.config = BuildContainerConfig(in);
     // The command line, as the container sees it.
     std::vector<std::string> command;
