@@ -2073,7 +2073,9 @@ void LocalClusterProvider::UploadArtifacts(const JobContext& job, ArtifactsCallb
   // The trees are read below each instance's directory, never through a
   // link the container planted (internal::TreeRoot).
   std::vector<internal::TreeRoot> model_roots, data_roots;
+  std::vector<std::shared_ptr<RunLog>> logs;  // each instance's last run's, by root
   for (const LocalInstance& inst : c->instances) {
+    logs.push_back(inst.last_log);
     const std::string& host = inst.info.host_name;
     model_roots.push_back({inst.dir, "ml/model", absl::StrCat(host, ":/opt/ml/model")});
     data_roots.push_back({inst.dir, "ml/output/data", absl::StrCat(host, ":/opt/ml/output/data")});
@@ -2084,8 +2086,28 @@ void LocalClusterProvider::UploadArtifacts(const JobContext& job, ArtifactsCallb
                                             next_upload.fetch_add(1) + 1);
   auto guard = std::make_shared<EventLoop::WorkGuard>(loop_.AcquireWork());
   tasks_.Run([this, id = c->cluster.id, model_roots, data_roots, compress_model, tmp_base,
-              model_uri, output_uri, done = std::move(done), guard,
+              model_uri, output_uri, logs, done = std::move(done), guard,
               alive = std::weak_ptr<Alive>(alive_)]() mutable {
+    // What the archives and the upload cannot take (FIFOs, sockets, device
+    // nodes) is named in the instance's log stream rather than dropped
+    // without a word.
+    std::vector<internal::LeftOut> left_out;
+    auto note_left_out = [&](std::string_view what) {
+      std::map<size_t, std::vector<std::string>> by_root;
+      for (internal::LeftOut& l : left_out) by_root[l.root].push_back(std::move(l.display));
+      left_out.clear();
+      for (auto& [root, names] : by_root) {
+        if (root >= logs.size()) continue;
+        const size_t shown = std::min<size_t>(names.size(), 10);
+        NoteForRun(logs[root],
+                   absl::StrCat(internal::Av(what), " leaves out what is not a file, directory or link: ",
+                                PathForMessage(absl::StrJoin(names.begin(),
+                                                             names.begin() + shown, ", ")),
+                                names.size() > shown
+                                    ? absl::StrCat(" and ", names.size() - shown, " more")
+                                    : ""));
+      }
+    };
     auto upload_tar = [&](const std::vector<internal::TreeRoot>& roots, const std::string& uri,
                           const std::string& what) -> absl::Status {
       const std::string tmp = absl::StrCat(tmp_base, "-", what);
@@ -2095,7 +2117,8 @@ void LocalClusterProvider::UploadArtifacts(const JobContext& job, ArtifactsCallb
       absl::StatusOr<internal::UniqueFd> fd = internal::UniqueFd();
       if (s.ok()) fd = MakeLockedScratch(tmp, /*dir=*/false);
       if (!fd.ok()) s = fd.status();
-      if (s.ok()) s = internal::WriteTar(roots, fd->get(), tmp, /*gzip=*/true);
+      if (s.ok()) s = internal::WriteTar(roots, fd->get(), tmp, /*gzip=*/true, &left_out);
+      note_left_out(absl::StrCat("the ", what, " archive"));
       if (s.ok()) {
         absl::StatusOr<ObjectStore*> store = options_.object_stores->For(uri);
         s = store.ok() ? (*store)->PutFromFile(uri, tmp) : store.status();
@@ -2115,15 +2138,19 @@ void LocalClusterProvider::UploadArtifacts(const JobContext& job, ArtifactsCallb
       }
       // Each file goes from the descriptor it was opened as (its /proc
       // name), never from a path a container could have changed since.
-      return internal::ForEachMergedFile(
-          roots, [&](const std::string& rel, int fd, int64_t) -> absl::Status {
+      absl::Status s = internal::ForEachMergedFile(
+          roots,
+          [&](const std::string& rel, int fd, int64_t) -> absl::Status {
             const std::string uri = absl::StrCat(prefix, rel);
             absl::Status s = (*store)->PutFromFile(uri, absl::StrCat("/proc/self/fd/", fd));
             if (!s.ok()) {
               return absl::Status(s.code(), absl::StrCat(PathForMessage(uri), ": ", s.message()));
             }
             return s;
-          });
+          },
+          &left_out);
+      note_left_out("the model upload");
+      return s;
     };
     absl::Status s = compress_model ? upload_tar(model_roots, model_uri, "model")
                                     : upload_files(model_roots, model_uri);

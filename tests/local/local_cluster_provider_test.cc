@@ -17,7 +17,6 @@
 #include <cstring>
 #include <memory>
 #include <optional>
-#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -631,6 +630,39 @@ TEST_P(LocalClusterProviderTest, ModelsOfAllInstancesAreMergedIntoModelTarGz) {
   EXPECT_EQ(output->filters, std::vector<std::string>{"gzip"});
   EXPECT_EQ(output->files.size(), 2u);
   EXPECT_EQ(output->files["metrics-algo-2.json"], "metrics\n");
+}
+
+// What no archive or upload can take (a FIFO, a socket) is named in the
+// instance's log stream, for both kinds of model upload and for the output.
+TEST_P(LocalClusterProviderTest, WhatTheUploadLeavesOutIsNamedInTheLogStream) {
+  AddScript("fifo.sh",
+            "echo weights > \"$SM_MODEL_DIR/model.bin\"\n"
+            "mkfifo \"$SM_MODEL_DIR/queue\" \"$SM_OUTPUT_DATA_DIR/pipe\"\n");
+  for (const char* compression : {"GZIP", "NONE"}) {
+    SCOPED_TRACE(compression);
+    auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
+    ASSERT_TRUE(cluster.ok());
+    ASSERT_TRUE(Prepare(*cluster).ok());
+    const std::string job = absl::StrCat("left-out-", absl::AsciiStrToLower(compression));
+    v1::CreateTrainingJobRequest r = Request(job, {"/opt/program/fifo.sh"});
+    r.mutable_output_data_config()->set_s3_output_path("file://" + tmp_.path() + "/out/");
+    r.mutable_output_data_config()->set_compression_type(compression);
+    Recorder events;
+    ASSERT_TRUE(Start(r, *cluster, events).ok());
+    ASSERT_TRUE(WaitExits(events, 1));
+    auto uploaded = Upload(r, *cluster);
+    ASSERT_TRUE(uploaded.ok()) << uploaded.status();
+    const std::vector<std::string> streams = ListDir(state_dir_ + "/logs/" + job);
+    ASSERT_EQ(streams.size(), 1u);
+    const std::string log = ReadFile(absl::StrCat(state_dir_, "/logs/", job, "/", streams[0]));
+    EXPECT_THAT(log, HasSubstr(absl::StrCat(
+                         "[kiln] the model ", std::string(compression) == "NONE" ? "upload" : "archive",
+                         " leaves out what is not a file, directory or link: "
+                         "algo-1:/opt/ml/model/queue\n")));
+    EXPECT_THAT(log, HasSubstr("[kiln] the output archive leaves out what is not a file, "
+                               "directory or link: algo-1:/opt/ml/output/data/pipe\n"));
+    provider_->Release(*cluster);
+  }
 }
 
 // CompressionType NONE: the model's files are uploaded as they are, below

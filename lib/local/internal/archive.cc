@@ -113,6 +113,7 @@ struct Source {
 struct MergedTrees {
   std::vector<UniqueFd> root_fds;  // invalid for a root that does not exist
   std::map<std::string, Source> entries;
+  std::vector<LeftOut> left_out;  // what is neither a file, a directory nor a link
 };
 
 std::string Below(const TreeRoot& root, const std::string& rel) {
@@ -122,7 +123,7 @@ std::string Below(const TreeRoot& root, const std::string& rel) {
 // Adds what is below the directory open as `dir_fd` (`rel` below its root) to
 // `out`, walking down by file descriptor: nothing is followed.
 absl::Status Collect(int dir_fd, const std::string& rel, size_t root, const TreeRoot& tree,
-                     std::map<std::string, Source>& out) {
+                     std::map<std::string, Source>& out, std::vector<LeftOut>& left_out) {
   const int copy = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
   if (copy < 0) return ErrnoStatus(errno, "read directory", Below(tree, rel));
   DIR* d = fdopendir(copy);
@@ -146,7 +147,10 @@ absl::Status Collect(int dir_fd, const std::string& rel, size_t root, const Tree
       return ErrnoStatus(errno, "stat", Below(tree, child_rel));
     }
     const bool is_dir = S_ISDIR(src.st.st_mode);
-    if (!is_dir && !S_ISREG(src.st.st_mode) && !S_ISLNK(src.st.st_mode)) continue;
+    if (!is_dir && !S_ISREG(src.st.st_mode) && !S_ISLNK(src.st.st_mode)) {
+      left_out.push_back(LeftOut{root, Below(tree, child_rel)});
+      continue;
+    }
     out[child_rel] = src;
     if (!is_dir) continue;
     UniqueFd child(openat(dir_fd, name.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
@@ -155,7 +159,7 @@ absl::Status Collect(int dir_fd, const std::string& rel, size_t root, const Tree
       if (errno == ENOENT || errno == ELOOP || errno == ENOTDIR) continue;
       return ErrnoStatus(errno, "open directory", Below(tree, child_rel));
     }
-    absl::Status s = Collect(child.get(), child_rel, root, tree, out);
+    absl::Status s = Collect(child.get(), child_rel, root, tree, out, left_out);
     if (!s.ok()) return s;
   }
   return absl::OkStatus();
@@ -170,7 +174,7 @@ absl::StatusOr<MergedTrees> OpenTrees(const std::vector<TreeRoot>& roots) {
       trees.root_fds.emplace_back();  // no such tree: nothing from it
       continue;
     }
-    absl::Status s = Collect(fd->get(), "", i, roots[i], trees.entries);
+    absl::Status s = Collect(fd->get(), "", i, roots[i], trees.entries, trees.left_out);
     if (!s.ok()) return s;
     trees.root_fds.push_back(*std::move(fd));
   }
@@ -302,9 +306,10 @@ absl::Status ExtractArchive(const std::string& archive_path, const std::string& 
 }
 
 absl::Status WriteTar(const std::vector<TreeRoot>& roots, int out_fd, const std::string& out_name,
-                      bool gzip) {
+                      bool gzip, std::vector<LeftOut>* left_out) {
   absl::StatusOr<MergedTrees> trees = OpenTrees(roots);
   if (!trees.ok()) return trees.status();
+  if (left_out != nullptr) *left_out = trees->left_out;
   FdSink sink{out_fd};  // (outlives `out`, whose destruction may still write)
   WriteArchivePtr out(archive_write_new());
   if (gzip) archive_write_add_filter_gzip(out.get());
@@ -370,9 +375,11 @@ absl::Status WriteTar(const std::vector<TreeRoot>& roots, int out_fd, const std:
 
 absl::Status ForEachMergedFile(
     const std::vector<TreeRoot>& roots,
-    absl::FunctionRef<absl::Status(const std::string& rel, int fd, int64_t size)> fn) {
+    absl::FunctionRef<absl::Status(const std::string& rel, int fd, int64_t size)> fn,
+    std::vector<LeftOut>* left_out) {
   absl::StatusOr<MergedTrees> trees = OpenTrees(roots);
   if (!trees.ok()) return trees.status();
+  if (left_out != nullptr) *left_out = trees->left_out;
   for (const auto& [rel, src] : trees->entries) {
     if (!S_ISREG(src.st.st_mode)) continue;
     struct stat st = src.st;

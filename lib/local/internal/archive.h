@@ -40,12 +40,22 @@ struct TreeRoot {
   std::string display;  // names the tree in messages: "algo-1:/opt/ml/model"
 };
 
+// An entry of a tree that is neither a regular file, a directory nor a
+// symbolic link (a FIFO, a socket, a device node), which no archive or upload
+// takes: `root` is the index of its tree, `display` names it as its tree's
+// display does ("algo-1:/opt/ml/model/queue").
+struct LeftOut {
+  size_t root = 0;
+  std::string display;
+};
+
 // Writes to `out_fd` (an open, empty file; `out_name` names it in messages)
 // a tar archive, gzip-compressed when `gzip`, of the trees below `roots`,
 // merged: paths are relative to their root, and a file present below several
 // roots is taken from the last of them. Entries are sorted by path, so equal
 // trees give equal archives (times aside). Regular files, directories, and
-// symbolic links as links: a link is stored, never followed, and so is
+// symbolic links as links (anything else is left out, and named in
+// `*left_out` when given): a link is stored, never followed, and so is
 // nothing on the way to a tree (the file descriptors are walked down from
 // `base`, never a path resolved again). A root that does not exist (nor a
 // directory on the way) is an empty tree. An entry removed or replaced while
@@ -56,17 +66,19 @@ struct TreeRoot {
 // `out_name`: ResourceExhausted for a full disk); Internal for libarchive's.
 // `out_fd` stays open.
 absl::Status WriteTar(const std::vector<TreeRoot>& roots, int out_fd, const std::string& out_name,
-                      bool gzip);
+                      bool gzip, std::vector<LeftOut>* left_out = nullptr);
 
 // Calls `fn` for every regular file of the trees below `roots`, merged as
 // WriteTar merges them, in path order: `rel` is its path below its root,
 // `fd` the file open for reading (valid during the call only), `size` its
 // size when it was opened. Symbolic links and what is not a regular file are
-// skipped, never followed; directories give no call. The first error of `fn`
-// stops the walk and is returned. Errors otherwise as WriteTar's.
+// skipped, never followed; directories give no call; what is neither a file,
+// a directory nor a link is named in `*left_out` when given. The first error
+// of `fn` stops the walk and is returned. Errors otherwise as WriteTar's.
 absl::Status ForEachMergedFile(
     const std::vector<TreeRoot>& roots,
-    absl::FunctionRef<absl::Status(const std::string& rel, int fd, int64_t size)> fn);
+    absl::FunctionRef<absl::Status(const std::string& rel, int fd, int64_t size)> fn,
+    std::vector<LeftOut>* left_out = nullptr);
 
 // What an archive holds, read back (for tests and checks).
 struct ArchiveContents {
