@@ -131,6 +131,18 @@ constexpr std::string_view kAugmentedManifest = "AugmentedManifestFile";
 // enumeration values, but a DataChannel can be used without the engine.)
 std::string Shown(std::string_view text) { return kiln::internal::TextForMessage(text); }
 
+// A manifest (ManifestFile, AugmentedManifestFile) read whole, of at most
+// kMaxManifestBytes: one ranged read a byte past the limit, so that an
+// object of any size, or a file that never ends, costs no more than that.
+absl::StatusOr<std::string> ReadManifest(ObjectStore& store, const std::string& uri) {
+  absl::StatusOr<std::string> text = store.ReadRange(uri, 0, kMaxManifestBytes + 1);
+  if (text.ok() && static_cast<int64_t>(text->size()) > kMaxManifestBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a manifest may hold at most ",
+                                                   kMaxManifestBytes >> 20, " MiB"));
+  }
+  return text;
+}
+
 // The FastFile FUSE views of one job's deliveries. EndJob marks it ended and
 // takes the views; a mount finishing after that unmounts at once.
 struct JobViews {
@@ -561,7 +573,7 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
     }
     if (sources.empty()) return absl::NotFoundError(NoObjectsMessage(name, uri));
   } else if (s3.s3_data_type() == "ManifestFile") {
-    absl::StatusOr<std::string> text = (*store)->Get(uri);
+    absl::StatusOr<std::string> text = ReadManifest(**store, uri);
     if (!text.ok()) {
       return absl::Status(text.status().code(),
                           absl::StrCat("channel '", Shown(name), "': reading manifest ",
@@ -657,7 +669,7 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListAugmentedManifest(
         "': S3DataType AugmentedManifestFile needs AttributeNames (the attributes of each line "
         "to stream, in order)"));
   }
-  absl::StatusOr<std::string> text = store.Get(uri);
+  absl::StatusOr<std::string> text = ReadManifest(store, uri);
   if (!text.ok()) {
     return absl::Status(text.status().code(),
                         absl::StrCat("channel '", Shown(name), "': reading augmented manifest ",

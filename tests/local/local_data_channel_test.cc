@@ -208,6 +208,20 @@ TEST_F(LocalDataChannelTest, AManifestKeyThatIsALinkOutOfThePrefixFolderIsRefuse
   EXPECT_FALSE(internal::Exists(DataDir("c1/algo-1") + "/m/ok")) << "copied before refusing";
 }
 
+// A manifest over kMaxManifestBytes (a sparse file here) is refused without
+// being read whole, in File and Pipe mode alike.
+TEST_F(LocalDataChannelTest, AManifestOverTheLimitIsRefused) {
+  const std::string manifest = src_ + "/huge-manifest.json";
+  WriteFile(manifest, "[");
+  ASSERT_EQ(truncate(manifest.c_str(), kMaxManifestBytes + 1), 0);
+  for (std::string_view mode : {"File", "Pipe"}) {
+    SCOPED_TRACE(mode);
+    absl::Status s = Deliver(Channel("m", "ManifestFile", "file://" + manifest), mode);
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_THAT(s.message(), HasSubstr("a manifest may hold at most 256 MiB"));
+  }
+}
+
 // With the file store confined to a root, a source outside it (standing for
 // file:///etc/shadow) is refused in every mode and by CheckChannel, and a
 // link inside the root leads nowhere outside it.

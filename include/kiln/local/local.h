@@ -306,6 +306,11 @@ struct LocalOptions {
 absl::StatusOr<std::unique_ptr<ClusterProvider>> NewLocalClusterProvider(EventLoop& loop,
                                                                          LocalOptions options);
 
+// The most bytes a ManifestFile or AugmentedManifestFile may hold: 256 MiB
+// (read whole before the channel is delivered). A larger one fails the
+// delivery with InvalidArgument.
+inline constexpr int64_t kMaxManifestBytes = int64_t{256} << 20;
+
 struct LocalDataChannelOptions {
   // The provider's state_dir: instances are found there by their id. Required.
   std::string state_dir;
