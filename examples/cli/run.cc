@@ -1,7 +1,8 @@
 // `kiln run`: runs training jobs on this machine with the local backend.
 //
 //   kiln run [--state-dir DIR] [--runtime process|bwrap] [--grace SECONDS]
-//            [--interrupt HOST@SECONDS]... [--file-root DIR]... JOB.json...
+//            [--interrupt HOST@SECONDS]... [--file-root DIR]... [--user UID[:GID]]
+//            JOB.json...
 //
 // The jobs run in order in one engine, so a job can reuse the warm pool of the
 // one before it. Status changes (with the time since the job was submitted)
@@ -20,6 +21,9 @@
 // resolved (FileObjectStoreOptions). Without it file:// reaches whatever
 // this user can read and write.
 //
+// --user UID[:GID] runs the containers as that user (LocalOptions::
+// container_user); run as root, they run as nobody without it.
+//
 // Public headers only.
 #include <pthread.h>
 #include <signal.h>
@@ -30,6 +34,7 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,6 +65,7 @@ struct RunOptions {
   absl::Duration grace = absl::Seconds(120);
   std::vector<Interruption> interruptions;
   std::vector<std::string> file_roots;
+  std::optional<local::ContainerUser> user;
   std::vector<std::string> files;
 };
 
@@ -88,6 +94,16 @@ bool ParseArgs(const std::vector<std::string>& args, RunOptions& o, std::string&
         error = "--runtime must be process or bwrap, not '" + InputForMessage(v) + "'";
         return false;
       }
+    } else if (a == "--user") {
+      if (!value(v)) return false;
+      const size_t colon = v.find(':');
+      uint32_t uid = 0, gid = 0;
+      if (!absl::SimpleAtoi(v.substr(0, colon), &uid) ||
+          (colon != std::string::npos && !absl::SimpleAtoi(v.substr(colon + 1), &gid))) {
+        error = "--user takes UID or UID:GID, numbers, not '" + InputForMessage(v) + "'";
+        return false;
+      }
+      o.user = local::ContainerUser{uid, colon == std::string::npos ? uid : gid};
     } else if (a == "--grace") {
       int64_t seconds = 0;
       if (!value(v)) return false;
@@ -235,7 +251,8 @@ int RunCommand(const std::vector<std::string>& args) {
   if (!ParseArgs(args, options, error)) {
     std::cerr << "kiln run: " << error << "\n"
               << "usage: kiln run [--state-dir DIR] [--runtime process|bwrap] [--grace SECONDS]\n"
-                 "                [--interrupt HOST@SECONDS]... [--file-root DIR]... JOB.json...\n";
+                 "                [--interrupt HOST@SECONDS]... [--file-root DIR]... "
+                 "[--user UID[:GID]] JOB.json...\n";
     return 1;
   }
   std::vector<v1::CreateTrainingJobRequest> jobs;
@@ -296,6 +313,7 @@ int RunCommand(const std::vector<std::string>& args) {
   local::LocalOptions local_options;
   local_options.state_dir = options.state_dir;
   local_options.runtime = options.runtime;
+  local_options.container_user = options.user;
   local_options.object_stores = &stores;
   auto provider = local::NewLocalClusterProvider(*loop, local_options);
   if (!provider.ok()) {

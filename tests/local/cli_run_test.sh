@@ -79,6 +79,33 @@ else
 fi
 check "sources and outputs inside --file-root" 0 '"TrainingJobStatus":"Completed"' 'rows: 2' \
   -- --file-root "$tmp/data" --file-root "$tmp/out" "$tmp/good.json"
+# The containers' user: as root, nobody unless --user names another.
+mkdir -p "$tmp/id-image"
+cat >"$tmp/id-image/train" <<'EOF'
+#!/bin/sh
+echo "uid: $(id -u) gid: $(id -g)"
+EOF
+chmod +x "$tmp/id-image/train"
+job whoami "$tmp/id-image"
+if [[ "$(id -u)" == 0 ]]; then
+  check "as root, containers run as nobody" 0 '"TrainingJobStatus":"Completed"' \
+    'uid: 65534 gid: 65534' -- "$tmp/whoami.json"
+  check "--user names the containers' user" 0 '"TrainingJobStatus":"Completed"' \
+    'uid: 4321 gid: 4322' -- --user 4321:4322 "$tmp/whoami.json"
+else
+  check "without root, containers run as its user" 0 '"TrainingJobStatus":"Completed"' \
+    "uid: $(id -u) gid: $(id -g)" -- "$tmp/whoami.json"
+fi
+"$kiln" run --state-dir "$tmp/state" --user nobody "$tmp/whoami.json" >/dev/null 2>"$tmp/stderr"
+status=$?
+if [[ "$status" != 1 ]] ||
+   [[ "$(head -1 "$tmp/stderr")" != "kiln run: --user takes UID or UID:GID, numbers, not 'nobody'" ]]; then
+  echo "FAIL a bad --user: status $status (want 1), stderr:"
+  cat "$tmp/stderr"
+  fail=1
+else
+  echo "ok   a bad --user is refused"
+fi
 check "a job that fails" 1 '"FailureReason":"AlgorithmError: loss went to NaN' \
   'Failed' -- "$tmp/bad.json"
 # Both in one run: a line per job, in submission order, and exit 1.
