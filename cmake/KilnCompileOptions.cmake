@@ -26,6 +26,21 @@ if(KILN_SANITIZE_THREAD)
   target_link_options(kiln_compile_options INTERFACE -fsanitize=thread)
 endif()
 
+# libFuzzer (clang only): Kiln's code instrumented for coverage, with
+# AddressSanitizer and UBSan; tests/fuzz links the fuzzer's main.
+if(KILN_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "KILN_FUZZ needs clang (CXX=clang++): libFuzzer is clang's")
+  endif()
+  if(KILN_SANITIZE OR KILN_SANITIZE_THREAD)
+    message(FATAL_ERROR "KILN_FUZZ brings its own sanitizers: not with KILN_SANITIZE*")
+  endif()
+  target_compile_options(kiln_compile_options INTERFACE
+    -fsanitize=fuzzer-no-link,address,undefined -fno-omit-frame-pointer
+    -fno-sanitize-recover=all)
+  target_link_options(kiln_compile_options INTERFACE -fsanitize=address,undefined)
+endif()
+
 function(kiln_target_options target)
   target_link_libraries(${target} PRIVATE $<BUILD_INTERFACE:kiln_compile_options>)
 endfunction()
