@@ -5,7 +5,10 @@
 #                               run the main example
 #   bash cmake/dev.sh test      install dependencies; build and test build/
 #                               (-Werror), then build-asan/ (AddressSanitizer +
-#                               UBSan, Debug); non-zero exit if any step fails
+#                               UBSan, Debug), then fuzz the parsers of what
+#                               users send (build-fuzz/, clang and libFuzzer,
+#                               KILN_FUZZ_SECONDS a target, default 60);
+#                               non-zero exit if any step fails
 #
 # Both work from any directory and build in the repository root. The machine
 # has 2 cores: builds and ctest use -j2 (override with KILN_JOBS).
@@ -84,6 +87,17 @@ configure_build_test() {
     || return 0
 }
 
+# The libFuzzer targets (tests/fuzz), built with clang, each run for
+# KILN_FUZZ_SECONDS on seeds from the repository.
+configure_build_fuzz() {
+  step "build-fuzz: configure" env CC=clang CXX=clang++ cmake -S . -B build-fuzz \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_FUZZ=ON -DKILN_BUILD_TESTS=OFF \
+    -DKILN_BUILD_BENCHMARKS=OFF -DKILN_BUILD_EXAMPLES=OFF || return 0
+  step "build-fuzz: build" cmake --build build-fuzz -j "$JOBS" \
+    --target kiln_fuzz_archive kiln_fuzz_request kiln_fuzz_scenario || return 0
+  step "build-fuzz: fuzz" bash tests/fuzz/run.sh build-fuzz "${KILN_FUZZ_SECONDS:-60}" || return 0
+}
+
 cmd_test() {
   local start=$SECONDS
   step "dependencies" bash "$ROOT/cmake/install-deps.sh" || true
@@ -93,6 +107,7 @@ cmd_test() {
     # long to compile as the tests take to run unoptimised.
     configure_build_test build-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON \
       -DKILN_WERROR=ON -DKILN_BUILD_BENCHMARKS=OFF
+    configure_build_fuzz
   fi
   log "summary ($((SECONDS - start))s)"
   printf '%s\n' "${SUMMARY[@]}"
@@ -104,7 +119,7 @@ cmd_test() {
 }
 
 usage() {
-  sed -n '2,11p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 case "${1:-}" in

@@ -31,6 +31,8 @@ KILN_DEBIAN_PACKAGES=(
   fuse3
   bubblewrap
   python3
+  clang
+  libclang-rt-14-dev
 )
 # botocore (cmake/generate-schema.py reads the service model from it) usually
 # comes with the machine's python3 (pyenv pip); Debian's package is the
