@@ -124,21 +124,9 @@ std::string Below(const TreeRoot& root, const std::string& rel) {
 // `out`, walking down by file descriptor: nothing is followed.
 absl::Status Collect(int dir_fd, const std::string& rel, size_t root, const TreeRoot& tree,
                      std::map<std::string, Source>& out, std::vector<LeftOut>& left_out) {
-  const int copy = fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
-  if (copy < 0) return ErrnoStatus(errno, "read directory", Below(tree, rel));
-  DIR* d = fdopendir(copy);
-  if (d == nullptr) {
-    const int err = errno;
-    close(copy);
-    return ErrnoStatus(err, "read directory", Below(tree, rel));
-  }
-  std::vector<std::string> names;
-  while (struct dirent* e = readdir(d)) {
-    if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
-    names.emplace_back(e->d_name);
-  }
-  closedir(d);
-  for (const std::string& name : names) {
+  absl::StatusOr<std::vector<std::string>> names = NamesAt(dir_fd, Below(tree, rel));
+  if (!names.ok()) return names.status();
+  for (const std::string& name : *names) {
     const std::string child_rel = rel.empty() ? name : absl::StrCat(rel, "/", name);
     Source src;
     src.root = root;

@@ -45,22 +45,14 @@ absl::Status RemoveAt(int dir_fd, const std::string& name, const std::string& di
   // A job may have left a directory without write permission. (When this
   // fails, removing the entries below says why.)
   if ((st.st_mode & 0700) != 0700) fchmod(fd, (st.st_mode & 07777) | 0700);
-  DIR* dir = fdopendir(fd);
-  if (dir == nullptr) {
-    const int err = errno;
-    close(fd);
-    return ErrnoStatus(err, "read directory", display);
-  }
-  std::vector<std::string> names;
-  while (struct dirent* e = readdir(dir)) {
-    if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
-    names.emplace_back(e->d_name);
-  }
+  UniqueFd dir(fd);
+  absl::StatusOr<std::vector<std::string>> names = NamesAt(dir.get(), display);
+  if (!names.ok()) return names.status();
   absl::Status status;
-  for (const std::string& child : names) {
-    status.Update(RemoveAt(dirfd(dir), child, Join(display, child)));
+  for (const std::string& child : *names) {
+    status.Update(RemoveAt(dir.get(), child, Join(display, child)));
   }
-  closedir(dir);
+  dir.reset();
   if (!status.ok()) return status;
   if (unlinkat(dir_fd, name.c_str(), AT_REMOVEDIR) != 0 && errno != ENOENT) {
     return ErrnoStatus(errno, "remove directory", display);
@@ -325,18 +317,15 @@ absl::Status ResetDirBelow(const std::string& base, std::string_view rel) {
   return absl::OkStatus();
 }
 
-namespace {
-
-// ChownBelow's walk below the open directory `dir` (`path` names it).
-absl::Status ChownEntries(int dir, const std::string& path, uid_t uid, gid_t gid, int depth) {
-  if (depth == 0) return absl::OkStatus();
-  const int listed = dup(dir);
-  if (listed < 0) return ErrnoStatus(errno, "read directory", path);
-  DIR* d = fdopendir(listed);
+absl::StatusOr<std::vector<std::string>> NamesAt(int dir_fd, std::string_view display) {
+  // (A descriptor of its own: a dup would share dir_fd's offset.)
+  const int own = openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (own < 0) return ErrnoStatus(errno, "read directory", display);
+  DIR* d = fdopendir(own);
   if (d == nullptr) {
     const int err = errno;
-    close(listed);
-    return ErrnoStatus(err, "read directory", path);
+    close(own);
+    return ErrnoStatus(err, "read directory", display);
   }
   std::vector<std::string> names;
   while (struct dirent* e = readdir(d)) {
@@ -344,7 +333,17 @@ absl::Status ChownEntries(int dir, const std::string& path, uid_t uid, gid_t gid
     names.emplace_back(e->d_name);
   }
   closedir(d);
-  for (const std::string& name : names) {
+  return names;
+}
+
+namespace {
+
+// ChownBelow's walk below the open directory `dir` (`path` names it).
+absl::Status ChownEntries(int dir, const std::string& path, uid_t uid, gid_t gid, int depth) {
+  if (depth == 0) return absl::OkStatus();
+  absl::StatusOr<std::vector<std::string>> names = NamesAt(dir, path);
+  if (!names.ok()) return names.status();
+  for (const std::string& name : *names) {
     const std::string child = absl::StrCat(path, "/", name);
     if (fchownat(dir, name.c_str(), uid, gid, AT_SYMLINK_NOFOLLOW) != 0) {
       if (errno == ENOENT) continue;

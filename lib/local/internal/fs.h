@@ -81,6 +81,11 @@ absl::StatusOr<UniqueFd> OpenDirBelow(const std::string& base, std::string_view 
 // Errors: as ErrnoStatus, naming the path.
 absl::Status ResetDirBelow(const std::string& base, std::string_view rel);
 
+// The names in the directory open as `dir_fd`, without "." and "..", in the
+// order the file system gives them; read through a descriptor of its own, so
+// that `dir_fd` is left as it was. Errors: as ErrnoStatus, naming `display`.
+absl::StatusOr<std::vector<std::string>> NamesAt(int dir_fd, std::string_view display);
+
 // Gives the directory `rel` below `base` (an empty `rel`: `base` itself) to
 // `uid`:`gid`, and with it the entries `depth` levels below it (0: none, 1:
 // its own entries, -1: all). Nothing is followed through a symbolic link, the
