@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <functional>
 #include <list>
 #include <memory>
 #include <optional>
@@ -110,15 +111,16 @@ class SandboxTest : public ::testing::TestWithParam<LocalRuntime> {
   }
 
   // Runs `request` on `cluster` to its end; its output lines, joined.
+  // `while_running` is called once the containers have started.
   std::string Run(const v1::CreateTrainingJobRequest& request, const Cluster& cluster,
-                  const std::function<void()>& while_running = nullptr) {
+                  const std::function<void(Recorder&)>& while_running = nullptr) {
     Recorder& events = recorders_.emplace_back();  // (the provider keeps it until the next run)
     JobContext job{request.training_job_name(), "arn:job", request, cluster, 1};
     std::optional<absl::Status> started;
     provider_->StartContainers(job, events, [&](absl::Status s) { started = s; });
     EXPECT_TRUE(RunUntil(*loop_, [&] { return started.has_value(); }));
     EXPECT_TRUE(started.has_value() && started->ok()) << (started ? *started : absl::OkStatus());
-    if (while_running) while_running();
+    if (while_running) while_running(events);
     EXPECT_TRUE(RunUntil(*loop_, [&] { return events.exit_calls > 0; }, absl::Seconds(30)))
         << events.AllLines();
     return events.AllLines();
@@ -245,7 +247,8 @@ TEST_P(SandboxTest, TheJobsEnvironmentNeverReachesBubblewrap) {
   (*r.mutable_environment())["LD_PRELOAD"] = "/nonexistent/kiln-evil.so";
   (*r.mutable_environment())["TOKEN"] = "s3cr3t-token";
   std::vector<std::string> bwrap_envs, bwrap_cmdlines;
-  const std::string out = Run(r, *cluster, [&] {
+  const std::string out = Run(r, *cluster, [&](Recorder& events) {
+    EXPECT_TRUE(RunUntil(*loop_, [&] { return absl::StrContains(events.AllLines(), "token="); }));
     // bubblewrap: this process's children whose program is bwrap.
     const std::string me = absl::StrCat(getpid());
     for (const std::string& pid : ListDir("/proc")) {
