@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "gtest/gtest.h"
 #include "local/internal/fs.h"
+#include "local/internal/process_keeper.h"
 #include "local/local_test_util.h"
 
 namespace kiln::local::internal {
@@ -184,6 +185,72 @@ TEST(SpawnKeeperTest, ExitsWithTheProgramsStatus) {
   absl::StatusOr<pid_t> not_run = Spawn(missing);
   EXPECT_EQ(not_run.status().code(), absl::StatusCode::kNotFound) << not_run.status();
   EXPECT_NE(not_run.status().message().find("/nonexistent/train"), std::string::npos);
+}
+
+// The job's variables reach the program only: the keeper itself starts with
+// an empty environment (its /proc/<pid>/environ), and the program gets them
+// all, in order, values with '=' and spaces included.
+TEST(SpawnKeeperTest, TheEnvironmentReachesTheProgramOnly) {
+  TempDir tmp;
+  ASSERT_FALSE(tmp.path().empty());
+  const std::string out = tmp.path() + "/env";
+  SpawnSpec spec;
+  spec.argv = {"/bin/sh", "-c", "env > \"$OUT\"; touch \"$OUT.done\"; sleep 30"};
+  spec.env = {"PATH=/usr/bin:/bin", "OUT=" + out, "TOKEN=s3cr3t a=b", "LD_PRELOAD=/nonexistent.so"};
+  spec.output_fd = 2;
+  spec.keeper = true;
+  absl::StatusOr<pid_t> pid = Spawn(spec);
+  ASSERT_TRUE(pid.ok()) << pid.status();
+  if (KeeperUnusable()) GTEST_SKIP() << "the keeper cannot run here";
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while (!internal::Exists(out + ".done") && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(ReadFile(absl::StrCat("/proc/", *pid, "/environ")), "");
+  const std::string env = ReadFile(out);
+  EXPECT_NE(env.find("TOKEN=s3cr3t a=b\n"), std::string::npos) << env;
+  EXPECT_NE(env.find("LD_PRELOAD=/nonexistent.so\n"), std::string::npos) << env;
+  kill(*pid, KeeperEndSignal());
+  Reap(*pid);
+}
+
+// run_as: the program runs as that user and group, with no supplementary
+// group, after its namespaces are set up.
+TEST(SpawnTest, RunAsGivesTheProgramThatUser) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to become another user";
+  TempDir tmp;
+  ASSERT_FALSE(tmp.path().empty());
+  for (bool keeper : {false, true}) {
+    SCOPED_TRACE(keeper);
+    const std::string out = absl::StrCat(tmp.path(), "/id-", keeper);
+    SpawnSpec spec;
+    spec.argv = {"/bin/sh", "-c", "id -u; id -g; id -G"};
+    spec.env = {"PATH=/usr/bin:/bin"};
+    const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0666);
+    ASSERT_GE(fd, 0);
+    spec.output_fd = fd;
+    spec.keeper = keeper;
+    spec.run_as = Credentials{4321, 4322};
+    absl::StatusOr<pid_t> pid = Spawn(spec);
+    close(fd);
+    ASSERT_TRUE(pid.ok()) << pid.status();
+    const int status = Reap(*pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+    EXPECT_EQ(ReadFile(out), "4321\n4322\n4322\n");
+  }
+  // A working directory the user cannot enter is named.
+  const std::string closed = tmp.path() + "/closed";
+  ASSERT_TRUE(internal::MakeDirs(closed).ok());
+  chmod(closed.c_str(), 0700);
+  SpawnSpec spec;
+  spec.argv = {"/bin/true"};
+  spec.output_fd = 2;
+  spec.cwd = closed;
+  spec.run_as = Credentials{4321, 4322};
+  absl::StatusOr<pid_t> pid = Spawn(spec);
+  EXPECT_TRUE(absl::IsPermissionDenied(pid.status())) << pid.status();
+  EXPECT_NE(pid.status().message().find("as user 4321"), std::string::npos) << pid.status();
+  EXPECT_NE(pid.status().message().find(closed), std::string::npos) << pid.status();
 }
 
 // A signal sent to the group (a stop's SIGTERM) ends the program, not the

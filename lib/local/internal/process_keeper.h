@@ -57,7 +57,9 @@ inline int KeeperEndSignal() { return SIGRTMAX; }
 // The keeper's command line: argv[0] kKeeperName, argv[1] the decimal pid of
 // the process whose death ends the container (its parent), argv[2] the
 // entrypoint's path, argv[3...] the entrypoint's arguments (argv[2] is also
-// the entrypoint's argv[0]). Its environment is the entrypoint's.
+// the entrypoint's argv[0]). Its own environment is empty: the entrypoint's
+// comes on kKeeperEnvFd, so that the job's variables reach the entrypoint
+// only.
 inline constexpr char kKeeperName[] = "kiln-process-keeper";
 
 // The descriptor on which the keeper reports that the entrypoint could not
@@ -66,6 +68,11 @@ inline constexpr char kKeeperName[] = "kiln-process-keeper";
 // entrypoint does not inherit it.
 inline constexpr int kKeeperErrorFd = 3;
 inline constexpr int kKeeperExecFailed = 4;  // Spawn's stage code for execve
+
+// The descriptor from which the keeper reads the entrypoint's environment:
+// "NAME=value" entries, each ended by a NUL, to its end. The keeper closes
+// it before it starts the entrypoint.
+inline constexpr int kKeeperEnvFd = 4;
 
 // The keeper's exit status when its command line is wrong.
 inline constexpr int kKeeperUsage = 125;

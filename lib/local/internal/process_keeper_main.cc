@@ -23,6 +23,7 @@
 
 namespace {
 
+using kiln::local::internal::kKeeperEnvFd;
 using kiln::local::internal::kKeeperErrorFd;
 using kiln::local::internal::kKeeperExecFailed;
 using kiln::local::internal::kKeeperUsage;
@@ -161,6 +162,41 @@ bool EndContainer() {
   }
 }
 
+// The entrypoint's environment, read from kKeeperEnvFd (which is closed):
+// a null-terminated array of its "NAME=value" entries, or null when it
+// cannot be read.
+char** ReadEnvironment() {
+  size_t size = 0, capacity = 4096;
+  char* text = static_cast<char*>(std::malloc(capacity + 1));
+  if (text == nullptr) return nullptr;
+  for (;;) {
+    if (size == capacity) {
+      capacity *= 2;
+      char* bigger = static_cast<char*>(std::realloc(text, capacity + 1));
+      if (bigger == nullptr) return nullptr;
+      text = bigger;
+    }
+    const ssize_t n = read(kKeeperEnvFd, text + size, capacity - size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return nullptr;
+    if (n == 0) break;
+    size += static_cast<size_t>(n);
+  }
+  close(kKeeperEnvFd);
+  text[size] = '\0';
+  size_t count = 0;
+  for (size_t i = 0; i < size; ++i) count += text[i] == '\0';
+  char** env = static_cast<char**>(std::calloc(count + 1, sizeof(char*)));
+  if (env == nullptr) return nullptr;
+  size_t k = 0;
+  for (size_t start = 0; start < size && k < count; ++k) {
+    env[k] = text + start;
+    start += std::strlen(text + start) + 1;
+  }
+  env[k] = nullptr;
+  return env;
+}
+
 bool ParsePid(const char* text, pid_t* out) {
   char* end = nullptr;
   errno = 0;
@@ -193,6 +229,13 @@ int main(int argc, char** argv) {
   prctl(PR_SET_PDEATHSIG, end_signal);
   if (getppid() != parent) return 128 + SIGKILL;  // nothing started yet
   fcntl(kKeeperErrorFd, F_SETFD, FD_CLOEXEC);
+  char** const env = ReadEnvironment();
+  if (env == nullptr) {
+    const int msg[2] = {kKeeperExecFailed, EIO};
+    ssize_t ignored = write(kKeeperErrorFd, msg, sizeof(msg));
+    (void)ignored;
+    return 127;
+  }
 
   const pid_t child = fork();
   if (child < 0) {
@@ -204,7 +247,7 @@ int main(int argc, char** argv) {
   if (child == 0) {
     // The entrypoint: execve resets the caught signals to their defaults;
     // the mask is empty (Spawn's, inherited).
-    execv(argv[2], argv + 2);
+    execve(argv[2], argv + 2, env);
     const int msg[2] = {kKeeperExecFailed, errno};
     ssize_t ignored = write(kKeeperErrorFd, msg, sizeof(msg));
     (void)ignored;

@@ -142,6 +142,7 @@ struct ChildArgs {
   // is executed directly.
   int keeper_fd;
   char* const* keeper_argv;
+  int keeper_env_fd;  // the entrypoint's environment, for the keeper
 };
 
 // The child's body, up to execve. It shares the parent's memory (CLONE_VM)
@@ -178,6 +179,8 @@ int ChildMain(void* p) {
     if (getppid() != a.parent) _exit(127);
   }
   const int out = MoveHigh(spec.output_fd);
+  const int env_fd = a.keeper_argv != nullptr ? MoveHigh(a.keeper_env_fd) : -1;
+  if (a.keeper_argv != nullptr && env_fd < 0) ChildFail(err_fd, kStageDup, errno);
   int moved[kMaxSpawnFds];
   const size_t nfds = spec.fds.size();
   for (size_t i = 0; i < nfds; ++i) {
@@ -195,9 +198,13 @@ int ChildMain(void* p) {
   if (a.keeper_argv != nullptr && dup2(err_fd, kKeeperErrorFd) < 0) {
     ChildFail(err_fd, kStageDup, errno);
   }
+  // ... and reads the entrypoint's environment from descriptor 4.
+  if (a.keeper_argv != nullptr && dup2(env_fd, kKeeperEnvFd) < 0) {
+    ChildFail(err_fd, kStageDup, errno);
+  }
   // Nothing of this process but 0..2 and the descriptors given reaches the
   // program.
-  const unsigned first = static_cast<unsigned>(3 + (a.keeper_argv != nullptr ? 1 : nfds));
+  const unsigned first = static_cast<unsigned>(3 + (a.keeper_argv != nullptr ? 2 : nfds));
   if (close_range(first, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
     for (int fd = static_cast<int>(first); fd < 1024; ++fd) {
       if (fd != err_fd) fcntl(fd, F_SETFD, FD_CLOEXEC);
@@ -205,7 +212,10 @@ int ChildMain(void* p) {
   }
   if (!spec.cwd.empty() && chdir(spec.cwd.c_str()) != 0) ChildFail(err_fd, kStageChdir, errno);
   if (a.keeper_argv != nullptr) {
-    syscall(SYS_execveat, a.keeper_fd, "", a.keeper_argv, a.envp, AT_EMPTY_PATH);
+    // The keeper's own environment is empty: the job's variables reach only
+    // the entrypoint.
+    char* const no_env[] = {nullptr};
+    syscall(SYS_execveat, a.keeper_fd, "", a.keeper_argv, no_env, AT_EMPTY_PATH);
     ChildFail(err_fd, kStageKeeper, errno);
   }
   execve(a.argv[0], a.argv, a.envp);
@@ -221,10 +231,10 @@ int MakeKeeperFile() {
   int fd = memfd_create(kKeeperName, MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_EXEC);
   if (fd < 0 && errno == EINVAL) fd = memfd_create(kKeeperName, MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return -1;
-  // A spawned child puts its own descriptors at 0..3 before it executes the
+  // A spawned child puts its own descriptors at 0..4 before it executes the
   // keeper from this one: keep clear of them.
-  if (fd <= kKeeperErrorFd) {
-    const int high = fcntl(fd, F_DUPFD_CLOEXEC, kKeeperErrorFd + 1);
+  if (fd <= kKeeperEnvFd) {
+    const int high = fcntl(fd, F_DUPFD_CLOEXEC, kKeeperEnvFd + 1);
     close(fd);
     if (high < 0) return -1;
     fd = high;
@@ -242,6 +252,29 @@ int MakeKeeperFile() {
   if (fcntl(fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
     close(fd);
     return -1;
+  }
+  return fd;
+}
+
+// A memory file holding `env` ("NAME=value" entries, each ended by a NUL),
+// read from its start: the keeper's descriptor kKeeperEnvFd.
+absl::StatusOr<UniqueFd> EnvironmentFile(const std::vector<std::string>& env) {
+  UniqueFd fd(memfd_create("kiln-keeper-env", MFD_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(errno, "create", "the keeper's environment file");
+  std::string text;
+  for (const std::string& e : env) {
+    text.append(e);
+    text.push_back('\0');
+  }
+  size_t done = 0;
+  while (done < text.size()) {
+    const ssize_t n = write(fd.get(), text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return ErrnoStatus(n < 0 ? errno : EIO, "write", "the keeper's environment file");
+    done += static_cast<size_t>(n);
+  }
+  if (lseek(fd.get(), 0, SEEK_SET) != 0) {
+    return ErrnoStatus(errno, "rewind", "the keeper's environment file");
   }
   return fd;
 }
@@ -394,9 +427,13 @@ absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec) {
   const int keeper_fd = spec.keeper ? KeeperFile() : -1;
   const std::string parent_pid = absl::StrCat(getpid());
   std::vector<char*> keeper_argv;
+  UniqueFd keeper_env;
   if (keeper_fd >= 0) {
     keeper_argv = {const_cast<char*>(kKeeperName), const_cast<char*>(parent_pid.c_str())};
     keeper_argv.insert(keeper_argv.end(), argv.begin(), argv.end());  // (with its null)
+    absl::StatusOr<UniqueFd> env = EnvironmentFile(spec.env);
+    if (!env.ok()) return env.status();
+    keeper_env = *std::move(env);
   }
   int err_pipe[2];
   if (pipe2(err_pipe, O_CLOEXEC) != 0) return ErrnoStatus(errno, "create pipe", "spawn");
@@ -407,7 +444,8 @@ absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec) {
                  getpid(),
                  mount_ns == MountNamespaceSupport::kNone ? nullptr : &ns,
                  keeper_fd,
-                 keeper_fd >= 0 ? keeper_argv.data() : nullptr};
+                 keeper_fd >= 0 ? keeper_argv.data() : nullptr,
+                 keeper_env.get()};
   // As posix_spawn does: the child borrows this process's memory until it
   // execs (CLONE_VM | CLONE_VFORK), so that starting a container does not
   // copy the page tables of a large host process. Signals stay blocked until
