@@ -107,14 +107,14 @@
 //   so jobs written for the container paths run unchanged. Not a sandbox: the
 //   process sees the host as the container user (LocalOptions::container_user)
 //   does, and host names algo-<k> do not resolve. The image is read-only to it
-//   wherever Kiln can give it a mount namespace (see below). One exception keeps FastFile channels
-//   read-only: a job with FastFile channels starts its containers in a mount
-//   namespace of their own (as root; otherwise inside a user namespace that
-//   maps only Kiln's uid and gid to themselves, where the kernel allows
-//   unprivileged ones, so files of other users show as the overflow uid
-//   there) in which each channel's source is bind-mounted on itself
-//   read-only. Where neither can be made, the channel stays a plain link to
-//   the source, which the container can write through.
+//   wherever Kiln can give it a mount namespace, and so are FastFile
+//   channels: containers start in a mount namespace of their own (as root;
+//   otherwise inside a user namespace that maps only Kiln's uid and gid to
+//   themselves, where the kernel allows unprivileged ones, so files of other
+//   users show as the overflow uid there) in which the image and each
+//   channel's source are bind-mounted on themselves read-only. Where neither
+//   can be made, they stay writable to a container running as Kiln's own
+//   user.
 // - bwrap: bubblewrap, started with an empty environment (the container's
 //   variables reach only the entrypoint), as the container user, in a user
 //   namespace of its own in which that user is root without any power over
@@ -336,7 +336,11 @@ struct LocalDataChannelOptions {
 // for the same seed and epoch everywhere). ShardedByS3Key gives instance i of
 // n the positions i, i+n, ... of that order (disjoint shares, together every
 // object; with a seed the shares change every epoch). FullyReplicated gives
-// every instance everything.
+// every instance everything. file:// paths are taken from the store
+// (ObjectStore::LocalPath), so a confined file store's roots apply to every
+// mode and to CheckChannel; a listing, or a manifest's keys, that lead through
+// a symbolic link out of the source folder fail the delivery with
+// PermissionDenied naming the link. A manifest holds at most kMaxManifestBytes.
 //
 // Modes:
 // - File: the objects are copied (`copy_threads` at a time) into
