@@ -256,12 +256,25 @@ TEST(SpawnTest, RunAsGivesTheProgramThatUser) {
 // A signal sent to the group (a stop's SIGTERM) ends the program, not the
 // keeper, which still reports the program's end.
 TEST(SpawnKeeperTest, SurvivesSignalsToTheGroup) {
+  int out[2];
+  ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
   absl::StatusOr<pid_t> pid =
-      SpawnKept("trap 'exit 7' TERM; echo ready; while :; do sleep 0.01; done", 2);
+      SpawnKept("trap 'exit 7' TERM; echo ready; while :; do sleep 0.01; done", out[1]);
+  close(out[1]);
   ASSERT_TRUE(pid.ok()) << pid.status();
-  absl::SleepFor(absl::Milliseconds(200));
+  // The trap is set once the program says so.
+  char ready[6] = {};
+  size_t got = 0;
+  while (got < sizeof(ready)) {
+    const ssize_t n = read(out[0], ready + got, sizeof(ready) - got);
+    if (n < 0 && errno == EINTR) continue;
+    ASSERT_GT(n, 0) << "the program ended before it was ready";
+    got += static_cast<size_t>(n);
+  }
+  EXPECT_EQ(std::string(ready, sizeof(ready)), "ready\n");
   ASSERT_EQ(kill(-*pid, SIGTERM), 0);
   const int status = Reap(*pid);
+  close(out[0]);  // (open until then: what the shell says of its killed sleep is no SIGPIPE)
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 7);
 }
