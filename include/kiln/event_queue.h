@@ -14,33 +14,8 @@
 //   * NewHeapEventQueue(): a 4-ary heap, O(log n).
 // A user may pass either, or their own, through EventLoopOptions::queue.
 //
-// Figures (bench/event_loop_bench.cc, Release, millions of events per second of CPU time, best
-// of 10 runs in two sessions on a shared 2-vCPU VM (load average 7, then 1.3), where repeated
-// runs of the same code differ by up to 25%; the hold model: each event schedules one more at
-// now + Exp(1 s), so the number pending stays fixed):
-//
-//   hold model                    pending:  10^3   10^5   10^6
-//     queue alone                 ladder    23.3   23.0   13.8
-//                                 heap      13.6    7.4    2.9
-//     through the event loop      ladder    14.8   11.0    6.8   (session 22, the next slots
-//                                 heap       8.9    5.4    2.0    prefetched 4 ahead: ladder
-//                                                                  20.0 16.0 9.5; session 24,
-//                                                                  6 ahead: 20.0 16.2 9.0)
-//   The same with the ziggurat's exponential draws (half a log()'s cost; session 24, best of
-//   5): queue alone, ladder, 10^5: 42.5; through the event loop, ladder: 24.5 18.0 10.2.
-//   Session 25, the ladder's lane kept at 8 entries or more so that the loop's prefetch always
-//   finds the slot six ahead (best of 10 in a slow stretch): through the loop, ziggurat, 24.0
-//   21.0 14.0; log(), 20.1 17.5 12.6; against session 24's build in turns, 0.86 of its time at
-//   10^5 and 0.72 at 10^6.
-//
-//   sleepers, N actors x K sleeps     1000 x 1000   10000 x 100   1000 x 1000   10000 x 100
-//   (bench/simgrid_sleepers.cc)       same period   same period   distinct      distinct
-//                                 ladder    43.6          45.0          22.7          17.0
-//                                 heap      37.9          30.1          14.3           6.2
-//
-// Memory: about 25 bytes per pending entry for either (at 10^6 pending: ladder 25.8, heap 24.5,
-// measured before the ladder's counting sort, which adds a lane of at most 4,096 entries and
-// 16 KiB of counters).
+// How they compare on the hold model and on SimGrid's sleepers pattern: bench/event_loop_bench.cc
+// and bench/simgrid_sleepers.cc, with the current figures in the README.
 //
 //   std::unique_ptr<kiln::EventQueue> q = kiln::NewLadderEventQueue();
 //   q->Push({.time_ns = 2, .seq = 0, .slot = 7, .generation = 1});

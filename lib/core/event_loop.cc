@@ -585,7 +585,7 @@ class EventLoopImpl final : public EventLoop {
       // the ziggurat's cheaper samples, whose events are shorter, 6 gained 5-12% over 4 and 8
       // no more than 6 (6 against 4 with log(): within noise; at 10^6 and 10^3, 6 the same as
       // 4 within 2%). At 10^5, ~90% of events had six entries after them in the lane (four
-      // entries: ~95%) until the ladder kept its lane at kMinLane entries (session 25): now
+      // entries: ~95%) until the ladder kept its lane at kMinLane entries: now
       // all do while its rungs hold more, and an entry of the bottom's heap ahead of the one
       // six ahead no longer stops the prefetch (the heap's entries are recent pushes, whose
       // slots are in cache), which took 10^5 to 0.86-0.95 of its time and 10^6 to 0.72.
