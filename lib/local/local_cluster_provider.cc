@@ -13,7 +13,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -734,23 +733,6 @@ absl::Status GiveTreeToContainer(const LaunchSpec& spec) {
   return absl::OkStatus();
 }
 
-// A memory file holding `data`, read from its start. Errors: as ErrnoStatus.
-absl::StatusOr<internal::UniqueFd> MemoryFile(const char* name, std::string_view data) {
-  internal::UniqueFd fd(memfd_create(name, MFD_CLOEXEC));
-  if (!fd.valid()) return internal::ErrnoStatus(errno, "create the memory file", name);
-  size_t done = 0;
-  while (done < data.size()) {
-    const ssize_t n = write(fd.get(), data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return internal::ErrnoStatus(n < 0 ? errno : EIO, "write the memory file", name);
-    done += static_cast<size_t>(n);
-  }
-  if (lseek(fd.get(), 0, SEEK_SET) != 0) {
-    return internal::ErrnoStatus(errno, "rewind the memory file", name);
-  }
-  return fd;
-}
-
 // bwrap: bubblewrap's own process gets an empty environment, and its
 // options, among them the container's variables as --setenv pairs and the
 // seccomp filter's descriptor (5), come from a memory file (descriptor 4);
@@ -774,11 +756,11 @@ absl::Status PrepareBwrapCommand(const LaunchSpec& spec, std::vector<std::string
     text.append(a);
     text.push_back('\0');
   }
-  absl::StatusOr<internal::UniqueFd> args = MemoryFile("kiln-bwrap-args", text);
+  absl::StatusOr<internal::UniqueFd> args = internal::MemoryFile("kiln-bwrap-args", text);
   if (!args.ok()) return args.status();
   fds.push_back(*std::move(args));
   if (spec.seccomp != nullptr) {
-    absl::StatusOr<internal::UniqueFd> filter = MemoryFile("kiln-seccomp", *spec.seccomp);
+    absl::StatusOr<internal::UniqueFd> filter = internal::MemoryFile("kiln-seccomp", *spec.seccomp);
     if (!filter.ok()) return filter.status();
     fds.push_back(*std::move(filter));
   }
@@ -1044,6 +1026,17 @@ struct RuntimeSetup {
   // bwrap: the seccomp filter handed to every sandbox.
   std::shared_ptr<const std::string> seccomp;
 };
+
+// bubblewrap's options for who the container is: in a user namespace of its
+// own, root inside with no power over the host and no nested namespace,
+// unless the sandbox is started by root itself (LocalOptions::container_user
+// root), which keeps root but drops every capability.
+std::vector<std::string> BwrapIdentityArgs(const std::optional<internal::Credentials>& run_as) {
+  if (run_as.has_value() || geteuid() != 0) {
+    return {"--unshare-user", "--disable-userns", "--uid", "0", "--gid", "0"};
+  }
+  return {"--cap-drop", "ALL"};
+}
 
 class LocalClusterProvider final : public ClusterProvider {
  public:
@@ -1590,15 +1583,8 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
       // /tmp is the instance's scratch directory on disk (emptied between
       // runs, like the rest of the tree), not memory.
       a = {bwrap_program_};
-      if (run_as_.has_value() || geteuid() != 0) {
-        // A user namespace of its own, in which the container user is root
-        // with no power over the host; none below it.
-        a.insert(a.end(), {"--unshare-user", "--disable-userns", "--uid", "0", "--gid", "0"});
-      } else {
-        // Root by choice (LocalOptions::container_user): root without
-        // capabilities.
-        a.insert(a.end(), {"--cap-drop", "ALL"});
-      }
+      const std::vector<std::string> identity = BwrapIdentityArgs(run_as_);
+      a.insert(a.end(), identity.begin(), identity.end());
       a.insert(a.end(), {"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind",
                          inst.tmp_dir, "/tmp"});
       // Hide Kiln's own files (other instances, logs, caches); what is below
@@ -2364,10 +2350,8 @@ absl::StatusOr<std::unique_ptr<ClusterProvider>> NewLocalClusterProvider(EventLo
     // container user.
     internal::SpawnSpec probe;
     probe.argv = {runtime.bwrap_program};
-    if (runtime.run_as.has_value() || euid != 0) {
-      probe.argv.insert(probe.argv.end(),
-                        {"--unshare-user", "--disable-userns", "--uid", "0", "--gid", "0"});
-    }
+    const std::vector<std::string> identity = BwrapIdentityArgs(runtime.run_as);
+    probe.argv.insert(probe.argv.end(), identity.begin(), identity.end());
     probe.argv.insert(probe.argv.end(), {"--ro-bind", "/", "/", "true"});
     probe.run_as = runtime.run_as;
     int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);

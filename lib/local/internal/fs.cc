@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -315,6 +316,22 @@ absl::Status ResetDirBelow(const std::string& base, std::string_view rel) {
     dir = std::move(next);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<UniqueFd> MemoryFile(const char* name, std::string_view data) {
+  UniqueFd fd(memfd_create(name, MFD_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(errno, "create the memory file", name);
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = write(fd.get(), data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return ErrnoStatus(n < 0 ? errno : EIO, "write the memory file", name);
+    done += static_cast<size_t>(n);
+  }
+  if (lseek(fd.get(), 0, SEEK_SET) != 0) {
+    return ErrnoStatus(errno, "rewind the memory file", name);
+  }
+  return fd;
 }
 
 absl::StatusOr<std::vector<std::string>> NamesAt(int dir_fd, std::string_view display) {

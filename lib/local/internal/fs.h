@@ -81,6 +81,11 @@ absl::StatusOr<UniqueFd> OpenDirBelow(const std::string& base, std::string_view 
 // Errors: as ErrnoStatus, naming the path.
 absl::Status ResetDirBelow(const std::string& base, std::string_view rel);
 
+// A memory file (memfd, close-on-exec) holding `data`, its offset at the
+// start: for handing bytes to a child on a descriptor. `name` shows in
+// /proc. Errors: as ErrnoStatus.
+absl::StatusOr<UniqueFd> MemoryFile(const char* name, std::string_view data);
+
 // The names in the directory open as `dir_fd`, without "." and "..", in the
 // order the file system gives them; read through a descriptor of its own, so
 // that `dir_fd` is left as it was. Errors: as ErrnoStatus, naming `display`.

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <seccomp.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -82,8 +81,9 @@ absl::StatusOr<std::string> ContainerSeccompFilter() {
     if (rc != 0) return SeccompError(rc, "the rule for clone3");
   }
   // Exported through a memory file: libseccomp writes to a descriptor.
-  UniqueFd fd(memfd_create("kiln-seccomp", MFD_CLOEXEC));
-  if (!fd.valid()) return ErrnoStatus(errno, "create", "the seccomp filter's memory file");
+  absl::StatusOr<UniqueFd> file = MemoryFile("kiln-seccomp", "");
+  if (!file.ok()) return file.status();
+  const UniqueFd& fd = *file;
   rc = seccomp_export_bpf(ctx.get(), fd.get());
   if (rc != 0) return SeccompError(rc, "export");
   struct stat st;

@@ -259,24 +259,12 @@ int MakeKeeperFile() {
 // A memory file holding `env` ("NAME=value" entries, each ended by a NUL),
 // read from its start: the keeper's descriptor kKeeperEnvFd.
 absl::StatusOr<UniqueFd> EnvironmentFile(const std::vector<std::string>& env) {
-  UniqueFd fd(memfd_create("kiln-keeper-env", MFD_CLOEXEC));
-  if (!fd.valid()) return ErrnoStatus(errno, "create", "the keeper's environment file");
   std::string text;
   for (const std::string& e : env) {
     text.append(e);
     text.push_back('\0');
   }
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = write(fd.get(), text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return ErrnoStatus(n < 0 ? errno : EIO, "write", "the keeper's environment file");
-    done += static_cast<size_t>(n);
-  }
-  if (lseek(fd.get(), 0, SEEK_SET) != 0) {
-    return ErrnoStatus(errno, "rewind", "the keeper's environment file");
-  }
-  return fd;
+  return MemoryFile("kiln-keeper-env", text);
 }
 
 // Set once the keeper could not be executed here: later spawns run their
