@@ -99,6 +99,14 @@ class SandboxTest : public ::testing::TestWithParam<LocalRuntime> {
     return *result;
   }
 
+  // A cluster of one instance with the test image prepared.
+  absl::StatusOr<Cluster> ReadyCluster() {
+    absl::StatusOr<Cluster> cluster = Provision();
+    if (!cluster.ok()) return cluster;
+    if (absl::Status prepared = Prepare(*cluster); !prepared.ok()) return prepared;
+    return cluster;
+  }
+
   static v1::CreateTrainingJobRequest Request(const std::string& name,
                                               const std::string& entrypoint) {
     v1::CreateTrainingJobRequest r;
@@ -136,9 +144,8 @@ class SandboxTest : public ::testing::TestWithParam<LocalRuntime> {
 // and the seccomp filter.
 TEST_P(SandboxTest, TheContainerHasNoCapabilities) {
   AddScript("status.sh", "grep -E '^(CapEff|CapPrm|NoNewPrivs|Seccomp):' /proc/self/status\n");
-  auto cluster = Provision();
+  auto cluster = ReadyCluster();
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  ASSERT_TRUE(Prepare(*cluster).ok());
   const std::string out = Run(Request("caps", "/opt/program/status.sh"), *cluster);
   EXPECT_THAT(out, HasSubstr("CapEff:\t0000000000000000"));
   EXPECT_THAT(out, HasSubstr("CapPrm:\t0000000000000000"));
@@ -155,9 +162,8 @@ TEST_P(SandboxTest, RemountingTheRootWritableFails) {
                                        "mount -o remount,rw,bind / 2>/dev/null && echo rebound\n",
                                        "touch '", probe, "' 2>/dev/null && echo wrote\n",
                                        "echo done\n"));
-  auto cluster = Provision();
+  auto cluster = ReadyCluster();
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  ASSERT_TRUE(Prepare(*cluster).ok());
   const std::string out = Run(Request("remount", "/opt/program/remount.sh"), *cluster);
   EXPECT_THAT(out, HasSubstr("done"));
   EXPECT_THAT(out, Not(HasSubstr("remounted")));
@@ -179,9 +185,8 @@ TEST_P(SandboxTest, TheStateDirectoryStaysHidden) {
                                     "ls '", state_dir_, "/instances' 2>/dev/null | grep . "
                                     "&& echo listed\n",
                                     "echo done\n"));
-  auto cluster = Provision();
+  auto cluster = ReadyCluster();
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  ASSERT_TRUE(Prepare(*cluster).ok());
   const std::string out = Run(Request("peek", "/opt/program/peek.sh"), *cluster);
   EXPECT_THAT(out, HasSubstr("done"));
   EXPECT_THAT(out, Not(HasSubstr("unmounted")));
@@ -197,9 +202,8 @@ TEST_P(SandboxTest, AFileOnlyRootMayReadStaysUnread) {
   const std::string secret = root_ + "/credentials";
   WriteFile(secret, "aws_secret_access_key=hunter2\n", 0600);
   AddScript("read.sh", absl::StrCat("cat '", secret, "' 2>&1\necho done\n"));
-  auto cluster = Provision();
+  auto cluster = ReadyCluster();
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  ASSERT_TRUE(Prepare(*cluster).ok());
   const std::string out = Run(Request("read", "/opt/program/read.sh"), *cluster);
   EXPECT_THAT(out, HasSubstr("done"));
   EXPECT_THAT(out, Not(HasSubstr("hunter2")));
@@ -217,9 +221,8 @@ TEST_P(SandboxTest, AJobCannotPoisonTheImageOfTheNextJob) {
             "rm -f \"$dir/victim.sh\" 2>/dev/null && echo removed\n"
             "printf '#!/bin/sh\\necho POISONED\\n' > \"$dir/victim.sh\" 2>/dev/null && echo replaced\n"
             "echo done\n");
-  auto cluster = Provision();
+  auto cluster = ReadyCluster();
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  ASSERT_TRUE(Prepare(*cluster).ok());
   const std::string attack = Run(Request("poison", "/opt/program/poison.sh"), *cluster);
   EXPECT_THAT(attack, HasSubstr("done"));
   for (const char* step : {"remounted", "appended", "chmodded", "removed", "replaced"}) {
@@ -240,9 +243,8 @@ TEST_P(SandboxTest, AJobCannotPoisonTheImageOfTheNextJob) {
 TEST_P(SandboxTest, TheJobsEnvironmentNeverReachesBubblewrap) {
   if (!bwrap()) GTEST_SKIP() << "the process runtime starts the keeper, a static program";
   AddScript("env.sh", "echo \"token=$TOKEN\"\nsleep 30\n");
-  auto cluster = Provision();
+  auto cluster = ReadyCluster();
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  ASSERT_TRUE(Prepare(*cluster).ok());
   v1::CreateTrainingJobRequest r = Request("env", "/opt/program/env.sh");
   (*r.mutable_environment())["LD_PRELOAD"] = "/nonexistent/kiln-evil.so";
   (*r.mutable_environment())["TOKEN"] = "s3cr3t-token";
