@@ -6,8 +6,8 @@
 // 5 s upload), and runs the loop until all have Completed. Every job goes
 // through validation, Starting, Downloading (one channel), Training,
 // Uploading, Completed: 7 loop events (its submission, the grant, the image,
-// the channel, the start, the exit, the upload). Targets (issue 3):
-// >= 200,000 jobs/s, <= 2 KiB per finished job.
+// the channel, the start, the exit, the upload). Targets: >= 200,000 jobs/s,
+// <= 2 KiB per finished job.
 //
 // Three ways to submit the jobs:
 //   whole:    CreateTrainingJob(request), the template renamed: the engine

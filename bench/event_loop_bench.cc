@@ -9,7 +9,7 @@
 //     ReplaceTop, as the loop does); BM_HoldStdPriorityQueue on std::priority_queue, the baseline
 //     any queue must beat. The exponential sample is part of the model and of every figure,
 //     drawn one of two exact ways (ZigguratExponentialNs below): by inversion, a log() per
-//     sample (BM_HoldEventLoop, BM_HoldQueue, the figures kept since the first sessions), or by
+//     sample (BM_HoldEventLoop, BM_HoldQueue, the reference figures), or by
 //     the ziggurat, at half its cost (BM_HoldEventLoopZiggurat, BM_HoldQueueZiggurat).
 //     BM_HoldSampler and BM_HoldSamplerZiggurat measure each alone (with the absl::Duration the
 //     model makes of it), so that a figure can be told net of it.
@@ -236,7 +236,7 @@ void HoldEventLoop(benchmark::State& state, QueueFactory make_queue) {
   if (loop->pending_events() != static_cast<size_t>(pending)) state.SkipWithError("lost events");
   SetEventRate(state, events);
 }
-// The figures kept since the first sessions draw by inversion (BM_HoldEventLoop,
+// The reference figures draw by inversion (BM_HoldEventLoop,
 // BM_HoldQueue); the *Ziggurat variants run the same model with the ziggurat's samples.
 void BM_HoldEventLoop(benchmark::State& state, QueueFactory make_queue) {
   HoldEventLoop<InversionExponentialNs>(state, make_queue);

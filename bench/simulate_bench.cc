@@ -2,7 +2,7 @@
 // and spot over a 30-day horizon, through the real engine in virtual time,
 // on one core.
 //
-// The mix (for N jobs; N = 1,000,000 is the issue's target):
+// The mix (for N jobs; N = 1,000,000 is the target):
 // - HPO: 0.7 N trials in sweeps of 100 (10 at once), one sweep starting every
 //   (30 days - 6 h) / (0.7 N / 100); 1 x ml.g5.xlarge, FastFile, KeepAlive 5 min
 //   (JobRequested warm pools), work lognormal median 10 min;
@@ -13,81 +13,16 @@
 // provisioned (or takes a warm pool), downloads, trains, uploads, completes
 // and is deleted; spot jobs are preempted and resumed from checkpoints.
 //
-// Reported: jobs/s of host time and the process's peak RSS. Targets (issue
-// 8): 1,000,000 jobs in < 10 s and < 1 GiB. The figure to compare with: the
-// research simulators the issue cites take tens of seconds for 20,000 jobs
-// (~1,000 jobs/s); BM_EngineLifecycle (engine_bench) is the engine alone.
+// Reported: jobs/s of host time and the process's peak RSS. Targets:
+// 1,000,000 jobs in < 10 s and < 1 GiB. The figure to compare with: the
+// research simulators of warm-pool and spot policies take tens of seconds for
+// 20,000 jobs (~1,000 jobs/s); BM_EngineLifecycle (engine_bench) is the
+// engine alone. On 2026-11-23: 1,000,000 jobs in 7.0-8.7 s (4 runs), peak RSS
+// 23 MiB, 23.3 k instructions per job (callgrind, 100,000 jobs over 3 days).
 //
-// Measured (Release, one core of this 2-core VM, shared with other tenants).
-// Wall time on this VM swings by up to 2x between runs (1M jobs on
-// 2026-11-22: 10.4 to 19.6 s for the same binary), far more than the changes
-// measured: compare instructions, or run the old and new binaries
-// alternately. callgrind, 100,000 jobs in 3 days (the 1M run's density):
-//   66k instructions per job at first; 57.2k after the simulation's own
-//   trims; 46.9k after the engine copies requests onto per-job arenas
-//   (no per-field allocations; the runner fills one scratch request instead
-//   of copying the workload's), defers compaction (a job deleted when it
-//   ends is never serialized) and remembers regex acceptances; 45.2k since
-//   the model's simple patterns run as byte automata (4.56 G for 100,000
-//   jobs, 43 M of it compiling them once); 42.3k (4.269 G) since Delete's
-//   validation is typed, completions carry a one-word job token (no heap
-//   allocation each), a job's transitions are inline and warm-pool shapes
-//   are interned as values; 40.3k (4.026 G) since an event-loop slot holds a
-//   callable of up to 40 bytes, the sim provider has no shared liveness
-//   flag and request arenas are recycled; 39.9k (3.994 G) since the runner
-//   schedules a job's end without copying its name; 38.5k (3.849 G) since it
-//   deletes a job whose cluster a warm pool keeps only once the pool lets
-//   go (not asking first and being refused). Session 7: 38.0k (3.805 G)
-//   since the warm-pool manager finds an interned shape from the request and
-//   keeps clusters by move, and the sim provider skips cancelling events
-//   that have run; 37.0k (3.696 G) with a scratch request per workload
-//   template (a mix alternates templates: 15% of jobs re-copied one whole);
-//   36.5k (3.647 G) with four remembered acceptances per pattern (the S3
-//   URIs of channels, output and checkpoints share one); 35.7k (3.566 G)
-//   since a name-only request naming a job skips validation (and the same
-//   with the provider's clusters in a seq window, 2.6 fewer L2 misses per
-//   job: see below). Session 9: 31.0k (3.098 G) since jobs without a
-//   checkpoint location of their own (the HPO trials, 70% of the mix) are
-//   made from a PreparedTrainingJob, one per workload request and capacity:
-//   no validation or copy of the request per job; 28.5k (2.854 G) since
-//   the nightly jobs too (their saved progress is told apart by a checkpoint
-//   key, SimJobBehavior::checkpoint_key, instead of a checkpoint URI of each
-//   job's own). 1M jobs, this and session 8's head alternately: 8.1-10.6 s
-//   against 14.1-16.3 s (3 pairs): the copies no longer pass through the
-//   caches. Session 10: 27.5k (2.751 G), and more time than that: each
-//   job's MaxRuntime and MaxWait timers (a day or more ahead, nearly all
-//   cancelled: a miss on a cold slot, then a dead queue entry) became
-//   entries in the engine's deadline queues, behind one loop timer each;
-//   duration samples scale inline; the runner looks a job up only for the
-//   status events its policy uses. 1M jobs, alternately with session 9's
-//   head (5 pairs): median 9.62 s (9.15-) against 11.2 s (9.57-). 26.8k
-//   (2.676 G) with fewer heap blocks per job (a prepared job's name checked
-//   against its shape alone, the cluster spec and channel receivers
-//   refilled, a cluster's groups and image keys inline): 6 more pairs,
-//   median 9.9 s against 11.1 s.
-//   Memory: peak RSS 24 MiB for 1M jobs (ended jobs are deleted from the
-//   engine).
-// Inclusive per job before session 9: CreateTrainingJob 14.8k (validation
-// 3.5k; the arena copy 3.5k, each long string a heap block and an arena
-// cleanup entry on protobuf 3.21; provisioning 4.5k), Finish 3.1k,
-// DeleteTrainingJob 1.6k, SetStatus 2.4k, the random models' duration samples
-// 1.7k; malloc and free ~9%. Since: a job's CreateTrainingJob is 8.2k (the
-// name's validation 1.0k, provisioning 4.5k).
-// Where the wall time goes: callgrind's cache simulation (32 KiB L1s, and a
-// 512 KiB last level standing for this CPU's L2) counts, per job, ~1,670
-// L1 instruction misses (the code a job runs through exceeds the L1i) and
-// ~182 L2 data misses spread over every component (each touches its own
-// state of the job, minutes of virtual time after the last touch). Session
-// 7 cut instructions by 7% and the data misses by 2% (from 186), so
-// instruction cuts move wall time less than in proportion. The 10 s target
-// needs a leaner path, not trims: a job record that does not keep the
-// request as a protobuf message, one per-job state shared by the engine,
-// the provider and the runner instead of three keyed by name.
-// Build-level tries (session 8), none kept: LTO (4% more instructions), PGO
-// trained on this bench and tcmalloc (no gain over alternating runs), the
-// engine's per-event job fields in its first cache lines (the same L2
-// misses). 100,000 jobs over 30 days instead of 3 (a tenth as many at once)
-// run about as fast: the working set is not what costs the time.
+// Wall time on a shared machine swings by up to 2x between runs of the same
+// binary: compare two builds by instructions, or run them alternately
+// (bench/alternate.py).
 //
 // Run one size per process, so that peak RSS is that run's:
 //   simulate_bench --benchmark_filter='BM_SimulateMix/1000000/30'

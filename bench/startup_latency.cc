@@ -12,8 +12,8 @@
 //   warm: one job with KeepAlivePeriodInSeconds (not counted), then `--jobs`
 //         jobs that each take over the previous one's warm pool.
 // Prints P50/P90 per runtime and the cold/warm ratio of the medians.
-// Targets (issue 6): warm P90 <= 20 ms (process), <= 40 ms (bwrap); cold/warm
-// >= 8x. Public headers only.
+// Targets: warm P90 <= 20 ms (process), <= 40 ms (bwrap); cold/warm >= 8x.
+// Public headers only.
 //
 //   startup_latency [--jobs N] [--image-mb M] [--runtime process|bwrap|both] [--work DIR]
 #include <stdlib.h>

@@ -10,8 +10,16 @@ import datetime
 import subprocess
 import sys
 
-import botocore.session
+import botocore.loaders
+import botocore.model
 from botocore.parsers import create_parser
+
+
+def sagemaker_model():
+    """botocore's SageMaker service model, as a boto3 client loads it."""
+    loader = botocore.loaders.create_loader()
+    return botocore.model.ServiceModel(
+        loader.load_service_model("sagemaker", "service-2"), service_name="sagemaker")
 
 
 def check_required(shape, value, path, problems):
@@ -35,7 +43,7 @@ def check_required(shape, value, path, problems):
 
 def main():
     out = subprocess.run([sys.argv[1]], check=True, capture_output=True, text=True).stdout
-    model = botocore.session.get_session().get_service_model("sagemaker")
+    model = sagemaker_model()
     parser = create_parser("json")
     problems, seen = [], 0
     for line in out.splitlines():

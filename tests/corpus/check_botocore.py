@@ -13,12 +13,20 @@ import copy
 import json
 import sys
 
-import botocore.session
+import botocore.loaders
+import botocore.model
 from botocore.validate import ParamValidator
 
 
+def sagemaker_model():
+    """botocore's SageMaker service model, as a boto3 client loads it."""
+    loader = botocore.loaders.create_loader()
+    return botocore.model.ServiceModel(
+        loader.load_service_model("sagemaker", "service-2"), service_name="sagemaker")
+
+
 def main(paths):
-    model = botocore.session.get_session().get_service_model("sagemaker")
+    model = sagemaker_model()
     shape = model.operation_model("CreateTrainingJob").input_shape
     validator = ParamValidator()
     failures = 0
