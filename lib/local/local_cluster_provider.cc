@@ -53,6 +53,10 @@
 #include "local/internal/seccomp_filter.h"
 #include "local/internal/spawn.h"
 #include "local/internal/task_runner.h"
+#include "local/image_cache.h"
+#include "local/instance_tree.h"
+#include "local/log_stream.h"
+#include "local/state_dir.h"
 
 namespace kiln::local {
 namespace {
@@ -60,18 +64,24 @@ namespace {
 using internal::BuildContainerConfig;
 using internal::ContainerConfig;
 using internal::ContainerConfigInput;
+using internal::EmptyTrash;
+using internal::FreshInstanceTree;
+using internal::IsUnderContainerBase;
+using internal::kContainerBase;
+using internal::kContainerProgram;
+using internal::kDefaultCheckpointPath;
+using internal::kInstanceTmp;
+using internal::Scrub;
+using internal::kLeftForDispose;
+using internal::kLeftForNextProvider;
+using internal::LeftoverText;
+using internal::LineSplitter;
+using internal::LogStream;
+using internal::NoteForRun;
+using internal::RunLog;
 using ::kiln::internal::PathForMessage;
 
 constexpr size_t kMaxFailureBytes = 1024;
-constexpr size_t kMaxLineBytes = 64 * 1024;
-constexpr char kContainerBase[] = "/opt/ml";
-constexpr char kContainerProgram[] = "/opt/program";
-constexpr char kDefaultCheckpointPath[] = "/opt/ml/checkpoints";
-// The instance's scratch directory, below its directory (TMPDIR; /tmp under bwrap).
-constexpr char kInstanceTmp[] = "tmp";
-// The /opt/ml tree of an instance.
-constexpr const char* kMlTree[] = {"input/config",        "input/data",  "model", "output/data",
-                                   "output/intermediate", "checkpoints", "code"};
 constexpr char kDefaultHostPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 // Held (weakly) by every posted callback: gone once the provider is.
@@ -177,442 +187,9 @@ std::string CheckpointSyncFailure(bool final, const absl::Status& status,
                       " bytes), ", done.deleted, " deleted)");
 }
 
-// Whether the container path `path` is /opt/ml or below it.
-bool IsUnderContainerBase(std::string_view path) {
-  const std::string_view base = kContainerBase;
-  return path == base || (path.size() > base.size() && path.substr(0, base.size()) == base &&
-                          path[base.size()] == '/');
-}
-
-std::string StripFileScheme(std::string_view uri) {
-  if (uri.substr(0, 7) == "file://") return std::string(uri.substr(7));
-  return std::string(uri);
-}
-
 std::string JoinUri(std::string_view base, std::string_view tail) {
   return absl::StrCat(absl::StripSuffix(internal::Av(base), "/"), "/", internal::Av(tail));
 }
-
-// ---------------------------------------------------------------------------
-// Images
-
-struct ImageSource {
-  std::string path;  // absolute, on the host
-  bool is_dir = false;
-  std::string key;  // cache key
-};
-
-// A fingerprint of a tree: every entry's path, type, size, mode and mtime.
-void Fingerprint(const std::string& root, const std::string& rel, std::string& out) {
-  const std::string dir = rel.empty() ? root : absl::StrCat(root, "/", rel);
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return;
-  std::vector<std::string> names;
-  while (struct dirent* e = readdir(d)) {
-    if (std::strcmp(e->d_name, ".") == 0 || std::strcmp(e->d_name, "..") == 0) continue;
-    names.emplace_back(e->d_name);
-  }
-  closedir(d);
-  std::sort(names.begin(), names.end());
-  for (const std::string& name : names) {
-    const std::string child = rel.empty() ? name : absl::StrCat(rel, "/", name);
-    struct stat st;
-    if (lstat(absl::StrCat(root, "/", child).c_str(), &st) != 0) continue;
-    absl::StrAppend(&out, child, "\x01", st.st_mode, "\x01", st.st_size, "\x01",
-                    st.st_mtim.tv_sec, ".", st.st_mtim.tv_nsec, "\n");
-    if (S_ISDIR(st.st_mode)) Fingerprint(root, child, out);
-  }
-}
-
-absl::StatusOr<ImageSource> ResolveImage(std::string_view image) {
-  if (image.empty()) {
-    return absl::InvalidArgumentError(
-        "the local backend needs AlgorithmSpecification.TrainingImage: a directory or a tarball");
-  }
-  const std::string path = StripFileScheme(image);
-  if (path.empty() || path[0] != '/') {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "image '", PathForMessage(image),
-        "' is not a local image: give an absolute path or file:// URI of a directory or of a "
-        ".tar/.tar.gz tarball"));
-  }
-  char real[PATH_MAX];
-  if (realpath(path.c_str(), real) == nullptr) {
-    return internal::ErrnoStatus(errno, "find image", path);
-  }
-  struct stat st;
-  if (stat(real, &st) != 0) return internal::ErrnoStatus(errno, "stat image", real);
-  ImageSource src;
-  src.path = real;
-  std::string print;
-  if (S_ISDIR(st.st_mode)) {
-    src.is_dir = true;
-    print = absl::StrCat("dir\n", real, "\n");
-    Fingerprint(real, "", print);
-  } else if (S_ISREG(st.st_mode)) {
-    print = absl::StrCat("file\n", real, "\n", st.st_size, "\n", st.st_mtim.tv_sec, ".",
-                         st.st_mtim.tv_nsec);
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat("image '", PathForMessage(image), "' is neither a directory nor a tarball"));
-  }
-  src.key = internal::StableHashHex(print);
-  return src;
-}
-
-// Scratch a provider makes in the state directory, the upload archives in
-// <state_dir>/tmp and the half-unpacked images in <state_dir>/image-cache,
-// holds an exclusive flock while in use, which the kernel drops however the
-// process ends: scratch nobody holds is what a process that is gone left
-// behind (ClaimStaleScratch deletes it), and it holds across PID namespaces
-// sharing a state directory, as a pid in the name would not.
-
-// True if `fd` is still the entry at `path` (not deleted or replaced).
-bool StillAt(int fd, const std::string& path) {
-  struct stat held, named;
-  return fstat(fd, &held) == 0 && lstat(path.c_str(), &named) == 0 &&
-         held.st_dev == named.st_dev && held.st_ino == named.st_ino;
-}
-
-// Makes the file (or, with `dir`, the directory) `path`, which must not
-// exist, and takes its lock. Errors: as ErrnoStatus, naming `path`.
-absl::StatusOr<internal::UniqueFd> MakeLockedScratch(const std::string& path, bool dir) {
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    internal::UniqueFd fd;
-    if (dir) {
-      if (mkdir(path.c_str(), 0755) != 0) return internal::ErrnoStatus(errno, "create", path);
-      fd.reset(open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    } else {
-      fd.reset(open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600));
-    }
-    if (!fd.valid()) {
-      if (errno == ENOENT) continue;  // deleted at once by a clean-up: again
-      return internal::ErrnoStatus(errno, "create", path);
-    }
-    while (flock(fd.get(), LOCK_EX) != 0) {
-      if (errno != EINTR) return internal::ErrnoStatus(errno, "lock", path);
-    }
-    // A clean-up may have taken it for a dead process's before the lock: again.
-    if (StillAt(fd.get(), path)) return fd;
-  }
-  return absl::InternalError(absl::StrCat("could not create '", path, "': deleted repeatedly"));
-}
-
-// Scratch of a process that is gone, claimed (its lock taken): to delete
-// before the lock goes.
-struct StaleScratch {
-  std::string path;
-  internal::UniqueFd lock;
-};
-
-// Claims the scratch in <state_dir>/tmp and <state_dir>/image-cache whose
-// lock no process holds (see MakeLockedScratch).
-std::vector<StaleScratch> ClaimStaleScratch(const std::string& state_dir) {
-  std::vector<StaleScratch> stale;
-  const std::pair<std::string, std::string> places[] = {
-      {absl::StrCat(state_dir, "/tmp"), "upload-"},
-      {absl::StrCat(state_dir, "/image-cache"), ".tmp-"},
-  };
-  for (const auto& [dir, marker] : places) {
-    DIR* d = opendir(dir.c_str());
-    if (d == nullptr) continue;
-    while (struct dirent* e = readdir(d)) {
-      if (!absl::StrContains(e->d_name, marker)) continue;
-      const std::string path = absl::StrCat(dir, "/", e->d_name);
-      internal::UniqueFd fd(open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
-      if (!fd.valid() || flock(fd.get(), LOCK_EX | LOCK_NB) != 0 || !StillAt(fd.get(), path)) {
-        continue;  // in use, or gone
-      }
-      stale.push_back(StaleScratch{path, std::move(fd)});
-    }
-    closedir(d);
-  }
-  return stale;
-}
-
-// Makes `target` hold the unpacked image (atomically: a directory appears
-// complete or not at all). A no-op when it exists. The image is unpacked into
-// a scratch copy beside `target`, which is deleted when it is not renamed
-// into place: `left` says why it could not all be deleted (OK when nothing is
-// left), whether the unpack succeeded or not (see UnpackLeftover).
-absl::Status Materialize(const ImageSource& src, const std::string& target, absl::Status& left) {
-  left = absl::OkStatus();
-  if (internal::IsDirectory(target)) return absl::OkStatus();
-  const std::string tmp = absl::StrCat(target, ".tmp-", getpid(), "-", gettid());
-  // (A copy of this name is one an earlier unpack on this thread left, and
-  // said it left.)
-  absl::Status s = internal::RemoveTree(tmp);
-  if (!s.ok()) return s;
-  absl::StatusOr<internal::UniqueFd> lock = MakeLockedScratch(tmp, /*dir=*/true);
-  if (!lock.ok()) s = lock.status();
-  if (s.ok()) {
-    s = src.is_dir ? internal::CopyTree(src.path, tmp) : internal::ExtractArchive(src.path, tmp);
-  }
-  if (s.ok() && rename(tmp.c_str(), target.c_str()) != 0) {
-    const int err = errno;  // (before IsDirectory's stat sets it)
-    // Someone else finished first (shared cache): theirs is as good.
-    if (!internal::IsDirectory(target)) s = internal::ErrnoStatus(err, "rename", target);
-  }
-  // (What cannot be deleted is found again: below an instance, with its
-  // cluster; in the shared cache, by the next provider's ClaimStaleScratch.)
-  left = internal::RemoveTree(tmp);
-  return s;
-}
-
-// ---------------------------------------------------------------------------
-// Output lines
-
-class LineSplitter {
- public:
-  // Appends `chunk`; complete lines (and over-long partial ones) go to `lines`.
-  void Add(std::string_view chunk, std::vector<std::string>& lines) {
-    buf_.append(chunk);
-    size_t start = 0;
-    while (true) {
-      size_t nl = buf_.find('\n', start);
-      if (nl == std::string::npos) break;
-      Emit(std::string_view(buf_).substr(start, nl - start), lines);
-      start = nl + 1;
-    }
-    buf_.erase(0, start);
-    while (buf_.size() >= kMaxLineBytes) {
-      Emit(std::string_view(buf_).substr(0, kMaxLineBytes), lines);
-      buf_.erase(0, kMaxLineBytes);
-    }
-  }
-  void Flush(std::vector<std::string>& lines) {
-    if (!buf_.empty()) Emit(buf_, lines);
-    buf_.clear();
-  }
-
- private:
-  static void Emit(std::string_view line, std::vector<std::string>& lines) {
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    lines.emplace_back(line);
-  }
-  std::string buf_;
-};
-
-// Where the log stream of one container run goes:
-// <log_dir>/<job>/algo-<k>-<epoch>, or, when a run of the same job on the
-// same host that started in the same second holds that name (a rerun, the
-// job's next attempt, a provider in another process sharing the log
-// directory), the first free of "<name>-2", "<name>-3", ... The first Open
-// makes the file with O_EXCL: the kernel, not the clock, keeps two runs from
-// ever sharing a stream, so what is said about a run (NoteForRun) reaches its
-// stream and no other. The stream gets its name when the run starts; what is
-// said about the run before (while PrepareImage prepares the instance for it)
-// is kept until then, for the stream's first lines.
-//
-// Thread-safe.
-class RunLog {
- public:
-  // Gives the stream its name (StartContainers).
-  void Name(std::string name) {
-    absl::MutexLock lock(&mu_);
-    name_ = std::move(name);
-  }
-
-  // Keeps `text` for the stream while it has no name, and returns true; false
-  // once it has one (the caller writes `text` then).
-  bool QueueUnlessNamed(std::string_view text) {
-    absl::MutexLock lock(&mu_);
-    if (!name_.empty()) return false;
-    queued_.emplace_back(text);
-    return true;
-  }
-
-  // The texts QueueUnlessNamed kept, which the caller now writes.
-  std::vector<std::string> TakeQueued() {
-    absl::MutexLock lock(&mu_);
-    return std::exchange(queued_, {});
-  }
-
-  // Opens the stream for appending: the first time, a file made under a name
-  // no other stream has (its directory made when missing); afterwards, that
-  // file again, or, when it was deleted or replaced meanwhile, one made anew
-  // the same way (never a file another run may have made under its name).
-  // Sets `path` to the file's name (on error, the one that failed).
-  // Errors: as ErrnoStatus, naming the directory or the file.
-  // REQUIRES: Name was called.
-  absl::StatusOr<internal::UniqueFd> Open(std::string& path) {
-    absl::MutexLock lock(&mu_);
-    if (name_.empty()) return absl::InternalError("a log stream opened before it has a name");
-    if (!path_.empty()) {
-      path = path_;
-      internal::UniqueFd fd(open(path_.c_str(), O_WRONLY | O_APPEND | O_NOFOLLOW | O_CLOEXEC));
-      struct stat st;
-      if (fd.valid() && fstat(fd.get(), &st) == 0 && st.st_dev == dev_ && st.st_ino == ino_) {
-        return fd;
-      }
-      if (!fd.valid() && errno != ENOENT) return internal::ErrnoStatus(errno, "open", path_);
-    }
-    path = name_;
-    absl::Status s = internal::MakeDirs(internal::DirName(name_));
-    if (!s.ok()) return s;
-    for (int n = 2;; ++n) {
-      internal::UniqueFd fd(open(path.c_str(),
-                                 O_WRONLY | O_CREAT | O_EXCL | O_APPEND | O_NOFOLLOW | O_CLOEXEC,
-                                 0644));
-      if (!fd.valid()) {
-        if (errno != EEXIST) return internal::ErrnoStatus(errno, "create", path);
-        path = absl::StrCat(name_, "-", n);  // another run's
-        continue;
-      }
-      struct stat st;
-      if (fstat(fd.get(), &st) != 0) return internal::ErrnoStatus(errno, "stat", path);
-      path_ = path;
-      dev_ = st.st_dev;
-      ino_ = st.st_ino;
-      return fd;
-    }
-  }
-
- private:
-  absl::Mutex mu_;
-  std::string name_ ABSL_GUARDED_BY(mu_);  // "" until Name
-  std::vector<std::string> queued_ ABSL_GUARDED_BY(mu_);
-  std::string path_ ABSL_GUARDED_BY(mu_);  // the file made, "" until then
-  dev_t dev_ ABSL_GUARDED_BY(mu_) = 0;     // ... and which file it is
-  ino_t ino_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
-// The log stream of one container run (RunLog): the container's output as it
-// comes, and Kiln's own "[kiln] " lines.
-//
-// Every write is completed, or the stream breaks: on the first failure (a full
-// disk) the file is cut back to the end of its last whole line, a "[kiln] "
-// line saying why is added when it fits (the cut may have freed the room),
-// and nothing more is written to it. So the file never holds a cut line, nor
-// one joined to a later one, as writing on after a short write would give
-// (the disk may have room again by the next chunk). The caller shows observers
-// the line the breaking call returns: the stream says so once, where it can
-// be read. A stream that cannot be opened is broken from the start, and one
-// whose close() fails (a deferred write error) is broken at the end.
-//
-// Supervisor thread only (thread-compatible).
-class LogStream {
- public:
-  // What every line that reports a broken stream to observers starts with.
-  static constexpr char kBrokenPrefix[] = "[kiln] the log stream cannot be written: ";
-
-  // `run` must outlive the stream.
-  explicit LogStream(RunLog& run) : run_(run) {}
-
-  // Opens the run's stream for appending (RunLog::Open). Returns the line for
-  // observers when it cannot (naming what and why), else "".
-  std::string Open() {
-    absl::StatusOr<internal::UniqueFd> fd = run_.Open(path_);
-    absl::Status s = fd.status();
-    if (s.ok()) {
-      fd_ = *std::move(fd);
-      struct stat st;
-      if (fstat(fd_.get(), &st) != 0) {
-        s = internal::ErrnoStatus(errno, "stat", path_);
-        fd_.reset();
-      } else {
-        // (A note added after the run: never cut below what is there.)
-        size_ = line_end_ = st.st_size;
-      }
-    }
-    if (s.ok()) {
-      state_ = State::kOpen;
-      return "";
-    }
-    state_ = State::kBroken;
-    return absl::StrCat(kBrokenPrefix, s.message(),
-                        "; this container's output reaches the job's observers only");
-  }
-
-  // Appends container output. Returns the line for observers when this call
-  // broke the stream, else "".
-  std::string AppendOutput(std::string_view data) {
-    if (state_ != State::kOpen || data.empty()) return "";
-    int err = 0;
-    return WriteAll(data, err) ? "" : Break(err);
-  }
-
-  // Appends "[kiln] <text>" on a line of its own. Returns the line for
-  // observers when this call broke the stream, else "".
-  std::string AppendPlatformLine(std::string_view text) {
-    if (state_ != State::kOpen) return "";
-    const std::string line = absl::StrCat(AtLineStart() ? "" : "\n", "[kiln] ",
-                                          internal::Av(text), "\n");
-    int err = 0;
-    return WriteAll(line, err) ? "" : Break(err);
-  }
-
-  // Whether the stream was opened and then broke, or could not be opened.
-  bool broken() const { return state_ == State::kBroken; }
-
-  // Closes the file. Returns the line for observers when close() fails (where
-  // some file systems, NFS or FUSE ones, report a write that failed after it
-  // returned), else "". The stream is then broken like a failed write breaks
-  // it, except that the file can no longer be put right.
-  std::string Close() {
-    if (state_ != State::kOpen) return "";
-    const int err = fd_.Close();
-    if (err == 0) {
-      state_ = State::kClosed;
-      return "";
-    }
-    state_ = State::kBroken;
-    return absl::StrCat(kBrokenPrefix, "close '", path_, "': ", std::strerror(err),
-                        "; it may lack some of this container's output, which reached the "
-                        "job's observers");
-  }
-
- private:
-  enum class State { kNotOpen, kOpen, kBroken, kClosed };
-
-  bool AtLineStart() const { return size_ == line_end_; }
-
-  // Writes all of `data`, keeping size_ and line_end_ up to date with what
-  // reached the file. False (with `err`) when a write fails.
-  bool WriteAll(std::string_view data, int& err) {
-    while (!data.empty()) {
-      const ssize_t w = write(fd_.get(), data.data(), data.size());
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) {
-        err = w < 0 ? errno : EIO;  // (0 from a regular file: never loop on it)
-        return false;
-      }
-      const std::string_view done = data.substr(0, static_cast<size_t>(w));
-      const size_t nl = done.rfind('\n');
-      if (nl != std::string_view::npos) line_end_ = size_ + static_cast<off_t>(nl) + 1;
-      size_ += w;
-      data.remove_prefix(static_cast<size_t>(w));
-    }
-    return true;
-  }
-
-  std::string Break(int err) {
-    state_ = State::kBroken;
-    const std::string reason = std::strerror(err);
-    // The file ends on a whole line: what a failed write left of one goes.
-    if (!AtLineStart() && ftruncate(fd_.get(), line_end_) == 0) size_ = line_end_;
-    // Said in the file too, whole or not at all.
-    const off_t before = size_;
-    const std::string note = absl::StrCat(
-        AtLineStart() ? "" : "\n", "[kiln] the log stream stops here: write failed: ", reason,
-        "; the rest of the output reached the job's observers only\n");
-    int ignored = 0;
-    if (!WriteAll(note, ignored) && size_ != before && ftruncate(fd_.get(), before) == 0) {
-      size_ = before;
-    }
-    fd_.reset();
-    return absl::StrCat(kBrokenPrefix, "write '", path_, "': ", reason,
-                        "; it ends with the last whole line that fit, and the rest of this "
-                        "container's output reaches the job's observers only");
-  }
-
-  RunLog& run_;
-  std::string path_;  // the file (set by Open)
-  internal::UniqueFd fd_;
-  State state_ = State::kNotOpen;
-  off_t size_ = 0;      // bytes in the file (only this stream appends to it)
-  off_t line_end_ = 0;  // size_ just after the last newline written
-};
 
 // ---------------------------------------------------------------------------
 // The provider
@@ -625,9 +202,9 @@ struct LaunchSpec {
   uint64_t run = 0;
   size_t index = 0;
   std::string host;
-  std::string instance_dir;  // trusted: nothing below it is followed through a link
-  std::string ml_dir;
-  std::string tmp_dir;
+  // The instance's directories (paths.dir is trusted: nothing below it is
+  // followed through a link).
+  internal::InstancePaths paths;
   std::shared_ptr<RunLog> log;
   ContainerConfig config;
   std::vector<std::string> argv;  // argv[0] still to be found on PATH
@@ -641,12 +218,12 @@ struct LaunchSpec {
   // process runtime: what the container sees read-only (the image, the
   // FastFile sources).
   std::vector<std::string> readonly_paths;
-  // Directories made fresh before the run, below instance_dir.
+  // Directories made fresh before the run, below paths.dir.
   std::vector<std::string> fresh_dirs;
   // Checkpoints.
   ObjectStore* checkpoint_store = nullptr;
   std::string checkpoint_uri;
-  std::string checkpoint_dir;  // host path, below instance_dir
+  std::string checkpoint_dir;  // host path, below paths.dir
   absl::Duration sync_interval;
   absl::Duration drain_timeout;
   // The instance's earlier runs, which must be done with its files first.
@@ -662,7 +239,7 @@ struct LaunchSpec {
 absl::Status MountFastFileViews(LaunchSpec& spec) {
   std::vector<std::string> binds;
   for (const std::string& ch : spec.config.channels) {
-    const std::string path = absl::StrCat(spec.ml_dir, "/input/data/", ch);
+    const std::string path = absl::StrCat(spec.paths.ml_dir, "/input/data/", ch);
     struct stat st;
     if (lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) continue;
     char target[PATH_MAX];
@@ -692,7 +269,7 @@ absl::Status MountFastFileViews(LaunchSpec& spec) {
 // in kiln/local/local.h.
 absl::Status CollectReadOnlyViews(LaunchSpec& spec) {
   for (const std::string& ch : spec.config.channels) {
-    const std::string path = absl::StrCat(spec.ml_dir, "/input/data/", ch);
+    const std::string path = absl::StrCat(spec.paths.ml_dir, "/input/data/", ch);
     struct stat st;
     if (lstat(path.c_str(), &st) != 0 || !S_ISLNK(st.st_mode)) continue;
     char target[PATH_MAX];
@@ -707,28 +284,6 @@ absl::Status CollectReadOnlyViews(LaunchSpec& spec) {
   if (!spec.readonly_paths.empty() &&
       internal::GetMountNamespaceSupport() == internal::MountNamespaceSupport::kNone) {
     spec.readonly_paths.clear();
-  }
-  return absl::OkStatus();
-}
-
-// Gives the container user what a run may write: the /opt/ml tree's
-// directories, model, output, code and checkpoints, the entries of
-// input/data (FIFOs, channel folders) and input/config, and the scratch
-// space. (The channels' files stay the host's: read-only to the container.)
-absl::Status GiveTreeToContainer(const LaunchSpec& spec) {
-  const internal::Credentials& c = *spec.run_as;
-  const std::pair<std::string, int> parts[] = {
-      {"ml", 0},          {"ml/model", -1},     {"ml/output", -1},     {"ml/code", -1},
-      {"ml/checkpoints", -1}, {"ml/input", 0},  {"ml/input/data", 1},  {"ml/input/config", 1},
-      {kInstanceTmp, -1},
-  };
-  for (const auto& [rel, depth] : parts) {
-    absl::Status s = internal::ChownBelow(spec.instance_dir, rel, c.uid, c.gid, depth);
-    if (!s.ok()) return s;
-  }
-  if (!spec.checkpoint_dir.empty()) {
-    const std::string rel = spec.checkpoint_dir.substr(spec.instance_dir.size() + 1);
-    return internal::ChownBelow(spec.instance_dir, rel, c.uid, c.gid, -1);
   }
   return absl::OkStatus();
 }
@@ -778,100 +333,9 @@ struct StartState {
   ClusterProvider::DoneCallback started;
 };
 
-// An instance's tree being made fresh ahead of its next job (Recycle).
-struct Scrub {
-  absl::Notification done;  // the fresh tree is in place (or `status` says why not)
-  absl::Status status;      // set before `done`
-  absl::Notification trash_gone;  // the old tree is deleted too
-};
-
-// Makes an instance's /opt/ml tree and scratch space anew (nothing of an
-// earlier job survives; the image cache stays). The old ones are renamed
-// aside, into `trash` (paths inside the instance directory), so that the
-// caller can delete them after the fresh tree is in use: a rename is O(1),
-// deleting a job's files is not.
-absl::Status FreshInstanceTree(const std::string& dir, const std::string& ml_dir,
-                               const std::string& tmp_dir, std::vector<std::string>& trash) {
-  static std::atomic<uint64_t> next_trash{0};
-  for (const std::string& old : {ml_dir, tmp_dir, absl::StrCat(dir, "/checkpoints-local")}) {
-    const std::string aside = absl::StrCat(dir, "/trash-", getpid(), "-", ++next_trash);
-    if (rename(old.c_str(), aside.c_str()) == 0) {
-      trash.push_back(aside);
-    } else if (errno != ENOENT) {
-      // Not movable (e.g. another file system): delete it in place.
-      absl::Status s = internal::RemoveTree(old);
-      if (!s.ok()) return s;
-    }
-  }
-  absl::Status status = internal::MakeDirs(tmp_dir);
-  for (const char* sub : kMlTree) {
-    if (status.ok()) status = internal::MakeDirs(absl::StrCat(ml_dir, "/", sub));
-  }
-  return status;
-}
-
-// Adds "[kiln] <text>" to the log stream of a container run: what the
-// provider learns about the run outside it (that files could not all be
-// deleted), said where the rest of its story is. For a run that has started,
-// now; for the run an instance is being prepared for, as the first lines of
-// its stream (RunLog). Nothing when `run` is null (no run yet). Best effort:
-// the line is whole or absent (LogStream), and there is no one left to tell
-// when it cannot be written.
-void NoteForRun(const std::shared_ptr<RunLog>& run, std::string_view text) {
-  if (run == nullptr || run->QueueUnlessNamed(text)) return;
-  LogStream stream(*run);
-  if (stream.Open().empty()) stream.AppendPlatformLine(text);
-  stream.Close();
-}
-
-// Who tries again to delete what a clean-up left: in an instance's directory,
-// the cluster's release (Dispose); elsewhere, or at the release, the next
-// provider made on the state directory (the cluster's kept lock file, or the
-// scratch's name, leads it there).
-constexpr char kLeftForDispose[] = "; what is left is deleted with the cluster";
-constexpr char kLeftForNextProvider[] =
-    "; a provider made later on this state directory tries again";
-
-// What a clean-up left, as NoteForRun says it: "<lead>: <why><then>", where
-// `removal` (the failed deletion's status) names the path and the reason.
-std::string LeftoverText(std::string_view lead, const absl::Status& removal,
-                         std::string_view then) {
-  return absl::StrCat(internal::Av(lead), ": ", removal.message(), internal::Av(then));
-}
-
-// Deletes what FreshInstanceTree put aside, the files of the run `run`, and
-// says in its log stream what could not be deleted (the first removal that
-// failed; the others are tried all the same).
-void EmptyTrash(const std::shared_ptr<RunLog>& run, std::vector<std::string>& trash) {
-  absl::Status status;
-  for (const std::string& t : trash) status.Update(internal::RemoveTree(t));
-  trash.clear();
-  if (!status.ok()) {
-    NoteForRun(run, LeftoverText("the files of this run could not all be deleted", status,
-                                 kLeftForDispose));
-  }
-}
-
-// Returns the status of an unpack (Materialize) that left a scratch copy it
-// could not delete (`left`; OK: nothing is left), described by `lead` and
-// `then`: said in the log stream of each run the unpack prepares (`runs`)
-// and, when the unpack failed (`unpacked`), in its error too, as that job may
-// never run.
-absl::Status UnpackLeftover(const absl::Status& unpacked, const absl::Status& left,
-                            std::string_view lead, std::string_view then,
-                            const std::vector<std::shared_ptr<RunLog>>& runs) {
-  if (left.ok()) return unpacked;
-  const std::string text = LeftoverText(lead, left, then);
-  for (const std::shared_ptr<RunLog>& run : runs) NoteForRun(run, text);
-  if (unpacked.ok()) return unpacked;
-  return absl::Status(unpacked.code(), absl::StrCat(unpacked.message(), "; ", text));
-}
-
 struct LocalInstance {
   Instance info;
-  std::string dir;
-  std::string ml_dir;
-  std::string tmp_dir;
+  internal::InstancePaths paths;
   std::string image_root;   // set by PrepareImage
   std::string program_dir;  // set by PrepareImage
   std::shared_ptr<RunLog> last_log;  // the log stream of the latest run (set by StartContainers)
@@ -888,109 +352,8 @@ struct LocalInstance {
   bool tree_fresh = false;
 };
 
-// Marks a cluster's directory as in use while it lives: an exclusive flock on
-// <state_dir>/locks/<cluster-id>.lock, which the kernel drops when this
-// process dies, however it dies. A provider made later on the same state
-// directory deletes the clusters whose lock nobody holds (ClaimStaleClusters):
-// what a crashed process left behind. (flock, unlike a pid in the name, also
-// holds across PID namespaces sharing a state directory.)
-class ClusterLock {
- public:
-  // Takes the lock at `path` (ClusterLockPath), waiting while a provider
-  // deletes a stale cluster of the same name. Errors: as ErrnoStatus, when
-  // the lock file cannot be made or locked.
-  static absl::StatusOr<std::unique_ptr<ClusterLock>> Take(const std::string& path) {
-    while (true) {
-      const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-      if (fd < 0) return internal::ErrnoStatus(errno, "create the lock file", path);
-      while (flock(fd, LOCK_EX) != 0) {
-        if (errno == EINTR) continue;
-        const int err = errno;
-        close(fd);
-        return internal::ErrnoStatus(err, "lock", path);
-      }
-      if (StillLinked(fd, path)) return std::unique_ptr<ClusterLock>(new ClusterLock(path, fd));
-      close(fd);  // deleted meanwhile, with the stale cluster it stood for: again
-    }
-  }
-
-  // Takes the lock at `path` if its file exists and no one holds it (its
-  // cluster is stale); null otherwise.
-  static std::unique_ptr<ClusterLock> TryTake(const std::string& path) {
-    const int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
-    if (fd < 0) return nullptr;
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0 || !StillLinked(fd, path)) {
-      close(fd);  // in use (or just deleted)
-      return nullptr;
-    }
-    return std::unique_ptr<ClusterLock>(new ClusterLock(path, fd));
-  }
-
-  // Deletes the lock file (unless KeepFile was called), then lets the lock go.
-  // (A file that cannot be deleted only makes the next provider made on the
-  // state directory find the cluster stale, find its directory gone, and try
-  // again.)
-  ~ClusterLock() {
-    if (!keep_file_) unlink(path_.c_str());
-    close(fd_);
-  }
-
-  // Leaves the file when the lock goes: for a cluster whose directory could
-  // not all be deleted, which a provider made later then finds stale and
-  // tries again (ClaimStaleClusters; without the file it never would).
-  void KeepFile() { keep_file_ = true; }
-
-  ClusterLock(const ClusterLock&) = delete;
-  ClusterLock& operator=(const ClusterLock&) = delete;
-
- private:
-  // True if `fd` is still the file at `path` (not deleted or replaced).
-  static bool StillLinked(int fd, const std::string& path) {
-    struct stat held, named;
-    return fstat(fd, &held) == 0 && stat(path.c_str(), &named) == 0 &&
-           held.st_dev == named.st_dev && held.st_ino == named.st_ino;
-  }
-
-  ClusterLock(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
-
-  std::string path_;
-  int fd_;
-  bool keep_file_ = false;
-};
-
-// A stale cluster (see ClusterLock), claimed: its directory is to be deleted
-// before its lock goes.
-struct StaleCluster {
-  std::string dir;
-  std::unique_ptr<ClusterLock> lock;
-};
-
-// Claims the clusters whose lock (in <state_dir>/locks) no process holds.
-// Cluster directories without a lock file are left alone.
-std::vector<StaleCluster> ClaimStaleClusters(const std::string& state_dir) {
-  std::vector<StaleCluster> stale;
-  const std::string locks = internal::LocksDir(state_dir);
-  DIR* d = opendir(locks.c_str());
-  if (d == nullptr) return stale;
-  while (struct dirent* e = readdir(d)) {
-    const std::string_view name = e->d_name;
-    constexpr std::string_view kSuffix = ".lock";
-    if (name.size() <= kSuffix.size() || name[0] == '.' ||
-        name.substr(name.size() - kSuffix.size()) != kSuffix) {
-      continue;
-    }
-    const std::string_view id = name.substr(0, name.size() - kSuffix.size());
-    std::unique_ptr<ClusterLock> lock =
-        ClusterLock::TryTake(internal::ClusterLockPath(state_dir, id));
-    if (lock == nullptr) continue;
-    stale.push_back(StaleCluster{internal::ClusterDir(state_dir, id), std::move(lock)});
-  }
-  closedir(d);
-  return stale;
-}
-
 struct LocalCluster {
-  std::unique_ptr<ClusterLock> lock;  // (destroyed last)
+  std::unique_ptr<internal::ClusterLock> lock;  // (destroyed last)
   Cluster cluster;
   std::string dir;
   std::vector<LocalInstance> instances;
@@ -999,23 +362,6 @@ struct LocalCluster {
   std::shared_ptr<NetnsGuard> netns;  // bwrap with a per-cluster network namespace
   bool host_network = false;          // bwrap without one: names via /etc/hosts only
   std::string hosts_file;
-};
-
-// A cluster's directory while Provision makes it, with the lock that makes it
-// ours. Unless the lock is handed over with the cluster, the directory is
-// deleted while the lock is held, then the lock goes, its file kept when the
-// directory could not all be deleted (as Dispose keeps it), so that a
-// provider made later on the state directory tries again. Without the lock
-// nothing is deleted: a cluster of the same name, made in another PID
-// namespace sharing the state directory, may own the directory.
-struct ProvisionedDirs {
-  std::string dir;
-  std::unique_ptr<ClusterLock> lock;  // null: not taken, or handed over
-  ~ProvisionedDirs() {
-    if (lock == nullptr) return;
-    if (!internal::RemoveTree(dir).ok()) lock->KeepFile();
-    lock.reset();  // (deletes the lock file unless kept, then unlocks)
-  }
 };
 
 // How containers are started, settled when the provider is made.
@@ -1045,7 +391,8 @@ class LocalClusterProvider final : public ClusterProvider {
         options_(std::move(options)),
         bwrap_program_(std::move(runtime.bwrap_program)),
         run_as_(runtime.run_as),
-        seccomp_(std::move(runtime.seccomp)) {
+        seccomp_(std::move(runtime.seccomp)),
+        images_(options_.state_dir, options_.shared_image_cache) {
     if (options_.log_dir.empty()) options_.log_dir = absl::StrCat(options_.state_dir, "/logs");
     const char* path = std::getenv("PATH");
     host_path_ = path != nullptr && *path != '\0' ? path : kDefaultHostPath;
@@ -1056,23 +403,9 @@ class LocalClusterProvider final : public ClusterProvider {
     if (cpu_count_ <= 0) cpu_count_ = 1;
     // What a crashed process left in the state directory goes, in the
     // background (a job's files can take a while to delete).
-    std::vector<StaleCluster> stale = ClaimStaleClusters(options_.state_dir);
-    std::vector<StaleScratch> scratch = ClaimStaleScratch(options_.state_dir);
-    if (!stale.empty() || !scratch.empty()) {
-      tasks_.Run([stale = std::move(stale), scratch = std::move(scratch)]() mutable {
-        // What cannot be deleted stays for the next provider made here to
-        // try again: a cluster keeps its lock file for that, and scratch is
-        // found by its name.
-        for (StaleCluster& c : stale) {
-          if (!internal::RemoveTree(c.dir).ok()) c.lock->KeepFile();
-          c.lock.reset();  // (deletes the lock file unless kept, then unlocks)
-        }
-        for (StaleScratch& t : scratch) {
-          internal::RemoveTree(t.path).IgnoreError();
-          t.lock.reset();
-        }
-      });
-    }
+    auto stale = std::make_shared<internal::StaleFiles>(
+        internal::StaleFiles::Claim(options_.state_dir));
+    if (!stale->empty()) tasks_.Run([stale] { stale->Delete(); });
   }
 
   ~LocalClusterProvider() override {
@@ -1142,7 +475,7 @@ class LocalClusterProvider final : public ClusterProvider {
   std::map<std::string, std::unique_ptr<LocalCluster>> clusters_;
   int64_t instances_in_use_ = 0;
   bool netns_unavailable_ = false;  // learned from a failed attempt
-  absl::Mutex image_mu_;            // serializes shared-cache unpacks
+  internal::ImageCache images_;
   internal::TaskRunner tasks_;      // last: joined first on destruction
 };
 
@@ -1181,9 +514,7 @@ void LocalClusterProvider::Provision(const ClusterSpec& spec, ClusterCallback do
       inst.info.id = internal::InstanceId(cluster->cluster.id, inst.info.host_name);
       inst.info.group_name = g.name;
       inst.info.instance_type = g.instance_type;
-      inst.dir = internal::InstanceDir(options_.state_dir, inst.info.id);
-      inst.ml_dir = internal::MlDir(inst.dir);
-      inst.tmp_dir = absl::StrCat(inst.dir, "/", kInstanceTmp);
+      inst.paths = internal::InstancePaths::Of(options_.state_dir, inst.info.id);
       cluster->cluster.instances.push_back(inst.info);
       cluster->instances.push_back(std::move(inst));
     }
@@ -1193,12 +524,12 @@ void LocalClusterProvider::Provision(const ClusterSpec& spec, ClusterCallback do
   auto guard = std::make_shared<EventLoop::WorkGuard>(loop_.AcquireWork());
   tasks_.Run([this, cluster = std::move(cluster), done = std::move(done), want_netns, bwrap,
               guard, alive = std::weak_ptr<Alive>(alive_)]() mutable {
-    auto dirs = std::make_unique<ProvisionedDirs>();
+    auto dirs = std::make_unique<internal::ProvisionedDirs>();
     dirs->dir = cluster->dir;
     absl::Status status;
     const std::string lock_path =
         internal::ClusterLockPath(options_.state_dir, cluster->cluster.id);
-    if (absl::StatusOr<std::unique_ptr<ClusterLock>> lock = ClusterLock::Take(lock_path);
+    if (absl::StatusOr<std::unique_ptr<internal::ClusterLock>> lock = internal::ClusterLock::Take(lock_path);
         lock.ok()) {
       dirs->lock = *std::move(lock);
     } else {
@@ -1206,12 +537,7 @@ void LocalClusterProvider::Provision(const ClusterSpec& spec, ClusterCallback do
     }
     if (status.ok()) status = internal::RemoveTree(cluster->dir);
     for (const LocalInstance& inst : cluster->instances) {
-      for (const std::string& d : {absl::StrCat(inst.dir, "/image-cache"), inst.tmp_dir}) {
-        if (status.ok()) status = internal::MakeDirs(d);
-      }
-      for (const char* sub : kMlTree) {
-        if (status.ok()) status = internal::MakeDirs(absl::StrCat(inst.ml_dir, "/", sub));
-      }
+      if (status.ok()) status = internal::MakeInstanceTree(inst.paths);
     }
     std::shared_ptr<NetnsGuard> netns;
     bool netns_denied = false;
@@ -1274,7 +600,7 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
     return;
   }
   struct Work {
-    std::string dir, ml_dir, tmp_dir;
+    internal::InstancePaths paths;
     std::vector<std::shared_ptr<ContainerProc>> wait_for;
     std::shared_ptr<Scrub> scrub;  // the tree is being made fresh already
     std::vector<std::string> trash;  // the old tree, to delete once `done` has run
@@ -1286,9 +612,7 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
   auto work = std::make_shared<std::vector<Work>>();
   for (LocalInstance& inst : c->instances) {
     Work w;
-    w.dir = inst.dir;
-    w.ml_dir = inst.ml_dir;
-    w.tmp_dir = inst.tmp_dir;
+    w.paths = inst.paths;
     w.last_log = inst.last_log;
     if (inst.next_log == nullptr) inst.next_log = std::make_shared<RunLog>();
     w.next_log = inst.next_log;
@@ -1300,22 +624,11 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
   }
   auto guard = std::make_shared<EventLoop::WorkGuard>(loop_.AcquireWork());
   tasks_.Run([this, work, image = std::string(image), id = cluster.id, done = std::move(done),
-              guard, shared = options_.shared_image_cache,
+              guard,
               alive = std::weak_ptr<Alive>(alive_)]() mutable {
-    absl::StatusOr<ImageSource> src = ResolveImage(image);
-    std::string shared_target;
-    if (src.ok() && shared) {
-      shared_target = absl::StrCat(options_.state_dir, "/image-cache/", src->key);
-      absl::MutexLock lock(&image_mu_);
-      absl::Status s = internal::MakeDirs(internal::DirName(shared_target));
-      absl::Status left;
-      if (s.ok()) s = Materialize(*src, shared_target, left);
-      std::vector<std::shared_ptr<RunLog>> runs;
-      for (const Work& w : *work) runs.push_back(w.next_log);
-      s = UnpackLeftover(s, left, "the scratch copy of the image in the shared image cache could "
-                         "not all be deleted", kLeftForNextProvider, runs);
-      if (!s.ok()) src = s;
-    }
+    std::vector<std::shared_ptr<RunLog>> runs;
+    for (const Work& w : *work) runs.push_back(w.next_log);
+    absl::StatusOr<internal::ImageSource> src = images_.Resolve(image, runs);
     auto prepare = [&](Work& w) {
       // Nothing of an earlier job survives: the whole /opt/ml tree and the
       // scratch space are made anew; the image cache stays.
@@ -1326,40 +639,23 @@ void LocalClusterProvider::PrepareImage(const Cluster& cluster, std::string_view
         w.scrub->done.WaitForNotification();
         fresh = w.scrub->status.ok();
       }
-      if (!fresh) w.status = FreshInstanceTree(w.dir, w.ml_dir, w.tmp_dir, w.trash);
+      if (!fresh) w.status = FreshInstanceTree(w.paths, w.trash);
       if (!w.status.ok()) return;
       if (!src.ok()) {
         w.status = src.status();
         return;
       }
-      const std::string cache = absl::StrCat(w.dir, "/image-cache");
-      const std::string target = absl::StrCat(cache, "/", src->key);
-      if (!internal::Exists(target)) {
-        // An instance holds one image: drop the others. (What cannot be
-        // deleted does not keep this job from running: Dispose tries again.)
-        if (absl::Status s = internal::ResetDir(cache); !s.ok()) {
-          NoteForRun(w.last_log, LeftoverText("the instance's earlier images could not all be "
-                                              "deleted", s, kLeftForDispose));
-        }
-        if (shared) {
-          if (symlink(shared_target.c_str(), target.c_str()) != 0) {
-            w.status = internal::ErrnoStatus(errno, "link", target);
-          }
-        } else {
-          absl::Status left;
-          w.status = Materialize(*src, target, left);
-          w.status = UnpackLeftover(w.status, left, "the scratch copy of the image in the "
-                                    "instance's image cache could not all be deleted",
-                                    kLeftForDispose, {w.next_log});
-        }
-        if (!w.status.ok()) return;
+      absl::StatusOr<internal::InstalledImage> installed =
+          images_.Install(*src, w.paths.dir, w.last_log, w.next_log);
+      if (!installed.ok()) {
+        w.status = installed.status();
+        return;
       }
-      w.image_root = target;
-      const std::string opt_program = absl::StrCat(target, "/opt/program");
-      w.program_dir = internal::IsDirectory(opt_program) ? opt_program : target;
-      const std::string code = absl::StrCat(target, "/opt/ml/code");
+      w.image_root = installed->root;
+      w.program_dir = installed->program_dir;
+      const std::string code = absl::StrCat(installed->root, "/opt/ml/code");
       if (internal::IsDirectory(code)) {
-        w.status = internal::CopyTree(code, absl::StrCat(w.ml_dir, "/code"));
+        w.status = internal::CopyTree(code, absl::StrCat(w.paths.ml_dir, "/code"));
       }
     };
     std::vector<std::thread> threads;
@@ -1503,9 +799,7 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
     ls.run = c->run;
     ls.index = i;
     ls.host = inst.info.host_name;
-    ls.instance_dir = inst.dir;
-    ls.ml_dir = inst.ml_dir;
-    ls.tmp_dir = inst.tmp_dir;
+    ls.paths = inst.paths;
     ls.log = std::exchange(inst.next_log, nullptr);
     if (ls.log == nullptr) ls.log = std::make_shared<RunLog>();
     ls.log->Name(
@@ -1530,15 +824,15 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
     in.job_arn = std::string(job.job_arn);
     in.cluster = &c->cluster;
     in.instance = &inst.info;
-    in.base_dir = bwrap ? kContainerBase : inst.ml_dir;
+    in.base_dir = bwrap ? kContainerBase : inst.paths.ml_dir;
     in.program_dir = bwrap ? kContainerProgram : inst.program_dir;
-    in.tmp_dir = bwrap ? "/tmp" : inst.tmp_dir;
+    in.tmp_dir = bwrap ? "/tmp" : inst.paths.tmp_dir;
     in.cpu_count = cpu_count_;
     in.network_interface_name = options_.network_interface_name;
     in.host_path = host_path_;
     // (The container user of the process runtime gets a home it may write:
     // the instance's scratch space.)
-    in.home = run_as_.has_value() && !bwrap ? inst.tmp_dir : home_;
+    in.home = run_as_.has_value() && !bwrap ? inst.paths.tmp_dir : home_;
     ls.config = BuildContainerConfig(in);
     // The command line, as the container sees it.
     std::vector<std::string> command;
@@ -1566,7 +860,7 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
               ? absl::StrCat("ml", internal::Av(std::string_view(checkpoint_path).substr(
                                        std::string_view(kContainerBase).size())))
               : "checkpoints-local";
-      checkpoint_host = absl::StrCat(inst.dir, "/", checkpoint_rel);
+      checkpoint_host = absl::StrCat(inst.paths.dir, "/", checkpoint_rel);
       ls.checkpoint_store = checkpoint_store;
       ls.checkpoint_uri = request.checkpoint_config().s3_uri();
       ls.checkpoint_dir = checkpoint_host;
@@ -1586,7 +880,7 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
       const std::vector<std::string> identity = BwrapIdentityArgs(run_as_);
       a.insert(a.end(), identity.begin(), identity.end());
       a.insert(a.end(), {"--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind",
-                         inst.tmp_dir, "/tmp"});
+                         inst.paths.tmp_dir, "/tmp"});
       // Hide Kiln's own files (other instances, logs, caches); what is below
       // the host's /tmp is hidden already.
       for (const std::string& hide : {options_.state_dir, options_.log_dir}) {
@@ -1595,7 +889,7 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
           a.insert(a.end(), {"--tmpfs", hide});
         }
       }
-      a.insert(a.end(), {"--tmpfs", "/opt", "--bind", inst.ml_dir, kContainerBase, "--ro-bind",
+      a.insert(a.end(), {"--tmpfs", "/opt", "--bind", inst.paths.ml_dir, kContainerBase, "--ro-bind",
                          inst.program_dir, kContainerProgram});
       if (!c->hosts_file.empty()) a.insert(a.end(), {"--ro-bind", c->hosts_file, "/etc/hosts"});
       if (checkpoint_store != nullptr && !IsUnderContainerBase(checkpoint_path)) {
@@ -1610,15 +904,15 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
       a.insert(a.end(), {"--hostname", inst.info.host_name, "--die-with-parent", "--new-session",
                          "--info-fd", "3", "--chdir", kContainerBase, "--"});
       a.insert(a.end(), command.begin(), command.end());
-      ls.cwd = inst.ml_dir;
+      ls.cwd = inst.paths.ml_dir;
     } else {
       // The container paths, on this host.
       for (std::string& arg : command) {
-        arg = internal::Rebase(arg, kContainerBase, inst.ml_dir);
+        arg = internal::Rebase(arg, kContainerBase, inst.paths.ml_dir);
         arg = internal::Rebase(arg, kContainerProgram, inst.program_dir);
       }
       ls.argv = std::move(command);
-      ls.cwd = inst.ml_dir;
+      ls.cwd = inst.paths.ml_dir;
     }
     auto proc = std::make_shared<ContainerProc>();
     ContainerProc* raw = proc.get();
@@ -1693,25 +987,16 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
   // A fresh run: model, output, scratch (and checkpoints) empty; the config
   // files written.
   absl::Status status;
-  for (const std::string& d : spec.fresh_dirs) {
-    if (status.ok()) status = internal::ResetDirBelow(spec.instance_dir, d);
-  }
-  // (Made anew too: an earlier run may have planted a link on the way.)
-  const std::string config_dir = absl::StrCat(spec.ml_dir, "/input/config");
-  if (status.ok()) status = internal::ResetDirBelow(spec.instance_dir, "ml/input/config");
-  if (status.ok()) status = internal::WriteConfigFiles(spec.config, config_dir);
-  for (const std::string& ch : spec.config.channels) {
-    if (status.ok()) status = internal::MakeDirs(absl::StrCat(spec.ml_dir, "/input/data/", ch));
-  }
+  status = internal::PrepareRunTree(spec.paths, spec.fresh_dirs, spec.config);
   if (status.ok()) status = spec.bwrap ? MountFastFileViews(spec) : CollectReadOnlyViews(spec);
   std::unique_ptr<CheckpointSync> sync;
   if (status.ok() && spec.checkpoint_store != nullptr) {
     sync = std::make_unique<CheckpointSync>(*spec.checkpoint_store, spec.checkpoint_uri,
-                                            spec.checkpoint_dir, spec.instance_dir);
+                                            spec.checkpoint_dir, spec.paths.dir);
     // Its errors say "checkpoint restore" and name the object or folder.
     status = sync->Restore();
   }
-  if (status.ok() && spec.run_as.has_value()) status = GiveTreeToContainer(spec);
+  if (status.ok() && spec.run_as.has_value()) status = internal::GiveTreeToContainer(spec.paths.dir, spec.checkpoint_dir, *spec.run_as);
   std::string program;
   if (status.ok()) {
     auto path_it = spec.config.env.find("PATH");
@@ -1972,7 +1257,7 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
       exit.exit_code, usage.ru_utime.tv_sec + usage.ru_utime.tv_usec / 1e6,
       usage.ru_stime.tv_sec + usage.ru_stime.tv_usec / 1e6, usage.ru_maxrss));
   absl::StatusOr<std::string> failure =
-      internal::ReadFilePrefixBelow(spec.instance_dir, "ml/output/failure",
+      internal::ReadFilePrefixBelow(spec.paths.dir, "ml/output/failure",
                                     absl::StrCat(spec.host, ":/opt/ml/output/failure"),
                                     kMaxFailureBytes + 4);
   if (failure.ok()) {
@@ -2063,8 +1348,8 @@ void LocalClusterProvider::UploadArtifacts(const JobContext& job, ArtifactsCallb
   for (const LocalInstance& inst : c->instances) {
     logs.push_back(inst.last_log);
     const std::string& host = inst.info.host_name;
-    model_roots.push_back({inst.dir, "ml/model", absl::StrCat(host, ":/opt/ml/model")});
-    data_roots.push_back({inst.dir, "ml/output/data", absl::StrCat(host, ":/opt/ml/output/data")});
+    model_roots.push_back({inst.paths.dir, "ml/model", absl::StrCat(host, ":/opt/ml/model")});
+    data_roots.push_back({inst.paths.dir, "ml/output/data", absl::StrCat(host, ":/opt/ml/output/data")});
   }
   // (Numbered per process: providers of one process may share a state directory.)
   static std::atomic<uint64_t> next_upload{0};
@@ -2099,9 +1384,9 @@ void LocalClusterProvider::UploadArtifacts(const JobContext& job, ArtifactsCallb
       const std::string tmp = absl::StrCat(tmp_base, "-", what);
       absl::Status s = internal::MakeDirs(internal::DirName(tmp));
       // Locked while it exists: a provider made meanwhile on this state
-      // directory leaves it alone (ClaimStaleScratch).
+      // directory leaves it alone (StaleFiles).
       absl::StatusOr<internal::UniqueFd> fd = internal::UniqueFd();
-      if (s.ok()) fd = MakeLockedScratch(tmp, /*dir=*/false);
+      if (s.ok()) fd = internal::MakeLockedScratch(tmp, /*dir=*/false);
       if (!fd.ok()) s = fd.status();
       if (s.ok()) s = internal::WriteTar(roots, fd->get(), tmp, /*gzip=*/true, &left_out);
       note_left_out(absl::StrCat("the ", what, " archive"));
@@ -2217,11 +1502,11 @@ void LocalClusterProvider::Recycle(const Cluster& cluster) {
     if (inst.current) wait_for.push_back(inst.current);
     // The job's files go now rather than when the next job starts. No work
     // guard: nothing is posted back; PrepareImage and Dispose wait for it.
-    tasks_.Run([scrub, wait_for = std::move(wait_for), dir = inst.dir, ml_dir = inst.ml_dir,
-                tmp_dir = inst.tmp_dir, last_log = inst.last_log] {
+    tasks_.Run([scrub, wait_for = std::move(wait_for), paths = inst.paths,
+                last_log = inst.last_log] {
       for (auto& p : wait_for) p->finished.WaitForNotification();
       std::vector<std::string> trash;
-      scrub->status = FreshInstanceTree(dir, ml_dir, tmp_dir, trash);
+      scrub->status = FreshInstanceTree(paths, trash);
       scrub->done.Notify();
       EmptyTrash(last_log, trash);
       scrub->trash_gone.Notify();
@@ -2261,7 +1546,7 @@ void LocalClusterProvider::Dispose(std::unique_ptr<LocalCluster> c) {
     // provider made later on the state directory to try again.
     bool left = false;
     for (const LocalInstance& inst : c->instances) {
-      absl::Status s = internal::RemoveTree(inst.dir);
+      absl::Status s = internal::RemoveTree(inst.paths.dir);
       if (s.ok()) continue;
       left = true;
       NoteForRun(inst.last_log, LeftoverText("the instance's files could not all be deleted "
@@ -2280,23 +1565,11 @@ absl::StatusOr<std::unique_ptr<ClusterProvider>> NewLocalClusterProvider(EventLo
   if (options.state_dir.empty()) {
     return absl::InvalidArgumentError("LocalOptions.state_dir is required");
   }
-  absl::Status s = internal::MakeDirs(options.state_dir);
-  if (!s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("LocalOptions.state_dir '", options.state_dir, "': ", s.message()));
-  }
+  absl::StatusOr<std::string> state_dir = internal::OpenStateDir(options.state_dir);
+  if (!state_dir.ok()) return state_dir.status();
+  options.state_dir = *std::move(state_dir);
+  absl::Status s;
   char real[PATH_MAX];
-  if (realpath(options.state_dir.c_str(), real) == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("LocalOptions.state_dir '", options.state_dir, "': ", std::strerror(errno)));
-  }
-  options.state_dir = real;
-  for (const char* sub : {"/instances", "/locks", "/logs", "/tmp"}) {
-    s = internal::MakeDirs(absl::StrCat(options.state_dir, sub));
-    if (!s.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("LocalOptions.state_dir: ", s.message()));
-    }
-  }
   if (!options.log_dir.empty()) {
     s = internal::MakeDirs(options.log_dir);
     if (!s.ok()) {
