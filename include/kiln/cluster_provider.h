@@ -5,9 +5,9 @@
 // or on-demand), has it prepare the training image on every instance, run the
 // container on every instance, signal the containers, upload the artifacts and
 // release the cluster. Implementations: the simulation backend
-// (kiln/sim/sim.h: modelled latencies in virtual time), the local backend
-// (instances are directories on this host, containers are processes) and the
-// AWS backend (EC2).
+// (kiln/sim/sim.h: modelled latencies in virtual time) and the local backend
+// (kiln/local/local.h: instances are directories on this host, containers are
+// processes).
 //
 // Threading: every method is called on the engine's loop thread and must not
 // block: a provider that does blocking work does it on its own threads and
@@ -138,7 +138,7 @@ class ContainerEvents {
 class ClusterListener {
  public:
   virtual ~ClusterListener() = default;
-  // The instance will be taken back at `deadline` (EC2 gives 2 minutes).
+  // The instance will be taken back at `deadline` (the service gives 2 minutes).
   virtual void OnInterruptionNotice(const Cluster& cluster, const Instance& instance,
                                     absl::Time deadline) = 0;
   // The instance is gone (node failure, or the end of a spot notice): its

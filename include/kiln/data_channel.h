@@ -3,8 +3,8 @@
 // training; FastFile: a lazily read view; Pipe: FIFOs streamed during
 // training).
 //
-// Implementations: the simulation backend's modelled channel (kiln/sim/sim.h),
-// the local backend's (file:// sources) and the AWS backend's (s3:// sources).
+// Implementations: the simulation backend's (kiln/sim/sim.h), and the local
+// backend's (kiln/local/local.h), which reads file:// and s3:// ObjectStores.
 //
 // A channel's life for one job: CheckChannel at CreateTrainingJob, Deliver per
 // channel before training (again after a restart), then EndJob once the

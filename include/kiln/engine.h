@@ -186,13 +186,13 @@ class Engine {
   // the rest runs on the loop, as for every method.
   // The engine copies what it keeps; the caller keeps `request` and may
   // change and submit it again, e.g. a template under a new TrainingJobName.
-  // Sent again: the engine remembers the content (all but TrainingJobName) of
-  // the last 64 distinct requests it accepted. One that matches, byte for
-  // byte once serialized with map entries in key order, is a request
-  // validated already: only its name is checked (with the same errors) and
-  // its channels' CheckChannel, and its jobs share one copy, as jobs made
-  // from a PreparedTrainingJob do. Finding it costs a serialization, which a
-  // job kept for when it ends anyway.
+  // Sent again: a request whose content (all but TrainingJobName) matches,
+  // byte for byte once serialized with map entries in key order, one of the
+  // requests the engine accepted lately is a request validated already: only
+  // its name is checked (with the same errors) and its channels'
+  // CheckChannel, and its jobs share one copy, as jobs made from a
+  // PreparedTrainingJob do. What the job shows is the same either way;
+  // PrepareTrainingJob spares the look-up too.
   virtual absl::StatusOr<v1::CreateTrainingJobResponse> CreateTrainingJob(
       const v1::CreateTrainingJobRequest& request) = 0;
 

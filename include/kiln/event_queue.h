@@ -15,7 +15,7 @@
 // A user may pass either, or their own, through EventLoopOptions::queue.
 //
 // How they compare on the hold model and on SimGrid's sleepers pattern: bench/event_loop_bench.cc
-// and bench/simgrid_sleepers.cc, with the current figures in the README.
+// and bench/simgrid_sleepers.cc, with the current figures in docs/performance.md.
 //
 //   std::unique_ptr<kiln::EventQueue> q = kiln::NewLadderEventQueue();
 //   q->Push({.time_ns = 2, .seq = 0, .slot = 7, .generation = 1});
@@ -104,10 +104,10 @@ std::unique_ptr<EventQueue> NewHeapEventQueue();
 // event loop: entries far ahead wait unsorted in a top vector, nearer ones in rungs of time
 // buckets (unsorted, a crowded bucket split into a finer rung when its turn comes), and only
 // the next few, the bottom, are kept sorted. O(1) amortized Push, Pop and ReplaceTop for the
-// usual event-time distributions (its cost hardly grows with the number pending, see the
-// figures above), O(log n) amortized at worst; O(1) Top. Timers armed at one fixed delay stay
-// in a first-in first-out lane, as in the heap. No allocation per event in a steady state.
-// The caller owns the result.
+// usual event-time distributions (its cost hardly grows with the number pending:
+// bench/event_loop_bench.cc), O(log n) amortized at worst; O(1) Top. Timers armed at one fixed
+// delay stay in a first-in first-out lane, as in the heap. No allocation per event in a steady
+// state. The caller owns the result.
 std::unique_ptr<EventQueue> NewLadderEventQueue();
 
 }  // namespace kiln

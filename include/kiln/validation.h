@@ -31,7 +31,7 @@
 //
 // Example:
 //   kiln::v1::CreateTrainingJobRequest request;
-//   KILN_RETURN_IF_ERROR(kiln::ParseJson(text, request));
+//   KILN_RETURN_IF_ERROR(kiln::ParseJson(text, request));  // "kiln/plugin/status_macros.h"
 //   absl::Status status = kiln::ValidateCreateTrainingJobRequest(request);
 //   if (!status.ok()) std::cerr << status.message() << "\n";
 //

@@ -11,7 +11,7 @@
 //   WarmPoolStatus and bills retained time. NewWarmPoolManager is the default;
 //   the engine uses it unless EngineOptions names another.
 //
-// Semantics (the service's, see the contract §4):
+// Semantics (the service's managed warm pools):
 // - A job takes part in warm pools when the policy says so (JobRequested: when
 //   it sets KeepAlivePeriodInSeconds > 0) and its cluster can be pooled
 //   (homogeneous, not spot). Its WarmPoolStatus is InUse while it runs; when it
@@ -251,9 +251,9 @@ struct WarmPoolOptions {
 };
 
 // The default manager. `loop` and `provider` must outlive it; it releases
-// expired clusters through `provider`. It indexes Available pools by shape:
-// Acquire looks only at pools of the job's shape (usually just the newest),
-// never at every retained pool.
+// expired clusters through `provider`. Acquire's cost does not grow with the
+// number of Available pools of other shapes than the job's, however many are
+// retained.
 std::unique_ptr<WarmPoolManager> NewWarmPoolManager(EventLoop& loop, ClusterProvider& provider,
                                                     WarmPoolOptions options = {});
 

@@ -2,7 +2,7 @@
 // policies to compare) run through the real engine once per policy, and the
 // report of what each policy costs and how long jobs wait.
 //
-//   KILN_ASSIGN_OR_RETURN(kiln::sim::Scenario scenario,
+//   KILN_ASSIGN_OR_RETURN(kiln::sim::Scenario scenario,  // kiln/plugin/status_macros.h
 //                         kiln::sim::LoadScenario("examples/scenarios/hpo_warm_pools.json"));
 //   KILN_ASSIGN_OR_RETURN(kiln::sim::SimulationReport report, kiln::sim::RunScenario(scenario));
 //   std::cout << kiln::sim::FormatTable(report);

@@ -167,11 +167,11 @@ struct SimClusterOptions {
 class SimClusterProvider : public ClusterProvider {
  public:
   // What the provider recorded for `job` so far (zero for an unknown job).
-  // The provider keeps a job's state by the job id an engine gives
-  // (ClusterSpec::job_id, JobContext::job_id), by name for a caller that
-  // gives none: a job deleted and created again under its name starts afresh,
-  // and its name then finds the newer job. The first call by name indexes
-  // the jobs by name, which a provider nobody asks by name never does.
+  // A job is known by the job id an engine gives it (ClusterSpec::job_id,
+  // JobContext::job_id), or by its name for a caller that gives none. A job
+  // deleted and created again under its name starts afresh, and its name then
+  // finds the newer job.
+  // Loop thread only, like every method of the provider.
   virtual SimJobStats JobStats(std::string_view job) const = 0;
 
   // Ends what the provider keeps about `job` (attempt counts, failure
