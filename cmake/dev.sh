@@ -7,7 +7,9 @@
 #                               (-Werror), then build-asan/ (AddressSanitizer +
 #                               UBSan, Debug), then fuzz the parsers of what
 #                               users send (build-fuzz/, clang and libFuzzer,
-#                               KILN_FUZZ_SECONDS a target, default 60);
+#                               KILN_FUZZ_SECONDS a target, default 60),
+#                               then check that the committed API schema is
+#                               what tools/schema/generate-schema.py gives;
 #                               non-zero exit if any step fails
 #
 # Both work from any directory and build in the repository root. The machine
@@ -41,7 +43,7 @@ run_main_example() {
   echo
   build/examples/lifecycle/lifecycle
   echo
-  build/examples/cli/kiln validate tests/corpus/*.json
+  build/tools/kiln/kiln validate tests/corpus/*.json
 }
 # ---------------------------------------------------------------------------
 
@@ -109,6 +111,8 @@ cmd_test() {
       -DKILN_WERROR=ON -DKILN_BUILD_BENCHMARKS=OFF
     configure_build_fuzz
   fi
+  # The committed API schema is what the service model gives.
+  step "generated files" python3 tools/schema/generate-schema.py --check || true
   log "summary ($((SECONDS - start))s)"
   printf '%s\n' "${SUMMARY[@]}"
   if ((FAILED)); then
@@ -119,7 +123,7 @@ cmd_test() {
 }
 
 usage() {
-  sed -n '2,14p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
 }
 
 case "${1:-}" in

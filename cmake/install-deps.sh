@@ -34,7 +34,7 @@ KILN_DEBIAN_PACKAGES=(
   clang
   libclang-rt-14-dev
 )
-# botocore (cmake/generate-schema.py reads the service model from it) usually
+# botocore (tools/schema/generate-schema.py reads the service model from it) usually
 # comes with the machine's python3 (pyenv pip); Debian's package is the
 # fallback, for Debian's own python3.
 KILN_BOTOCORE_PACKAGE=python3-botocore
