@@ -23,21 +23,21 @@
 #include "absl/strings/string_view.h"
 #include "aws/internal/aws_config.h"
 #include "aws/internal/s3_client.h"
-#include "aws/internal/worker_pool.h"
-#include "core/internal/files.h"
-#include "core/internal/json_value.h"
-#include "core/internal/object_store_args.h"
-#include "core/internal/status_macros.h"
 #include "kiln/aws/s3.h"
 #include "kiln/object_store.h"
+#include "kiln/plugin/files.h"
+#include "kiln/plugin/json_value.h"
+#include "kiln/plugin/object_store_checks.h"
+#include "kiln/plugin/status_macros.h"
+#include "kiln/plugin/worker_pool.h"
 
 namespace kiln::aws {
 namespace {
 
 using internal::S3Client;
-using ::kiln::internal::ErrnoError;
-using ::kiln::internal::MakeDirs;
-using ::kiln::internal::PathForMessage;
+using ::kiln::ErrnoError;
+using ::kiln::MakeDirs;
+using ::kiln::PathForMessage;
 
 constexpr int64_t kMinPartSize = int64_t{5} << 20;
 constexpr int64_t kMaxPartSize = int64_t{5} << 30;
@@ -168,7 +168,7 @@ class S3ObjectStore final : public ObjectStore {
 
   absl::StatusOr<std::vector<ObjectInfo>> ListFirst(std::string_view prefix,
                                                     int64_t max_objects) override {
-    KILN_RETURN_IF_ERROR(kiln::internal::CheckMaxObjects(prefix, max_objects));
+    KILN_RETURN_IF_ERROR(kiln::CheckMaxObjects(prefix, max_objects));
     return ListUpTo(prefix, max_objects);
   }
 
@@ -214,7 +214,7 @@ class S3ObjectStore final : public ObjectStore {
   absl::StatusOr<std::string> ReadRange(std::string_view uri, int64_t offset,
                                         int64_t length) override {
     KILN_ASSIGN_OR_RETURN(S3Location loc, ParseS3Uri(uri, false));
-    KILN_RETURN_IF_ERROR(kiln::internal::CheckRange(uri, offset, length));
+    KILN_RETURN_IF_ERROR(kiln::CheckRange(uri, offset, length));
     if (length == 0) return std::string();
     std::string data;
     auto append = [&](std::string_view chunk) {
@@ -252,7 +252,7 @@ class S3ObjectStore final : public ObjectStore {
     }
     if (!meta.ok()) return meta.status();
     if (meta->size > part) {
-      internal::TaskGroup group(pool_);
+      TaskGroup group(pool_);
       const std::string etag = meta->etag;
       for (int64_t start = part; start < meta->size; start += part) {
         const int64_t last = std::min(meta->size, start + part) - 1;
@@ -358,7 +358,7 @@ class S3ObjectStore final : public ObjectStore {
     std::vector<std::string> etags(static_cast<size_t>(parts));
     absl::Status status;
     {
-      internal::TaskGroup group(pool_);
+      TaskGroup group(pool_);
       for (int64_t i = 0; i < parts; ++i) {
         group.Run([&, i]() -> absl::Status {
           const int64_t offset = i * part;
@@ -385,7 +385,7 @@ class S3ObjectStore final : public ObjectStore {
 
   const S3Options options_;
   S3Client client_;
-  internal::WorkerPool pool_;
+  WorkerPool pool_;
 };
 
 }  // namespace

@@ -31,18 +31,15 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/internal/files.h"
-#include "core/internal/status_macros.h"
+#include "kiln/plugin/files.h"
+#include "kiln/plugin/status_macros.h"
 
 namespace kiln {
 namespace {
 
 // The object stores' temporary files (object_store.cc): never uploaded, never
 // restored.
-using internal::ErrnoError;
-using internal::IsTempName;
 // Paths, URIs and keys in messages: a key is a name the container chose.
-using internal::PathForMessage;
 
 // Local file systems stamp a write with the kernel's coarse clock, which moves
 // in ticks of at most 10 ms, truncated to the file system's granularity. A
@@ -141,7 +138,6 @@ bool HasTempSegment(std::string_view key) {
   }
 }
 
-using internal::UniqueFd;
 
 constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
 
@@ -151,7 +147,7 @@ constexpr int kDirFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
 absl::StatusOr<UniqueFd> OpenLocalDir(const std::string& local_dir,
                                       const std::string& trusted_root, bool create) {
   if (trusted_root.empty()) {
-    if (create) KILN_RETURN_IF_ERROR(internal::MakeDirs(local_dir));
+    if (create) KILN_RETURN_IF_ERROR(MakeDirs(local_dir));
     UniqueFd dir(::open(local_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!dir.valid()) {
       return ErrnoError(errno, absl::StrCat("open directory '", PathForMessage(local_dir), "'"));
@@ -294,7 +290,7 @@ void WalkLocal(int root_fd, const std::string& root, std::map<std::string, Local
     }
     dir_fd.release();  // closedir closes it
     std::unique_ptr<DIR, int (*)(DIR*)> closer(d, &::closedir);
-    absl::Status listed = internal::ForEachEntry(d, dir, [&](std::string_view name) {
+    absl::Status listed = ForEachEntry(d, dir, [&](std::string_view name) {
       std::string key = rel.empty() ? std::string(name) : absl::StrCat(rel, "/", AbslView(name));
       struct stat st;
       if (::fstatat(::dirfd(d), name.data(), &st, AT_SYMLINK_NOFOLLOW) != 0) {

@@ -25,21 +25,21 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
+#include "base/prefetch.h"
+#include "base/seq_window.h"
+#include "base/time_math.h"
 #include "core/internal/deadline_queue.h"
-#include "core/internal/json_value.h"
 #include "core/internal/keyed_set.h"
-#include "core/internal/prefetch.h"
 #include "core/internal/recent_requests.h"
 #include "core/internal/regex.h"
-#include "core/internal/seq_window.h"
 #include "core/internal/shapes.h"
-#include "core/internal/status_macros.h"
-#include "core/internal/time_math.h"
 #include "core/internal/utf8.h"
 #include "google/protobuf/arena.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
 #include "google/protobuf/timestamp.pb.h"
+#include "kiln/plugin/json_value.h"
+#include "kiln/plugin/status_macros.h"
 
 namespace kiln {
 
@@ -195,7 +195,7 @@ void EchoFields(const google::protobuf::Message& from, google::protobuf::Message
 absl::Status NotFound(const std::string& name) {
   return absl::NotFoundError(
       absl::StrCat("Requested resource not found: training job '",
-                   internal::TextForMessage(name), "' does not exist."));
+                   TextForMessage(name), "' does not exist."));
 }
 
 class EngineImpl;
@@ -613,7 +613,7 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
       }
       return absl::NotFoundError(absl::StrCat("training job '", std::string(job),
                                               "' has no instance '",
-                                              internal::TextForMessage(host), "'"));
+                                              TextForMessage(host), "'"));
     });
   }
 

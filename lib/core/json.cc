@@ -22,19 +22,18 @@
 #include "absl/time/civil_time.h"
 #include "absl/time/time.h"
 #include "core/internal/error_list.h"
-#include "core/internal/files.h"
-#include "core/internal/json_value.h"
 #include "core/internal/shapes.h"
 #include "fmt/format.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/message.h"
+#include "kiln/plugin/files.h"
+#include "kiln/plugin/json_value.h"
 #include "kiln/validation.h"
 
 namespace kiln {
 namespace {
 
 namespace pb = google::protobuf;
-using internal::JsonValue;
 using FieldDescriptor = pb::FieldDescriptor;
 
 constexpr std::string_view kTimestampType = "google.protobuf.Timestamp";
@@ -60,7 +59,7 @@ absl::string_view AbslView(std::string_view s) { return absl::string_view(s.data
 // than 9 fraction digits or lies outside Timestamp's range.
 bool TimestampFromLexeme(std::string_view lexeme, int64_t& seconds, int32_t& nanos,
                          std::string& reason) {
-  const internal::JsonNumberParts parts = internal::SplitJsonNumber(lexeme);
+  const JsonNumberParts parts = SplitJsonNumber(lexeme);
   std::string digits = absl::StrCat(AbslView(parts.integer), AbslView(parts.fraction));
   int64_t exponent = parts.exponent - static_cast<int64_t>(parts.fraction.size());
   const size_t lead = digits.find_first_not_of('0');
@@ -383,20 +382,20 @@ class Decoder {
   }
 
   // Input as messages show it: JSON, escaped so it cannot break the line,
-  // cut after internal::kMaxJsonInMessage bytes.
-  static std::string Quote(const JsonValue& json) { return internal::JsonForMessage(json); }
+  // cut after kMaxJsonInMessage bytes.
+  static std::string Quote(const JsonValue& json) { return JsonForMessage(json); }
   static std::string Quote(const std::string& text) { return Quote(JsonValue::String(text)); }
 
   // A map key as a step of a path in messages: as it is when that is safe
   // (botocore's form, HyperParameters.epochs), else quoted like a value
   // (HyperParameters."a\nb"), so no key can break the message's line.
-  static std::string PathKey(const std::string& key) { return internal::PathKeyForMessage(key); }
+  static std::string PathKey(const std::string& key) { return PathKeyForMessage(key); }
 
   // The JSON type of a value as the messages name it; "integer" for numbers
   // without fraction or exponent.
   static std::string_view TypeName(const JsonValue& json) {
     if (json.IsIntegerLexeme()) return "integer";
-    return internal::JsonKindName(json.kind());
+    return JsonKindName(json.kind());
   }
 
   void TypeError(const std::string& path, const JsonValue& json, std::string_view valid_types) {
@@ -866,7 +865,7 @@ JsonValue EncodeMessage(const pb::Message& message) {
 
 absl::Status ParseJson(std::string_view json, pb::Message& message) {
   message.Clear();
-  absl::StatusOr<JsonValue> document = internal::ParseJsonValue(json);
+  absl::StatusOr<JsonValue> document = ParseJsonValue(json);
   if (!document.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("Invalid JSON: ", document.status().message()));
   }
@@ -902,18 +901,18 @@ absl::Status ParseJson(std::string_view json, pb::Message& message) {
 }
 
 std::string ToJson(const pb::Message& message, const JsonPrintOptions& options) {
-  return internal::WriteJson(EncodeMessage(message), options.indent);
+  return WriteJson(EncodeMessage(message), options.indent);
 }
 
 // The public default (kiln/json.h) is the bound the library's messages use.
-static_assert(internal::kMaxJsonInMessage == 200);
+static_assert(kMaxJsonInMessage == 200);
 
 absl::StatusOr<std::string> ReadRequestFile(const std::string& path) {
-  return internal::ReadUserFile(path, kMaxRequestFileBytes, "a request file");
+  return ReadUserFile(path, kMaxRequestFileBytes, "a request file");
 }
 
 std::string InputForMessage(std::string_view text, size_t max_bytes) {
-  return internal::TextForMessage(text, max_bytes);
+  return TextForMessage(text, max_bytes);
 }
 
 }  // namespace kiln

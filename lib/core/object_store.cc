@@ -45,22 +45,15 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
-#include "core/internal/files.h"
-#include "core/internal/json_value.h"
-#include "core/internal/object_store_args.h"
-#include "core/internal/status_macros.h"
+#include "kiln/plugin/files.h"
+#include "kiln/plugin/json_value.h"
+#include "kiln/plugin/object_store_checks.h"
+#include "kiln/plugin/status_macros.h"
 
 namespace kiln {
 namespace {
 
-using internal::CheckMaxObjects;
-using internal::CheckRange;
 
-using internal::ErrnoError;
-using internal::ForEachEntry;
-using internal::kTempPrefix;
-using internal::MakeDirs;
-using internal::PathForMessage;
 
 constexpr std::string_view kFileScheme = "file://";
 constexpr size_t kChunkSize = size_t{1} << 20;  // Read() and buffered copies
@@ -69,7 +62,6 @@ constexpr int kTempNameAttempts = 16;
 absl::string_view AbslView(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
 
-using internal::UniqueFd;
 
 
 std::string_view Dirname(std::string_view path) {
@@ -216,7 +208,7 @@ void SweepStaleTemporaries(int dir_fd) {
     errno = 0;
     const struct dirent* entry = ::readdir(d);
     if (entry == nullptr) break;
-    if (internal::IsTempName(entry->d_name)) stale.emplace_back(entry->d_name);
+    if (IsTempName(entry->d_name)) stale.emplace_back(entry->d_name);
   }
   for (const std::string& name : stale) {
     UniqueFd fd(::openat(dir_fd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
@@ -984,9 +976,7 @@ absl::StatusOr<ObjectStore*> ObjectStores::For(std::string_view uri) const {
 }
 
 // ---------------------------------------------------------------------------
-// Argument checks shared with the other stores (core/internal/object_store_args.h).
-
-namespace internal {
+// Argument checks shared with the other stores (kiln/plugin/object_store_checks.h).
 
 absl::Status CheckRange(std::string_view uri, int64_t offset, int64_t length) {
   if (offset < 0 || length < 0) {
@@ -1005,7 +995,5 @@ absl::Status CheckMaxObjects(std::string_view prefix, int64_t max_objects) {
   }
   return absl::OkStatus();
 }
-
-}  // namespace internal
 
 }  // namespace kiln

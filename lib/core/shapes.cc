@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "core/internal/byte_dfa.h"
-#include "core/internal/json_value.h"
 #include "core/internal/regex.h"
 #include "core/internal/utf8.h"
+#include "kiln/plugin/json_value.h"
 
 namespace kiln::internal {
 namespace {

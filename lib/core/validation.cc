@@ -10,11 +10,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/internal/channel_layout.h"
 #include "core/internal/error_list.h"
 #include "core/internal/regex.h"
 #include "core/internal/shapes.h"
 #include "kiln/cluster_provider.h"
+#include "kiln/plugin/channel_layout.h"
 
 namespace kiln {
 namespace {
@@ -272,9 +272,9 @@ class CreateRules {
   // its channels are set up. Reported at the File or FastFile channel, whose
   // name is the FIFO's.
   void CheckChannelLayout() {
-    for (const internal::ChannelLayoutCollision& c : internal::ChannelLayoutCollisions(r_)) {
+    for (const ChannelLayoutCollision& c : ChannelLayoutCollisions(r_)) {
       Add(absl::StrCat("inputDataConfig.", c.directory + 1, ".member.channelName"), "",
-          internal::ChannelLayoutCollisionMessage(r_, c));
+          ChannelLayoutCollisionMessage(r_, c));
     }
   }
 

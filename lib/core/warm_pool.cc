@@ -17,7 +17,7 @@
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/internal/time_math.h"
+#include "base/time_math.h"
 
 namespace kiln {
 namespace {

@@ -20,7 +20,7 @@
 namespace kiln::local::internal {
 namespace {
 
-using ::kiln::internal::PathForMessage;
+using ::kiln::PathForMessage;
 
 std::string StripFileScheme(std::string_view uri) {
   if (uri.substr(0, 7) == "file://") return std::string(uri.substr(7));

@@ -42,9 +42,11 @@
 #include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "core/internal/json_value.h"
 #include "kiln/checkpoint_sync.h"
 #include "kiln/local/local.h"
+#include "kiln/plugin/json_value.h"
+#include "local/image_cache.h"
+#include "local/instance_tree.h"
 #include "local/internal/archive.h"
 #include "local/internal/container_config.h"
 #include "local/internal/fs.h"
@@ -53,8 +55,6 @@
 #include "local/internal/seccomp_filter.h"
 #include "local/internal/spawn.h"
 #include "local/internal/task_runner.h"
-#include "local/image_cache.h"
-#include "local/instance_tree.h"
 #include "local/log_stream.h"
 #include "local/state_dir.h"
 
@@ -79,7 +79,7 @@ using internal::LineSplitter;
 using internal::LogStream;
 using internal::NoteForRun;
 using internal::RunLog;
-using ::kiln::internal::PathForMessage;
+using ::kiln::PathForMessage;
 
 constexpr size_t kMaxFailureBytes = 1024;
 constexpr char kDefaultHostPath[] = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
@@ -247,7 +247,7 @@ absl::Status MountFastFileViews(LaunchSpec& spec) {
     if (n <= 0) return internal::ErrnoStatus(errno, "readlink", path);
     target[n] = '\0';
     if (unlink(path.c_str()) != 0) return internal::ErrnoStatus(errno, "unlink", path);
-    absl::Status s = internal::MakeDirs(path);
+    absl::Status s = MakeDirs(path);
     if (!s.ok()) return s;
     binds.insert(binds.end(),
                  {"--ro-bind", target, absl::StrCat(kContainerBase, "/input/data/", ch)});
@@ -298,7 +298,7 @@ absl::Status CollectReadOnlyViews(LaunchSpec& spec) {
 // info pipe's (3).
 absl::Status PrepareBwrapCommand(const LaunchSpec& spec, std::vector<std::string>& argv,
                                  std::vector<std::string>& env,
-                                 std::vector<internal::UniqueFd>& fds) {
+                                 std::vector<UniqueFd>& fds) {
   auto command = std::find(argv.begin() + 1, argv.end(), "--");
   std::vector<std::string> options(argv.begin() + 1, command);
   for (const auto& [k, v] : spec.config.env) options.insert(options.end(), {"--setenv", k, v});
@@ -311,11 +311,11 @@ absl::Status PrepareBwrapCommand(const LaunchSpec& spec, std::vector<std::string
     text.append(a);
     text.push_back('\0');
   }
-  absl::StatusOr<internal::UniqueFd> args = internal::MemoryFile("kiln-bwrap-args", text);
+  absl::StatusOr<UniqueFd> args = internal::MemoryFile("kiln-bwrap-args", text);
   if (!args.ok()) return args.status();
   fds.push_back(*std::move(args));
   if (spec.seccomp != nullptr) {
-    absl::StatusOr<internal::UniqueFd> filter = internal::MemoryFile("kiln-seccomp", *spec.seccomp);
+    absl::StatusOr<UniqueFd> filter = internal::MemoryFile("kiln-seccomp", *spec.seccomp);
     if (!filter.ok()) return filter.status();
     fds.push_back(*std::move(filter));
   }
@@ -1069,12 +1069,12 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
     // bwrap ends its sandbox with this process (--die-with-parent and a PID
     // namespace); the process runtime has the keeper do it.
     ss.keeper = !spec.bwrap;
-    std::vector<internal::UniqueFd> bwrap_fds;
+    std::vector<UniqueFd> bwrap_fds;
     absl::StatusOr<pid_t> spawned = absl::UnknownError("not started");
     if (spec.bwrap) {
       ss.fds.push_back(info[1]);
       absl::Status prepared = PrepareBwrapCommand(spec, ss.argv, ss.env, bwrap_fds);
-      for (const internal::UniqueFd& fd : bwrap_fds) ss.fds.push_back(fd.get());
+      for (const UniqueFd& fd : bwrap_fds) ss.fds.push_back(fd.get());
       spawned = prepared.ok() ? internal::Spawn(ss) : absl::StatusOr<pid_t>(prepared);
     } else {
       spawned = internal::Spawn(ss);
@@ -1122,17 +1122,17 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
   if (spec.bwrap) {
     // One JSON object; read until it parses (or the pipe closes).
     std::string info_text;
-    absl::StatusOr<kiln::internal::JsonValue> doc = absl::NotFoundError("no sandbox information");
+    absl::StatusOr<kiln::JsonValue> doc = absl::NotFoundError("no sandbox information");
     while (true) {
       ssize_t n = read(info[0], buf, sizeof(buf));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;
       info_text.append(buf, static_cast<size_t>(n));
-      doc = kiln::internal::ParseJsonValue(info_text);
+      doc = kiln::ParseJsonValue(info_text);
       if (doc.ok()) break;
     }
     close_fd(info[0]);
-    const kiln::internal::JsonValue* child = doc.ok() ? doc->Find("child-pid") : nullptr;
+    const kiln::JsonValue* child = doc.ok() ? doc->Find("child-pid") : nullptr;
     absl::StatusOr<int64_t> child_pid =
         child != nullptr ? child->AsInt64() : absl::StatusOr<int64_t>(absl::NotFoundError(""));
     if (child_pid.ok()) {
@@ -1234,7 +1234,7 @@ void LocalClusterProvider::Supervise(EventLoop* loop, std::weak_ptr<Alive> alive
     std::string output;
     for (const std::string& l : lines) absl::StrAppend(&output, output.empty() ? "" : "; ", l);
     lines.clear();
-    const std::string text = kiln::internal::TextForMessage(output, kMaxFailureBytes);
+    const std::string text = kiln::TextForMessage(output, kMaxFailureBytes);
     log_platform(absl::StrCat("bubblewrap failed (exit ", code, "): ", text));
     if (pidfd >= 0) close(pidfd);
     close_all();
@@ -1382,10 +1382,10 @@ void LocalClusterProvider::UploadArtifacts(const JobContext& job, ArtifactsCallb
     auto upload_tar = [&](const std::vector<internal::TreeRoot>& roots, const std::string& uri,
                           const std::string& what) -> absl::Status {
       const std::string tmp = absl::StrCat(tmp_base, "-", what);
-      absl::Status s = internal::MakeDirs(internal::DirName(tmp));
+      absl::Status s = MakeDirs(internal::DirName(tmp));
       // Locked while it exists: a provider made meanwhile on this state
       // directory leaves it alone (StaleFiles).
-      absl::StatusOr<internal::UniqueFd> fd = internal::UniqueFd();
+      absl::StatusOr<UniqueFd> fd = UniqueFd();
       if (s.ok()) fd = internal::MakeLockedScratch(tmp, /*dir=*/false);
       if (!fd.ok()) s = fd.status();
       if (s.ok()) s = internal::WriteTar(roots, fd->get(), tmp, /*gzip=*/true, &left_out);
@@ -1571,7 +1571,7 @@ absl::StatusOr<std::unique_ptr<ClusterProvider>> NewLocalClusterProvider(EventLo
   absl::Status s;
   char real[PATH_MAX];
   if (!options.log_dir.empty()) {
-    s = internal::MakeDirs(options.log_dir);
+    s = MakeDirs(options.log_dir);
     if (!s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("LocalOptions.log_dir: ", s.message()));
     }

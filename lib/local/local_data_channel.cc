@@ -78,9 +78,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "core/internal/channel_layout.h"
-#include "core/internal/json_value.h"
 #include "kiln/local/local.h"
+#include "kiln/plugin/channel_layout.h"
+#include "kiln/plugin/json_value.h"
 #include "local/internal/fs.h"
 #include "local/internal/fuse_view.h"
 #include "local/internal/layout.h"
@@ -92,7 +92,7 @@ namespace {
 
 using internal::FifoWriter;
 using internal::StopSignal;
-using ::kiln::internal::PathForMessage;
+using ::kiln::PathForMessage;
 
 struct Alive {};
 
@@ -129,7 +129,7 @@ constexpr std::string_view kAugmentedManifest = "AugmentedManifestFile";
 // input modes, S3DataTypes, a manifest's values and AttributeNames as Shown.
 // (The engine's validation allows channel names of [A-Za-z0-9.-_] only, and
 // enumeration values, but a DataChannel can be used without the engine.)
-std::string Shown(std::string_view text) { return kiln::internal::TextForMessage(text); }
+std::string Shown(std::string_view text) { return kiln::TextForMessage(text); }
 
 // A manifest (ManifestFile, AugmentedManifestFile) read whole, of at most
 // kMaxManifestBytes: one ranged read a byte past the limit, so that an
@@ -224,11 +224,11 @@ std::string NoObjectsMessage(std::string_view channel, std::string_view uri) {
 absl::Status CheckLayoutCollisions(const ChannelDelivery& delivery) {
   const v1::CreateTrainingJobRequest& request = delivery.job.request;
   const std::string& name = delivery.channel.channel_name();
-  for (const kiln::internal::ChannelLayoutCollision& c :
-       kiln::internal::ChannelLayoutCollisions(request)) {
+  for (const kiln::ChannelLayoutCollision& c :
+       kiln::ChannelLayoutCollisions(request)) {
     if (request.input_data_config(c.directory).channel_name() == name ||
         request.input_data_config(c.pipe).channel_name() == name) {
-      return absl::InvalidArgumentError(kiln::internal::ChannelLayoutCollisionMessage(request, c));
+      return absl::InvalidArgumentError(kiln::ChannelLayoutCollisionMessage(request, c));
     }
   }
   return absl::OkStatus();
@@ -579,8 +579,8 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
                           absl::StrCat("channel '", Shown(name), "': reading manifest ",
                                        PathForMessage(uri), ": ", text.status().message()));
     }
-    absl::StatusOr<kiln::internal::JsonValue> doc = kiln::internal::ParseJsonValue(*text);
-    const kiln::internal::JsonValue* prefix = nullptr;
+    absl::StatusOr<kiln::JsonValue> doc = kiln::ParseJsonValue(*text);
+    const kiln::JsonValue* prefix = nullptr;
     if (doc.ok() && doc->is_array() && !doc->elements().empty()) {
       prefix = doc->elements()[0].Find("prefix");
     }
@@ -591,7 +591,7 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListSources(const v1::Chan
                        doc.ok() ? "" : absl::StrCat(" (", doc.status().message(), ")")));
     }
     for (size_t i = 1; i < doc->elements().size(); ++i) {
-      const kiln::internal::JsonValue& key = doc->elements()[i];
+      const kiln::JsonValue& key = doc->elements()[i];
       if (!key.is_string()) {
         return absl::InvalidArgumentError(absl::StrCat("channel '", Shown(name), "': manifest ",
                                                        PathForMessage(uri), ": element ", i,
@@ -690,7 +690,7 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListAugmentedManifest(
       return absl::StrCat("channel '", Shown(name), "': augmented manifest ", PathForMessage(uri),
                           " line ", number);
     };
-    absl::StatusOr<kiln::internal::JsonValue> doc = kiln::internal::ParseJsonValue(line);
+    absl::StatusOr<kiln::JsonValue> doc = kiln::ParseJsonValue(line);
     if (!doc.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(where(), " is not valid JSON (", doc.status().message(), ")"));
@@ -698,13 +698,13 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListAugmentedManifest(
     if (!doc->is_object()) {
       return absl::InvalidArgumentError(absl::StrCat(
           where(), " must be a JSON object, not ",
-          internal::Av(kiln::internal::JsonKindName(doc->kind()))));
+          internal::Av(kiln::JsonKindName(doc->kind()))));
     }
     Source source;
     source.uri = uri;
     source.line = number;
     for (const std::string& attribute : s3.attribute_names()) {
-      const kiln::internal::JsonValue* value = doc->Find(attribute);
+      const kiln::JsonValue* value = doc->Find(attribute);
       if (value == nullptr) {
         return absl::InvalidArgumentError(
             absl::StrCat(where(), " has no attribute '", Shown(attribute), "' (AttributeNames)"));
@@ -717,7 +717,7 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListAugmentedManifest(
           return absl::InvalidArgumentError(absl::StrCat(
               where(), ": attribute '", Shown(attribute),
               "' must be a string holding an object URI, not ",
-              internal::Av(kiln::internal::JsonKindName(value->kind()))));
+              internal::Av(kiln::JsonKindName(value->kind()))));
         }
         absl::StatusOr<ObjectStore*> ref_store = stores_.For(value->string_value());
         if (!ref_store.ok()) {
@@ -729,7 +729,7 @@ absl::StatusOr<std::vector<Source>> LocalDataChannel::ListAugmentedManifest(
       } else if (value->is_string()) {
         part.value = value->string_value();
       } else {
-        part.value = kiln::internal::WriteJson(*value);
+        part.value = kiln::WriteJson(*value);
       }
       source.parts.push_back(std::move(part));
     }
@@ -908,7 +908,7 @@ absl::Status LocalDataChannel::MountView(const v1::Channel& channel,
   // mount on the same point would hide.
   static std::atomic<uint64_t> next_view{0};
   const std::string views_dir = absl::StrCat(options_.state_dir, "/fastfile");
-  absl::Status s = internal::MakeDirs(views_dir);
+  absl::Status s = MakeDirs(views_dir);
   if (!s.ok()) return InChannel(name, s);
   std::string mount_point;
   for (int tries = 1;; ++tries) {

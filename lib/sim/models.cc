@@ -7,8 +7,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/internal/time_math.h"
-#include "core/internal/json_value.h"
+#include "base/time_math.h"
+#include "kiln/plugin/json_value.h"
 
 namespace kiln::sim {
 namespace {
@@ -114,12 +114,12 @@ double SpotTrace::FractionAtLeast(int32_t n) const {
 }
 
 absl::StatusOr<SpotTrace> ParseSpotTrace(std::string_view json, bool invert) {
-  auto doc = internal::ParseJsonValue(json);
+  auto doc = ParseJsonValue(json);
   if (!doc.ok()) return absl::InvalidArgumentError(absl::StrCat("spot trace: ", doc.status().message()));
   if (!doc->is_object()) return absl::InvalidArgumentError("spot trace: expected a JSON object");
   SpotTrace trace;
-  const internal::JsonValue* metadata = doc->Find("metadata");
-  const internal::JsonValue* gap = metadata != nullptr ? metadata->Find("gap_seconds") : nullptr;
+  const JsonValue* metadata = doc->Find("metadata");
+  const JsonValue* gap = metadata != nullptr ? metadata->Find("gap_seconds") : nullptr;
   if (gap == nullptr || !gap->is_number()) {
     return absl::InvalidArgumentError("spot trace: metadata.gap_seconds must be a positive number");
   }
@@ -128,7 +128,7 @@ absl::StatusOr<SpotTrace> ParseSpotTrace(std::string_view json, bool invert) {
     return absl::InvalidArgumentError("spot trace: metadata.gap_seconds must be a positive number");
   }
   trace.gap = absl::Seconds(*gap_seconds);
-  const internal::JsonValue* data = doc->Find("data");
+  const JsonValue* data = doc->Find("data");
   if (data == nullptr || !data->is_array() || data->elements().empty()) {
     return absl::InvalidArgumentError("spot trace: data must be a non-empty array of counts");
   }

@@ -12,13 +12,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/internal/json_value.h"
+#include "kiln/plugin/json_value.h"
 #include "kiln/sim/scenario.h"
 
 namespace kiln::sim {
 namespace {
 
-using internal::JsonValue;
 
 std::string HorizonText(absl::Duration d) {
   if (d % absl::Hours(24) == absl::ZeroDuration()) return absl::StrCat(d / absl::Hours(24), "d");
@@ -306,7 +305,7 @@ std::string FormatJson(const SimulationReport& r) {
     slack.Push(std::move(o));
   }
   doc.Set("slack_sweep", std::move(slack));
-  return internal::WriteJson(doc, /*indent=*/true) + "\n";
+  return WriteJson(doc, /*indent=*/true) + "\n";
 }
 
 std::string FormatCsv(const SimulationReport& r) {

@@ -14,19 +14,17 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "core/internal/files.h"
-#include "core/internal/json_value.h"
-#include "core/internal/status_macros.h"
 #include "kiln/cluster_provider.h"
 #include "kiln/json.h"
+#include "kiln/plugin/files.h"
+#include "kiln/plugin/json_value.h"
+#include "kiln/plugin/status_macros.h"
 #include "kiln/sim/scenario.h"
 #include "kiln/validation.h"
 
 namespace kiln::sim {
 namespace {
 
-using internal::JsonValue;
-using internal::PathForMessage;
 
 // The longest keep-alive the engine gives a job (the default of
 // WarmPoolOptions::max_keep_alive, the service's 6 hours): a longer Fixed(T)
@@ -44,11 +42,11 @@ absl::Status Bad(const std::string& path, std::string_view what) {
 // name, an unknown member): a key that could break the message's line or
 // make it long is shown quoted and escaped, scenario."a\nb".
 std::string Member(const std::string& path, std::string_view key) {
-  return absl::StrCat(path, ".", internal::PathKeyForMessage(key));
+  return absl::StrCat(path, ".", PathKeyForMessage(key));
 }
 
 // Input text (a value, a name) as the messages show it, escaped and cut.
-std::string Shown(std::string_view text) { return internal::TextForMessage(text); }
+std::string Shown(std::string_view text) { return TextForMessage(text); }
 
 absl::Status CheckMembers(const JsonValue& v, const std::string& path,
                           std::initializer_list<std::string_view> allowed) {
@@ -168,7 +166,7 @@ absl::StatusOr<RateDist> Rate(const JsonValue& v, const std::string& path, RateD
 // `max_bytes` (`kind` names such a file in the message's rule).
 absl::StatusOr<std::string> ReadText(const std::string& path, int64_t max_bytes,
                                      std::string_view kind) {
-  absl::StatusOr<std::string> text = internal::ReadUserFile(path, max_bytes, kind);
+  absl::StatusOr<std::string> text = ReadUserFile(path, max_bytes, kind);
   if (!text.ok()) {
     return absl::Status(text.status().code(), absl::StrCat("cannot read '", PathForMessage(path),
                                                            "': ", text.status().message()));
@@ -268,7 +266,7 @@ class Parser {
   explicit Parser(std::string_view base_dir) : base_dir_(base_dir) {}
 
   absl::StatusOr<Scenario> Parse(std::string_view text) {
-    auto doc = internal::ParseJsonValue(text);
+    auto doc = ParseJsonValue(text);
     if (!doc.ok()) return absl::InvalidArgumentError(absl::StrCat("scenario: ", std::string(doc.status().message())));
     const JsonValue& v = *doc;
     const std::string path = "scenario";
@@ -579,7 +577,7 @@ class Parser {
       if (!x->is_object()) return Bad(Member(path, "request"), "expected a CreateTrainingJob request object");
       JsonValue named = *x;
       named.Set("TrainingJobName", JsonValue::String("template"));
-      absl::Status s = ParseJson(internal::WriteJson(named), t.request);
+      absl::Status s = ParseJson(WriteJson(named), t.request);
       if (!s.ok()) return Bad(Member(path, "request"), std::string(s.message()));
     } else {
       t.request = DefaultRequest(type, static_cast<int32_t>(count), mode,

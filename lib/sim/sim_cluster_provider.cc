@@ -16,9 +16,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
-#include "core/internal/prefetch.h"
-#include "core/internal/seq_window.h"
-#include "core/internal/time_math.h"
+#include "base/prefetch.h"
+#include "base/seq_window.h"
+#include "base/time_math.h"
 #include "kiln/sim/sim.h"
 
 namespace kiln::sim {

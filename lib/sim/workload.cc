@@ -7,12 +7,12 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/internal/time_math.h"
-#include "core/internal/json_value.h"
+#include "base/time_math.h"
 #include "kiln/json.h"
+#include "kiln/plugin/json_value.h"
 
 namespace kiln::sim {
 namespace {
@@ -236,7 +236,7 @@ absl::Status LineError(size_t line, std::string_view what) {
 }
 
 // A non-negative number of seconds, at most kMaxSimDuration.
-absl::StatusOr<absl::Duration> Seconds(const internal::JsonValue& v, size_t line, std::string_view name) {
+absl::StatusOr<absl::Duration> Seconds(const JsonValue& v, size_t line, std::string_view name) {
   auto d = v.AsDouble();
   if (!d.ok() || !(*d >= 0) || !std::isfinite(*d) || absl::Seconds(*d) > kMaxSimDuration) {
     return LineError(line, absl::StrCat(std::string(name), " must be a number of seconds in [0, ",
@@ -245,7 +245,7 @@ absl::StatusOr<absl::Duration> Seconds(const internal::JsonValue& v, size_t line
   return absl::Seconds(*d);
 }
 
-absl::StatusOr<int64_t> Count(const internal::JsonValue& v, size_t line, std::string_view name) {
+absl::StatusOr<int64_t> Count(const JsonValue& v, size_t line, std::string_view name) {
   auto n = v.AsInt64();
   if (!n.ok() || *n < 0) return LineError(line, absl::StrCat(std::string(name), " must be a non-negative integer"));
   return *n;
@@ -306,37 +306,37 @@ absl::StatusOr<std::vector<TraceEntry>> ParseJobTrace(std::string_view jsonl) {
     ++line_number;
     const std::string_view line(raw.data(), raw.size());
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
-    auto doc = internal::ParseJsonValue(line);
+    auto doc = ParseJsonValue(line);
     if (!doc.ok()) return LineError(line_number, std::string(doc.status().message()));
     if (!doc->is_object()) return LineError(line_number, "expected a JSON object");
     for (const auto& [key, value] : doc->members()) {
       if (key != "arrival" && key != "request" && key != "sim") {
         // The key is input: escaped and cut, it cannot break the message's line.
         return LineError(line_number,
-                         absl::StrCat("unknown member '", internal::TextForMessage(key),
+                         absl::StrCat("unknown member '", TextForMessage(key),
                                       "' (arrival, request, sim)"));
       }
     }
     TraceEntry entry;
     entry.line = static_cast<int64_t>(line_number);
-    const internal::JsonValue* arrival = doc->Find("arrival");
+    const JsonValue* arrival = doc->Find("arrival");
     if (arrival == nullptr) return LineError(line_number, "arrival is required");
     auto at = Seconds(*arrival, line_number, "arrival");
     if (!at.ok()) return at.status();
     entry.arrival = *at;
-    const internal::JsonValue* request = doc->Find("request");
+    const JsonValue* request = doc->Find("request");
     if (request == nullptr || !request->is_object()) {
       return LineError(line_number, "request must be a CreateTrainingJob request object");
     }
     v1::CreateTrainingJobRequest parsed_request;
-    absl::Status parsed = ParseJson(internal::WriteJson(*request), parsed_request);
+    absl::Status parsed = ParseJson(WriteJson(*request), parsed_request);
     if (!parsed.ok()) return LineError(line_number, absl::StrCat("request: ", std::string(parsed.message())));
     if (parsed_request.training_job_name().empty()) {
       return LineError(line_number, "request.TrainingJobName is required");
     }
     entry.job.name = parsed_request.training_job_name();
     entry.job.request = std::make_shared<const v1::CreateTrainingJobRequest>(std::move(parsed_request));
-    if (const internal::JsonValue* sim = doc->Find("sim")) {
+    if (const JsonValue* sim = doc->Find("sim")) {
       if (!sim->is_object()) return LineError(line_number, "sim must be an object");
       SimJobAttributes& a = entry.job.attributes;
       for (const auto& [key, value] : sim->members()) {
@@ -362,7 +362,7 @@ absl::StatusOr<std::vector<TraceEntry>> ParseJobTrace(std::string_view jsonl) {
           a.spot_eligible = value.bool_value();
         } else {
           return LineError(line_number,
-                           absl::StrCat("unknown member 'sim.", internal::TextForMessage(key),
+                           absl::StrCat("unknown member 'sim.", TextForMessage(key),
                                         "' (work, checkpoint_every, image_bytes, data_bytes, epochs, "
                                         "deadline, spot_eligible, exit_code, upload)"));
         }

@@ -1,7 +1,7 @@
 // ReadUserFile: a file a user names is read whole when it is a regular file
 // within the limit, and refused, without waiting on it or reading it
 // endlessly, when it is anything else.
-#include "core/internal/files.h"
+#include "kiln/plugin/files.h"
 
 #include <fcntl.h>
 #include <stdlib.h>

@@ -12,13 +12,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/internal/json_value.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/util/field_comparator.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "google/protobuf/wrappers.pb.h"
 #include "gtest/gtest.h"
+#include "kiln/plugin/json_value.h"
 #include "kiln/v1/sagemaker.pb.h"
 #include "kiln/validation.h"
 
@@ -158,10 +158,10 @@ class JsonTest : public ::testing::Test {
   }
 
   // Parses `text` with the internal parser (for comparing documents).
-  static internal::JsonValue Document(std::string_view text) {
-    absl::StatusOr<internal::JsonValue> value = internal::ParseJsonValue(text);
+  static JsonValue Document(std::string_view text) {
+    absl::StatusOr<JsonValue> value = ParseJsonValue(text);
     EXPECT_TRUE(value.ok()) << value.status();
-    return value.ok() ? *value : internal::JsonValue();
+    return value.ok() ? *value : JsonValue();
   }
 
   // ParseJson, ToJson, ParseJson: the two messages must be equal, and ToJson
@@ -174,7 +174,7 @@ class JsonTest : public ::testing::Test {
     Message second;
     ASSERT_TRUE(ParseJson(written, second).ok()) << written;
     EXPECT_TRUE(Equal(first, second)) << written;
-    EXPECT_EQ(internal::WriteJson(Document(written)), internal::WriteJson(Document(json)));
+    EXPECT_EQ(WriteJson(Document(written)), WriteJson(Document(json)));
   }
 };
 
@@ -364,7 +364,7 @@ TEST_F(JsonTest, BadTimestampsAreReported) {
 TEST_F(JsonTest, TimestampStringsFollowRfc3339Exactly) {
   const auto error = [](std::string_view text) {
     v1::SecondaryStatusTransition transition;
-    const std::string member = internal::WriteJson(internal::JsonValue::String(std::string(text)));
+    const std::string member = WriteJson(JsonValue::String(std::string(text)));
     const absl::Status status =
         ParseJson(absl::StrCat(R"({"StartTime":)", member, "}"), transition);
     return status.ok() ? "OK" : std::string(status.message());
@@ -413,7 +413,7 @@ TEST_F(JsonTest, TimestampStringsFollowRfc3339Exactly) {
   };
   for (const Case& c : refused) {
     const std::string shown =
-        internal::JsonForMessage(internal::JsonValue::String(std::string(c.text)));
+        JsonForMessage(JsonValue::String(std::string(c.text)));
     EXPECT_EQ(error(c.text),
               absl::StrCat("Parameter validation failed:\nInvalid type for parameter StartTime, "
                            "value: ",
@@ -859,7 +859,7 @@ TEST_F(JsonTest, LongValuesInMessagesAreCut) {
 // Messages get logged as they are. What they show of the input (member
 // names, map keys, values, in botocore's lines and in the validator's) is
 // escaped, so that no input adds a line to them or forges one, and cut after
-// internal::kMaxJsonInMessage bytes, so that no input makes them long.
+// kMaxJsonInMessage bytes, so that no input makes them long.
 TEST_F(JsonTest, InputShownInErrorsIsEscapedAndCut) {
   const auto lines = [](const std::string& message) {
     return std::count(message.begin(), message.end(), '\n') + 1;
@@ -926,7 +926,7 @@ TEST_F(JsonTest, InvalidUtf8InStringFieldsStillGivesValidJson) {
   tag.set_key("caf\xC3");  // truncated UTF-8
   const std::string written = ToJson(tag);
   EXPECT_EQ(written, "{\"Key\":\"caf\xEF\xBF\xBD\"}");
-  EXPECT_TRUE(internal::ParseJsonValue(written).ok());
+  EXPECT_TRUE(ParseJsonValue(written).ok());
 }
 
 TEST_F(JsonTest, MutatedRequestsNeverCrashAndRoundTripWhenAccepted) {

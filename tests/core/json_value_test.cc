@@ -1,4 +1,4 @@
-#include "core/internal/json_value.h"
+#include "kiln/plugin/json_value.h"
 
 #include <cmath>
 #include <cstdint>

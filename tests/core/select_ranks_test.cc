@@ -1,4 +1,4 @@
-#include "core/internal/select_ranks.h"
+#include "base/select_ranks.h"
 
 #include <algorithm>
 #include <cstddef>

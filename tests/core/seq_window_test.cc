@@ -1,4 +1,4 @@
-#include "core/internal/seq_window.h"
+#include "base/seq_window.h"
 
 #include <map>
 #include <memory>

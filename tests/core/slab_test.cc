@@ -1,4 +1,4 @@
-#include "core/internal/slab.h"
+#include "base/slab.h"
 
 #include <algorithm>
 #include <cstdint>

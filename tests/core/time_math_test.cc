@@ -1,4 +1,4 @@
-#include "core/internal/time_math.h"
+#include "base/time_math.h"
 
 #include <cstdint>
 #include <limits>

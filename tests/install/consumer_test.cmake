@@ -14,16 +14,22 @@
 #   INCLUDEDIR, LIBDIR, CMAKEDIR   install layout relative to the prefix
 #   PROGRAM           the kiln program relative to the prefix, if it is built
 #   EXPECT            list of regular expressions the app's output must match
+#   CONSUMER          core: the consumer asks for kiln::core alone, and the
+#                     backends' dependencies are hidden from it (pkg-config
+#                     sees only libpcre2-8; find_package may not find
+#                     LibArchive, ZLIB, CURL or OpenSSL);
+#                     full: every component, and app_full runs too
+#   EXPECT_FULL       the same for app_full's output
 cmake_minimum_required(VERSION 3.25)
 
-foreach(var MODE KILN_BUILD_DIR CONSUMER_DIR WORK_DIR GENERATOR CXX_COMPILER)
+foreach(var MODE KILN_BUILD_DIR CONSUMER_DIR WORK_DIR GENERATOR CXX_COMPILER CONSUMER)
   if(NOT DEFINED ${var} OR "${${var}}" STREQUAL "")
     message(FATAL_ERROR "consumer_test.cmake: -D${var}=... is required")
   endif()
 endforeach()
 
 string(RANDOM LENGTH 8 ALPHABET "abcdefghijklmnopqrstuvwxyz0123456789" suffix)
-set(root "${WORK_DIR}/${MODE}-${suffix}")
+set(root "${WORK_DIR}/${MODE}-${CONSUMER}-${suffix}")
 set(prefix "${root}/prefix")
 set(consumer_build "${root}/consumer-build")
 file(REMOVE_RECURSE "${root}")
@@ -31,7 +37,7 @@ file(MAKE_DIRECTORY "${root}")
 
 function(fail what)
   file(REMOVE_RECURSE "${root}")
-  message(FATAL_ERROR "consumer test (${MODE}): ${what}")
+  message(FATAL_ERROR "consumer test (${MODE}, ${CONSUMER}): ${what}")
 endfunction()
 
 # Runs a command; on failure prints its output and fails the test.
@@ -72,8 +78,25 @@ else()
   fail("unknown MODE '${MODE}'")
 endif()
 
-run("consumer configure" ${CMAKE_COMMAND}
-  -S "${CONSUMER_DIR}" -B "${consumer_build}" -G "${GENERATOR}"
+set(hide_backends_deps)
+if(CONSUMER STREQUAL "core")
+  # pkg-config finds libpcre2-8 (kiln::core's) and nothing else.
+  execute_process(COMMAND pkg-config --variable=pcfiledir libpcre2-8
+    RESULT_VARIABLE rc OUTPUT_VARIABLE pcre2_pc_dir OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT rc EQUAL 0)
+    fail("pkg-config does not find libpcre2-8")
+  endif()
+  file(MAKE_DIRECTORY "${root}/pkgconfig")
+  file(COPY "${pcre2_pc_dir}/libpcre2-8.pc" DESTINATION "${root}/pkgconfig")
+  set(hide_backends_deps ${CMAKE_COMMAND} -E env "PKG_CONFIG_LIBDIR=${root}/pkgconfig"
+    PKG_CONFIG_PATH=)
+  set(disable_finds
+    -DCMAKE_DISABLE_FIND_PACKAGE_LibArchive=ON -DCMAKE_DISABLE_FIND_PACKAGE_ZLIB=ON
+    -DCMAKE_DISABLE_FIND_PACKAGE_CURL=ON -DCMAKE_DISABLE_FIND_PACKAGE_OpenSSL=ON)
+endif()
+
+run("consumer configure" ${hide_backends_deps} ${CMAKE_COMMAND}
+  -S "${CONSUMER_DIR}" "-DKILN_CONSUMER=${CONSUMER}" ${disable_finds} -B "${consumer_build}" -G "${GENERATOR}"
   "-DCMAKE_CXX_COMPILER=${CXX_COMPILER}"
   "-DCMAKE_BUILD_TYPE=${BUILD_TYPE}"
   "-DCMAKE_CXX_FLAGS=${CXX_FLAGS}"
@@ -104,5 +127,16 @@ foreach(pattern IN LISTS EXPECT)
   endif()
 endforeach()
 
+if(CONSUMER STREQUAL "full")
+  run("app_full" "${consumer_build}/app_full")
+  set(output_full "${last_output}")
+  foreach(pattern IN LISTS EXPECT_FULL)
+    if(NOT output_full MATCHES "${pattern}")
+      fail("app_full output does not match '${pattern}':\n${output_full}")
+    endif()
+  endforeach()
+  string(APPEND output "${output_full}")
+endif()
+
 file(REMOVE_RECURSE "${root}")
-message(STATUS "consumer test (${MODE}) passed; app printed:\n${output}")
+message(STATUS "consumer test (${MODE}, ${CONSUMER}) passed; printed:\n${output}")

@@ -26,12 +26,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
-#include "core/internal/json_value.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kiln/event_loop.h"
 #include "kiln/local/local.h"
 #include "kiln/object_store.h"
+#include "kiln/plugin/json_value.h"
 #include "local/internal/archive.h"
 #include "local/internal/fs.h"
 #include "local/internal/layout.h"
@@ -41,8 +41,8 @@
 namespace kiln::local {
 namespace {
 
-using ::kiln::internal::JsonValue;
-using ::kiln::internal::WriteJson;
+using ::kiln::JsonValue;
+using ::kiln::WriteJson;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -132,7 +132,7 @@ class LocalClusterProviderTest : public ::testing::TestWithParam<LocalRuntime> {
   // missing), which keeps the directories above it from being deleted
   // (EBUSY). False, with "SKIP" set in `f`, when it cannot.
   static bool MountInTheWay(testing::Facts& f, const std::string& dir) {
-    if (internal::MakeDirs(dir).ok() && mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=64k") == 0) {
+    if (MakeDirs(dir).ok() && mount("tmpfs", dir.c_str(), "tmpfs", 0, "size=64k") == 0) {
       return true;
     }
     f["SKIP"] = "cannot mount a tmpfs at " + dir;
@@ -1341,7 +1341,7 @@ TEST_P(LocalClusterProviderTest, AFailedCheckpointRestoreNamesItOnce) {
 // its folder would be); it is written before a.pt, so every sync that sees
 // a.pt fails.
 TEST_P(LocalClusterProviderTest, AFailedCheckpointSyncLogsWhatItUploadedAllTheSame) {
-  ASSERT_TRUE(internal::MakeDirs(store_dir_ + "/ckpt").ok());
+  ASSERT_TRUE(MakeDirs(store_dir_ + "/ckpt").ok());
   ASSERT_EQ(::mkfifo((store_dir_ + "/ckpt/sub").c_str(), 0644), 0);
   AddScript("ckpt.sh",
             "mkdir \"$SAGEMAKER_BASE_DIR/checkpoints/sub\"\n"
@@ -1595,7 +1595,7 @@ class CloseFailingFs {
 TEST_P(LocalClusterProviderTest, LogStreamWhoseCloseFailsIsSaidToObservers) {
   AddScript("hello.sh", "echo hello\n");
   const std::string log_dir = tmp_.path() + "/logs";
-  ASSERT_TRUE(internal::MakeDirs(log_dir + "/close-fails").ok());
+  ASSERT_TRUE(MakeDirs(log_dir + "/close-fails").ok());
   std::unique_ptr<CloseFailingFs> fs = CloseFailingFs::Mount(log_dir + "/close-fails", EIO);
   if (fs == nullptr) GTEST_SKIP() << "a FUSE file system cannot be mounted here";
   LocalOptions options;
@@ -1767,7 +1767,7 @@ TEST_P(LocalClusterProviderTest, ARunInTheSameSecondAsAnotherOfItsJobHasAStreamO
 // files can be made in it, none renamed or deleted. False (with errno) when
 // the file system or this process cannot.
 bool SetAppendOnly(const std::string& dir, bool on) {
-  const internal::UniqueFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  const UniqueFd fd(open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   int flags = 0;
   if (!fd.valid() || ioctl(fd.get(), FS_IOC_GETFLAGS, &flags) != 0) return false;
   flags = on ? (flags | FS_APPEND_FL) : (flags & ~FS_APPEND_FL);
@@ -1786,7 +1786,7 @@ TEST_P(LocalClusterProviderTest, AnImageScratchCopyThatCannotBeDeletedIsNamedInT
   MakeProvider(options);
   AddScript("hello.sh", "echo hello\n");
   const std::string cache = state_dir_ + "/image-cache";
-  ASSERT_TRUE(internal::MakeDirs(cache).ok());
+  ASSERT_TRUE(MakeDirs(cache).ok());
   if (!SetAppendOnly(cache, true)) {
     GTEST_SKIP() << "cannot make " << cache << " append-only: " << std::strerror(errno);
   }
@@ -1867,7 +1867,7 @@ TEST_P(LocalClusterProviderTest, AProvisionWithoutTheLockDeletesNothing) {
   ASSERT_NE(id, "");
   const std::string weights = absl::StrCat(state_dir_, "/instances/", id, "/algo-1/ml/model/w");
   WriteFile(weights, "another's");
-  ASSERT_TRUE(internal::MakeDirs(absl::StrCat(state_dir_, "/locks/", id, ".lock")).ok());
+  ASSERT_TRUE(MakeDirs(absl::StrCat(state_dir_, "/locks/", id, ".lock")).ok());
   auto cluster = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}});
   EXPECT_THAT(cluster.status().message(),
               HasSubstr("could not create local instances: create the lock file '"))

@@ -61,7 +61,7 @@ class LocalDataChannelTest : public ::testing::Test {
       inst.id = absl::StrCat("c1/", inst.host_name);
       inst.group_name = kHomogeneousGroupName;
       inst.instance_type = "ml.m5.large";
-      ASSERT_TRUE(internal::MakeDirs(DataDir(inst.id)).ok());
+      ASSERT_TRUE(MakeDirs(DataDir(inst.id)).ok());
       cluster_.instances.push_back(inst);
     }
     cluster_.id = "c1";
@@ -106,7 +106,7 @@ class LocalDataChannelTest : public ::testing::Test {
   // Runs `commands` in the source directory (they write gz/'s objects from
   // raw/), then delivers gz/ as the Gzip-compressed Pipe channel "z".
   void DeliverGzipPipe(const std::string& commands) {
-    ASSERT_TRUE(internal::MakeDirs(src_ + "/gz").ok());
+    ASSERT_TRUE(MakeDirs(src_ + "/gz").ok());
     ASSERT_EQ(std::system(absl::StrCat("cd ", src_, " && ", commands).c_str()), 0) << commands;
     v1::Channel c = Channel("z", "S3Prefix", "file://" + src_ + "/gz/");
     c.set_compression_type("Gzip");
@@ -227,7 +227,7 @@ TEST_F(LocalDataChannelTest, AManifestOverTheLimitIsRefused) {
 // link inside the root leads nowhere outside it.
 TEST_F(LocalDataChannelTest, AConfinedFileStoreRefusesSourcesOutsideItsRoots) {
   const std::string root = tmp_.path() + "/root";
-  ASSERT_TRUE(internal::MakeDirs(root).ok());
+  ASSERT_TRUE(MakeDirs(root).ok());
   WriteFile(src_ + "/secret/shadow", "root:secret");
   absl::StatusOr<std::unique_ptr<ObjectStore>> confined =
       NewFileObjectStore(FileObjectStoreOptions{{root}});
@@ -434,7 +434,7 @@ TEST_F(LocalDataChannelTest, ObjectMissingFromAManifestFailsNamingChannelAndObje
 }
 
 TEST_F(LocalDataChannelTest, EmptyPrefixIsNotFound) {
-  ASSERT_TRUE(internal::MakeDirs(src_ + "/empty").ok());
+  ASSERT_TRUE(MakeDirs(src_ + "/empty").ok());
   absl::Status s = Deliver(Channel("e", "S3Prefix", "file://" + src_ + "/empty/"));
   EXPECT_TRUE(absl::IsNotFound(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("No S3 objects found under S3 URL"));
@@ -468,7 +468,7 @@ TEST_F(LocalDataChannelTest, FastFileIsAViewOfTheSourceNotACopy) {
 }
 
 TEST_F(LocalDataChannelTest, FastFileOfAnEmptyFolderIsNotFound) {
-  ASSERT_TRUE(internal::MakeDirs(src_ + "/empty/sub").ok());
+  ASSERT_TRUE(MakeDirs(src_ + "/empty/sub").ok());
   absl::Status s = Deliver(Channel("e", "S3Prefix", "file://" + src_ + "/empty/"), "FastFile");
   EXPECT_TRUE(absl::IsNotFound(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("No S3 objects found"));
@@ -556,7 +556,7 @@ TEST_F(LocalDataChannelTest, FastFileOverAnEmptyRemotePrefixIsNotFound) {
 // CheckChannel (CreateTrainingJob's synchronous check)
 
 TEST_F(LocalDataChannelTest, CheckChannelRejectsAnEmptyFilePrefix) {
-  ASSERT_TRUE(internal::MakeDirs(src_ + "/empty/deeper").ok());
+  ASSERT_TRUE(MakeDirs(src_ + "/empty/deeper").ok());
   WriteFile(src_ + "/full/x/y", "1");
   absl::Status s = channel_->CheckChannel(Channel("e", "S3Prefix", "file://" + src_ + "/empty/"), "File");
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
@@ -857,7 +857,7 @@ TEST_F(LocalDataChannelTest, PipeRecordIOWrapsEachObjectInARecord) {
 
 TEST_F(LocalDataChannelTest, PipeGzipAndRecordIOTogetherFrameTheDecompressedObject) {
   WriteFile(src_ + "/raw/x", "payload-x");
-  ASSERT_TRUE(internal::MakeDirs(src_ + "/gz").ok());
+  ASSERT_TRUE(MakeDirs(src_ + "/gz").ok());
   ASSERT_EQ(std::system(absl::StrCat("gzip -c ", src_, "/raw/x > ", src_, "/gz/x.gz").c_str()), 0);
   v1::Channel c = Channel("gr", "S3Prefix", "file://" + src_ + "/gz/");
   c.set_compression_type("Gzip");
@@ -945,7 +945,7 @@ TEST_F(LocalDataChannelTest, PipeObjectThatDisappearsBetweenEpochsFailsTheJobNam
 }
 
 TEST_F(LocalDataChannelTest, PipeOfAnEmptyPrefixFailsTheDelivery) {
-  ASSERT_TRUE(internal::MakeDirs(src_ + "/none").ok());
+  ASSERT_TRUE(MakeDirs(src_ + "/none").ok());
   absl::Status s = Deliver(Channel("e", "S3Prefix", "file://" + src_ + "/none/"), "Pipe");
   EXPECT_TRUE(absl::IsNotFound(s)) << s;
   EXPECT_FALSE(internal::Exists(Fifo("algo-1", "e", 0)));
@@ -1214,8 +1214,8 @@ TEST_F(LocalDataChannelTest, MountsOfAKilledProcessAreCleanedUpByTheNextChannel)
   // process, which must stay.
   const std::string dead_empty = absl::StrCat(pid, "-77-empty");
   const std::string mine = absl::StrCat(getpid(), "-77-mine");
-  ASSERT_TRUE(internal::MakeDirs(fastfile + "/" + dead_empty).ok());
-  ASSERT_TRUE(internal::MakeDirs(fastfile + "/" + mine).ok());
+  ASSERT_TRUE(MakeDirs(fastfile + "/" + dead_empty).ok());
+  ASSERT_TRUE(MakeDirs(fastfile + "/" + mine).ok());
 
   channel_ = NewLocalDataChannel(*loop_, stores_, {.state_dir = state_dir_});
   EXPECT_FALSE(MountedBelow(fastfile)) << ReadFile("/proc/self/mountinfo");

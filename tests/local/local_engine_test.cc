@@ -355,7 +355,7 @@ TEST_F(LocalEngineTest, ContainerThatExitsWhileTheWriterWaitsEndsTheWriter) {
 }
 
 TEST_F(LocalEngineTest, EmptyPrefixIsRejectedByCreateTrainingJob) {
-  ASSERT_TRUE(internal::MakeDirs(data_ + "/nothing").ok());
+  ASSERT_TRUE(MakeDirs(data_ + "/nothing").ok());
   AddScript("noop.sh", "true\n");
   v1::CreateTrainingJobRequest r = Request("e2e-empty", "noop.sh");
   *r.add_input_data_config() = PrefixChannel("train", "file://" + data_ + "/nothing/");
@@ -758,7 +758,7 @@ TEST_F(LocalEngineFullDiskTest, ImageTarballThatDoesNotFitIsNotCachedCutShort) {
 TEST_F(LocalEngineFullDiskTest, LogStreamOnAFullDiskEndsOnAWholeLineAndObserversAreTold) {
   // (On the host's disk, not the small one: they must be made on a full disk.)
   const std::string flags = tmp_.path() + "/flags";
-  ASSERT_TRUE(internal::MakeDirs(flags).ok());
+  ASSERT_TRUE(MakeDirs(flags).ok());
   // Waits for the test between its lines: "first" is in the stream before the
   // disk fills up; of the long line, only what the stream's last page holds
   // fits; "after" comes when there is room again.
@@ -839,7 +839,7 @@ TEST_F(LocalEngineFullDiskTest, LogStreamThatCannotBeCreatedIsSaidAndTheJobRuns)
   // Inodes for the root, one job's directory and a filler: none left.
   const std::vector<testing::SmallDisk> logs = {{log_dir_, 64, 3}};
   testing::Facts f = OnSmallDisk(4096, 0, [&](testing::Facts& f) {
-    if (!internal::MakeDirs(log_dir_ + "/no-file").ok()) f["setup"] = "no directory";
+    if (!MakeDirs(log_dir_ + "/no-file").ok()) f["setup"] = "no directory";
     const int fd = open((log_dir_ + "/filler").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) f["setup"] = "no filler";
     if (fd >= 0) close(fd);

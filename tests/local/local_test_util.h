@@ -71,7 +71,7 @@ class TempDir {
 };
 
 inline void WriteFile(const std::string& path, const std::string& data, mode_t mode = 0644) {
-  ASSERT_TRUE(internal::MakeDirs(internal::DirName(path)).ok()) << path;
+  ASSERT_TRUE(MakeDirs(internal::DirName(path)).ok()) << path;
   std::ofstream(path, std::ios::binary) << data;
   chmod(path.c_str(), mode);
 }
@@ -237,7 +237,7 @@ inline Facts RunWithSmallDisks(const std::vector<SmallDisk>& disks,
       if (!facts.empty()) break;
       const std::string options = absl::StrCat(
           "size=", d.kib, "k", d.inodes > 0 ? absl::StrCat(",nr_inodes=", d.inodes) : "");
-      if (internal::MakeDirs(d.path).ok() &&
+      if (MakeDirs(d.path).ok() &&
           mount("tmpfs", d.path.c_str(), "tmpfs", 0, options.c_str()) == 0) {
         continue;
       }

@@ -275,7 +275,7 @@ TEST_P(SandboxTest, TheJobsEnvironmentNeverReachesBubblewrap) {
 // directory says so when it is made, naming the directory in the way.
 TEST_P(SandboxTest, AStateDirectoryTheContainerUserCannotReachIsRefused) {
   const std::string closed = root_ + "/closed";
-  ASSERT_TRUE(internal::MakeDirs(closed + "/state").ok());
+  ASSERT_TRUE(MakeDirs(closed + "/state").ok());
   chmod(closed.c_str(), 0700);
   LocalOptions options;
   options.state_dir = closed + "/state";

@@ -240,7 +240,7 @@ TEST(SpawnTest, RunAsGivesTheProgramThatUser) {
   }
   // A working directory the user cannot enter is named.
   const std::string closed = tmp.path() + "/closed";
-  ASSERT_TRUE(internal::MakeDirs(closed).ok());
+  ASSERT_TRUE(MakeDirs(closed).ok());
   chmod(closed.c_str(), 0700);
   SpawnSpec spec;
   spec.argv = {"/bin/true"};

@@ -16,12 +16,12 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "absl/strings/strip.h"
-#include "core/internal/json_value.h"
+#include "kiln/plugin/json_value.h"
 
 namespace kiln::aws::internal {
 namespace {
 
-using ::kiln::internal::PathForMessage;
+using ::kiln::PathForMessage;
 
 std::optional<std::string> NonEmpty(std::optional<std::string> v) {
   if (v.has_value() && v->empty()) return std::nullopt;

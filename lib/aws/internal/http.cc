@@ -14,7 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "core/internal/json_value.h"
+#include "kiln/plugin/json_value.h"
 
 namespace kiln::aws::internal {
 namespace {
@@ -195,8 +195,8 @@ absl::StatusOr<HttpResponse> HttpClient::Send(const HttpRequest& request, const 
     // The URL holds the bucket as given (virtual-hosted style) and the key,
     // which are input, and curl's text may quote either: both escaped and cut.
     return absl::UnavailableError(absl::StrCat(
-        request.method, " ", ::kiln::internal::PathForMessage(request.url), ": ",
-        ::kiln::internal::TextForMessage(error[0] != '\0' ? error : curl_easy_strerror(rc))));
+        request.method, " ", ::kiln::PathForMessage(request.url), ": ",
+        ::kiln::TextForMessage(error[0] != '\0' ? error : curl_easy_strerror(rc))));
   }
   Release(curl);
   response.status = static_cast<int>(code);

@@ -18,12 +18,12 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "core/internal/json_value.h"
+#include "kiln/plugin/json_value.h"
 
 namespace kiln::aws::internal {
 namespace {
 
-using ::kiln::internal::PathForMessage;
+using ::kiln::PathForMessage;
 
 absl::string_view Av(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
@@ -37,7 +37,7 @@ std::string ShownUri(std::string_view bucket, std::string_view key) {
 
 // Text of the server's (an error's code and message, an ETag) as the messages
 // show it: escaped and cut like any input.
-std::string ServerText(std::string_view text) { return ::kiln::internal::TextForMessage(text); }
+std::string ServerText(std::string_view text) { return ::kiln::TextForMessage(text); }
 
 // "bytes 0-9/443" -> 443; -1 when absent or malformed.
 int64_t TotalFromContentRange(std::string_view value) {
@@ -201,7 +201,7 @@ std::string XmlUnescape(std::string_view s) {
         out.push_back(s[i]);
         continue;
       }
-      ::kiln::internal::AppendUtf8(cp, out);
+      ::kiln::AppendUtf8(cp, out);
     } else {
       out.push_back(s[i]);
       continue;

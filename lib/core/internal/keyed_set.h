@@ -22,7 +22,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
-#include "core/internal/slab.h"
+#include "base/slab.h"
 
 namespace kiln::internal {
 

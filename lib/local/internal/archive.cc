@@ -28,7 +28,7 @@ namespace {
 
 // Archive paths, entry names (an image tarball's, a container's files) and
 // libarchive's text, which quotes them, as the messages show them.
-using ::kiln::internal::PathForMessage;
+using ::kiln::PathForMessage;
 
 struct ReadCloser {
   void operator()(struct archive* a) const { archive_read_free(a); }

@@ -15,14 +15,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "local/internal/fs.h"
 #include "kiln/cluster_provider.h"
+#include "local/internal/fs.h"
 
 namespace kiln::local::internal {
 namespace {
 
-using kiln::internal::ParseJsonValue;
-using kiln::internal::WriteJson;
+using kiln::ParseJsonValue;
+using kiln::WriteJson;
 
 // Decodes one UTF-8 code point at `s[i]`, advancing `i`; U+FFFD for an invalid
 // sequence (one byte consumed).

@@ -20,13 +20,13 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "core/internal/json_value.h"
 #include "kiln/cluster_provider.h"
+#include "kiln/plugin/json_value.h"
 #include "kiln/v1/sagemaker.pb.h"
 
 namespace kiln::local::internal {
 
-using kiln::internal::JsonValue;
+using kiln::JsonValue;
 
 // json.loads(raw), or the raw string when it is not JSON (as the toolkit does).
 JsonValue DecodeHyperparameter(std::string_view raw);

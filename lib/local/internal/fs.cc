@@ -14,12 +14,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "core/internal/json_value.h"
+#include "kiln/plugin/json_value.h"
 
 namespace kiln::local::internal {
 namespace {
 
-using ::kiln::internal::PathForMessage;
+using ::kiln::PathForMessage;
 
 std::string Join(const std::string& dir, std::string_view name) {
   return absl::StrCat(dir, "/", Av(name));

@@ -15,7 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "core/internal/files.h"
+#include "kiln/plugin/files.h"
 
 namespace kiln::local::internal {
 
@@ -55,7 +55,7 @@ absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, size_t max_b
 // nodes, FIFOs, sockets) is left out. The copies belong to this process's user.
 absl::Status CopyTree(const std::string& from, const std::string& to);
 
-using ::kiln::internal::UniqueFd;  // (core/internal/files.h)
+using ::kiln::UniqueFd;  // (kiln/plugin/files.h)
 
 // Paths below a trusted directory, in trees a container can write to.
 //

@@ -37,7 +37,7 @@
 namespace kiln::local::internal {
 namespace {
 
-using ::kiln::internal::PathForMessage;
+using ::kiln::PathForMessage;
 
 // The view never changes while mounted: the kernel may keep names and
 // attributes as long as it likes.

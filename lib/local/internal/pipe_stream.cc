@@ -119,7 +119,7 @@ absl::StatusOr<FifoWriter::Result> FifoWriter::Open(const std::string& path) {
       struct stat st;
       if (fstat(fd, &st) != 0 || !S_ISFIFO(st.st_mode)) {
         close(fd);
-        return absl::InternalError(absl::StrCat("'", ::kiln::internal::PathForMessage(path),
+        return absl::InternalError(absl::StrCat("'", ::kiln::PathForMessage(path),
                                                 "' is no longer a FIFO"));
       }
       fd_ = fd;

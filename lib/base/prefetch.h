@@ -8,8 +8,8 @@
 // overlap: one memory round trip for the object instead of one per line.
 //
 // Internal to Kiln. Thread-safe (a hint to the CPU; it reads nothing and never faults).
-#ifndef KILN_LIB_CORE_INTERNAL_PREFETCH_H_
-#define KILN_LIB_CORE_INTERNAL_PREFETCH_H_
+#ifndef KILN_LIB_BASE_PREFETCH_H_
+#define KILN_LIB_BASE_PREFETCH_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -28,4 +28,4 @@ inline void PrefetchObject(const void* p, size_t bytes) {
 
 }  // namespace kiln::internal
 
-#endif  // KILN_LIB_CORE_INTERNAL_PREFETCH_H_
+#endif  // KILN_LIB_BASE_PREFETCH_H_

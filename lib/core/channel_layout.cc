@@ -1,4 +1,4 @@
-#include "core/internal/channel_layout.h"
+#include "kiln/plugin/channel_layout.h"
 
 #include <algorithm>
 #include <map>
@@ -8,10 +8,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "core/internal/json_value.h"
 #include "kiln/cluster_provider.h"
+#include "kiln/plugin/json_value.h"
 
-namespace kiln::internal {
+namespace kiln {
 namespace {
 
 // Whether `mode` makes /opt/ml/input/data/<channel> itself (a directory, or
@@ -94,4 +94,4 @@ std::string ChannelLayoutCollisionMessage(const v1::CreateTrainingJobRequest& re
                       " (Pipe mode names its FIFOs <channel>_<epoch>); rename one of the channels");
 }
 
-}  // namespace kiln::internal
+}  // namespace kiln

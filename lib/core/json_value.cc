@@ -1,4 +1,4 @@
-#include "core/internal/json_value.h"
+#include "kiln/plugin/json_value.h"
 
 #include <algorithm>
 #include <charconv>
@@ -17,7 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "fmt/format.h"
 
-namespace kiln::internal {
+namespace kiln {
 namespace {
 
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
@@ -814,4 +814,4 @@ std::string PathKeyForMessage(std::string_view key) {
   return quoted;
 }
 
-}  // namespace kiln::internal
+}  // namespace kiln

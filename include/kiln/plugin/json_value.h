@@ -18,10 +18,10 @@
 // round trip unchanged; AsInt64() and AsDouble() convert on demand. Objects
 // keep their members in document order; the parser rejects duplicate keys.
 //
-// Internal to kiln::core: never installed. A JsonValue is a plain value type:
+// Part of the plugin kit (docs/plugins.md). A JsonValue is a plain value type:
 // thread-compatible.
-#ifndef KILN_LIB_CORE_INTERNAL_JSON_VALUE_H_
-#define KILN_LIB_CORE_INTERNAL_JSON_VALUE_H_
+#ifndef KILN_PLUGIN_JSON_VALUE_H_
+#define KILN_PLUGIN_JSON_VALUE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -32,7 +32,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace kiln::internal {
+namespace kiln {
 
 // Appends the UTF-8 encoding of the code point `cp` (at most 0x10FFFF) to `out`.
 void AppendUtf8(uint32_t cp, std::string& out);
@@ -219,6 +219,6 @@ std::string PathForMessage(std::string_view path);
 // Thread-safe.
 std::string PathKeyForMessage(std::string_view key);
 
-}  // namespace kiln::internal
+}  // namespace kiln
 
-#endif  // KILN_LIB_CORE_INTERNAL_JSON_VALUE_H_
+#endif  // KILN_PLUGIN_JSON_VALUE_H_

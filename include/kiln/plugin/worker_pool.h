@@ -1,11 +1,12 @@
 // WorkerPool: a fixed set of threads running queued tasks, and TaskGroup, a
 // set of tasks whose caller waits for all of them and keeps the first error.
-// The S3 store runs its parallel parts here, so the number of parts in flight
-// is bounded for the whole store, however many callers there are.
+// A backend that does blocking work (transfers, file copies) off the event
+// loop thread runs it here, so the work in flight is bounded for the whole
+// backend, however many callers there are (the S3 store runs its parts so).
 //
-// Internal to kiln::aws: never installed. Thread-safe.
-#ifndef KILN_LIB_AWS_INTERNAL_WORKER_POOL_H_
-#define KILN_LIB_AWS_INTERNAL_WORKER_POOL_H_
+// Part of the plugin kit (docs/plugins.md). Thread-safe.
+#ifndef KILN_PLUGIN_WORKER_POOL_H_
+#define KILN_PLUGIN_WORKER_POOL_H_
 
 #include <deque>
 #include <thread>
@@ -16,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 
-namespace kiln::aws::internal {
+namespace kiln {
 
 class WorkerPool {
  public:
@@ -110,6 +111,6 @@ class TaskGroup {
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace kiln::aws::internal
+}  // namespace kiln
 
-#endif  // KILN_LIB_AWS_INTERNAL_WORKER_POOL_H_
+#endif  // KILN_PLUGIN_WORKER_POOL_H_

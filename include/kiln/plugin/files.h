@@ -2,9 +2,10 @@
 // local files (file:// store, checkpoint sync, the S3 store's downloads), by
 // the local backend, and by whatever reads a file a user names (requests,
 // scenarios, traces).
-// Internal: not installed.
-#ifndef KILN_LIB_CORE_INTERNAL_FILES_H_
-#define KILN_LIB_CORE_INTERNAL_FILES_H_
+// Part of the plugin kit (docs/plugins.md). Thread-safe: no shared state
+// (a UniqueFd is a value; it is thread-compatible).
+#ifndef KILN_PLUGIN_FILES_H_
+#define KILN_PLUGIN_FILES_H_
 
 #include <dirent.h>
 #include <unistd.h>
@@ -18,9 +19,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "core/internal/json_value.h"
+#include "kiln/plugin/json_value.h"
 
-namespace kiln::internal {
+namespace kiln {
 
 // Temporary files are named `.kiln-tmp-<random>` beside their target; stores
 // never list them as objects.
@@ -125,6 +126,6 @@ absl::StatusOr<std::string> ReadUserFile(const std::string& path, int64_t max_by
 // component exists and is not a directory), naming that component (escaped).
 absl::Status MakeDirs(const std::string& dir);
 
-}  // namespace kiln::internal
+}  // namespace kiln
 
-#endif  // KILN_LIB_CORE_INTERNAL_FILES_H_
+#endif  // KILN_PLUGIN_FILES_H_

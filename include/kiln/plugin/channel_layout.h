@@ -9,9 +9,10 @@
 // (CreateTrainingJob, PrepareTrainingJob, `kiln validate`), and the local
 // DataChannel, which may be used without the engine, refuses to deliver
 // either channel, with the same message.
-// Internal: not installed. Thread-safe.
-#ifndef KILN_LIB_CORE_INTERNAL_CHANNEL_LAYOUT_H_
-#define KILN_LIB_CORE_INTERNAL_CHANNEL_LAYOUT_H_
+// Part of the plugin kit (docs/plugins.md): a DataChannel implementation refuses
+// such channels with this message. Thread-safe.
+#ifndef KILN_PLUGIN_CHANNEL_LAYOUT_H_
+#define KILN_PLUGIN_CHANNEL_LAYOUT_H_
 
 #include <cstdint>
 #include <string>
@@ -19,7 +20,7 @@
 
 #include "kiln/v1/sagemaker.pb.h"
 
-namespace kiln::internal {
+namespace kiln {
 
 // Two channels of a request, by index into its InputDataConfig: the
 // directory of File or FastFile channel `directory` has the name of Pipe
@@ -47,6 +48,6 @@ std::vector<ChannelLayoutCollision> ChannelLayoutCollisions(
 std::string ChannelLayoutCollisionMessage(const v1::CreateTrainingJobRequest& request,
                                           const ChannelLayoutCollision& collision);
 
-}  // namespace kiln::internal
+}  // namespace kiln
 
-#endif  // KILN_LIB_CORE_INTERNAL_CHANNEL_LAYOUT_H_
+#endif  // KILN_PLUGIN_CHANNEL_LAYOUT_H_

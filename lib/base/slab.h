@@ -14,8 +14,8 @@
 // free is reported until the slot is taken again.
 //
 // Thread-compatible.
-#ifndef KILN_LIB_CORE_INTERNAL_SLAB_H_
-#define KILN_LIB_CORE_INTERNAL_SLAB_H_
+#ifndef KILN_LIB_BASE_SLAB_H_
+#define KILN_LIB_BASE_SLAB_H_
 
 #include <algorithm>
 #include <cstddef>
@@ -190,4 +190,4 @@ class Slab {
 #undef KILN_SLAB_POISON
 #undef KILN_SLAB_UNPOISON
 
-#endif  // KILN_LIB_CORE_INTERNAL_SLAB_H_
+#endif  // KILN_LIB_BASE_SLAB_H_

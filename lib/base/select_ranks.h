@@ -1,7 +1,7 @@
 // SelectRanks: order statistics of a vector without sorting it, for the percentiles of a
 // simulation's startups (a million of them at the 1M bench, where a sort cost ~1% of the run).
-#ifndef KILN_LIB_CORE_INTERNAL_SELECT_RANKS_H_
-#define KILN_LIB_CORE_INTERNAL_SELECT_RANKS_H_
+#ifndef KILN_LIB_BASE_SELECT_RANKS_H_
+#define KILN_LIB_BASE_SELECT_RANKS_H_
 
 #include <algorithm>
 #include <cstddef>
@@ -40,4 +40,4 @@ void SelectRanks(std::vector<T>& v, const std::vector<size_t>& ranks) {
 
 }  // namespace kiln::internal
 
-#endif  // KILN_LIB_CORE_INTERNAL_SELECT_RANKS_H_
+#endif  // KILN_LIB_BASE_SELECT_RANKS_H_

@@ -1,8 +1,8 @@
 // Status propagation helpers. Debian's Abseil (20220623) has no
-// ABSL_RETURN_IF_ERROR / ASSIGN_OR_RETURN, so Kiln keeps its own. Internal:
-// never installed, never used from public headers.
-#ifndef KILN_LIB_CORE_INTERNAL_STATUS_MACROS_H_
-#define KILN_LIB_CORE_INTERNAL_STATUS_MACROS_H_
+// ABSL_RETURN_IF_ERROR / ASSIGN_OR_RETURN, so Kiln keeps its own. Part of the
+// plugin kit (docs/plugins.md); no other public header uses them.
+#ifndef KILN_PLUGIN_STATUS_MACROS_H_
+#define KILN_PLUGIN_STATUS_MACROS_H_
 
 #include <utility>
 
@@ -30,4 +30,4 @@
   if (!statusor.ok()) return std::move(statusor).status(); \
   lhs = std::move(statusor).value()
 
-#endif  // KILN_LIB_CORE_INTERNAL_STATUS_MACROS_H_
+#endif  // KILN_PLUGIN_STATUS_MACROS_H_

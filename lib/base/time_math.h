@@ -7,8 +7,8 @@
 // within about ±272 years of the Unix epoch (and durations of that size), with no fraction of a
 // nanosecond. Anything else, or a result that would overflow, takes Abseil's own operator, so
 // every result is exactly Abseil's.
-#ifndef KILN_LIB_CORE_INTERNAL_TIME_MATH_H_
-#define KILN_LIB_CORE_INTERNAL_TIME_MATH_H_
+#ifndef KILN_LIB_BASE_TIME_MATH_H_
+#define KILN_LIB_BASE_TIME_MATH_H_
 
 #include <cstdint>
 
@@ -126,4 +126,4 @@ inline absl::Duration FloorTo(absl::Duration d, absl::Duration unit) {
 
 }  // namespace kiln::internal
 
-#endif  // KILN_LIB_CORE_INTERNAL_TIME_MATH_H_
+#endif  // KILN_LIB_BASE_TIME_MATH_H_

@@ -1,7 +1,7 @@
 // SeqWindow: things numbered by a creation counter, found by number without
 // hashing (the engine's jobs, the sim provider's clusters).
-#ifndef KILN_CORE_INTERNAL_SEQ_WINDOW_H_
-#define KILN_CORE_INTERNAL_SEQ_WINDOW_H_
+#ifndef KILN_LIB_BASE_SEQ_WINDOW_H_
+#define KILN_LIB_BASE_SEQ_WINDOW_H_
 
 #include <algorithm>
 #include <cstddef>
@@ -134,4 +134,4 @@ class SeqWindow {
 
 }  // namespace kiln::internal
 
-#endif  // KILN_CORE_INTERNAL_SEQ_WINDOW_H_
+#endif  // KILN_LIB_BASE_SEQ_WINDOW_H_

@@ -1,4 +1,4 @@
-#include "core/internal/files.h"
+#include "kiln/plugin/files.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
-namespace kiln::internal {
+namespace kiln {
 
 absl::Status ErrnoError(int err, std::string_view what) {
   return absl::ErrnoToStatus(err, absl::string_view(what.data(), what.size()));
@@ -123,4 +123,4 @@ absl::Status MakeDirs(const std::string& dir) {
   return absl::OkStatus();
 }
 
-}  // namespace kiln::internal
+}  // namespace kiln
