@@ -11,13 +11,13 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/notification.h"
+#include "core/requests.h"
 #include "google/protobuf/text_format.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 #include "kiln/json.h"
 #include "kiln/sim/sim.h"
-#include "core/forwarding_provider.h"
-#include "core/requests.h"
+#include "mocks/forwarding_provider.h"
 
 namespace kiln {
 namespace {
@@ -58,7 +58,7 @@ class EngineTest : public testing::Test {
       return it == behaviors_.end() ? SimJobBehavior() : it->second;
     };
     provider_ = sim::NewSimClusterProvider(*loop_, cluster_options);
-    forward_ = std::make_unique<ForwardingProvider>(*provider_);
+    forward_ = std::make_unique<ForwardingProvider>(*provider_, *loop_);
     channel_ = sim::NewSimDataChannel(*loop_, {});
     EngineOptions options;
     options.loop = loop_.get();

@@ -23,7 +23,7 @@
 #include "kiln/engine.h"
 #include "kiln/data_channel.h"
 #include "kiln/sim/sim.h"
-#include "core/forwarding_provider.h"
+#include "mocks/forwarding_provider.h"
 
 namespace kiln {
 namespace {
@@ -59,7 +59,7 @@ class WarmPoolTest : public testing::Test {
       return it == behaviors_.end() ? sim::SimJobBehavior() : it->second;
     };
     provider_ = sim::NewSimClusterProvider(*loop_, sim_options);
-    forward_ = std::make_unique<ForwardingProvider>(*provider_);
+    forward_ = std::make_unique<ForwardingProvider>(*provider_, *loop_);
     channel_ = std::make_unique<FailingChannel>(*loop_);
     EngineOptions engine_options;
     engine_options.loop = loop_.get();

@@ -1,7 +1,9 @@
 // A ClusterProvider for engine tests: forwards every call to another provider (the simulated
-// one), records what the engine asked for, and can fail provisioning.
-#ifndef KILN_TESTS_CORE_FORWARDING_PROVIDER_H_
-#define KILN_TESTS_CORE_FORWARDING_PROVIDER_H_
+// one), records what the engine asked for, and can fail provisioning. It keeps the contract of
+// kiln/cluster_provider.h (tests/conformance/cluster_provider_conformance_test.cc runs it): a
+// failure it makes up reaches `done` later, on the loop, never inside Provision.
+#ifndef KILN_TESTS_MOCKS_FORWARDING_PROVIDER_H_
+#define KILN_TESTS_MOCKS_FORWARDING_PROVIDER_H_
 
 #include <optional>
 #include <string_view>
@@ -10,14 +12,17 @@
 
 #include "absl/status/status.h"
 #include "kiln/cluster_provider.h"
+#include "kiln/event_loop.h"
 
 namespace kiln {
 
 class ForwardingProvider : public ClusterProvider {
  public:
-  explicit ForwardingProvider(ClusterProvider& to) : to_(to) {}
+  // `to` and `loop` (the loop `to` runs on) must outlive the provider.
+  ForwardingProvider(ClusterProvider& to, EventLoop& loop) : to_(to), loop_(loop) {}
 
-  // The next `count` Provision calls fail at once with `error` instead of being forwarded.
+  // The next `count` Provision calls fail with `error` (posted to the loop) instead of being
+  // forwarded.
   void FailProvisions(int count, absl::Status error) {
     failures_left_ = count;
     error_ = std::move(error);
@@ -26,7 +31,7 @@ class ForwardingProvider : public ClusterProvider {
   void Provision(const ClusterSpec& spec, ClusterCallback done) override {
     if (failures_left_ > 0) {
       --failures_left_;
-      done(error_);
+      loop_.Post([done = std::move(done), error = error_]() mutable { done(error); });
       return;
     }
     to_.Provision(spec, std::move(done));
@@ -64,10 +69,11 @@ class ForwardingProvider : public ClusterProvider {
 
  private:
   ClusterProvider& to_;
+  EventLoop& loop_;
   int failures_left_ = 0;
   absl::Status error_;
 };
 
 }  // namespace kiln
 
-#endif  // KILN_TESTS_CORE_FORWARDING_PROVIDER_H_
+#endif  // KILN_TESTS_MOCKS_FORWARDING_PROVIDER_H_
