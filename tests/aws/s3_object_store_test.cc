@@ -22,6 +22,7 @@
 #include "aws/tests_util.h"
 #include "aws/fault_proxy.h"
 #include "aws/moto_server.h"
+#include "conformance/object_store_conformance.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kiln/aws/s3.h"
@@ -42,23 +43,23 @@ using testing::WriteFile;
 
 constexpr char kBucket[] = "kiln-test";
 
+// One moto server for the whole program (it takes seconds to start), shared by the tests
+// below and the conformance suite; every test resets it. Stopped at exit.
+struct SharedMotoServer {
+  MotoServer server;
+  absl::Status start_status = server.Start();
+};
+SharedMotoServer& SharedMoto() {
+  static SharedMotoServer moto;
+  return moto;
+}
+
 class S3ObjectStoreTest : public ::testing::Test {
  protected:
-  // One moto server for the whole program (it takes seconds to start);
-  // every test resets it.
-  static void SetUpTestSuite() {
-    shared_moto_ = new MotoServer;
-    *start_status_ = shared_moto_->Start();
-  }
-  static void TearDownTestSuite() {
-    delete shared_moto_;
-    shared_moto_ = nullptr;
-  }
-
   void SetUp() override { Reset(true); }
 
   void Reset(bool check_signatures) {
-    ASSERT_TRUE(start_status_->ok()) << *start_status_;
+    ASSERT_TRUE(SharedMoto().start_status.ok()) << SharedMoto().start_status;
     auto key = moto_.Reset(check_signatures);
     ASSERT_TRUE(key.ok()) << key.status();
     key_ = *key;
@@ -121,17 +122,12 @@ class S3ObjectStoreTest : public ::testing::Test {
     o.retry_max_delay = absl::Milliseconds(50);
   }
 
-  static MotoServer* shared_moto_;
-  static absl::Status* start_status_;
-  MotoServer& moto_ = *shared_moto_;
+  MotoServer& moto_ = SharedMoto().server;
   AwsCredentials key_;
   TempDir tmp_;
   std::unique_ptr<internal::S3Client> direct_;
   std::unique_ptr<FaultProxy> proxy_;
 };
-
-MotoServer* S3ObjectStoreTest::shared_moto_ = nullptr;
-absl::Status* S3ObjectStoreTest::start_status_ = new absl::Status;
 
 TEST_F(S3ObjectStoreTest, ObjectsSeededByTheCliAreListedReadAndDeleted) {
   Reset(/*check_signatures=*/false);  // a nested prefix (see MotoServer::Reset)
@@ -778,3 +774,38 @@ TEST_F(S3ObjectStoreTest, UrisThatNameNoObjectAreInvalid) {
 
 }  // namespace
 }  // namespace kiln::aws
+
+// The ObjectStore conformance suite on S3 (moto). It skips, saying why, only when moto cannot
+// start here; the tests above fail then.
+namespace kiln::store_testing {
+namespace {
+
+constexpr char kConformanceBucket[] = "kiln-conformance";
+
+struct S3StoreKind {
+  static absl::Status Available() { return aws::SharedMoto().start_status; }
+  static std::unique_ptr<ObjectStore> New(const TempDir&) {
+    if (!Available().ok()) return nullptr;
+    aws::testing::MotoServer& moto = aws::SharedMoto().server;
+    // Signature checking off: the suite lists nested prefixes (see MotoServer::Reset).
+    absl::StatusOr<aws::AwsCredentials> key = moto.Reset(/*check_signatures=*/false);
+    EXPECT_TRUE(key.ok()) << key.status();
+    if (!key.ok()) return nullptr;
+    aws::internal::S3ClientOptions c;
+    c.endpoint = moto.endpoint();
+    c.credentials = {key->access_key_id, key->secret_access_key, ""};
+    absl::Status bucket = aws::internal::S3Client(c).CreateBucket(kConformanceBucket);
+    EXPECT_TRUE(bucket.ok()) << bucket;
+    absl::StatusOr<std::unique_ptr<ObjectStore>> store = aws::NewS3ObjectStore(moto.Options(*key));
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? *std::move(store) : nullptr;
+  }
+  static std::string Root(const TempDir&) {
+    return absl::StrCat("s3://", kConformanceBucket, "/store/");
+  }
+};
+
+INSTANTIATE_TYPED_TEST_SUITE_P(S3, ObjectStoreConformanceTest, S3StoreKind);
+
+}  // namespace
+}  // namespace kiln::store_testing
