@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "local/internal/fs.h"
 #include "local/internal/layout.h"
+#include "local/view_registry.h"
 
 namespace kiln::local::internal {
 namespace {
@@ -55,8 +56,9 @@ absl::Status MakeInstanceTree(const InstancePaths& paths) {
 
 absl::Status FreshInstanceTree(const InstancePaths& paths, std::vector<std::string>& trash) {
   static std::atomic<uint64_t> next_trash{0};
-  for (const std::string& old :
-       {paths.ml_dir, paths.tmp_dir, absl::StrCat(paths.dir, "/checkpoints-local")}) {
+  for (const std::string& old : {paths.ml_dir, paths.tmp_dir,
+                                 absl::StrCat(paths.dir, "/checkpoints-local"),
+                                 absl::StrCat(paths.dir, "/", kViewsDir)}) {
     const std::string aside = absl::StrCat(paths.dir, "/trash-", getpid(), "-", ++next_trash);
     if (rename(old.c_str(), aside.c_str()) == 0) {
       trash.push_back(aside);

@@ -5,6 +5,7 @@
 //   image-cache/  the instance's image (image_cache.h)
 //   checkpoints-local/  the checkpoint directory of a job whose
 //                 CheckpointConfig.LocalPath is outside /opt/ml (bwrap only)
+//   views/        the read-only views the data channel published (view_registry.h)
 // and how it is made, made fresh between jobs, and handed to the container
 // user.
 //
@@ -60,8 +61,8 @@ struct Scrub {
   absl::Notification trash_gone;  // the old tree is deleted too
 };
 
-// Makes an instance's /opt/ml tree and scratch space anew (nothing of an
-// earlier job survives; the image cache stays). The old ones are renamed
+// Makes an instance's /opt/ml tree, scratch space and view registry anew
+// (nothing of an earlier job survives; the image cache stays). The old ones are renamed
 // aside, into `trash` (paths inside the instance directory), so that the
 // caller can delete them after the fresh tree is in use (EmptyTrash): a
 // rename is O(1), deleting a job's files is not.

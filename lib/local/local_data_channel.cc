@@ -8,8 +8,9 @@
 // - FastFile: for file:// sources the channel directory becomes a symbolic
 //   link to the source folder, made in O(1) whatever the dataset's size; the
 //   bytes are read from the source when the container reads them. The link
-//   alone would be writable: read-only comes from the provider
-//   (local_cluster_provider.cc). Under bwrap the link is replaced, inside the
+//   alone would be writable: the channel publishes it in the view registry
+//   (view_registry.h), and the runtime makes the published views read-only
+//   (container_runtime.h). Under bwrap the link is replaced, inside the
 //   sandbox, by a read-only bind mount of the folder. Under the process
 //   runtime the container is spawned into a mount namespace of its own
 //   (CLONE_NEWNS as root, else a user namespace mapping only Kiln's own ids,
@@ -86,6 +87,7 @@
 #include "local/internal/layout.h"
 #include "local/internal/pipe_stream.h"
 #include "local/internal/task_runner.h"
+#include "local/view_registry.h"
 
 namespace kiln::local {
 namespace {
@@ -378,11 +380,19 @@ class LocalDataChannel final : public DataChannel {
                                                             ObjectStore& store);
   absl::Status Copy(const v1::Channel& channel, const std::vector<std::string>& data_roots,
                     const std::atomic<bool>& cancelled);
-  absl::Status MakeViews(const v1::Channel& channel, const std::vector<std::string>& data_roots,
+  // FastFile: shows the source read-only in the channel directory of each
+  // instance of `instance_dirs`, published in the view registry.
+  absl::Status MakeViews(const v1::Channel& channel,
+                         const std::vector<std::string>& instance_dirs,
                          const std::shared_ptr<JobViews>& job_views);
   // FastFile for a source that is not local: a FUSE view of the listing.
-  absl::Status MountView(const v1::Channel& channel, const std::vector<std::string>& data_roots,
+  absl::Status MountView(const v1::Channel& channel,
+                         const std::vector<std::string>& instance_dirs,
                          const std::shared_ptr<JobViews>& job_views);
+  // Publishes `folder` as the channel directory of each instance.
+  absl::Status PublishViews(std::string_view channel,
+                            const std::vector<std::string>& instance_dirs,
+                            const std::string& folder) const;
   // Marks the job's views ended and returns them (for unmounting).
   static std::vector<std::unique_ptr<internal::FuseView>> TakeViews(JobViews& jv) {
     absl::MutexLock lock(&jv.mu);
@@ -417,6 +427,8 @@ class LocalDataChannel final : public DataChannel {
   std::map<std::string, std::vector<std::shared_ptr<StopSignal>>> running_ ABSL_GUARDED_BY(mu_);
   // FastFile FUSE views of each job.
   std::map<std::string, std::shared_ptr<JobViews>> views_ ABSL_GUARDED_BY(mu_);
+  // Where FastFile views are published for the runtime (view_registry.h).
+  internal::ViewRegistry views_registry_;
   internal::TaskRunner tasks_;  // last: joined first
 };
 
@@ -450,6 +462,7 @@ void LocalDataChannel::Deliver(const ChannelDelivery& delivery, DoneCallback don
   } else {
     error = CheckLayoutCollisions(delivery);
   }
+  std::vector<std::string> instance_dirs;
   std::vector<std::string> data_roots;
   for (const Instance* instance : delivery.instances) {
     if (!error.ok()) break;
@@ -459,6 +472,7 @@ void LocalDataChannel::Deliver(const ChannelDelivery& delivery, DoneCallback don
       break;
     }
     data_roots.push_back(absl::StrCat(internal::MlDir(*dir), "/input/data"));
+    instance_dirs.push_back(*std::move(dir));
   }
   if (!error.ok()) {
     loop_.Post([alive = std::weak_ptr<Alive>(alive_), done = std::move(done), error]() mutable {
@@ -477,9 +491,9 @@ void LocalDataChannel::Deliver(const ChannelDelivery& delivery, DoneCallback don
       if (slot == nullptr) slot = std::make_shared<JobViews>();
       job_views = slot;
     }
-    RunTask(std::move(done), [this, channel, data_roots = std::move(data_roots),
+    RunTask(std::move(done), [this, channel, instance_dirs = std::move(instance_dirs),
                               job_views = std::move(job_views)] {
-      return MakeViews(channel, data_roots, job_views);
+      return MakeViews(channel, instance_dirs, job_views);
     });
   } else {
     auto spec = std::make_shared<PipeSpec>();
@@ -840,8 +854,23 @@ absl::Status LocalDataChannel::Copy(const v1::Channel& channel,
 // ---------------------------------------------------------------------------
 // FastFile
 
+absl::Status LocalDataChannel::PublishViews(std::string_view channel,
+                                            const std::vector<std::string>& instance_dirs,
+                                            const std::string& folder) const {
+  for (const std::string& dir : instance_dirs) {
+    const std::string root = absl::StrCat(internal::MlDir(dir), "/input/data");
+    if (!internal::IsDirectory(root)) {
+      return absl::AbortedError(absl::StrCat("channel '", Shown(channel), "': instance directory ",
+                                             PathForMessage(root), " is gone (released?)"));
+    }
+    absl::Status s = views_registry_.Publish(dir, channel, folder);
+    if (!s.ok()) return InChannel(channel, s);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status LocalDataChannel::MakeViews(const v1::Channel& channel,
-                                         const std::vector<std::string>& data_roots,
+                                         const std::vector<std::string>& instance_dirs,
                                          const std::shared_ptr<JobViews>& job_views) {
   const std::string& name = channel.channel_name();
   const auto& s3 = channel.data_source().s3_data_source();
@@ -850,7 +879,7 @@ absl::Status LocalDataChannel::MakeViews(const v1::Channel& channel,
     return absl::InvalidArgumentError(absl::StrCat(
         "channel '", Shown(name), "': FastFile input mode supports only S3DataType S3Prefix"));
   }
-  if (s3.s3_data_distribution_type() == "ShardedByS3Key" && data_roots.size() > 1) {
+  if (s3.s3_data_distribution_type() == "ShardedByS3Key" && instance_dirs.size() > 1) {
     return absl::UnimplementedError(absl::StrCat(
         "channel '", Shown(name),
         "': the local backend's FastFile view shows the whole folder to every instance; use File "
@@ -859,7 +888,7 @@ absl::Status LocalDataChannel::MakeViews(const v1::Channel& channel,
   absl::StatusOr<std::string> local = LocalPathOf(name, uri);
   if (!local.ok()) return local.status();
   std::string path = *local;
-  if (path.empty()) return MountView(channel, data_roots, job_views);
+  if (path.empty()) return MountView(channel, instance_dirs, job_views);
   const std::string prefix_path = path;
   while (path.size() > 1 && path.back() == '/') path.pop_back();
   char real[PATH_MAX];
@@ -873,23 +902,11 @@ absl::Status LocalDataChannel::MakeViews(const v1::Channel& channel,
   if (!AnyObjectBelow(absl::StrCat(real, "/"), "")) {
     return absl::NotFoundError(NoObjectsMessage(name, uri));
   }
-  for (const std::string& root : data_roots) {
-    if (!internal::IsDirectory(root)) {
-      return absl::AbortedError(absl::StrCat("channel '", Shown(name), "': instance directory ",
-                                             PathForMessage(root), " is gone (released?)"));
-    }
-    const std::string view = absl::StrCat(root, "/", name);
-    absl::Status s = internal::RemoveTree(view);
-    if (s.ok() && symlink(real, view.c_str()) != 0) {
-      s = internal::ErrnoStatus(errno, "symlink", view);
-    }
-    if (!s.ok()) return InChannel(name, s);
-  }
-  return absl::OkStatus();
+  return PublishViews(name, instance_dirs, real);
 }
 
 absl::Status LocalDataChannel::MountView(const v1::Channel& channel,
-                                         const std::vector<std::string>& data_roots,
+                                         const std::vector<std::string>& instance_dirs,
                                          const std::shared_ptr<JobViews>& job_views) {
   const std::string& name = channel.channel_name();
   const std::string& uri = channel.data_source().s3_data_source().s3_uri();
@@ -936,19 +953,7 @@ absl::Status LocalDataChannel::MountView(const v1::Channel& channel,
     UnmountViews(std::move(late));
     return absl::CancelledError(absl::StrCat("channel '", Shown(name), "': job ended"));
   }
-  for (const std::string& root : data_roots) {
-    if (!internal::IsDirectory(root)) {
-      return absl::AbortedError(absl::StrCat("channel '", Shown(name), "': instance directory ",
-                                             PathForMessage(root), " is gone (released?)"));
-    }
-    const std::string link = absl::StrCat(root, "/", name);
-    s = internal::RemoveTree(link);
-    if (s.ok() && symlink(mount_point.c_str(), link.c_str()) != 0) {
-      s = internal::ErrnoStatus(errno, "symlink", link);
-    }
-    if (!s.ok()) return InChannel(name, s);
-  }
-  return absl::OkStatus();
+  return PublishViews(name, instance_dirs, mount_point);
 }
 
 // ---------------------------------------------------------------------------

@@ -1,17 +1,15 @@
 // The local backend: real training containers on this machine, with the
-// SageMaker container contract.
+// SageMaker container contract. How it works (the state directory, the
+// runtimes, supervision, FastFile views) is in docs/local-backend.md; what
+// each runtime isolates, and what it does not, in docs/security.md.
 //
-// LocalClusterProvider: an instance is a directory on this host standing for
-// one machine of a cluster; a container is the job's entrypoint run as a
-// process tree on that instance, either as a plain child process (the
-// `process` runtime) or inside bubblewrap (the `bwrap` runtime). Every
-// container gets the service's /opt/ml tree (hyperparameters.json,
-// inputdataconfig.json, resourceconfig.json, input/data, model, output,
-// checkpoints, code), the SM_* environment the training toolkit derives,
-// TRAINING_JOB_NAME, TRAINING_JOB_ARN and the job's Environment map.
-// LocalDataChannel delivers input channels from any store of an ObjectStores
-// (file://, and s3:// once a store serves it) into /opt/ml/input/data, in
-// File, FastFile and Pipe mode.
+// The provider's instances are directories on this host, one per machine of
+// a cluster; a container is the job's entrypoint run as a process tree on
+// its instance, as a child process (LocalRuntime::kProcess) or inside
+// bubblewrap (kBwrap), with the service's /opt/ml tree and SM_* environment.
+// The data channel delivers input channels from the stores of an
+// ObjectStores into /opt/ml/input/data, in File, FastFile and Pipe mode.
+// Both work over one state directory; NewLocalBackend makes the pair.
 //
 //   auto loop = kiln::NewRealTimeEventLoop();
 //   auto file_store = kiln::NewFileObjectStore();
@@ -19,205 +17,58 @@
 //   stores.Register("file", file_store.get());
 //   kiln::local::LocalOptions options;
 //   options.state_dir = "/var/lib/kiln";
-//   options.object_stores = &stores;
-//   auto provider = kiln::local::NewLocalClusterProvider(*loop, options).value();
-//   auto channel = kiln::local::NewLocalDataChannel(*loop, stores, {.state_dir = "/var/lib/kiln"});
-//   // kiln::EngineOptions{.loop = loop.get(), .cluster_provider = provider.get(),
-//   //                     .data_channel = channel.get()} ...
+//   auto backend = kiln::local::NewLocalBackend(*loop, stores, options).value();
+//   // kiln::EngineOptions{.loop = loop.get(),
+//   //                     .cluster_provider = backend.cluster_provider.get(),
+//   //                     .data_channel = backend.data_channel.get()} ...
 //
-// On-disk layout under `state_dir`:
-//   instances/<cluster-id>/algo-<k>/ml/           the instance's /opt/ml tree
-//   instances/<cluster-id>/algo-<k>/image-cache/  the instance's own image cache
-//   instances/<cluster-id>/algo-<k>/tmp/          scratch (TMPDIR; /tmp under bwrap)
-//   locks/<cluster-id>.lock                       held (flock) while the cluster lives
-//   tmp/upload-*                                  archives being uploaded (flock held)
-//   logs/<job>/algo-<k>-<epoch>[-<n>]             log streams (kept after Release)
-//   image-cache/                                  host-wide image cache (opt-in); images
-//                                                 being unpacked in *.tmp-* (flock held)
-//   fastfile/<pid>-<n>-<channel>/                 FastFile FUSE mounts (s3:// sources)
-// An Instance's id is "<cluster-id>/algo-<k>". A provider made on a state
-// directory deletes, in the background, the clusters there whose lock no
-// process holds: what a process that crashed left behind (its Release never
-// ran). The lock is the kernel's (flock), so it is dropped however the
-// process ends, and it holds across PID namespaces sharing the directory.
-// Likewise the scratch a provider holds locked while it writes it (archives
-// in tmp/, half-unpacked images in image-cache/): the same provider deletes,
-// in the same background task, the scratch whose lock no process holds, and
-// leaves a live process's alone. What a clean-up cannot delete (a mount left
-// inside, a failing disk) is never dropped silently: when an instance is
-// reused, the earlier run's files and images that resist are named, with the
-// system's reason, in a "[kiln] " line added to that run's log stream, and go
-// with the cluster; at Release, what still resists is named in each
-// instance's last log stream, and the cluster keeps its lock file (as does
-// one whose Provision failed, for what that left), so that the next provider
-// made on the state directory tries again (scratch is tried again the same
-// way, found by its name). The scratch copy an image is unpacked into (in
-// the shared image cache or the instance's) is named the same way when it
-// resists: in the first lines of the instance's next log stream, and, when
-// the unpack failed, in PrepareImage's error too (that job never runs); the
-// shared cache's is tried again by the next provider, the instance's with
-// the cluster.
+// What the provider's calls report to the engine, besides the errors of
+// ObjectStore and of the file system (which name the path):
+// - Provision: ResourceExhausted beyond max_instances, and only then (the
+//   engine keeps the job Pending and asks again); FailedPrecondition, naming
+//   the file and the system's reason, when the state directory has no room
+//   for the cluster's files (the engine fails the job).
+// - PrepareImage: InvalidArgument for an image that is not a local directory
+//   or tarball (an absolute path or file:// URI), NotFound when it does not
+//   exist. A warm cluster's PrepareImage waits for its earlier containers and
+//   makes the instance's /opt/ml tree and scratch space anew: nothing of an
+//   earlier job is readable by the next.
+// - StartContainers: FailedPrecondition for an image without an executable
+//   `train` (in <image>/opt/program, else the image's top directory) when no
+//   ContainerEntrypoint is set, for a cluster with a lost instance, or for
+//   CheckpointConfig without object_stores; InvalidArgument naming
+//   CheckpointConfig.LocalPath for one that is not a clean absolute path,
+//   and, on the process runtime, for one outside /opt/ml; NotFound /
+//   PermissionDenied when the entrypoint cannot be executed; Internal, with
+//   bubblewrap's own message, when the sandbox cannot be set up.
+// - UploadArtifacts: writes <S3OutputPath>/<job>/output/model.tar.gz (with
+//   CompressionType NONE, each file of the model below .../output/model/,
+//   the model's URI being that prefix) and output.tar.gz, merged over the
+//   instances (later hosts win). FailedPrecondition naming the path (e.g.
+//   "algo-1:/opt/ml/model") when a container replaced /opt/ml/model,
+//   /opt/ml/output or /opt/ml/output/data, or a directory on the way, by a
+//   symbolic link or a file; nothing of that tree is read.
+// - OnExit: ContainerExit::failure_error names /opt/ml/output/failure and the
+//   reason when it is there but not read (a link, a directory, an error).
 //
-// Images. TrainingImage names a directory or a tarball (.tar, .tar.gz, .tgz,
-// any compression libarchive reads) by absolute path or file:// URI. It is
-// unpacked (or copied) into the instance's content-addressed cache, keyed by
-// the source's path, size and modification times: a warm instance that has the
-// image does nothing. The image's program directory is `<image>/opt/program`
-// when that exists, else the image's top directory. The container runs
-// ContainerEntrypoint + ContainerArguments when the job sets an entrypoint,
-// else the program directory's `train` followed by ContainerArguments (the
-// image's `train` stands in for the service's `docker run <image> train`). The
-// image's `opt/ml/code/`, if any, is copied into /opt/ml/code for every job.
-// The host's root file system provides the operating system (python3, sh...):
-// an image is the program, not a root file system.
+// Signals: Signal(SIGTERM) reaches every process of the container (on the
+// process runtime, those still in its process group); SIGKILL ends the whole
+// tree. A container's end, Release, the provider's destruction and the death
+// of the process running the provider kill every process of the container.
 //
-// Warm reuse. Every PrepareImage (the engine calls it for each job, on a cold
-// or a warm cluster) first waits for the cluster's earlier containers to be
-// done, then makes the instance's whole /opt/ml tree and its scratch space
-// anew; only the image cache stays. Nothing of an earlier job is readable.
-// When a warm pool keeps a cluster (ClusterProvider::Recycle), that clean-up
-// starts at once, in the background, so that the next job's PrepareImage
-// finds the tree ready and only checks its image.
+// Logs: a container's stdout and stderr reach ContainerEvents::OnLogLine line
+// by line (without the newline; a line longer than 64 KiB comes in pieces)
+// and the log stream <log_dir>/<job>/algo-<k>-<epoch>[-<n>], one file per
+// run, which also holds Kiln's own lines, prefixed "[kiln] ". A log stream
+// that cannot be written never fails the job: observers get every line, and
+// one line starting "[kiln] the log stream cannot be written: " naming the
+// file and the reason.
 //
-// Errors the engine sees (besides those of ObjectStore and the file system,
-// which name the path): Provision: ResourceExhausted beyond max_instances,
-// and only then (the engine keeps the job Pending and asks again): a state
-// directory without room for the cluster's files is FailedPrecondition,
-// naming the file and the system's reason (the engine fails the job).
-// PrepareImage: InvalidArgument for an image that is not a local directory or
-// tarball, NotFound when it does not exist. StartContainers:
-// FailedPrecondition for an image without an executable `train` when no
-// ContainerEntrypoint is set, for a cluster with a lost instance, or for
-// CheckpointConfig without object_stores; InvalidArgument naming
-// CheckpointConfig.LocalPath for one that is not a clean absolute path, and,
-// on the process runtime, for one outside /opt/ml (see Checkpoints);
-// NotFound / PermissionDenied when the entrypoint cannot be executed (process
-// runtime); Internal, with bubblewrap's own message, when the sandbox cannot
-// be set up. UploadArtifacts: FailedPrecondition naming the path when a
-// container replaced /opt/ml/model, /opt/ml/output or /opt/ml/output/data by
-// a symbolic link or a file (see Artifacts); the engine fails the job with
-// it (ClientError).
-//
-// Runtimes.
-// - process: the entrypoint runs as a child process in its own session and
-//   process group, with SAGEMAKER_BASE_DIR and every SM_* path pointing at the
-//   instance's tree (`.../ml`), the working directory there and TMPDIR at the
-//   instance's tmp/. Arguments of the entrypoint that start with /opt/ml or
-//   /opt/program are rewritten to the instance tree and the program directory,
-//   so jobs written for the container paths run unchanged. Not a sandbox: the
-//   process sees the host as the container user (LocalOptions::container_user)
-//   does, and host names algo-<k> do not resolve. The image is read-only to it
-//   wherever Kiln can give it a mount namespace, and so are FastFile
-//   channels: containers start in a mount namespace of their own (as root;
-//   otherwise inside a user namespace that maps only Kiln's uid and gid to
-//   themselves, where the kernel allows unprivileged ones, so files of other
-//   users show as the overflow uid there) in which the image and each
-//   channel's source are bind-mounted on themselves read-only. Where neither
-//   can be made, they stay writable to a container running as Kiln's own
-//   user.
-// - bwrap: bubblewrap, started with an empty environment (the container's
-//   variables reach only the entrypoint), as the container user, in a user
-//   namespace of its own in which that user is root without any power over
-//   the host (as root with LocalOptions::container_user root: every
-//   capability dropped), with no_new_privs and a seccomp filter that refuses
-//   what a container never needs (mounts, namespaces, modules, kexec,
-//   keyrings, the clock, BPF, ...: docs/security.md); a read-only host root,
-//   the instance's own tmp/
-//   directory (on disk, not memory; emptied between jobs like the /opt/ml
-//   tree) bound at /tmp, the state directory hidden, the instance tree bound
-//   at /opt/ml (SAGEMAKER_BASE_DIR is /opt/ml), the program directory bound
-//   read-only at /opt/program, its own PID, IPC and UTS namespaces (host
-//   name algo-<k>). Networking: when Kiln may
-//   create network namespaces (root), every cluster gets one network namespace
-//   holding only a loopback interface; instance algo-<k> is 127.0.1.<k> in an
-//   /etc/hosts bound into each sandbox, so instances reach each other by host
-//   name and nothing outside (with or without EnableNetworkIsolation, which
-//   this satisfies). Without that privilege, EnableNetworkIsolation gives each
-//   instance a network namespace of its own (no peers: a documented
-//   limitation), and other jobs share the host's network with the same
-//   /etc/hosts names. Limitation: the instances of a cluster share one port
-//   space (one namespace, each its own address), so a server that every host
-//   runs on one port bound to 0.0.0.0 (sshd for MPI, a parameter server on
-//   each host) starts on the first host only; bound to the host's own address
-//   (algo-<k>) it starts on each. The process runtime shares the host's
-//   network, with the same limitation.
-//
-// Signals. Signal(SIGTERM) reaches every process of the container (the process
-// runtime signals the process group, bwrap every process in the sandbox);
-// SIGKILL ends the whole tree. When a container's main process exits, whatever
-// it left running is killed, as a container's end does. Release and the
-// provider's destruction kill every process of their clusters. So does the
-// death of the process that runs the provider (a crash, SIGKILL, the OOM
-// killer): bwrap ends its sandbox with it (--die-with-parent), and on the
-// process runtime every container runs under a small keeper process (built
-// into the library, nothing to install), which starts the entrypoint, passes
-// its exit status on, and is the subreaper of everything below it: when the
-// entrypoint ends, when the container is killed and when the keeper's parent
-// dies, it kills every process of the container, those that left its group
-// or session (setsid, a daemon's double fork) too. Such a process still
-// misses Signal(SIGTERM), which goes to the group; bwrap's PID namespace has
-// no such gap. A start costs the keeper's process (about 0.5 ms on this VM,
-// bench/spawn_bench.cc). Where the keeper cannot run (a policy forbids
-// executing a memory file), containers run without it, and each one's log
-// stream says so in a "[kiln] " line.
-//
-// Logs. A container's stdout and stderr (one stream, in order) reach
-// ContainerEvents::OnLogLine line by line (without the newline; a line longer
-// than 64 KiB comes in pieces) and the log stream
-// <log_dir>/<job>/algo-<k>-<epoch>, which also holds lines of Kiln's own,
-// prefixed "[kiln] ": why a container could not start, checkpoint sync errors,
-// and at exit the container's CPU time and peak resident memory. Every run
-// has a stream of its own: one of the same job on the same host that starts
-// in the same second as another (a rerun, the job's next attempt, a provider
-// of another process on the same log directory) gets algo-<k>-<epoch>-2, or
-// -3, ..., the first name free (each file is made exclusively, O_EXCL).
-// A log stream that cannot be written (a full disk) never fails the job, and
-// observers still get every line. When a write fails, the file is cut back to
-// its last whole line and ends with "[kiln] the log stream stops here: ..."
-// when that fits; nothing more is written to it, so it never holds a cut
-// line or two lines joined. Observers get, once, a line starting "[kiln] the
-// log stream cannot be written: " that names the file and the system's
-// reason, no later than the first line the file lacks; the same line tells
-// them when the stream cannot be created at all, and, before the container's
-// exit, when closing the file fails (some file systems, NFS or FUSE ones,
-// report a failed write only there). From then on, the Kiln lines the stream
-// would have held go to observers, with their "[kiln] " prefix.
-//
-// Checkpoints. With CheckpointConfig, LocalPath (default /opt/ml/checkpoints)
+// Checkpoints: with CheckpointConfig, LocalPath (default /opt/ml/checkpoints)
 // is restored from S3Uri before the entrypoint starts, synced every
-// `checkpoint_sync_interval` while it runs and once more after it exits,
-// before OnExit is reported (kiln/checkpoint_sync.h), and made empty before
-// every job. A LocalPath under /opt/ml is that place in the instance's tree.
-// One outside /opt/ml is, for bwrap, a directory of the instance mounted
-// there; the process runtime cannot show a container another directory at a
-// host path, so StartContainers refuses such a job (InvalidArgument naming
-// CheckpointConfig.LocalPath: it must be under /opt/ml there) rather than use
-// or empty a host directory of the user's. The directory is read and written
-// below the instance's directory only: symbolic links in it are skipped,
-// never followed, and when the container replaced it (or a directory on the
-// way) by a link, the sync of that round refuses (a "[kiln] checkpoint sync"
-// line in the log stream names the link) and uploads and deletes nothing.
-// A sync error does not fail the job.
-//
-// Artifacts. UploadArtifacts writes the merged /opt/ml/model of all instances
-// (later hosts overwrite files of the same name) as
-// <S3OutputPath>/<job>/output/model.tar.gz and /opt/ml/output/data as
-// output.tar.gz, both gzip-compressed tar archives, through
-// ObjectStore::PutFromFile. With OutputDataConfig.CompressionType NONE the
-// model is uploaded uncompressed, as the service does it: each regular file
-// of the merged tree is the object <S3OutputPath>/<job>/output/model/<path>
-// and the model's URI (ArtifactsResult) is that prefix; symbolic links and
-// empty directories have no object there (output.tar.gz is unchanged).
-// The trees are the container's: they are read below the instance's
-// directory by file descriptor, never through a symbolic link. A link inside
-// a tree is archived as a link (and left out of an uncompressed model). A
-// tree the container deleted is empty; one it replaced, or a directory on
-// the way to it, by a symbolic link or a file fails the upload with
-// FailedPrecondition naming it (e.g. "algo-1:/opt/ml/model"), and nothing of
-// that tree is read. The failure file (/opt/ml/output/failure) is read the
-// same way: through a link it is not read at all. One that is there but is
-// not read (a link, a directory, a read error) is named with the reason in
-// ContainerExit::failure_error, which the engine adds to the FailureReason.
+// `checkpoint_sync_interval` while it runs and once more before OnExit, and
+// made empty before every job. A sync error does not fail the job; it is a
+// "[kiln] checkpoint sync" line in the log stream.
 //
 // Threading: the provider and the data channel are loop thread only, like
 // every component; they do their blocking work on their own threads and post
@@ -240,8 +91,17 @@
 namespace kiln::local {
 
 enum class LocalRuntime {
-  kProcess,  // a child process with SAGEMAKER_BASE_DIR (default)
-  kBwrap,    // bubblewrap, the tree mounted at /opt/ml
+  // A child process in a process group of its own, with SAGEMAKER_BASE_DIR
+  // and the SM_* paths at the instance's tree on this host (arguments that
+  // start with /opt/ml or /opt/program are rewritten to it). Not a sandbox:
+  // the container sees the host as the container user does, and host names
+  // algo-<k> do not resolve. The image and FastFile channels are read-only
+  // to it where this process can make a mount namespace. The default.
+  kProcess,
+  // bubblewrap: a sandbox as the container user, the tree mounted at
+  // /opt/ml, a read-only host root, the state directory hidden, host names
+  // algo-<k> resolving to the cluster's instances.
+  kBwrap,
 };
 
 // A user and group of this host.
@@ -361,9 +221,8 @@ struct LocalDataChannelOptions {
 //   at <state_dir>/fastfile/..., shared by the job's instances on this host;
 //   the channel directory is a link to it (a read-only bind mount of it under
 //   bwrap). Start time grows with the number of objects, not their bytes: a
-//   read fetches the 1 MiB blocks it touches with ObjectStore::ReadRange
-//   (32 blocks cached per channel), writes fail with EROFS, a failed fetch is
-//   EIO. The view shows the listing of Deliver's time (an object changed
+//   read fetches what it touches with ObjectStore::ReadRange, writes fail
+//   with EROFS, a failed fetch is EIO. The view shows the listing of Deliver's time (an object changed
 //   later may read short). EndJob unmounts the job's views (lazily: a
 //   process still holding a file open gets ENOTCONN), in the background; so
 //   does the channel's destruction, before it returns. FUSE needs /dev/fuse
@@ -447,6 +306,22 @@ struct LocalDataChannelOptions {
 // flight, waits for them and unmounts every view.
 std::unique_ptr<DataChannel> NewLocalDataChannel(EventLoop& loop, ObjectStores& stores,
                                                  LocalDataChannelOptions options);
+
+// A local provider and a local data channel over one state directory: the
+// channel finds the provider's instances there, and the FastFile views it
+// publishes there are the ones the provider's containers see read-only.
+struct LocalBackend {
+  std::unique_ptr<ClusterProvider> cluster_provider;
+  std::unique_ptr<DataChannel> data_channel;  // (destroyed first)
+};
+
+// Returns a provider (NewLocalClusterProvider with `options`) and a data
+// channel (NewLocalDataChannel with options.state_dir and `copy_threads`)
+// on `loop`, reading sources through `stores`. When options.object_stores is
+// null, the provider uses `stores` too. `loop` and `stores` must outlive
+// both. Errors: NewLocalClusterProvider's. Thread-safe.
+absl::StatusOr<LocalBackend> NewLocalBackend(EventLoop& loop, ObjectStores& stores,
+                                             LocalOptions options, int32_t copy_threads = 4);
 
 }  // namespace kiln::local
 
