@@ -175,7 +175,7 @@ if [[ -w /dev/full ]]; then
 fi
 # kiln run killed outright (a crash): no process of its job survives it,
 # not even one the entrypoint started in the background, nor one that left
-# its session (setsid).
+# its process group (setsid).
 cat >"$tmp/ok-image/train" <<'EOF'
 #!/bin/sh
 sleep 300 &

@@ -345,19 +345,19 @@ KeptRun RunKept(const std::string& script, int n) {
   return run;
 }
 
-// A process that leaves the container's group and session (setsid) is still
+// A process that leaves the container's process group (setsid) is still
 // the keeper's: it dies with the forking thread like the rest.
 TEST(SpawnKeeperTest, ProcessesThatLeaveTheGroupDieWithTheForkingThread) {
   int out[2];
   ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
   absl::StatusOr<pid_t> pid = absl::UnknownError("not spawned");
   int escaped = 0;
-  bool left = false;  // the process was seen in a session of its own
+  bool left = false;  // the process was seen after its setsid
   std::thread starter([&] {
     pid = SpawnKept("setsid sleep 1000 & echo $!; wait", out[1]);
     close(out[1]);
     escaped = ReadPidLine(out[0]);
-    // Once it is in its own session, this thread ends (and the keeper may
+    // Once it has called setsid, this thread ends (and the keeper may
     // kill it at once: only this thread can look).
     const absl::Time deadline = absl::Now() + absl::Seconds(5);
     while (escaped > 0 && !(left = getsid(escaped) == escaped) && absl::Now() < deadline) {
@@ -368,9 +368,9 @@ TEST(SpawnKeeperTest, ProcessesThatLeaveTheGroupDieWithTheForkingThread) {
   close(out[0]);
   ASSERT_TRUE(pid.ok()) << pid.status();
   ASSERT_GT(escaped, 0);
-  ASSERT_TRUE(left) << "the process did not leave the session";
+  ASSERT_TRUE(left) << "the process did not call setsid";
   EXPECT_TRUE(EndsWithin(escaped, absl::Seconds(5)))
-      << "the process " << escaped << " in a session of its own outlived the forking thread";
+      << "the process " << escaped << " that called setsid outlived the forking thread";
   const int status = Reap(*pid);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
   if (!EndsWithin(escaped, absl::ZeroDuration())) kill(escaped, SIGKILL);
@@ -380,8 +380,8 @@ TEST(SpawnKeeperTest, ProcessesThatLeaveTheGroupDieWithTheForkingThread) {
 // ends with its main process), in its group or not, daemonized or not; the
 // keeper still exits with the program's status.
 TEST(SpawnKeeperTest, WhatTheProgramLeavesBehindEndsWithIt) {
-  // In the group; in a session of its own; and orphaned in a session of its
-  // own (a daemon's double fork, so the keeper inherits it).
+  // In the group; after a setsid; and orphaned after a setsid (a daemon's
+  // double fork, so the keeper inherits it).
   const KeptRun run = RunKept(
       "sleep 1000 & echo $!; setsid sleep 1000 & echo $!; "
       "( setsid sh -c 'echo $$; exec sleep 1000' & ); sleep 0.3; exit 5",

@@ -104,7 +104,7 @@ class FuseViewImpl final : public FuseView {
   const std::string mount_point_;
   FuseViewOptions options_;
   std::vector<Node> nodes_;  // by inode number; fixed once mounted
-  fuse_session* session_ = nullptr;
+  fuse_session* fuse_ = nullptr;
   int stop_fd_ = -1;  // eventfd: readable once Unmount starts
   std::vector<std::thread> threads_;
   absl::Mutex unmount_mu_;
@@ -368,30 +368,30 @@ absl::Status FuseViewImpl::Start() {
   std::vector<char*> argv;
   for (std::string& a : argv_s) argv.push_back(a.data());
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
-  session_ = fuse_session_new(&args, &ops, sizeof(ops), this);
+  fuse_ = fuse_session_new(&args, &ops, sizeof(ops), this);
   fuse_opt_free_args(&args);  // parsing may have copied them
-  if (session_ == nullptr) {
+  if (fuse_ == nullptr) {
     return absl::InternalError(
         absl::StrCat("FUSE view at ", PathForMessage(mount_point_), ": fuse_session_new failed"));
   }
-  if (fuse_session_mount(session_, mount_point_.c_str()) != 0) {
-    fuse_session_destroy(session_);
-    session_ = nullptr;
+  if (fuse_session_mount(fuse_, mount_point_.c_str()) != 0) {
+    fuse_session_destroy(fuse_);
+    fuse_ = nullptr;
     return absl::FailedPreconditionError(absl::StrCat(
         "FUSE view at ", PathForMessage(mount_point_),
         ": mounting failed (FastFile over a store that is not local needs /dev/fuse and the "
         "right to mount FUSE file systems: root or CAP_SYS_ADMIN)"));
   }
-  const int fd = fuse_session_fd(session_);
+  const int fd = fuse_session_fd(fuse_);
   fcntl(fd, F_SETFD, FD_CLOEXEC);
   // Non-blocking: a serving thread waits in poll, where Unmount can wake it.
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   stop_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (stop_fd_ < 0) {
     const int err = errno;
-    fuse_session_unmount(session_);
-    fuse_session_destroy(session_);
-    session_ = nullptr;
+    fuse_session_unmount(fuse_);
+    fuse_session_destroy(fuse_);
+    fuse_ = nullptr;
     return ErrnoStatus(err, "eventfd", mount_point_);
   }
   for (int i = 0; i < options_.threads; ++i) threads_.emplace_back([this] { Serve(); });
@@ -399,7 +399,7 @@ absl::Status FuseViewImpl::Start() {
 }
 
 void FuseViewImpl::Serve() {
-  const int fd = fuse_session_fd(session_);
+  const int fd = fuse_session_fd(fuse_);
   fuse_buf buf;
   std::memset(&buf, 0, sizeof(buf));
   for (;;) {
@@ -409,10 +409,10 @@ void FuseViewImpl::Serve() {
       break;
     }
     if (fds[1].revents != 0) break;
-    const int res = fuse_session_receive_buf(session_, &buf);
+    const int res = fuse_session_receive_buf(fuse_, &buf);
     if (res == -EAGAIN || res == -EINTR || res == -ENOENT) continue;
     if (res <= 0) break;  // 0: the connection is gone (unmounted from outside)
-    fuse_session_process_buf(session_, &buf);
+    fuse_session_process_buf(fuse_, &buf);
   }
   free(buf.mem);
 }
@@ -421,7 +421,7 @@ void FuseViewImpl::Unmount() {
   absl::MutexLock lock(&unmount_mu_);
   if (unmounted_) return;
   unmounted_ = true;
-  if (session_ == nullptr) return;
+  if (fuse_ == nullptr) return;
   const uint64_t one = 1;
   if (write(stop_fd_, &one, sizeof(one)) < 0) {
     // Cannot fail for an eventfd far below its limit; the threads would
@@ -431,9 +431,9 @@ void FuseViewImpl::Unmount() {
   threads_.clear();
   // Closes the connection (requests still waiting fail) and detaches the
   // mount lazily.
-  fuse_session_unmount(session_);
-  fuse_session_destroy(session_);
-  session_ = nullptr;
+  fuse_session_unmount(fuse_);
+  fuse_session_destroy(fuse_);
+  fuse_ = nullptr;
   close(stop_fd_);
   stop_fd_ = -1;
 }

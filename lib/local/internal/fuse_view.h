@@ -10,7 +10,7 @@
 // Every change is refused: the mount is read-only (EROFS), files are 0444 and
 // directories 0555. A failed fetch is EIO for that read.
 //
-// The session is served by a few threads of the view's own; Unmount (or
+// The FUSE connection is served by a few threads of the view's own; Unmount (or
 // destruction) stops them, closes the FUSE connection (processes that still
 // have files open get ENOTCONN from then on) and detaches the mount (lazy:
 // it never waits for them). Mounting needs the right to mount FUSE file
@@ -39,7 +39,7 @@ struct FuseViewFile {
 struct FuseViewOptions {
   int64_t block_size = int64_t{1} << 20;  // bytes fetched per ReadRange
   int64_t cache_blocks = 32;              // blocks kept (per view)
-  int threads = 4;                        // threads serving the session
+  int threads = 4;                        // threads serving the FUSE connection
 };
 
 struct FuseViewStats {

@@ -13,7 +13,7 @@
 //     signal dispositions, and waits for it;
 //   * it is the subreaper of the container's processes
 //     (PR_SET_CHILD_SUBREAPER): one orphaned anywhere below it becomes its
-//     child, whatever group or session it moved to (setsid, setpgid, a
+//     child, whatever process group it moved to (setsid, setpgid, a
 //     daemon's double fork), and it reaps them as they end, as a container's
 //     init does;
 //   * when the entrypoint ends, it kills (SIGKILL) every process left below

@@ -141,8 +141,8 @@ int KillChildren() {
   return killed;
 }
 
-// Kills every process of the container but the keeper, whatever group or
-// session it moved to: the keeper is their subreaper, so each one whose
+// Kills every process of the container but the keeper, whatever process
+// group it moved to (setsid included): the keeper is their subreaper, so each one whose
 // parent is killed becomes the keeper's child, to be killed in turn. Returns
 // true once the keeper has no child left, all reaped; false at once if it
 // cannot list its children.

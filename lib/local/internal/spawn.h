@@ -73,8 +73,8 @@ enum class MountNamespaceSupport {
 // costs one clone and wait (about a millisecond), later ones nothing.
 MountNamespaceSupport GetMountNamespaceSupport();
 
-// Forks and executes `spec`. The child runs in a new session and process
-// group (its pid is the group id), with default signal dispositions and an
+// Forks and executes `spec`. The child calls setsid: it leads a new
+// process group (its pid is the group id), with default signal dispositions and an
 // empty signal mask, and is killed (SIGKILL) if the forking thread exits
 // (with spec.keeper, its whole group is). Returns the child's pid once the
 // program is executing.
