@@ -181,14 +181,14 @@ TEST_F(BuildContainerConfigTest, ConfigFileThatDoesNotFitIsNamedAndLeavesNoTempo
   const std::string no_inodes = tmp.path() + "/no-inodes";
   // (A tmpfs's root directory takes one of its inodes.)
   testing::Facts f = testing::RunWithSmallDisks({{full, 16, 0}, {no_inodes, 64, 2}}, [&] {
-    testing::Facts f;
+    testing::Facts got;
     const int filler = open((no_inodes + "/filler").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     if (filler >= 0) close(filler);
-    f["full"] = WriteConfigFiles(big, full).ToString();
-    f["full.files"] = absl::StrJoin(testing::ListDir(full), " ");
-    f["no-inodes"] = WriteConfigFiles(small, no_inodes).ToString();
-    f["no-inodes.files"] = absl::StrJoin(testing::ListDir(no_inodes), " ");
-    return f;
+    got["full"] = WriteConfigFiles(big, full).ToString();
+    got["full.files"] = absl::StrJoin(testing::ListDir(full), " ");
+    got["no-inodes"] = WriteConfigFiles(small, no_inodes).ToString();
+    got["no-inodes.files"] = absl::StrJoin(testing::ListDir(no_inodes), " ");
+    return got;
   });
   if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
   EXPECT_EQ(f["CHILD"], "");

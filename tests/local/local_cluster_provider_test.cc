@@ -273,7 +273,8 @@ class LocalClusterProviderTest : public ::testing::TestWithParam<LocalRuntime> {
     (*r.mutable_hyper_parameters())["sagemaker_custom_flag"] = "7";
     (*r.mutable_environment())["MY_SETTING"] = "hello world";
     auto add_channel = [&](const std::string& name, const std::string& prefix,
-                           const std::string& distribution, std::vector<std::string> groups,
+                           const std::string& distribution,
+                           const std::vector<std::string>& group_names,
                            const std::string& content_type) {
       v1::Channel* c = r.add_input_data_config();
       c->set_channel_name(name);
@@ -281,7 +282,7 @@ class LocalClusterProviderTest : public ::testing::TestWithParam<LocalRuntime> {
       s3->set_s3_data_type("S3Prefix");
       s3->set_s3_uri("file://" + store_dir_ + "/" + prefix);
       if (!distribution.empty()) s3->set_s3_data_distribution_type(distribution);
-      for (const std::string& g : groups) s3->add_instance_group_names(g);
+      for (const std::string& g : group_names) s3->add_instance_group_names(g);
       if (!content_type.empty()) c->set_content_type(content_type);
     };
     add_channel("train", "train/", "", {}, "text/csv");
@@ -501,7 +502,7 @@ TEST_P(LocalClusterProviderTest, ReleaseLeavesNoProcessOfTheJob) {
             "echo $$ > \"$SM_OUTPUT_DATA_DIR/pid\"\n"
             "sleep 1000 &\n"
             "sh -c 'sleep 1000 & sleep 1000' &\n"
-            // One that leaves the job's group and session.
+            // One that leaves the job's process group (setsid).
             "setsid sleep 1000 &\n"
             "echo $! > \"$SM_OUTPUT_DATA_DIR/escaped\"\n"
             "echo ready\n"
@@ -536,8 +537,8 @@ TEST_P(LocalClusterProviderTest, ReleaseLeavesNoProcessOfTheJob) {
         return running;
       });
     }
-    // The script, its sleep, the inner shell and its two sleeps, the one in a
-    // session of its own (and, in a sandbox, its init) once they have all
+    // The script, its sleep, the inner shell and its two sleeps, the one that
+    // called setsid (and, in a sandbox, its init) once they have all
     // started.
     auto& probe = probes.back();
     ASSERT_TRUE(RunUntil(*loop_, [&] { return probe().size() >= 6; }, absl::Seconds(5)))
@@ -1452,12 +1453,12 @@ class CloseFailingFs {
     char name[] = "kiln-test";
     char* argv[] = {name};
     fuse_args args = FUSE_ARGS_INIT(1, argv);
-    fs->session_ = fuse_session_new(&args, &ops, sizeof(ops), fs.get());
+    fs->fuse_ = fuse_session_new(&args, &ops, sizeof(ops), fs.get());
     fuse_opt_free_args(&args);
-    if (fs->session_ == nullptr) return nullptr;
-    if (fuse_session_mount(fs->session_, dir.c_str()) != 0) {
-      fuse_session_destroy(fs->session_);
-      fs->session_ = nullptr;
+    if (fs->fuse_ == nullptr) return nullptr;
+    if (fuse_session_mount(fs->fuse_, dir.c_str()) != 0) {
+      fuse_session_destroy(fs->fuse_);
+      fs->fuse_ = nullptr;
       return nullptr;
     }
     fs->stop_fd_ = eventfd(0, EFD_CLOEXEC);
@@ -1466,13 +1467,13 @@ class CloseFailingFs {
   }
 
   ~CloseFailingFs() {
-    if (session_ == nullptr) return;
+    if (fuse_ == nullptr) return;
     const uint64_t one = 1;
     EXPECT_EQ(write(stop_fd_, &one, sizeof(one)), static_cast<ssize_t>(sizeof(one)));
     thread_.join();
     close(stop_fd_);
-    fuse_session_unmount(session_);
-    fuse_session_destroy(session_);
+    fuse_session_unmount(fuse_);
+    fuse_session_destroy(fuse_);
   }
 
   // The files' names, in order of creation.
@@ -1521,17 +1522,17 @@ class CloseFailingFs {
   }
 
   void Serve() {
-    const int fd = fuse_session_fd(session_);
+    const int fd = fuse_session_fd(fuse_);
     fuse_buf buf;
     std::memset(&buf, 0, sizeof(buf));
     for (;;) {
       pollfd fds[2] = {{fd, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
       if (poll(fds, 2, -1) < 0 && errno == EINTR) continue;
       if (fds[1].revents != 0 || (fds[0].revents & POLLIN) == 0) break;
-      const int res = fuse_session_receive_buf(session_, &buf);
+      const int res = fuse_session_receive_buf(fuse_, &buf);
       if (res == -EINTR || res == -EAGAIN || res == -ENOENT) continue;
       if (res <= 0) break;
-      fuse_session_process_buf(session_, &buf);
+      fuse_session_process_buf(fuse_, &buf);
     }
     free(buf.mem);
   }
@@ -1582,7 +1583,7 @@ class CloseFailingFs {
   }
 
   const int flush_error_;
-  fuse_session* session_ = nullptr;
+  fuse_session* fuse_ = nullptr;
   int stop_fd_ = -1;
   std::thread thread_;
   absl::Mutex mu_;
@@ -1710,25 +1711,40 @@ TEST_P(LocalClusterProviderTest, ARunInTheSameSecondAsAnotherOfItsJobHasAStreamO
   AddScript("say.sh", "echo \"$1\"\n");
   testing::Facts f;
   RunInMountNamespace(f, [&] {
-    absl::StatusOr<Cluster> first = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}}, "rerun");
-    absl::StatusOr<Cluster> second =
-        Provision({{kHomogeneousGroupName, "ml.m5.large", 1}}, "rerun");
-    absl::Status s = first.ok() ? second.status() : first.status();
-    if (s.ok()) s = Prepare(*first);
-    if (s.ok()) s = Prepare(*second);
-    // Both runs start within one second (each takes a fraction of one).
-    const absl::Time now = absl::Now();
-    const absl::Time next_second = absl::FromUnixSeconds(absl::ToUnixSeconds(now) + 1);
-    if (next_second - now < absl::Milliseconds(800)) absl::SleepFor(next_second - now);
-    const int64_t started_in = absl::ToUnixSeconds(absl::Now());
-    Recorder events_1, events_2;
-    if (s.ok()) s = Start(Request("rerun", {"/opt/program/say.sh", "attempt 1"}), *first, events_1);
-    if (s.ok() && !WaitExits(events_1, 1)) s = absl::DeadlineExceededError("no exit");
-    if (s.ok()) {
-      s = Start(Request("rerun", {"/opt/program/say.sh", "attempt 2"}), *second, events_2);
+    // Both runs start within one second (each takes a fraction of one):
+    // tried again, from a fresh start, when a busy machine made the second
+    // one miss it, so that the assertion below always holds and is always
+    // made.
+    absl::StatusOr<Cluster> first, second;
+    absl::Status s;
+    bool same_second = false;
+    for (int attempt = 0; attempt < 5 && s.ok() && !same_second; ++attempt) {
+      if (attempt > 0) {
+        provider_->Release(*first);
+        provider_->Release(*second);
+        s = internal::RemoveTree(state_dir_ + "/logs/rerun");
+      }
+      first = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}}, "rerun");
+      second = Provision({{kHomogeneousGroupName, "ml.m5.large", 1}}, "rerun");
+      if (s.ok()) s = first.ok() ? second.status() : first.status();
+      if (s.ok()) s = Prepare(*first);
+      if (s.ok()) s = Prepare(*second);
+      const absl::Time now = absl::Now();
+      const absl::Time next_second = absl::FromUnixSeconds(absl::ToUnixSeconds(now) + 1);
+      if (next_second - now < absl::Milliseconds(800)) absl::SleepFor(next_second - now);
+      const int64_t started_in = absl::ToUnixSeconds(absl::Now());
+      Recorder events_1, events_2;
+      if (s.ok()) {
+        s = Start(Request("rerun", {"/opt/program/say.sh", "attempt 1"}), *first, events_1);
+      }
+      if (s.ok() && !WaitExits(events_1, 1)) s = absl::DeadlineExceededError("no exit");
+      if (s.ok()) {
+        s = Start(Request("rerun", {"/opt/program/say.sh", "attempt 2"}), *second, events_2);
+      }
+      same_second = absl::ToUnixSeconds(absl::Now()) == started_in;
+      if (s.ok() && !WaitExits(events_2, 1)) s = absl::DeadlineExceededError("no exit");
     }
-    f["same second"] = absl::ToUnixSeconds(absl::Now()) == started_in ? "yes" : "no";
-    if (s.ok() && !WaitExits(events_2, 1)) s = absl::DeadlineExceededError("no exit");
+    f["same second"] = same_second ? "yes" : "no";
     if (!s.ok()) {
       f["ERROR"] = s.ToString();
       return;
@@ -1747,10 +1763,9 @@ TEST_P(LocalClusterProviderTest, ARunInTheSameSecondAsAnotherOfItsJobHasAStreamO
   for (const auto& [key, value] : f) {
     if (absl::StartsWith(key, "stream ")) names.push_back(key.substr(7));
   }
+  ASSERT_EQ(f["same second"], "yes") << "five attempts missed the second";
   ASSERT_EQ(names.size(), 2u);
-  if (f["same second"] == "yes") {
-    EXPECT_EQ(names[1], names[0] + "-2");
-  }
+  EXPECT_EQ(names[1], names[0] + "-2");
   const std::string& stream_1 = f["stream " + names[0]];
   const std::string& stream_2 = f["stream " + names[1]];
   EXPECT_TRUE(absl::StartsWith(stream_1, "attempt 1\n[kiln] algo-1 exited with 0: cpu "));

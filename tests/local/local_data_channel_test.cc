@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -893,7 +894,16 @@ TEST_F(LocalDataChannelTest, EndJobStopsWritersWaitingForAReaderOrBlockedOnAFull
   ASSERT_GE(fd, 0);
   char buf[4096];
   ASSERT_GT(read(fd, buf, sizeof(buf)), 0);
-  absl::SleepFor(absl::Milliseconds(50));  // let the writer fill the pipe
+  // Once the pipe holds all it can (but for a few pages the writer may have
+  // filled in part), the writer is blocked on it.
+  const int full = fcntl(fd, F_GETPIPE_SZ) - (64 << 10);
+  ASSERT_GT(full, 0);
+  int queued = 0;
+  const absl::Time deadline = absl::Now() + absl::Seconds(20);
+  while ((ioctl(fd, FIONREAD, &queued) != 0 || queued < full) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_GE(queued, full) << "the writer never filled the pipe";
   channel_->EndJob("data-job");
   // The stalled reader gets end of file (the writer closed its end) well
   // before it could have read 8 MiB.

@@ -60,10 +60,12 @@ class LocalEngineTest : public ::testing::Test {
     options.runtime = runtime;
     options.shared_image_cache = shared_image_cache_;
     options.log_dir = log_dir_;
-    auto provider = NewLocalClusterProvider(*loop_, options);
-    ASSERT_TRUE(provider.ok()) << provider.status();
-    provider_ = *std::move(provider);
-    channel_ = NewLocalDataChannel(*loop_, stores_, {.state_dir = options.state_dir});
+    // (One state directory for both: the FastFile views the channel
+    // publishes are the ones the provider's containers see read-only.)
+    absl::StatusOr<LocalBackend> backend = NewLocalBackend(*loop_, stores_, options);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    provider_ = std::move(backend->cluster_provider);
+    channel_ = std::move(backend->data_channel);
     EngineOptions engine_options;
     engine_options.loop = loop_.get();
     engine_options.cluster_provider = provider_.get();
@@ -535,11 +537,11 @@ class LocalEngineFullDiskTest : public LocalEngineTest {
                                                  int out_kib) {
     AddScript("model.sh", "head -c 200000 /dev/urandom > \"$SM_MODEL_DIR/model.bin\"\n");
     AddScript("small.sh", "echo ok > \"$SM_MODEL_DIR/model.txt\"\n");
-    testing::Facts f = OnSmallDisk(state_kib, out_kib, [&](testing::Facts& f) {
-      RunJob(Request(job, "model.sh"), f);
-      f["tmp"] = Files(StateDir() + "/tmp");
-      f["out"] = Files(out_);
-      RunJob(Request("after-" + job, "small.sh"), f);
+    testing::Facts f = OnSmallDisk(state_kib, out_kib, [&](testing::Facts& got) {
+      RunJob(Request(job, "model.sh"), got);
+      got["tmp"] = Files(StateDir() + "/tmp");
+      got["out"] = Files(out_);
+      RunJob(Request("after-" + job, "small.sh"), got);
     });
     if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
     SCOPED_TRACE(FactsText(f));
@@ -559,17 +561,17 @@ TEST_F(LocalEngineFullDiskTest, FileChannelThatDoesNotFitFailsTheJobNamingTheCha
   WriteFile(data_ + "/big/data.bin", std::string(1 << 20, 'x'));
   WriteFile(data_ + "/small/rows.csv", "1\n2\n");
   AddScript("read.sh", "wc -l < \"$SM_CHANNEL_TRAIN/rows.csv\"\n");
-  testing::Facts f = OnSmallDisk(512, 0, [&](testing::Facts& f) {
+  testing::Facts f = OnSmallDisk(512, 0, [&](testing::Facts& got) {
     v1::CreateTrainingJobRequest big = Request("full-channel", "read.sh");
     *big.add_input_data_config() = PrefixChannel("train", "file://" + data_ + "/big/");
-    RunJob(big, f);
+    RunJob(big, got);
     // The failed job's files are gone once its cluster is released.
     RunUntil(*loop_, [&] { return testing::ListDir(StateDir() + "/instances").empty(); },
              absl::Seconds(5));
-    f["left"] = Files(StateDir() + "/instances");
+    got["left"] = Files(StateDir() + "/instances");
     v1::CreateTrainingJobRequest small = Request("after-full-channel", "read.sh");
     *small.add_input_data_config() = PrefixChannel("train", "file://" + data_ + "/small/");
-    RunJob(small, f);
+    RunJob(small, got);
   });
   if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
   SCOPED_TRACE(FactsText(f));
@@ -598,14 +600,14 @@ TEST_F(LocalEngineFullDiskTest, CheckpointsThatDoNotFitFailTheJobNamingTheCheckp
   const std::string ckpt = tmp_.path() + "/ckpt";
   WriteFile(ckpt + "/step-1.bin", std::string(1 << 20, 'c'));
   AddScript("train.sh", "ls \"$SAGEMAKER_BASE_DIR/checkpoints\"\n");
-  testing::Facts f = OnSmallDisk(512, 0, [&](testing::Facts& f) {
+  testing::Facts f = OnSmallDisk(512, 0, [&](testing::Facts& got) {
     v1::CreateTrainingJobRequest r = Request("full-ckpt", "train.sh");
     r.mutable_checkpoint_config()->set_s3_uri("file://" + ckpt + "/");
-    RunJob(r, f);
+    RunJob(r, got);
     RunUntil(*loop_, [&] { return testing::ListDir(StateDir() + "/instances").empty(); },
              absl::Seconds(5));
-    f["left"] = Files(StateDir() + "/instances");
-    RunJob(Request("after-full-ckpt", "train.sh"), f);
+    got["left"] = Files(StateDir() + "/instances");
+    RunJob(Request("after-full-ckpt", "train.sh"), got);
   });
   if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
   SCOPED_TRACE(FactsText(f));
@@ -629,10 +631,10 @@ TEST_F(LocalEngineFullDiskTest, FailureFileIsReadAndLinesArriveWhenTheContainerF
             "i=$((i+1)); done\n"
             "exit 3\n");
   AddScript("small.sh", "echo ok > \"$SM_MODEL_DIR/model.txt\"\n");
-  testing::Facts f = OnSmallDisk(384, 0, [&](testing::Facts& f) {
-    RunJob(Request("full-container", "fill.sh"), f);
-    f["last-line"] = lines_.HasLine("algo-1", "line 99 of a log nobody can store") ? "yes" : "no";
-    RunJob(Request("after-full-container", "small.sh"), f);
+  testing::Facts f = OnSmallDisk(384, 0, [&](testing::Facts& got) {
+    RunJob(Request("full-container", "fill.sh"), got);
+    got["last-line"] = lines_.HasLine("algo-1", "line 99 of a log nobody can store") ? "yes" : "no";
+    RunJob(Request("after-full-container", "small.sh"), got);
   });
   if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
   SCOPED_TRACE(FactsText(f));
@@ -669,18 +671,18 @@ TEST_F(LocalEngineFullDiskTest, FullStateDirectoryFailsTheJobInsteadOfKeepingItP
     f[job + ".left"] = Files(StateDir() + "/instances") + Files(StateDir() + "/locks") +
                        Files(StateDir() + "/tmp");
   };
-  testing::Facts f = OnSmallDisk(256, 0, [&](testing::Facts& f) {
+  testing::Facts f = OnSmallDisk(256, 0, [&](testing::Facts& got) {
     // No file can be made: not even the cluster's lock.
     fill(/*inodes=*/true);
-    RunJob(Request("no-inodes", "small.sh"), f, absl::Seconds(10));
-    gone(f, "no-inodes");
+    RunJob(Request("no-inodes", "small.sh"), got, absl::Seconds(10));
+    gone(got, "no-inodes");
     unfill();
     // No byte can be written: the image does not fit on the instance.
     fill(/*inodes=*/false);
-    RunJob(Request("no-blocks", "small.sh"), f, absl::Seconds(10));
-    gone(f, "no-blocks");
+    RunJob(Request("no-blocks", "small.sh"), got, absl::Seconds(10));
+    gone(got, "no-blocks");
     unfill();
-    RunJob(Request("room-again", "small.sh"), f);
+    RunJob(Request("room-again", "small.sh"), got);
   }, /*state_inodes=*/64);
   if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
   SCOPED_TRACE(FactsText(f));
@@ -719,7 +721,7 @@ TEST_F(LocalEngineFullDiskTest, ImageTarballThatDoesNotFitIsNotCachedCutShort) {
             0);
   // One unpack serves every later job of the provider: a cut one would too.
   shared_image_cache_ = true;
-  testing::Facts f = OnSmallDisk(1024, 0, [&](testing::Facts& f) {
+  testing::Facts f = OnSmallDisk(1024, 0, [&](testing::Facts& got) {
     // Leaves about 200 KiB.
     const std::string filler = StateDir() + "/filler";
     {
@@ -727,16 +729,16 @@ TEST_F(LocalEngineFullDiskTest, ImageTarballThatDoesNotFitIsNotCachedCutShort) {
     }
     v1::CreateTrainingJobRequest r = Request("full-image", "train.sh");
     r.mutable_algorithm_specification()->set_training_image("file://" + tarball);
-    RunJob(r, f);
-    f["full-image.weights"] = lines_.lines.empty() ? "" : lines_.lines.back();
+    RunJob(r, got);
+    got["full-image.weights"] = lines_.lines.empty() ? "" : lines_.lines.back();
     unlink(filler.c_str());
     RunUntil(*loop_, [&] { return testing::ListDir(StateDir() + "/instances").empty(); },
              absl::Seconds(5));
-    f["cache"] = Files(StateDir() + "/image-cache");
+    got["cache"] = Files(StateDir() + "/image-cache");
     lines_.lines.clear();
     r.set_training_job_name("room-for-image");
-    RunJob(r, f);
-    f["room-for-image.weights"] = lines_.lines.empty() ? "" : lines_.lines.back();
+    RunJob(r, got);
+    got["room-for-image.weights"] = lines_.lines.empty() ? "" : lines_.lines.back();
   });
   if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
   SCOPED_TRACE(FactsText(f));
@@ -773,14 +775,14 @@ TEST_F(LocalEngineFullDiskTest, LogStreamOnAFullDiskEndsOnAWholeLineAndObservers
     const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
     if (fd >= 0) close(fd);
   };
-  testing::Facts f = OnSmallDisk(512, 0, [&](testing::Facts& f) {
+  testing::Facts f = OnSmallDisk(512, 0, [&](testing::Facts& got) {
     auto created = engine_->CreateTrainingJob(Request("full-log", "chatty.sh"));
     if (!created.ok()) {
-      f["create"] = created.status().ToString();
+      got["create"] = created.status().ToString();
       return;
     }
     if (!RunUntil(*loop_, [&] { return lines_.HasLine("algo-1", "first"); })) {
-      f["first"] = "never came";
+      got["first"] = "never came";
     }
     // (The stream has "first": observers get a line after it is written.)
     const std::string filler = StateDir() + "/filler";
@@ -791,20 +793,20 @@ TEST_F(LocalEngineFullDiskTest, LogStreamOnAFullDiskEndsOnAWholeLineAndObservers
     if (fd >= 0) close(fd);
     touch(flags + "/full");
     if (!RunUntil(*loop_, [&] { return lines_.HasLine("algo-1", long_line); })) {
-      f["long"] = "never came";
+      got["long"] = "never came";
     }
     unlink(filler.c_str());
     touch(flags + "/room");
-    if (!WaitEnded("full-log")) f["hang"] = Describe("full-log").secondary_status();
-    f["status"] = Describe("full-log").training_job_status();
+    if (!WaitEnded("full-log")) got["hang"] = Describe("full-log").secondary_status();
+    got["status"] = Describe("full-log").training_job_status();
     const std::string logs = StateDir() + "/logs/full-log";
     const std::vector<std::string> streams = testing::ListDir(logs);
-    f["streams"] = absl::StrCat(streams.size());
+    got["streams"] = absl::StrCat(streams.size());
     if (streams.size() == 1) {
-      f["stream.name"] = streams[0];
-      f["stream"] = ReadFile(logs + "/" + streams[0]);
+      got["stream.name"] = streams[0];
+      got["stream"] = ReadFile(logs + "/" + streams[0]);
     }
-    for (const std::string& line : lines_.lines) absl::StrAppend(&f["observed"], line, "\n");
+    for (const std::string& line : lines_.lines) absl::StrAppend(&got["observed"], line, "\n");
   });
   if (f.count("SKIP")) GTEST_SKIP() << f["SKIP"];
   SCOPED_TRACE(FactsText(f));
@@ -838,16 +840,16 @@ TEST_F(LocalEngineFullDiskTest, LogStreamThatCannotBeCreatedIsSaidAndTheJobRuns)
   log_dir_ = tmp_.path() + "/logs";
   // Inodes for the root, one job's directory and a filler: none left.
   const std::vector<testing::SmallDisk> logs = {{log_dir_, 64, 3}};
-  testing::Facts f = OnSmallDisk(4096, 0, [&](testing::Facts& f) {
-    if (!MakeDirs(log_dir_ + "/no-file").ok()) f["setup"] = "no directory";
+  testing::Facts f = OnSmallDisk(4096, 0, [&](testing::Facts& got) {
+    if (!MakeDirs(log_dir_ + "/no-file").ok()) got["setup"] = "no directory";
     const int fd = open((log_dir_ + "/filler").c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) f["setup"] = "no filler";
+    if (fd < 0) got["setup"] = "no filler";
     if (fd >= 0) close(fd);
     for (const char* job : {"no-file", "no-dir"}) {
       lines_.lines.clear();
-      RunJob(Request(job, "hello.sh"), f);
+      RunJob(Request(job, "hello.sh"), got);
       for (const std::string& line : lines_.lines) {
-        absl::StrAppend(&f[absl::StrCat(job, ".observed")], line, "\n");
+        absl::StrAppend(&got[absl::StrCat(job, ".observed")], line, "\n");
       }
     }
   }, 0, logs);
