@@ -3,7 +3,8 @@
 #
 #   bash cmake/dev.sh example   install dependencies, build build/ (Release) and
 #                               run the main example
-#   bash cmake/dev.sh test      install dependencies; build and test build/
+#   bash cmake/dev.sh test      install dependencies; check the format of the
+#                               changed lines (as `format`); build and test build/
 #                               (-Werror), then build-asan/ (AddressSanitizer +
 #                               UBSan, Debug), then fuzz the parsers of what
 #                               users send (build-fuzz/, clang and libFuzzer,
@@ -11,8 +12,18 @@
 #                               then check that the committed API schema is
 #                               what tools/schema/generate-schema.py gives;
 #                               non-zero exit if any step fails
+#   bash cmake/dev.sh format [BASE]
+#                               check with `git clang-format` (.clang-format)
+#                               that the C++ lines changed since BASE are
+#                               formatted. BASE: the argument, else
+#                               $KILN_FORMAT_BASE, else the merge-base with
+#                               origin/main when HEAD is not on it, else HEAD~1
+#                               (a fresh clone of main checks its last commit).
+#                               Fix with `git clang-format BASE`.
+#   bash cmake/dev.sh tidy      clang-tidy (.clang-tidy) over lib/, with
+#                               build/'s compile_commands.json (slow; not in CI)
 #
-# Both work from any directory and build in the repository root. The machine
+# All work from any directory and build in the repository root. The machine
 # has 2 cores: builds and ctest use -j2 (override with KILN_JOBS).
 set -euo pipefail
 
@@ -100,10 +111,57 @@ configure_build_fuzz() {
   step "build-fuzz: fuzz" bash tests/fuzz/run.sh build-fuzz "${KILN_FUZZ_SECONDS:-60}" || return 0
 }
 
+# The base revision of the format check (see the header).
+format_base() {
+  if [[ -n "${1:-}" ]]; then
+    echo "$1"
+  elif [[ -n "${KILN_FORMAT_BASE:-}" ]]; then
+    echo "$KILN_FORMAT_BASE"
+  elif git rev-parse -q --verify origin/main >/dev/null \
+    && ! git merge-base --is-ancestor HEAD origin/main; then
+    git merge-base HEAD origin/main
+  elif git rev-parse -q --verify HEAD~1 >/dev/null; then
+    echo HEAD~1
+  fi
+}
+
+# format [BASE]: the C++ lines changed since BASE (committed or not) are as
+# clang-format would write them. Generated code is left out.
+cmd_format() {
+  local base
+  base="$(format_base "${1:-}")"
+  if [[ -z "$base" ]]; then
+    echo "format: no base revision (a single-commit clone): nothing to compare"
+    return 0
+  fi
+  local out rc=0
+  out="$(git clang-format --diff --extensions cc,h "$base" -- . ':!lib/core/schema/*' 2>&1)" \
+    || rc=$?
+  local clean='^(no modified files to format|clang-format did not modify any files)$'
+  if ((rc == 0)) && { [[ -z "$out" ]] || grep -Eq "$clean" <<<"$out"; }; then
+    echo "format: the C++ lines changed since $base are formatted"
+    return 0
+  fi
+  printf '%s\n' "$out"
+  echo "format: the lines above differ from .clang-format; run: git clang-format $base" >&2
+  return 1
+}
+
+# tidy: clang-tidy over lib/ (the compile commands of build/).
+cmd_tidy() {
+  command -v clang-tidy >/dev/null || { echo "tidy: needs clang-tidy (apt-get install clang-tidy)" >&2; return 1; }
+  cmake -S . -B build -DCMAKE_EXPORT_COMPILE_COMMANDS=ON >/dev/null
+  # Generated protobuf code is built first so that its headers exist.
+  cmake --build build -j "$JOBS" --target kiln_core
+  git ls-files 'lib/*.cc' ':!lib/core/schema/*' \
+    | xargs -P "$JOBS" -n 4 clang-tidy -p build --quiet
+}
+
 cmd_test() {
   local start=$SECONDS
   step "dependencies" bash "$ROOT/cmake/install-deps.sh" || true
   if ((FAILED == 0)); then
+    step "format" cmd_format || true
     configure_build_test build -DCMAKE_BUILD_TYPE=Release -DKILN_WERROR=ON
     # Debug: on 2 cores an optimised sanitizer build takes several times as
     # long to compile as the tests take to run unoptimised.
@@ -123,12 +181,14 @@ cmd_test() {
 }
 
 usage() {
-  sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^[^#]/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
 }
 
 case "${1:-}" in
   example) cmd_example ;;
   test) cmd_test ;;
+  format) cmd_format "${2:-}" ;;
+  tidy) cmd_tidy ;;
   -h | --help | help) usage ;;
   *)
     usage >&2

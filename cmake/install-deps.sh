@@ -32,6 +32,7 @@ KILN_DEBIAN_PACKAGES=(
   bubblewrap
   python3
   clang
+  clang-format
   libclang-rt-14-dev
 )
 # botocore (tools/schema/generate-schema.py reads the service model from it) usually
