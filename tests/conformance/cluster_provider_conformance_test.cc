@@ -66,6 +66,8 @@ class Harness {
   virtual std::string output_path() = 0;
   // The notice a spot interruption is injected with: short on a real-time loop.
   virtual absl::Duration spot_notice() = 0;
+  // A spec the provider has no capacity for right now (Provision: ResourceExhausted).
+  virtual ClusterSpec SpecBeyondCapacity() = 0;
   // Runs the loop until `done()`; false after a generous timeout.
   virtual bool RunUntil(const std::function<bool()>& done) = 0;
   // Runs the loop for a while: long enough for a late or stray callback to show.
@@ -90,6 +92,12 @@ class SimHarness : public Harness {
   std::string image() override { return "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1"; }
   std::string output_path() override { return "s3://bucket/out"; }
   absl::Duration spot_notice() override { return absl::Minutes(2); }
+  ClusterSpec SpecBeyondCapacity() override {
+    sim::SimJobBehavior b;
+    b.capacity_failures = 1;
+    behaviors_["over-capacity"] = b;
+    return ClusterSpec{"over-capacity", {{kHomogeneousGroupName, "ml.m5.large", 1}}};
+  }
 
   v1::CreateTrainingJobRequest Request(const std::string& name, Behavior behavior) override {
     sim::SimJobBehavior b;
@@ -142,6 +150,11 @@ class SimHarness : public Harness {
 class ForwardingHarness : public SimHarness {
  public:
   ClusterProvider& provider() override { return forwarding_; }
+  // The double's own made-up failure, which must come later too.
+  ClusterSpec SpecBeyondCapacity() override {
+    forwarding_.FailProvisions(1, absl::ResourceExhaustedError("no capacity"));
+    return ClusterSpec{"over-capacity", {{kHomogeneousGroupName, "ml.m5.large", 1}}};
+  }
 
  private:
   ForwardingProvider forwarding_{*provider_, *loop_};
@@ -172,6 +185,7 @@ class LocalHarness : public Harness {
     options.state_dir = tmp_.path() + "/state";
     options.object_stores = &stores_;
     options.runtime = local::LocalRuntime::kProcess;
+    options.max_instances = kMaxInstances;
     auto provider = local::NewLocalClusterProvider(*loop_, std::move(options));
     EXPECT_TRUE(provider.ok()) << provider.status();
     if (provider.ok()) provider_ = *std::move(provider);
@@ -184,6 +198,9 @@ class LocalHarness : public Harness {
   std::string bad_image() override { return tmp_.path() + "/no-such-image"; }
   std::string output_path() override { return "file://" + tmp_.path() + "/out"; }
   absl::Duration spot_notice() override { return absl::Milliseconds(300); }
+  ClusterSpec SpecBeyondCapacity() override {
+    return ClusterSpec{"over-capacity", {{kHomogeneousGroupName, "ml.m5.large", kMaxInstances + 1}}};
+  }
 
   v1::CreateTrainingJobRequest Request(const std::string& name, Behavior behavior) override {
     const char* script = "";
@@ -217,6 +234,7 @@ class LocalHarness : public Harness {
   void RunALittle() override { loop_->RunUntil(loop_->Now() + absl::Milliseconds(300)); }
 
  private:
+  static constexpr int kMaxInstances = 4;  // more than any test holds at once
   local::testing::TempDir tmp_;
   std::string image_dir_;
   std::unique_ptr<EventLoop> loop_ = NewRealTimeEventLoop();
@@ -384,6 +402,14 @@ TEST_P(ClusterProviderConformanceTest, ProvisionGivesTheInstancesOfEachGroupInOr
   }
   EXPECT_EQ(ids.size(), 3u) << "instance ids must be unique";
   provider().Release(*cluster);
+}
+
+TEST_P(ClusterProviderConformanceTest, ProvisionBeyondCapacityIsResourceExhaustedLater) {
+  const ClusterSpec spec = h_->SpecBeyondCapacity();
+  auto result = Await<absl::StatusOr<Cluster>>(
+      [&](auto done) { provider().Provision(spec, std::move(done)); });
+  ASSERT_TRUE(result.has_value()) << "Provision did not complete";
+  EXPECT_TRUE(absl::IsResourceExhausted(result->status())) << result->status();
 }
 
 TEST_P(ClusterProviderConformanceTest, SpotIsKeptAndClustersAndInstancesHaveIdsOfTheirOwn) {
