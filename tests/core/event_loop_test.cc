@@ -10,6 +10,7 @@
 #include <unistd.h>
 #endif
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <fstream>
@@ -341,11 +342,13 @@ TEST(RealTimeEventLoopTest, SpinningLoopRunsTimersInOrderAndNeverEarly) {
 TEST(RealTimeEventLoopTest, SpinningLoopTakesAPostAndStopAtOnce) {
   std::unique_ptr<EventLoop> loop = SpinningLoop(absl::InfiniteDuration());
   loop->ScheduleAfter(absl::Hours(1), [] {});
-  bool posted_ran = false;
+  std::atomic<bool> posted_ran{false};
   std::thread poster([&] {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     loop->Post([&] { posted_ran = true; });
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // Stops once the post ran (a Stop() right after the post could come first on a loaded
+    // machine, which is not what this test is about).
+    while (!posted_ran) std::this_thread::yield();
     loop->Stop();
   });
   const auto started = std::chrono::steady_clock::now();
