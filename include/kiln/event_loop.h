@@ -53,16 +53,18 @@ namespace kiln {
 
 class EventLoop;
 
-namespace event_loop_internal {
-
-// Implementation detail of EventLoop: the slot of one scheduled event, one cache line. Its
-// callable is constructed in place and never moved. A callable of at most kInlineBytes bytes
-// (aligned to at most 16) is stored as it is, so that scheduling it allocates nothing (a lambda
-// capturing a Callback and a pointer fits), and its destructor is not called at all when it is
-// trivial (a lambda capturing pointers and integers); a larger one is stored in a Callback,
-// which holds it on the heap. The slot holds no callable until Construct(), and its owner
-// calls Destroy(); `generation` and `link` are the loop's bookkeeping (event_loop.cc).
-struct alignas(64) EventSlot {
+// Storage for one scheduled callback, one cache line, for implementations of EventLoop: the
+// implementation hands a slot out from ReserveAt/ReserveAfter (EventLoop's protected
+// interface), ScheduleAt constructs the callable in it, and the implementation later invokes
+// and destroys it there, in place: the callable is never moved. A callable of at most
+// kInlineBytes bytes (aligned to at most 16) is kept in the slot itself, so scheduling it
+// allocates nothing, and its destructor is not called at all when it is trivial; a larger one
+// is kept in an EventLoop::Callback, which holds it on the heap.
+// `owner_words` belong to the implementation that owns the slot (its bookkeeping for it, such
+// as a generation and a free-list link): Construct, Invoke and Destroy never touch them.
+// Thread-compatible.
+class alignas(64) CallbackSlot {
+ public:
   static constexpr size_t kInlineBytes = 40;
   using Callback = absl::AnyInvocable<void()>;  // EventLoop::Callback
 
@@ -72,37 +74,37 @@ struct alignas(64) EventSlot {
   void Construct(F&& f) {
     using D = std::decay_t<F>;
     if constexpr (sizeof(D) <= kInlineBytes && alignof(D) <= 16) {
-      ::new (static_cast<void*>(storage)) D(std::forward<F>(f));
-      invoke = [](void* p) { std::invoke(*static_cast<D*>(p)); };
+      ::new (static_cast<void*>(storage_)) D(std::forward<F>(f));
+      invoke_ = [](void* p) { std::invoke(*static_cast<D*>(p)); };
       if constexpr (std::is_trivially_destructible_v<D>) {
-        destroy = nullptr;
+        destroy_ = nullptr;
       } else {
-        destroy = [](void* p) { static_cast<D*>(p)->~D(); };
+        destroy_ = [](void* p) { static_cast<D*>(p)->~D(); };
       }
     } else {
       static_assert(sizeof(Callback) <= kInlineBytes && alignof(Callback) <= 16);
-      ::new (static_cast<void*>(storage)) Callback(std::forward<F>(f));
-      invoke = [](void* p) { (*static_cast<Callback*>(p))(); };
-      destroy = [](void* p) { static_cast<Callback*>(p)->~Callback(); };
+      ::new (static_cast<void*>(storage_)) Callback(std::forward<F>(f));
+      invoke_ = [](void* p) { (*static_cast<Callback*>(p))(); };
+      destroy_ = [](void* p) { static_cast<Callback*>(p)->~Callback(); };
     }
   }
 
   // Runs the callable. REQUIRES: constructed.
-  void Invoke() { invoke(storage); }
+  void Invoke() { invoke_(storage_); }
   // Destroys the callable. REQUIRES: constructed; afterwards the slot holds no callable.
   void Destroy() {
-    if (destroy != nullptr) destroy(storage);
+    if (destroy_ != nullptr) destroy_(storage_);
   }
 
-  alignas(16) unsigned char storage[kInlineBytes];
-  void (*invoke)(void*);
-  void (*destroy)(void*);  // null: nothing to destroy
-  uint32_t generation = 1;  // odd: steps by 2 (event_loop.cc)
-  uint32_t link = 0;
-};
-static_assert(sizeof(EventSlot) == 64);
+ private:
+  alignas(16) unsigned char storage_[kInlineBytes];
+  void (*invoke_)(void*) = nullptr;
+  void (*destroy_)(void*) = nullptr;  // null: nothing to destroy
 
-}  // namespace event_loop_internal
+ public:
+  uint32_t owner_words[2] = {0, 0};
+};
+static_assert(sizeof(CallbackSlot) == 64);
 
 // Opaque handle to one scheduled callback, returned by EventLoop::ScheduleAt and used only to
 // cancel it. Default-constructed = invalid. Copyable; holding a handle keeps nothing alive.
@@ -272,16 +274,23 @@ class EventLoop {
   // Returns an active guard on this loop; the implementation has already counted it.
   WorkGuard MakeWorkGuard();
 
+  // What an implementation provides, besides the public pure virtual functions: storage for
+  // the callbacks of scheduled events, and handles for them.
+  //
   // Storage for one scheduled callback, not yet constructed, and the handle of its event.
   struct Reservation {
-    event_loop_internal::EventSlot* callback;
+    CallbackSlot* callback;
     TimerHandle handle;
   };
 
   // ScheduleAt's and ScheduleAfter's bodies: an implementation queues an event at `when` (or at
-  // Now() + delay, without a detour through absl::Time), and returns where its callback goes.
-  // The caller constructs the callback there at once (Emplace), or, if that throws, calls
-  // AbandonReservation; until then the implementation must not touch that storage.
+  // Now() + delay, without a detour through absl::Time), and returns a slot that holds no
+  // callable, which it owns and keeps in place until the event's callback is destroyed, and
+  // the event's handle (MakeHandle, with numbers of the implementation's choosing). The caller
+  // constructs the callback there at once (Emplace), or, if that throws, calls
+  // AbandonReservation; until then the implementation must not touch that storage. When the
+  // event is due, the implementation runs the callback (CallbackSlot::Invoke) and then destroys
+  // it (Destroy); when it is cancelled, or the loop is destroyed first, it only destroys it.
   virtual Reservation ReserveAt(absl::Time when) = 0;
   virtual Reservation ReserveAfter(absl::Duration delay) = 0;
   // Drops the event of a reservation whose callback could not be constructed: as Cancel(), but

@@ -11,7 +11,7 @@
 //     LIFO free list. Past 2 MiB the chunks come in 2 MiB blocks on transparent huge pages
 //     (where the OS gives them on request): events run in time order, which is a random
 //     order of slots, and on 4 KiB pages a large table misses the TLB on most of them. A
-//     slot is one cache line (EventSlot in kiln/event_loop.h) that holds a callable of up to
+//     slot is one cache line (CallbackSlot in kiln/event_loop.h) that holds a callable of up to
 //     40 bytes itself: most events cost no allocation, and a trivially destructible
 //     callable no destructor call. Each slot has a generation; an event's queue
 //     entry and its TimerHandle carry the generation the slot had when the event was
@@ -116,11 +116,16 @@ class SlotTable {
   };
   static constexpr uint32_t kMaxSlots = kNone - 3;
 
-  // One cache line (kiln/event_loop.h): the callable, its generation, and `link`.
-  using Slot = event_loop_internal::EventSlot;
+  // One cache line (kiln/event_loop.h): the callable, and in the words the slot leaves to its
+  // owner, the slot's generation and `link`.
+  using Slot = CallbackSlot;
+  static uint32_t& Generation(Slot& s) { return s.owner_words[0]; }
+  static uint32_t Generation(const Slot& s) { return s.owner_words[0]; }
+  static uint32_t& Link(Slot& s) { return s.owner_words[1]; }
+  static uint32_t Link(const Slot& s) { return s.owner_words[1]; }
 
-  static void SetState(Slot& s, State state) { s.link = static_cast<uint32_t>(state); }
-  static bool Holds(const Slot& s, State state) { return s.link == static_cast<uint32_t>(state); }
+  static void SetState(Slot& s, State state) { Link(s) = static_cast<uint32_t>(state); }
+  static bool Holds(const Slot& s, State state) { return Link(s) == static_cast<uint32_t>(state); }
 
   SlotTable() = default;
   SlotTable(const SlotTable&) = delete;
@@ -152,7 +157,7 @@ class SlotTable {
     if (free_head_ != kNone) [[likely]] {
       const uint32_t i = free_head_;
       Slot* const s = &at(i);
-      free_head_ = s->link;
+      free_head_ = Link(*s);
       return {i, s};
     }
     const uint32_t i = AllocateNew();
@@ -161,7 +166,7 @@ class SlotTable {
 
   // REQUIRES: the slot's callback is destroyed.
   void Free(uint32_t i, Slot& s) {
-    s.link = free_head_;
+    Link(s) = free_head_;
     free_head_ = i;
   }
 
@@ -188,7 +193,9 @@ class SlotTable {
                         : ::operator new(bytes, std::align_val_t(alignof(Slot)));
     blocks_.push_back(Block{memory, huge});
     Slot* const slots = static_cast<Slot*>(memory);
-    for (size_t i = 0; i < count * kChunkSize; ++i) ::new (static_cast<void*>(slots + i)) Slot();
+    for (size_t i = 0; i < count * kChunkSize; ++i) {
+      Generation(*::new (static_cast<void*>(slots + i)) Slot()) = 1;  // odd: steps by 2
+    }
     for (size_t c = 0; c < count; ++c) chunks_.push_back(slots + c * kChunkSize);
   }
 
@@ -315,7 +322,9 @@ class EventLoopImpl final : public EventLoop {
     Slot& s = slots_.at(i);
     // The generation changes when the event starts running or is cancelled, so a match means
     // the event is pending.
-    if (s.generation != generation || !SlotTable::Holds(s, State::kPending)) return false;
+    if (SlotTable::Generation(s) != generation || !SlotTable::Holds(s, State::kPending)) {
+      return false;
+    }
     // The event is dead before its callback is destroyed, so that the destructor (which may
     // use the loop) finds the loop consistent; the slot stays out of reach meanwhile.
     Kill(s);
@@ -386,7 +395,7 @@ class EventLoopImpl final : public EventLoop {
   // Marks the pending event of slot `s`, whose callback is destroyed (or was never made),
   // cancelled: its entry stays in the queue, dead, until it reaches the top.
   void Kill(Slot& s) {
-    s.generation = NextGeneration(s.generation);
+    SlotTable::Generation(s) = NextGeneration(SlotTable::Generation(s));
     SlotTable::SetState(s, State::kDead);  // freed when its entry leaves the queue
     --live_;
     ++dead_;
@@ -406,7 +415,7 @@ class EventLoopImpl final : public EventLoop {
     const auto [i, slot] = slots_.Allocate();
     Slot& s = *slot;
     SlotTable::SetState(s, State::kPending);
-    const uint32_t generation = s.generation;
+    const uint32_t generation = SlotTable::Generation(s);
     const QueuedEvent e{t, next_seq_++, i, generation};
     if (top_running_) {
       top_running_ = false;
@@ -447,7 +456,7 @@ class EventLoopImpl final : public EventLoop {
       const QueuedEvent e = queue_->Top();
       queue_->Pop();
       Slot& s = slots_.at(e.slot);
-      if (s.generation == e.generation) {
+      if (SlotTable::Generation(s) == e.generation) {
         keep.push_back(e);
       } else {
         slots_.Free(e.slot, s);
@@ -524,7 +533,7 @@ class EventLoopImpl final : public EventLoop {
         const QueuedEvent& top = queue_->Top();
         const uint32_t i = top.slot;
         Slot& s = slots_.at(i);
-        if (s.generation != top.generation) [[unlikely]] {
+        if (SlotTable::Generation(s) != top.generation) [[unlikely]] {
           PopDead(i, s);
           continue;
         }
@@ -552,7 +561,12 @@ class EventLoopImpl final : public EventLoop {
           }
           return;
         } else {
-          if (real_clock_.NowNs() >= deadline_ns) return;
+          if (real_clock_.NowNs() >= deadline_ns) {
+            // The clock may have passed the next event's time since it was read above: that
+            // event is due now, and runs before the return if the deadline covers it.
+            if (next_ns <= deadline_ns) continue;
+            return;
+          }
           Wait(std::min(next_ns, deadline_ns));
           continue;
         }
@@ -573,7 +587,8 @@ class EventLoopImpl final : public EventLoop {
   // Runs the live event at the top of the queue, in slot `i`, due at `t`.
   void RunTop(uint32_t i, Slot& s, int64_t t) {
     if constexpr (kVirtual) now_ns_.store(t, std::memory_order_relaxed);
-    s.generation = NextGeneration(s.generation);  // its handle is stale from now on
+    // Its handle is stale from now on.
+    SlotTable::Generation(s) = NextGeneration(SlotTable::Generation(s));
     SlotTable::SetState(s, State::kRunning);
     --live_;
     ++executed_;

@@ -9,7 +9,8 @@
 // where "later" would be a margin, an hour away and cancelled by the last expected callback.
 // Tests of one implementation stay in tests/core/event_loop_test.cc.
 //
-// A new loop joins by adding a line to kLoops at the bottom.
+// A new loop joins by adding a line to the instantiation at the bottom. "Reference" is a loop
+// written in the test tree from the header's contract alone (reference_event_loop.h).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "conformance/reference_event_loop.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kiln/event_loop.h"
@@ -741,7 +743,10 @@ INSTANTIATE_TEST_SUITE_P(
         LoopKind{"Virtual", [] { return NewVirtualEventLoop(); }, true, absl::Seconds(1)},
         LoopKind{"VirtualHeapQueue", &VirtualOn<&NewHeapEventQueue>, true, absl::Seconds(1)},
         LoopKind{"RealTime", [] { return NewRealTimeEventLoop(); }, false, absl::Milliseconds(1)},
-        LoopKind{"RealTimeSpinning", &RealTimeSpinning, false, absl::Milliseconds(1)}),
+        LoopKind{"RealTimeSpinning", &RealTimeSpinning, false, absl::Milliseconds(1)},
+        LoopKind{"Reference",
+                 [] { return std::make_unique<ReferenceEventLoop>(EventLoopOptions{}.start_time); },
+                 true, absl::Seconds(1)}),
     [](const ::testing::TestParamInfo<LoopKind>& info) { return info.param.name; });
 
 }  // namespace
