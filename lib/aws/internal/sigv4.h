@@ -18,7 +18,8 @@
 
 namespace kiln::aws::internal {
 
-// Access key, secret key and, for temporary credentials, the session token.
+// Access key, secret key and, for temporary credentials, their token
+// (AWS_SESSION_TOKEN).
 struct Credentials {
   std::string access_key_id;
   std::string secret_access_key;
