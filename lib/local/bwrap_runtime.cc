@@ -147,8 +147,10 @@ class BwrapRuntime final : public ContainerRuntime {
     } else if (in.isolated) {
       a.push_back("--unshare-net");
     }
-    a.insert(a.end(), {"--hostname", in.host, "--die-with-parent", "--new-session",
-                       "--info-fd", "3", "--chdir", kContainerBase, "--"});
+    // Spawn's setsid already leaves bwrap, and so the sandbox, without a
+    // controlling terminal to inject input into: bwrap need not call it again.
+    a.insert(a.end(), {"--hostname", in.host, "--die-with-parent", "--info-fd", "3", "--chdir",
+                       kContainerBase, "--"});
     a.insert(a.end(), in.command.begin(), in.command.end());
     spec.cwd = in.paths.ml_dir;
   }
@@ -184,14 +186,7 @@ class BwrapRuntime final : public ContainerRuntime {
     if (pipe2(info, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe", "bwrap info");
     UniqueFd info_read(info[0]);
     UniqueFd info_write(info[1]);
-    SpawnSpec ss;
-    ss.argv = spec.argv;
-    for (const auto& [k, v] : spec.config.env) ss.env.push_back(absl::StrCat(k, "=", v));
-    ss.cwd = spec.cwd;
-    ss.output_fd = output.get();
-    ss.netns_fd = spec.netns_fd;
-    ss.run_as = spec.run_as;
-    ss.readonly_paths = spec.readonly_paths;
+    SpawnSpec ss = SpawnSpecFor(spec, output.get());
     // bwrap ends its sandbox with this process (--die-with-parent and a PID
     // namespace): no keeper.
     ss.keeper = false;

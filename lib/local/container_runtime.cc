@@ -70,4 +70,16 @@ void KillProc(ContainerProc& p, bool cancel) {
   SignalLocked(p, SIGKILL);
 }
 
+SpawnSpec SpawnSpecFor(const RunSpec& spec, int output_fd) {
+  SpawnSpec ss;
+  ss.argv = spec.argv;
+  for (const auto& [k, v] : spec.config.env) ss.env.push_back(absl::StrCat(k, "=", v));
+  ss.cwd = spec.cwd;
+  ss.output_fd = output_fd;
+  ss.netns_fd = spec.netns_fd;
+  ss.run_as = spec.run_as;
+  ss.readonly_paths = spec.readonly_paths;
+  return ss;
+}
+
 }  // namespace kiln::local::internal

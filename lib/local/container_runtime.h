@@ -129,6 +129,11 @@ struct Started {
   bool up = true;
 };
 
+// The Spawn of `spec`'s command line, environment, directory, user, network
+// namespace and read-only paths, its output going to `output_fd`; the runtime
+// adds what is its own (the keeper, extra descriptors).
+SpawnSpec SpawnSpecFor(const RunSpec& spec, int output_fd);
+
 class ContainerRuntime {
  public:
   virtual ~ContainerRuntime() = default;

@@ -95,14 +95,7 @@ class ProcessRuntime final : public ContainerRuntime {
   absl::StatusOr<Started> Start(RunSpec& spec, UniqueFd output, ContainerProc& proc,
                                 absl::FunctionRef<void(std::string_view)> log_platform)
       const override {
-    SpawnSpec ss;
-    ss.argv = spec.argv;
-    for (const auto& [k, v] : spec.config.env) ss.env.push_back(absl::StrCat(k, "=", v));
-    ss.cwd = spec.cwd;
-    ss.output_fd = output.get();
-    ss.netns_fd = spec.netns_fd;
-    ss.run_as = spec.run_as;
-    ss.readonly_paths = spec.readonly_paths;
+    SpawnSpec ss = SpawnSpecFor(spec, output.get());
     // The keeper ends the container with this process.
     ss.keeper = true;
     absl::StatusOr<pid_t> spawned = Spawn(ss);
