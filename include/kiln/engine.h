@@ -25,6 +25,7 @@
 // rule), NotFound = ResourceNotFound, AlreadyExists = ResourceInUse (name
 // taken), FailedPrecondition = the job's lifecycle state does not allow the
 // call (the message says which state), ResourceExhausted = ResourceLimitExceeded.
+// kiln/service_error.h words each as the service does, operation by operation.
 //
 // Threading: the engine's state belongs to its loop thread. Every public method
 // is thread-safe: called on the loop thread (or while no thread runs the loop)
