@@ -64,14 +64,15 @@ if ! tar -xzOf "$tmp/out/good/output/model.tar.gz" model.txt 2>/dev/null | grep 
   fail=1
 fi
 # --file-root confines file://: the data folder outside every root is not
-# accepted (nothing runs); with it inside one, the job runs.
+# accepted (nothing runs; the engine's refusal shows the service's code, and
+# exit 2); with it inside one, the job runs.
 mkdir -p "$tmp/elsewhere"
 "$kiln" run --state-dir "$tmp/state" --file-root "$tmp/elsewhere" "$tmp/good.json" \
   >"$tmp/stdout" 2>"$tmp/stderr"
 status=$?
-want="[good] not accepted: channel 'train': file object store: 'file://$tmp/data/' is outside the allowed roots ($tmp/elsewhere)"
-if [[ "$status" != 1 ]] || ! grep -qxF -- "$want" "$tmp/stderr" || grep -q "rows:" "$tmp/stderr"; then
-  echo "FAIL a source outside --file-root: status $status (want 1), stderr:"
+want="[good] not accepted: AccessDeniedException: channel 'train': file object store: 'file://$tmp/data/' is outside the allowed roots ($tmp/elsewhere)"
+if [[ "$status" != 2 ]] || ! grep -qxF -- "$want" "$tmp/stderr" || grep -q "rows:" "$tmp/stderr"; then
+  echo "FAIL a source outside --file-root: status $status (want 2), stderr:"
   cat "$tmp/stderr"
   fail=1
 else
@@ -106,6 +107,11 @@ if [[ "$status" != 1 ]] ||
 else
   echo "ok   a bad --user is refused"
 fi
+# A request the service refuses: its ValidationException, exit 2; the next
+# job still runs.
+sed 's/"InstanceCount": 1/"InstanceCount": 0/; s/"good"/"zero"/' "$tmp/good.json" >"$tmp/zero.json"
+check "a refused request" 2 '"TrainingJobName":"good"' \
+  "^\[zero\] not accepted: ValidationException: .*instanceCount" -- "$tmp/zero.json" "$tmp/good.json"
 check "a job that fails" 1 '"FailureReason":"AlgorithmError: loss went to NaN' \
   'Failed' -- "$tmp/bad.json"
 # Both in one run: a line per job, in submission order, and exit 1.

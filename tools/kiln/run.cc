@@ -9,9 +9,13 @@
 // and container log lines go to stderr as they happen. When every job has
 // ended, each job's DescribeTrainingJob JSON goes to stdout, one line per job
 // in submission order, as it stands then (so a pool Reused later shows).
-// Exit status: 0 when every job Completed; 1 otherwise (or on bad input, or
-// when stdout cannot be written: a full disk, a closed pipe); 130 after
-// Ctrl-C, which stops the running job cleanly (Stopped, artifacts uploaded).
+// An error the engine returns is shown with the code the service would answer
+// with (kiln/service_error.h): "[JOB] not accepted: ValidationException: ...".
+// Exit status: 0 when every job Completed; 2 when the engine refused a job's
+// CreateTrainingJob (the others still run); 1 otherwise (a job that did not
+// complete, bad input, or stdout that cannot be written: a full disk, a
+// closed pipe); 130 after Ctrl-C, which stops the running job cleanly
+// (Stopped, artifacts uploaded).
 //
 // --interrupt algo-1@30 injects a spot interruption notice into instance
 // algo-1 of every job, 30 s after the job starts Training.
@@ -47,12 +51,18 @@
 #include "kiln/json.h"
 #include "kiln/local/local.h"
 #include "kiln/object_store.h"
+#include "kiln/service_error.h"
 
 namespace kiln::cli {
 
 std::string ShownPath(std::string_view path);  // kiln.cc
 
 namespace {
+
+// An engine error as the service words it: "CODE: message".
+std::string ServiceErrorText(std::string_view operation, const absl::Status& status) {
+  return std::string(ToServiceError(operation, status).code) + ": " + std::string(status.message());
+}
 
 struct Interruption {
   std::string host;
@@ -168,7 +178,8 @@ class Runner : public JobObserver {
           absl::Status s = engine_.InjectInterruption(job, host, InterruptionKind::kSpotNotice,
                                                       absl::Minutes(2));
           std::fprintf(stderr, "[%s] injected a spot interruption notice into %s: %s\n",
-                       job.c_str(), InputForMessage(host).c_str(), s.ToString().c_str());
+                       job.c_str(), InputForMessage(host).c_str(),
+                       s.ok() ? "OK" : ServiceErrorText("", s).c_str());
         });
       }
     }
@@ -193,10 +204,12 @@ class Runner : public JobObserver {
     v1::StopTrainingJobRequest stop;
     stop.set_training_job_name(current_);
     absl::Status s = engine_.StopTrainingJob(stop);
-    std::fprintf(stderr, "[%s] stopping (Ctrl-C): %s\n", current_.c_str(), s.ToString().c_str());
+    std::fprintf(stderr, "[%s] stopping (Ctrl-C): %s\n", current_.c_str(),
+                 s.ok() ? "OK" : ServiceErrorText("StopTrainingJob", s).c_str());
   }
 
   bool all_completed() const { return all_completed_; }
+  bool refused() const { return refused_; }
   bool interrupted() const { return interrupted_; }
   const std::vector<std::string>& submitted() const { return submitted_; }
 
@@ -213,8 +226,9 @@ class Runner : public JobObserver {
     auto created = engine_.CreateTrainingJob(r);
     if (!created.ok()) {
       std::fprintf(stderr, "[%s] not accepted: %s\n", current_.c_str(),
-                   std::string(created.status().message()).c_str());
+                   ServiceErrorText("CreateTrainingJob", created.status()).c_str());
       all_completed_ = false;
+      refused_ = true;
       loop_.ScheduleAfter(absl::ZeroDuration(), [this] { SubmitNext(); });
       return;
     }
@@ -230,6 +244,7 @@ class Runner : public JobObserver {
   absl::Time submitted_at_;
   std::vector<std::string> submitted_;
   bool all_completed_ = true;
+  bool refused_ = false;  // the engine refused a CreateTrainingJob
   bool interrupted_ = false;
 };
 
@@ -354,7 +369,12 @@ int RunCommand(const std::vector<std::string>& args) {
     v1::DescribeTrainingJobRequest d;
     d.set_training_job_name(name);
     auto described = (*engine)->DescribeTrainingJob(d);
-    if (described.ok()) std::cout << ToJson(*described) << "\n";
+    if (described.ok()) {
+      std::cout << ToJson(*described) << "\n";
+    } else {
+      std::cerr << "[" << name << "] not described: "
+                << ServiceErrorText("DescribeTrainingJob", described.status()) << "\n";
+    }
   }
   std::cout.flush();
   if (runner.interrupted()) return 130;
@@ -362,6 +382,7 @@ int RunCommand(const std::vector<std::string>& args) {
     std::cerr << "kiln run: cannot write the output\n";
     return 1;
   }
+  if (runner.refused()) return 2;
   return runner.all_completed() ? 0 : 1;
 }
 
