@@ -225,7 +225,11 @@ class Engine {
       const PreparedTrainingJob& prepared, std::string_view name) = 0;
 
   // Returns the job as the service describes it (statuses, transitions,
-  // times, billing, metrics, the request echoed back).
+  // times, billing, metrics, the request echoed back). As the service does,
+  // it shows EnableNetworkIsolation, EnableInterContainerTrafficEncryption and
+  // EnableManagedSpotTraining false when the request left them out, and every
+  // time (here and in ListTrainingJobs' summaries) in whole milliseconds, cut
+  // toward the past; ListTrainingJobs' filters and order use the exact times.
   // Errors: InvalidArgument for a malformed name; NotFound for an unknown job
   // ("Requested resource not found.", which the service sends as a
   // ValidationException).

@@ -102,17 +102,20 @@ constexpr int64_t kDefaultMaxRuntimeSeconds = 86400;
 constexpr int32_t kDefaultMaxResults = 10;
 constexpr size_t kMaxFailureReason = 1024;
 
+// A time as a response shows it: in whole milliseconds, cut toward the past,
+// as the service keeps its timestamps (1795253152.163). What the engine
+// compares (List's filters and cursors) uses the exact time instead.
 google::protobuf::Timestamp ToProto(absl::Time t) {
   google::protobuf::Timestamp ts;
-  const int64_t ns = absl::ToUnixNanos(t);
-  int64_t seconds = ns / 1000000000;
-  int64_t nanos = ns % 1000000000;
-  if (nanos < 0) {
-    nanos += 1000000000;
+  const int64_t ms = absl::ToUnixMillis(t);  // rounds toward the past
+  int64_t seconds = ms / 1000;
+  int64_t millis = ms % 1000;
+  if (millis < 0) {
+    millis += 1000;
     --seconds;
   }
   ts.set_seconds(seconds);
-  ts.set_nanos(static_cast<int32_t>(nanos));
+  ts.set_nanos(static_cast<int32_t>(millis * 1000000));
   return ts;
 }
 
@@ -1091,6 +1094,12 @@ absl::StatusOr<v1::DescribeTrainingJobResponse> EngineImpl::Describe(
   v1::DescribeTrainingJobResponse d;
   const v1::CreateTrainingJobRequest request_echo = job->LoadRequest();
   EchoFields(request_echo, d);
+  // The service shows these flags false when the request left them out.
+  if (!d.has_enable_network_isolation()) d.set_enable_network_isolation(false);
+  if (!d.has_enable_inter_container_traffic_encryption()) {
+    d.set_enable_inter_container_traffic_encryption(false);
+  }
+  if (!d.has_enable_managed_spot_training()) d.set_enable_managed_spot_training(false);
   d.set_training_job_name(job->name());
   d.set_training_job_arn(Arn(*job));
   // An uncompressed model is uploaded file by file, under a prefix (the contract 6.1).

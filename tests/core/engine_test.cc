@@ -2,6 +2,7 @@
 
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -1523,6 +1524,121 @@ TEST_F(EngineTest, ModelArtifactsNameTheTarballOrTheUncompressedPrefix) {
             "s3://bucket/out/gzip/output/model.tar.gz");
   EXPECT_EQ(Describe("none").model_artifacts().s3_model_artifacts(),
             "s3://bucket/out/none/output/model/");
+}
+
+// --- What Describe and List show as the service does
+
+TEST_F(EngineTest, DescribeShowsTheEnableFlagsTheRequestLeftOutAsFalse) {
+  Create(Request("unset"));
+  auto set = Request("set");
+  set.set_enable_network_isolation(true);
+  Create(set);
+  const v1::DescribeTrainingJobResponse d = Describe("unset");
+  EXPECT_TRUE(d.has_enable_network_isolation());
+  EXPECT_FALSE(d.enable_network_isolation());
+  EXPECT_TRUE(d.has_enable_inter_container_traffic_encryption());
+  EXPECT_FALSE(d.enable_inter_container_traffic_encryption());
+  EXPECT_TRUE(d.has_enable_managed_spot_training());
+  EXPECT_FALSE(d.enable_managed_spot_training());
+  const std::string json = ToJson(d);
+  EXPECT_NE(json.find("\"EnableNetworkIsolation\":false"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"EnableInterContainerTrafficEncryption\":false"), std::string::npos);
+  EXPECT_NE(json.find("\"EnableManagedSpotTraining\":false"), std::string::npos);
+  EXPECT_TRUE(Describe("set").enable_network_isolation());  // what was set is echoed
+}
+
+// True if `t` is `exact` cut toward the past to a whole millisecond.
+testing::AssertionResult Millis(const google::protobuf::Timestamp& t, absl::Time exact) {
+  const absl::Time shown = absl::FromUnixSeconds(t.seconds()) + absl::Nanoseconds(t.nanos());
+  const absl::Time want = absl::FromUnixMillis(absl::ToUnixMillis(exact));
+  if (t.nanos() % 1000000 == 0 && shown == want) return testing::AssertionSuccess();
+  return testing::AssertionFailure()
+         << "shown " << absl::FormatTime(shown) << ", want " << absl::FormatTime(want) << " (exact "
+         << absl::FormatTime(exact) << ")";
+}
+
+TEST_F(EngineTest, EveryTimeShownIsInWholeMillisecondsCutTowardThePast) {
+  // Created 1.2345678 s in: every time of the job falls inside a millisecond.
+  const absl::Time created = start_ + absl::Nanoseconds(1'234'567'800);
+  loop_->RunUntil(created);
+  Create(ReportingRequest("job"));
+  loop_->RunUntilIdle();
+  const v1::DescribeTrainingJobResponse d = Describe("job");
+  ASSERT_EQ(d.training_job_status(), "Completed");
+  EXPECT_TRUE(Millis(d.creation_time(), created));
+  EXPECT_EQ(d.creation_time().nanos(), 234'000'000);
+  std::vector<const google::protobuf::Timestamp*> shown = {
+      &d.last_modified_time(), &d.training_start_time(), &d.training_end_time()};
+  for (const auto& t : d.secondary_status_transitions()) {
+    shown.push_back(&t.start_time());
+    shown.push_back(&t.end_time());
+  }
+  ASSERT_EQ(d.final_metric_data_list_size(), 1);
+  shown.push_back(&d.final_metric_data_list(0).timestamp());
+  for (const google::protobuf::Timestamp* t : shown) {
+    EXPECT_EQ(t->nanos() % 1000000, 0) << t->ShortDebugString();
+    // Every event of the job came a whole number of seconds after its creation.
+    EXPECT_EQ(t->nanos(), 234'000'000) << t->ShortDebugString();
+  }
+  const v1::ListTrainingJobsResponse list = engine_->ListTrainingJobs({}).value();
+  ASSERT_EQ(list.training_job_summaries_size(), 1);
+  const v1::TrainingJobSummary& s = list.training_job_summaries(0);
+  EXPECT_TRUE(Millis(s.creation_time(), created));
+  EXPECT_EQ(s.last_modified_time().nanos(), 234'000'000);
+  EXPECT_EQ(s.training_end_time().nanos(), 234'000'000);
+  EXPECT_EQ(ToJson(s).find("1.234567"), std::string::npos);
+}
+
+TEST(EngineTimesTest, ATimeBeforeTheEpochIsCutTowardThePastToo) {
+  // A job created at -0.5004 s shows -0.501 s: seconds -1, nanos 499000000.
+  EventLoopOptions loop_options;
+  loop_options.start_time = absl::FromUnixNanos(-500'400'000);
+  auto loop = NewVirtualEventLoop(std::move(loop_options));
+  auto provider = sim::NewSimClusterProvider(*loop, {});
+  EngineOptions options;
+  options.loop = loop.get();
+  options.cluster_provider = provider.get();
+  auto engine = NewEngine(std::move(options)).value();
+  ASSERT_TRUE(engine->CreateTrainingJob(tests::MinimalRequest("early")).ok());
+  v1::DescribeTrainingJobRequest r;
+  r.set_training_job_name("early");
+  const v1::DescribeTrainingJobResponse d = engine->DescribeTrainingJob(r).value();
+  EXPECT_EQ(d.creation_time().seconds(), -1);
+  EXPECT_EQ(d.creation_time().nanos(), 499'000'000);
+}
+
+TEST_F(EngineTest, ListOrdersAndFiltersByTheExactCreationTime) {
+  // Three jobs created in one millisecond show the same CreationTime, yet
+  // List keeps them apart: the cursor and the strict bounds use exact times.
+  const absl::Time base = start_ + absl::Seconds(5);
+  for (int i = 0; i < 3; ++i) {
+    loop_->RunUntil(base + absl::Microseconds(100 * i));
+    Create(Request(absl::StrCat("j", i)));
+  }
+  v1::ListTrainingJobsRequest req;
+  req.set_max_results(1);
+  std::vector<std::string> names;
+  std::set<std::string> shown_times;
+  for (int page = 0; page < 4; ++page) {
+    auto r = engine_->ListTrainingJobs(req).value();
+    for (const auto& s : r.training_job_summaries()) {
+      names.push_back(s.training_job_name());
+      shown_times.insert(s.creation_time().ShortDebugString());
+    }
+    if (!r.has_next_token()) break;
+    req.set_next_token(r.next_token());
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"j0", "j1", "j2"}));
+  EXPECT_EQ(shown_times.size(), 1u);  // one millisecond for all three
+  v1::ListTrainingJobsRequest after;
+  const absl::Time bound = base + absl::Microseconds(150);  // between j1 and j2
+  const int64_t bound_seconds = absl::ToUnixSeconds(bound);
+  after.mutable_creation_time_after()->set_seconds(bound_seconds);
+  after.mutable_creation_time_after()->set_nanos(
+      static_cast<int32_t>(absl::ToInt64Nanoseconds(bound - absl::FromUnixSeconds(bound_seconds))));
+  EXPECT_EQ(engine_->ListTrainingJobs(after).value().training_job_summaries_size(), 1);
+  EXPECT_EQ(engine_->ListTrainingJobs(after).value().training_job_summaries(0).training_job_name(),
+            "j2");
 }
 
 

@@ -59,6 +59,22 @@ check() {
 }
 
 check "a job that completes" 0 '"TrainingJobStatus":"Completed"' 'rows: 2' -- "$tmp/good.json"
+# Describe as the service shows it: the Enable* flags the request left out are
+# false, and times have at most three fraction digits.
+for want in '"EnableNetworkIsolation":false' '"EnableInterContainerTrafficEncryption":false' \
+            '"EnableManagedSpotTraining":false'; do
+  if ! grep -qF -- "$want" "$tmp/stdout"; then
+    echo "FAIL describe lacks $want:"
+    cat "$tmp/stdout"
+    fail=1
+  fi
+done
+if grep -Eq '"(CreationTime|LastModifiedTime|StartTime|EndTime|TrainingStartTime|TrainingEndTime)":[0-9]+\.[0-9]{4}' \
+     "$tmp/stdout"; then
+  echo "FAIL describe shows a time finer than a millisecond:"
+  cat "$tmp/stdout"
+  fail=1
+fi
 if ! tar -xzOf "$tmp/out/good/output/model.tar.gz" model.txt 2>/dev/null | grep -q trained; then
   echo "FAIL the model was not uploaded to file://$tmp/out/good/output/model.tar.gz"
   fail=1
