@@ -21,8 +21,10 @@ if(KILN_SANITIZE_THREAD)
   # inline and generated code would disagree with the library on its layout.
   # libstdc++ keys its TSan-safe shared_ptr release on the same macro, so it
   # is told directly (_GLIBCXX_TSAN).
+  # KILN_SANITIZE_THREAD tells Kiln's own code (in place of the macro).
   target_compile_options(kiln_compile_options INTERFACE
-    -fsanitize=thread -fno-omit-frame-pointer -U__SANITIZE_THREAD__ -D_GLIBCXX_TSAN=1)
+    -fsanitize=thread -fno-omit-frame-pointer -U__SANITIZE_THREAD__ -D_GLIBCXX_TSAN=1
+    -DKILN_SANITIZE_THREAD=1)
   target_link_options(kiln_compile_options INTERFACE -fsanitize=thread)
 endif()
 

@@ -307,13 +307,29 @@ int CloneFlagsFor(MountNamespaceSupport support) {
 // signal blocked around the clone so that no parent handler runs on the
 // child's stack before it resets them. Returns the child's pid, or -1 with
 // the clone's errno in *clone_errno.
+//
+// Under ThreadSanitizer the child forks instead: a child in this process's
+// memory would run the sanitizer's bookkeeping (its interceptors and the
+// instrumented code above) on the parent thread's state, and TSan's view of
+// the parent would no longer be true (it then reports accesses made under a
+// held std::mutex as unguarded). TSan's fork interceptor makes the copy safe;
+// the child enters its namespaces with unshare (it has one thread) and exits
+// with 127 if it cannot.
 pid_t CloneVfork(int (*fn)(void*), void* arg, int extra_flags, int* clone_errno) {
-  constexpr size_t kStack = 64 * 1024;
-  std::unique_ptr<char[]> stack(new char[kStack]);
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
+#if defined(KILN_SANITIZE_THREAD) || defined(__SANITIZE_THREAD__)
+  const pid_t pid = fork();
+  if (pid == 0) {
+    if (extra_flags != 0 && unshare(extra_flags) != 0) _exit(127);
+    _exit(fn(arg));
+  }
+#else
+  constexpr size_t kStack = 64 * 1024;
+  std::unique_ptr<char[]> stack(new char[kStack]);
   const pid_t pid = clone(fn, stack.get() + kStack, CLONE_VM | CLONE_VFORK | SIGCHLD | extra_flags, arg);
+#endif
   *clone_errno = errno;
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return pid;
