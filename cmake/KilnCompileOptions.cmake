@@ -26,6 +26,11 @@ if(KILN_SANITIZE_THREAD)
     -fsanitize=thread -fno-omit-frame-pointer -U__SANITIZE_THREAD__ -D_GLIBCXX_TSAN=1
     -DKILN_SANITIZE_THREAD=1)
   target_link_options(kiln_compile_options INTERFACE -fsanitize=thread)
+  # Nor is its absl::Mutex: every executable gets the annotations that tell
+  # TSan what the library's locks, waits and notifications order.
+  add_library(kiln_tsan_annotations OBJECT
+    ${PROJECT_SOURCE_DIR}/tests/tsan/absl_sync_annotations.cc)
+  target_link_libraries(kiln_tsan_annotations PRIVATE absl::synchronization kiln_compile_options)
 endif()
 
 # libFuzzer (clang only): Kiln's code instrumented for coverage, with
@@ -45,4 +50,8 @@ endif()
 
 function(kiln_target_options target)
   target_link_libraries(${target} PRIVATE $<BUILD_INTERFACE:kiln_compile_options>)
+  get_target_property(type ${target} TYPE)
+  if(KILN_SANITIZE_THREAD AND type STREQUAL "EXECUTABLE")
+    target_link_libraries(${target} PRIVATE kiln_tsan_annotations)
+  endif()
 endfunction()

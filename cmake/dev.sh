@@ -6,7 +6,9 @@
 #   bash cmake/dev.sh test      install dependencies; check the format of the
 #                               changed lines (as `format`); build and test build/
 #                               (-Werror), then build-asan/ (AddressSanitizer +
-#                               UBSan, Debug), then fuzz the parsers of what
+#                               UBSan, Debug), then build-tsan/ (ThreadSanitizer,
+#                               Debug: the tests labelled `tsan`, see
+#                               configure_build_tsan), then fuzz the parsers of what
 #                               users send (build-fuzz/, clang and libFuzzer,
 #                               KILN_FUZZ_SECONDS a target, default 60),
 #                               then check that the committed API schema is
@@ -20,6 +22,7 @@
 #                               origin/main when HEAD is not on it, else HEAD~1
 #                               (a fresh clone of main checks its last commit).
 #                               Fix with `git clang-format BASE`.
+#   bash cmake/dev.sh tsan      only test's ThreadSanitizer step (build-tsan/)
 #   bash cmake/dev.sh tidy      clang-tidy (.clang-tidy) over lib/, with
 #                               build/'s compile_commands.json (slow; not in CI)
 #
@@ -35,6 +38,7 @@ JOBS="${KILN_JOBS:-2}"
 # Options already in the environment come last, so they win.
 export ASAN_OPTIONS="halt_on_error=1:print_stacktrace=1:detect_leaks=1${ASAN_OPTIONS:+:$ASAN_OPTIONS}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
 
 log() { printf '\n==> %s\n' "$*"; }
 
@@ -111,6 +115,23 @@ configure_build_fuzz() {
   step "build-fuzz: fuzz" bash tests/fuzz/run.sh build-fuzz "${KILN_FUZZ_SECONDS:-60}" || return 0
 }
 
+# The ThreadSanitizer set (build-tsan/, Debug): the tests labelled `tsan` in
+# tests/CMakeLists.txt (the real-time event loop and the engine on it, the
+# conformance suites, the local backend). Only their programs are built (the
+# target kiln_tests_tsan) and only they run. To add a test program to the set,
+# add the word TSAN to its kiln_add_test line. Debian's Abseil is not
+# instrumented: tests/tsan/absl_sync_annotations.cc tells TSan what its
+# mutexes order. Single-threaded core and sim tests are left to ASan.
+configure_build_tsan() {
+  step "build-tsan: configure" cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug \
+    -DKILN_SANITIZE_THREAD=ON -DKILN_WERROR=ON -DKILN_BUILD_BENCHMARKS=OFF \
+    -DKILN_BUILD_EXAMPLES=OFF -DKILN_BUILD_TOOLS=OFF || return 0
+  step "build-tsan: build" cmake --build build-tsan -j "$JOBS" --target kiln_tests_tsan \
+    || return 0
+  step "build-tsan: ctest" ctest --test-dir build-tsan --output-on-failure --no-tests=error \
+    -j "$JOBS" -L '^tsan$' || return 0
+}
+
 # The base revision of the format check (see the header).
 format_base() {
   if [[ -n "${1:-}" ]]; then
@@ -167,6 +188,7 @@ cmd_test() {
     # long to compile as the tests take to run unoptimised.
     configure_build_test build-asan -DCMAKE_BUILD_TYPE=Debug -DKILN_SANITIZE=ON \
       -DKILN_WERROR=ON -DKILN_BUILD_BENCHMARKS=OFF
+    configure_build_tsan
     configure_build_fuzz
   fi
   # The committed API schema is what the service model gives.
@@ -180,6 +202,13 @@ cmd_test() {
   echo "dev.sh test: all passed"
 }
 
+# tsan: the ThreadSanitizer step of `test` alone.
+cmd_tsan() {
+  configure_build_tsan
+  printf '%s\n' "${SUMMARY[@]}"
+  return "$FAILED"
+}
+
 usage() {
   sed -n '2,/^[^#]/p' "${BASH_SOURCE[0]}" | sed '$d' | sed 's/^# \{0,1\}//'
 }
@@ -187,6 +216,7 @@ usage() {
 case "${1:-}" in
   example) cmd_example ;;
   test) cmd_test ;;
+  tsan) cmd_tsan ;;
   format) cmd_format "${2:-}" ;;
   tidy) cmd_tidy ;;
   -h | --help | help) usage ;;
