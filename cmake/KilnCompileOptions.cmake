@@ -2,7 +2,7 @@
 # consumer's) through kiln_target_options().
 add_library(kiln_compile_options INTERFACE)
 target_compile_options(kiln_compile_options INTERFACE
-  -Wall -Wextra -Wno-unused-parameter
+  -Wall -Wextra -Wno-unused-parameter -Wshadow -Woverloaded-virtual
   $<$<BOOL:${KILN_WERROR}>:-Werror>)
 if(KILN_SANITIZE)
   target_compile_options(kiln_compile_options INTERFACE

@@ -73,9 +73,9 @@ constexpr char kStopped[] = "Stopped";
 
 constexpr char kStarting[] = "Starting";
 constexpr char kPending[] = "Pending";
-constexpr char kDownloading[] = "Downloading";
-constexpr char kTraining[] = "Training";
-constexpr char kUploading[] = "Uploading";
+constexpr char kDownloadingStatus[] = "Downloading";
+constexpr char kTrainingStatus[] = "Training";
+constexpr char kUploadingStatus[] = "Uploading";
 constexpr char kMaxRuntimeExceeded[] = "MaxRuntimeExceeded";
 constexpr char kInterrupted[] = "Interrupted";
 constexpr char kMaxWaitTimeExceeded[] = "MaxWaitTimeExceeded";
@@ -807,9 +807,9 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   void CompactLater(const Job& job) {
     to_compact_.push_back(job.seq_);
     while (to_compact_.size() > kCompactBacklog) {
-      Job* job = by_seq_.Find(to_compact_.front());
+      Job* oldest = by_seq_.Find(to_compact_.front());
       to_compact_.pop_front();
-      if (job != nullptr) job->Compact();
+      if (oldest != nullptr) oldest->Compact();
     }
   }
 
@@ -1295,7 +1295,8 @@ absl::StatusOr<v1::UpdateTrainingJobResponse> EngineImpl::Update(
   if (job == nullptr) return NotFound(request.training_job_name());
   // Every check comes before the first change: a refused request changes nothing.
   const std::string secondary = job->transitions_.back().status;
-  if (request.has_remote_debug_config() && secondary != kDownloading && secondary != kTraining) {
+  if (request.has_remote_debug_config() && secondary != kDownloadingStatus &&
+      secondary != kTrainingStatus) {
     return absl::FailedPreconditionError(absl::StrCat(
         "RemoteDebugConfig can only be updated while the training job's secondary status is "
         "Downloading or Training; it is ",
@@ -1479,7 +1480,7 @@ void EngineImpl::OnProvisioned(const JobToken& token, absl::StatusOr<Cluster>&& 
     }
     job.next_retry_delay_ = std::min(job.next_retry_delay_ * 2, options_.capacity_retry_max);
     job.retry_timer_ = loop_.ScheduleAt(retry_at, [this, token = TokenOf(job)] {
-      if (Job* job = Resume(token)) Provision(*job);
+      if (Job* j = Resume(token)) Provision(*j);
     });
     return;
   }
@@ -1507,10 +1508,10 @@ void EngineImpl::RetryOrFail(Job& job, const absl::Status& error) {
                          error.message(), "; infrastructure retry ",
                          job.infrastructure_failures_, " of ", max_retries, " (RetryStrategy)"));
   if (job.phase_ != Phase::kProvisioning) return;  // an observer stopped it
-  job.retry_timer_ = loop_.ScheduleAfter(options_.capacity_retry_initial,
-                                         [this, token = TokenOf(job)] {
-                                           if (Job* job = Resume(token)) Provision(*job);
-                                         });
+  job.retry_timer_ =
+      loop_.ScheduleAfter(options_.capacity_retry_initial, [this, token = TokenOf(job)] {
+        if (Job* j = Resume(token)) Provision(*j);
+      });
 }
 
 void EngineImpl::OnClusterReady(Job& job) {
@@ -1533,7 +1534,7 @@ void EngineImpl::OnClusterReady(Job& job) {
   job.phase_ = Phase::kPreparing;
   provider_.PrepareImage(*job.cluster_, job.request().algorithm_specification().training_image(),
                          [this, token = TokenOf(job)](absl::Status s) {
-                           if (Job* job = Resume(token)) OnImageReady(*job, std::move(s));
+                           if (Job* j = Resume(token)) OnImageReady(*j, std::move(s));
                          });
 }
 
@@ -1552,7 +1553,7 @@ void EngineImpl::OnImageReady(Job& job, absl::Status status) {
 
 void EngineImpl::StartDownloads(Job& job) {
   job.phase_ = Phase::kDownloading;
-  SetStatus(job, kInProgress, kDownloading, kMsgDownloading);
+  SetStatus(job, kInProgress, kDownloadingStatus, kMsgDownloading);
   if (job.phase_ != Phase::kDownloading) return;  // an observer stopped it
   const auto& channels = job.request().input_data_config();
   if (channels.empty()) {
@@ -1574,7 +1575,7 @@ void EngineImpl::StartDownloads(Job& job) {
     ChannelDelivery delivery{context, channel, EffectiveInputMode(job.request(), channel),
                              std::move(receivers)};
     options_.data_channel->Deliver(delivery, [this, token = TokenOf(job)](absl::Status s) {
-      if (Job* job = Resume(token)) OnChannelDelivered(*job, std::move(s));
+      if (Job* j = Resume(token)) OnChannelDelivered(*j, std::move(s));
     });
     receivers_scratch_ = std::move(delivery.instances);
   }
@@ -1592,7 +1593,7 @@ void EngineImpl::OnChannelDelivered(Job& job, absl::Status status) {
 void EngineImpl::StartTraining(Job& job) {
   // Still Downloading while observers hear of Training: one that stops the job
   // now ends it before any container runs, as a stop while Downloading does.
-  SetStatus(job, kInProgress, kTraining, kMsgTraining);
+  SetStatus(job, kInProgress, kTrainingStatus, kMsgTraining);
   if (job.phase_ != Phase::kDownloading) return;
   job.phase_ = Phase::kTraining;
   job.containers_running_ = static_cast<int>(job.cluster_->instances.size());
@@ -1601,7 +1602,7 @@ void EngineImpl::StartTraining(Job& job) {
   JobContext context{job.name(), arn.view(), job.request(), *job.cluster_, job.attempt_,
                      job.seq_};
   provider_.StartContainers(context, job, [this, token = TokenOf(job)](absl::Status s) {
-    if (Job* job = Resume(token)) OnContainersStarted(*job, std::move(s));
+    if (Job* j = Resume(token)) OnContainersStarted(*j, std::move(s));
   });
 }
 
@@ -1668,13 +1669,14 @@ void EngineImpl::StartUpload(Job& job) {
     job.max_wait_deadline_ = 0;
   }
   EndChannels(job);
-  if (job.status_ == kInProgress) SetStatus(job, kInProgress, kUploading, kMsgUploading);
+  if (job.status_ == kInProgress) SetStatus(job, kInProgress, kUploadingStatus, kMsgUploading);
   const ArnText arn = ContextArn(job);
   JobContext context{job.name(), arn.view(), job.request(), *job.cluster_, job.attempt_,
                      job.seq_};
-  provider_.UploadArtifacts(context, [this, token = TokenOf(job)](absl::StatusOr<ArtifactsResult> r) {
-    if (Job* job = Resume(token)) OnUploaded(*job, std::move(r));
-  });
+  provider_.UploadArtifacts(context,
+                            [this, token = TokenOf(job)](absl::StatusOr<ArtifactsResult> r) {
+                              if (Job* j = Resume(token)) OnUploaded(*j, std::move(r));
+                            });
 }
 
 void EngineImpl::OnUploaded(Job& job, absl::StatusOr<ArtifactsResult> result) {

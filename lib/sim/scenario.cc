@@ -588,8 +588,8 @@ class Parser {
       if (n > 0) t.request.mutable_retry_strategy()->set_maximum_retry_attempts(static_cast<int32_t>(n));
     }
     const bool from_request = v.Find("request") != nullptr;
-    if (std::string type = Unpriced(models, t.request); !type.empty()) {
-      return Bad(Member(path, from_request ? "request" : "instance_type"), NoPrice(type));
+    if (std::string unpriced = Unpriced(models, t.request); !unpriced.empty()) {
+      return Bad(Member(path, from_request ? "request" : "instance_type"), NoPrice(unpriced));
     }
     // The template must make valid requests (under a valid name).
     v1::CreateTrainingJobRequest probe = t.request;

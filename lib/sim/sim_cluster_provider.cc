@@ -361,9 +361,9 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       SimCluster* s = Find(seq);
       if (s == nullptr) return;  // (tracked: the event goes with the cluster)
       SetIdle(*s, true);
-      ArtifactsCallback done = std::move(s->upload_done);
+      ArtifactsCallback upload_done = std::move(s->upload_done);
       s->upload_done = nullptr;
-      done(ArtifactsResult{std::move(s->upload_uri)});
+      upload_done(ArtifactsResult{std::move(s->upload_uri)});
     });
   }
 
@@ -376,7 +376,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     CloseAccounting(*sim);
     Unreserve(*sim);
     if (!sim->owner_job.empty()) Freed(sim->owner_job);
-    Recycle(std::move(sim));
+    KeepSpare(std::move(sim));
   }
 
   // --- SimClusterProvider
@@ -717,7 +717,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       Unreserve(*owned);
       ++accounting_.capacity_refusals;
       const std::string job = std::move(owned->owner_job);
-      Recycle(std::move(owned));
+      KeepSpare(std::move(owned));
       done(absl::ResourceExhaustedError(
           absl::StrCat("spot capacity for job '", job, "' was taken back while launching")));
       return;
@@ -1026,7 +1026,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   // rest are freed). It is emptied at once: what it held (callbacks, the
   // job's names) goes now, as it would with the record; only its instances
   // stay, to be refilled.
-  void Recycle(std::unique_ptr<SimCluster> sim) {
+  void KeepSpare(std::unique_ptr<SimCluster> sim) {
     if (spare_.size() >= kMaxSpareClusters) return;
     std::vector<Instance> instances = std::move(sim->cluster.instances);
     // Destroyed and made anew in its block. (Its constructor allocates

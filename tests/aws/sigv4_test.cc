@@ -53,6 +53,8 @@ TEST_P(SigV4SuiteTest, SignatureMatchesThePublishedOne) {
                 c.signed_headers + ", Signature=" + c.signature);
 }
 
+// A row per case, laid out by hand.
+// clang-format off
 INSTANTIATE_TEST_SUITE_P(
     AwsTestSuite, SigV4SuiteTest,
     ::testing::Values(
@@ -125,13 +127,14 @@ INSTANTIATE_TEST_SUITE_P(
                   {{"Content-Type", "application/x-www-form-urlencoded"}}, "Param1=value1",
                   "content-type;host;x-amz-date",
                   "ff11897932ad3f4e8b18135d722051e5ac45fc38421b1da7b9d196a0fe09473a"}),
-    [](const ::testing::TestParamInfo<SuiteCase>& info) {
-      std::string name = info.param.name;
+    [](const ::testing::TestParamInfo<SuiteCase>& p) {
+      std::string name = p.param.name;
       for (char& c : name) {
         if (c == '-') c = '_';
       }
       return name;
     });
+// clang-format on
 
 // The suite's intermediate files for get-vanilla and get-header-value-trim.
 TEST(SigV4Test, GetVanillaCanonicalRequestAndStringToSignAreThePublishedOnes) {

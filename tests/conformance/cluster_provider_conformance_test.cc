@@ -601,11 +601,11 @@ TEST_P(ClusterProviderConformanceTest, ASpotNoticeComesBeforeTheInstanceIsLost) 
 
 INSTANTIATE_TEST_SUITE_P(
     Providers, ClusterProviderConformanceTest,
-    ::testing::Values(
-        Implementation{"Sim", [] { return std::make_unique<SimHarness>(); }},
-        Implementation{"Local", [] { return std::make_unique<LocalHarness>(); }},
-        Implementation{"ForwardingDouble", [] { return std::make_unique<ForwardingHarness>(); }}),
-    [](const ::testing::TestParamInfo<Implementation>& info) { return info.param.name; });
+    ::testing::Values(Implementation{"Sim", [] { return std::make_unique<SimHarness>(); }},
+                      Implementation{"Local", [] { return std::make_unique<LocalHarness>(); }},
+                      Implementation{"ForwardingDouble",
+                                     [] { return std::make_unique<ForwardingHarness>(); }}),
+    [](const ::testing::TestParamInfo<Implementation>& p) { return p.param.name; });
 
 }  // namespace
 }  // namespace kiln

@@ -392,7 +392,7 @@ INSTANTIATE_TEST_SUITE_P(
         Implementation{"SimFile", [] { return std::make_unique<SimHarness>("File"); }},
         Implementation{"SimFastFile", [] { return std::make_unique<SimHarness>("FastFile"); }},
         Implementation{"SimPipe", [] { return std::make_unique<SimHarness>("Pipe"); }}),
-    [](const ::testing::TestParamInfo<Implementation>& info) { return info.param.name; });
+    [](const ::testing::TestParamInfo<Implementation>& p) { return p.param.name; });
 
 }  // namespace
 }  // namespace kiln

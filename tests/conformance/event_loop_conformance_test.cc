@@ -747,7 +747,7 @@ INSTANTIATE_TEST_SUITE_P(
         LoopKind{"Reference",
                  [] { return std::make_unique<ReferenceEventLoop>(EventLoopOptions{}.start_time); },
                  true, absl::Seconds(1)}),
-    [](const ::testing::TestParamInfo<LoopKind>& info) { return info.param.name; });
+    [](const ::testing::TestParamInfo<LoopKind>& p) { return p.param.name; });
 
 }  // namespace
 }  // namespace kiln

@@ -424,7 +424,7 @@ INSTANTIATE_TEST_SUITE_P(
                                             return std::unique_ptr<EventQueue>(
                                                 std::make_unique<test::ReferenceEventQueue>());
                                           }}),
-    [](const ::testing::TestParamInfo<QueueImplementation>& info) { return info.param.name; });
+    [](const ::testing::TestParamInfo<QueueImplementation>& p) { return p.param.name; });
 
 }  // namespace
 }  // namespace kiln

@@ -98,6 +98,8 @@ TEST_P(ValidationTableTest, GivesExactMessage) {
 const char kNamePattern[] =
     "Member must satisfy regular expression pattern: ^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}";
 
+// A case per entry, laid out by hand.
+// clang-format off
 INSTANTIATE_TEST_SUITE_P(
     Constraints, ValidationTableTest,
     testing::Values(
@@ -152,16 +154,16 @@ INSTANTIATE_TEST_SUITE_P(
              "OK"},
         Case{"TagUnicodeAccepted",
              [](auto& r) {
-               auto* t = r.add_tags();
-               t->set_key("équipe");
-               t->set_value("Zürich 1");
+               auto* tag = r.add_tags();
+               tag->set_key("équipe");
+               tag->set_value("Zürich 1");
              },
              "OK"},
         Case{"TagPatternRejected",
              [](auto& r) {
-               auto* t = r.add_tags();
-               t->set_key("team");
-               t->set_value("a*b");
+               auto* tag = r.add_tags();
+               tag->set_key("team");
+               tag->set_value("a*b");
              },
              One("Value 'a*b' at 'tags.1.member.value' failed to satisfy constraint: Member must "
                  "satisfy regular expression pattern: ^([\\p{L}\\p{Z}\\p{N}_.:/=+\\-@]*)")},
@@ -400,14 +402,15 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"DuplicateTagKeys",
              [](auto& r) {
                for (int i = 0; i < 2; ++i) {
-                 auto* t = r.add_tags();
-                 t->set_key("team");
-                 t->set_value("a");
+                 auto* tag = r.add_tags();
+                 tag->set_key("team");
+                 tag->set_value("a");
                }
              },
              One("Value 'team' at 'tags.2.member.key' failed to satisfy constraint: Tag keys "
                  "must be unique")}),
-    [](const testing::TestParamInfo<Case>& info) { return info.param.name; });
+    [](const testing::TestParamInfo<Case>& p) { return p.param.name; });
+// clang-format on
 
 TEST(ValidationTest, AllViolationsAreReportedAtOnceInModelOrder) {
   CreateTrainingJobRequest r = BaseRequest();
