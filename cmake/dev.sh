@@ -10,7 +10,7 @@
 #                               Debug: the tests labelled `tsan`, see
 #                               configure_build_tsan), then fuzz the parsers of what
 #                               users send (build-fuzz/, clang and libFuzzer,
-#                               KILN_FUZZ_SECONDS a target, default 60),
+#                               KILN_FUZZ_SECONDS a target, default 30),
 #                               then check that the committed API schema is
 #                               what tools/schema/generate-schema.py gives;
 #                               non-zero exit if any step fails
@@ -112,16 +112,16 @@ configure_build_fuzz() {
     -DKILN_BUILD_BENCHMARKS=OFF -DKILN_BUILD_EXAMPLES=OFF || return 0
   step "build-fuzz: build" cmake --build build-fuzz -j "$JOBS" \
     --target kiln_fuzz_archive kiln_fuzz_request kiln_fuzz_scenario || return 0
-  step "build-fuzz: fuzz" bash tests/fuzz/run.sh build-fuzz "${KILN_FUZZ_SECONDS:-60}" || return 0
+  step "build-fuzz: fuzz" bash tests/fuzz/run.sh build-fuzz "${KILN_FUZZ_SECONDS:-30}" || return 0
 }
 
 # The ThreadSanitizer set (build-tsan/, Debug): the tests labelled `tsan` in
 # tests/CMakeLists.txt (the real-time event loop and the engine on it, the
-# conformance suites, the local backend). Only their programs are built (the
-# target kiln_tests_tsan) and only they run. To add a test program to the set,
-# add the word TSAN to its kiln_add_test line. Debian's Abseil is not
-# instrumented: tests/tsan/absl_sync_annotations.cc tells TSan what its
-# mutexes order. Single-threaded core and sim tests are left to ASan.
+# conformance suites, the local backend's threaded tests). Only their programs
+# are built (the target kiln_tests_tsan) and only they run. To add a test
+# program to the set, add the word TSAN to its kiln_add_test line. Debian's
+# Abseil is not instrumented: tests/tsan/absl_sync_annotations.cc tells TSan
+# what its mutexes order. Programs that start no thread are left to ASan.
 configure_build_tsan() {
   step "build-tsan: configure" cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug \
     -DKILN_SANITIZE_THREAD=ON -DKILN_WERROR=ON -DKILN_BUILD_BENCHMARKS=OFF \
