@@ -29,22 +29,31 @@
 //   loop->ScheduleAfter(absl::Seconds(30), [&] { loop->Cancel(t); });
 //   loop->RunUntilIdle();  // returns at start_time + 30 s; the time-out never ran
 //
-// Threading: Now(), is_virtual(), IsLoopThread(), clock(), Post(), AcquireWork() and Stop() are
-// thread-safe; everything else is loop thread only (the thread that calls Run*, or any single
-// thread before the loop first runs).
+// Threading: the loop thread is the thread that holds the loop. A thread holds it while it runs
+// Run*, or the body of TryHold, or a function RunOnLoop runs on the calling thread; one thread
+// at a time holds it (Run* called meanwhile on another thread waits until it is released). While
+// no thread holds it, the loop thread is the thread that held it last (before that, the thread
+// that created it). Now(), is_virtual(), IsLoopThread(), clock(), Post(), AcquireWork(), Stop(),
+// TryHold(), RunOnLoop(), AwaitReleaseOr() and WakeAwaiters() are thread-safe; everything else is
+// loop thread only.
 
 #ifndef KILN_EVENT_LOOP_H_
 #define KILN_EVENT_LOOP_H_
 
+#include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <new>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/time/time.h"
 #include "kiln/clock.h"
 #include "kiln/event_queue.h"
@@ -174,12 +183,37 @@ class EventLoop {
   // Thread-safe.
   virtual bool is_virtual() const = 0;
 
-  // Returns true if the calling thread is the loop thread: the thread inside Run*, or, while
-  // no Run* is running, the thread that ran the loop last (before any run: the thread that
-  // created it). Code callable from any thread uses it to act inline on the loop thread and to
-  // Post otherwise.
+  // Returns true if the calling thread is the loop thread (see "Threading" above): it holds
+  // the loop, or no thread holds it and it held it last.
   // Thread-safe.
-  virtual bool IsLoopThread() const = 0;
+  bool IsLoopThread() const;
+
+  // If no thread holds the loop, or the calling thread does, runs `body` on the calling thread
+  // holding the loop (it is the loop thread meanwhile, and may call Run*, schedule and cancel)
+  // and returns true. Otherwise returns false at once without running `body`.
+  // Thread-safe. REQUIRES: not called from inside a callback of this loop's Run* on another
+  // loop's thread that this loop's thread waits for (as for any lock).
+  bool TryHold(absl::FunctionRef<void()> body);
+
+  // Runs `fn` as the loop thread and returns once it has run, exactly once, between two
+  // callbacks: on the calling thread at once if that thread holds the loop or no thread does
+  // (holding it meanwhile); otherwise `fn` is posted and the caller blocks until the loop
+  // thread has run it, or until the loop is released before that, when the caller runs `fn`
+  // itself as above. Code callable from any thread uses it to reach state the loop thread owns.
+  // Thread-safe. The caller must not hold anything the loop thread may wait for.
+  void RunOnLoop(absl::FunctionRef<void()> fn);
+
+  // Blocks the calling thread until `ready()` is true or no thread holds the loop, and
+  // returns ready(). `ready` runs on the calling thread under a lock of the loop's: it must be
+  // quick, must not block and must not call the loop. Whoever makes ready() true calls
+  // WakeAwaiters() afterwards. For code that waits for something the loop thread does and
+  // must run the loop itself once no other thread does (an engine's waiters).
+  // Thread-safe.
+  bool AwaitReleaseOr(absl::FunctionRef<bool()> ready);
+
+  // Makes every thread in AwaitReleaseOr check its `ready` again.
+  // Thread-safe.
+  void WakeAwaiters();
 
   // Returns a Clock whose Now() is this loop's Now(), for code that takes a `const Clock&`.
   // The clock is owned by the loop and lives as long as it.
@@ -234,21 +268,22 @@ class EventLoop {
   // for the last guard to go, like a real loop. Real-time: waits for each timer until it is
   // due on the real clock, and for posts and guards the same way.
   // Returns early, after the running callback, if Stop() was called (and clears the request).
-  // The calling thread becomes the loop thread.
-  // Loop thread only. REQUIRES: no Run* of this loop is running (not reentrant).
-  virtual void RunUntilIdle() = 0;
+  // The calling thread holds the loop meanwhile, once no other thread does.
+  // Thread-safe. REQUIRES: not called from inside a callback of this loop (not reentrant).
+  void RunUntilIdle();
 
   // Runs every event due at or before `deadline` (posts included), then returns. A virtual
   // loop then sets its clock to `deadline` (if later than Now() and finite); a real-time loop
   // returns once the real clock reaches `deadline`, running posts and timers meanwhile.
   // Work guards do not keep it running past `deadline`. Returns early on Stop(), without
-  // moving the virtual clock to `deadline`.
-  // Loop thread only. REQUIRES: no Run* of this loop is running.
-  virtual void RunUntil(absl::Time deadline) = 0;
+  // moving the virtual clock to `deadline`. Holds the loop as RunUntilIdle does.
+  // Thread-safe. REQUIRES: not called from inside a callback of this loop.
+  void RunUntil(absl::Time deadline);
 
-  // Runs events, and waits for more when there are none, until Stop() is called.
-  // Loop thread only. REQUIRES: no Run* of this loop is running.
-  virtual void Run() = 0;
+  // Runs events, and waits for more when there are none, until Stop() is called. Holds the
+  // loop as RunUntilIdle does.
+  // Thread-safe. REQUIRES: not called from inside a callback of this loop.
+  void Run();
 
   // Makes the running Run(), RunUntil() or RunUntilIdle() return after the current callback
   // (or wakes it if it is waiting). A Stop() while no Run* is running makes the next Run*
@@ -274,8 +309,14 @@ class EventLoop {
   // Returns an active guard on this loop; the implementation has already counted it.
   WorkGuard MakeWorkGuard();
 
-  // What an implementation provides, besides the public pure virtual functions: storage for
-  // the callbacks of scheduled events, and handles for them.
+  // What an implementation provides, besides the public pure virtual functions: the bodies of
+  // RunUntilIdle, RunUntil and Run, which EventLoop calls holding the loop (an implementation
+  // keeps no notion of its own of which thread runs it), storage for the callbacks of scheduled
+  // events, and handles for them.
+  virtual void DoRunUntilIdle() = 0;
+  virtual void DoRunUntil(absl::Time deadline) = 0;
+  virtual void DoRun() = 0;
+
   //
   // Storage for one scheduled callback, not yet constructed, and the handle of its event.
   struct Reservation {
@@ -317,6 +358,20 @@ class EventLoop {
  private:
   // Called once per active guard when it is released, on any thread.
   virtual void ReleaseWork() = 0;
+
+  // Takes the loop for the calling thread, waiting while another thread holds it; Release
+  // gives it back. Nested takes by the holder count.
+  void Hold();
+  void Release();
+  // Runs `body`, then Release (also if `body` throws). REQUIRES: the caller holds the loop.
+  void ThenRelease(absl::FunctionRef<void()> body);
+
+  mutable std::mutex hold_mu_;
+  std::condition_variable hold_cv_;  // the loop was released, or WakeAwaiters
+  int hold_depth_ = 0;               // guarded by hold_mu_
+  // The holding thread (id() when none) and the last one; written under hold_mu_.
+  std::atomic<std::thread::id> holder_{};
+  std::atomic<std::thread::id> last_holder_{std::this_thread::get_id()};
 };
 
 // RAII token from EventLoop::AcquireWork(): while an active guard exists, RunUntilIdle() does

@@ -280,9 +280,6 @@ class EventLoopImpl final : public EventLoop {
 
   absl::Time Now() const override { return absl::FromUnixNanos(NowNs()); }
   bool is_virtual() const override { return kVirtual; }
-  bool IsLoopThread() const override {
-    return loop_thread_.load(std::memory_order_relaxed) == std::this_thread::get_id();
-  }
   const Clock& clock() const override {
     if constexpr (kVirtual) {
       return loop_clock_;
@@ -350,11 +347,11 @@ class EventLoopImpl final : public EventLoop {
     return MakeWorkGuard();
   }
 
-  void RunUntilIdle() override { RunLoop<RunMode::kUntilIdle>(kMaxNs); }
-  void RunUntil(absl::Time deadline) override {
+  void DoRunUntilIdle() override { RunLoop<RunMode::kUntilIdle>(kMaxNs); }
+  void DoRunUntil(absl::Time deadline) override {
     RunLoop<RunMode::kUntilDeadline>(ToUnixNs(deadline));
   }
-  void Run() override { RunLoop<RunMode::kForever>(kMaxNs); }
+  void DoRun() override { RunLoop<RunMode::kForever>(kMaxNs); }
 
   void Stop() override {
     attention_.fetch_or(kStopBit, std::memory_order_relaxed);
@@ -516,7 +513,6 @@ class EventLoopImpl final : public EventLoop {
 
   template <RunMode kMode>
   void RunLoop(int64_t deadline_ns) {
-    loop_thread_.store(std::this_thread::get_id(), std::memory_order_relaxed);
     [[maybe_unused]] const std::conditional_t<kVirtual, NoTimerSlack, TightTimerSlack> slack;
     for (;;) {
       // One load per event for both Stop() and Post().
@@ -636,7 +632,6 @@ class EventLoopImpl final : public EventLoop {
   std::atomic<int64_t> now_ns_;  // virtual loops: the clock
   LoopClock loop_clock_;
   RealClock real_clock_;  // real-time loops: the clock (unused by virtual ones)
-  std::atomic<std::thread::id> loop_thread_{std::this_thread::get_id()};
   // kStopBit: Stop() was called and no Run* has returned for it yet. kInboxBit: the inbox may
   // hold posts (set and cleared under mu_).
   static constexpr uint32_t kStopBit = 1;

@@ -722,6 +722,153 @@ TEST_P(EventLoopConformanceTest, IsLoopThreadIsTrueOnTheRunningThreadOnly) {
   EXPECT_FALSE(loop_->IsLoopThread());
 }
 
+// --- Holding the loop from any thread ---------------------------------------------------------
+
+TEST_P(EventLoopConformanceTest, TryHoldMakesAnIdleLoopsCallerTheLoopThread) {
+  std::thread([&] {
+    EXPECT_FALSE(loop_->IsLoopThread());
+    bool inside = false;
+    EXPECT_TRUE(loop_->TryHold([&] {
+      inside = loop_->IsLoopThread();
+      loop_->ScheduleAfter(absl::ZeroDuration(), [] {});  // loop-thread work is allowed
+      EXPECT_TRUE(loop_->TryHold([] {}));                  // the holder may take it again
+    }));
+    EXPECT_TRUE(inside);
+    EXPECT_TRUE(loop_->IsLoopThread());  // it held the loop last
+  }).join();
+  EXPECT_FALSE(loop_->IsLoopThread());
+  loop_->RunUntilIdle();
+  EXPECT_EQ(loop_->executed_events(), 1u);
+  EXPECT_TRUE(loop_->IsLoopThread());
+}
+
+TEST_P(EventLoopConformanceTest, TryHoldFailsWhileAnotherThreadRunsTheLoop) {
+  std::atomic<bool> tried{false};
+  bool held = true;
+  loop_->Post([&] {
+    std::thread([&] {
+      held = loop_->TryHold([] {});
+      tried = true;
+    }).join();
+  });
+  loop_->RunUntilIdle();
+  EXPECT_TRUE(tried);
+  EXPECT_FALSE(held);
+}
+
+TEST_P(EventLoopConformanceTest, RunWaitsWhileAnotherThreadHoldsTheLoop) {
+  std::atomic<int> step{0};
+  std::atomic<bool> release{false};
+  std::thread holder([&] {
+    loop_->TryHold([&] {
+      step = 1;
+      while (!release) std::this_thread::yield();
+      step = 2;
+    });
+  });
+  while (step != 1) std::this_thread::yield();
+  int step_when_run = 0;
+  loop_->Post([&] { step_when_run = step; });
+  std::thread runner([&] { loop_->RunUntilIdle(); });
+  release = true;
+  runner.join();
+  holder.join();
+  EXPECT_EQ(step_when_run, 2);  // the post ran only after the holder let go
+}
+
+TEST_P(EventLoopConformanceTest, RunOnLoopOnAnIdleLoopRunsOnTheCaller) {
+  std::thread::id ran_on;
+  std::thread caller([&] {
+    loop_->RunOnLoop([&] {
+      ran_on = std::this_thread::get_id();
+      EXPECT_TRUE(loop_->IsLoopThread());
+    });
+    EXPECT_EQ(ran_on, std::this_thread::get_id());
+  });
+  caller.join();
+  EXPECT_EQ(loop_->pending_events(), 0u);
+}
+
+TEST_P(EventLoopConformanceTest, RunOnLoopWhileTheLoopRunsRunsOnTheLoopThread) {
+  std::thread::id ran_on;
+  std::atomic<bool> called{false};
+  std::thread caller;
+  loop_->Post([&] {
+    caller = std::thread([&] {
+      loop_->RunOnLoop([&] { ran_on = std::this_thread::get_id(); });
+      called = true;
+      loop_->Stop();
+    });
+  });
+  loop_->Run();  // until the caller's Stop()
+  caller.join();
+  EXPECT_TRUE(called);
+  EXPECT_EQ(ran_on, std::this_thread::get_id());  // the thread running Run()
+}
+
+TEST_P(EventLoopConformanceTest, RunOnLoopRunsItselfWhenTheHolderLetsGoFirst) {
+  // A holder that runs no posts: the caller's post waits, then the caller runs its function
+  // itself once the holder lets go, and the post does nothing when it runs later.
+  std::atomic<bool> release{false};
+  std::atomic<bool> holding{false};
+  std::thread holder([&] {
+    loop_->TryHold([&] {
+      holding = true;
+      while (!release) std::this_thread::yield();
+    });
+  });
+  while (!holding) std::this_thread::yield();
+  int runs = 0;
+  std::thread::id ran_on;
+  std::thread caller([&] {
+    loop_->RunOnLoop([&] {
+      ++runs;
+      ran_on = std::this_thread::get_id();
+    });
+  });
+  while (loop_->pending_events() == 0) std::this_thread::yield();  // (read racily; only a hint)
+  release = true;
+  const std::thread::id caller_id = caller.get_id();
+  caller.join();
+  holder.join();
+  EXPECT_EQ(runs, 1);
+  EXPECT_EQ(ran_on, caller_id);
+  loop_->RunUntilIdle();  // the stale post
+  EXPECT_EQ(runs, 1);
+}
+
+TEST_P(EventLoopConformanceTest, AwaitReleaseOrWakesOnReadyAndOnRelease) {
+  // Ready: made true by the loop thread, which then wakes the awaiter.
+  std::atomic<bool> ready{false};
+  std::atomic<bool> woke{false};
+  loop_->Post([&] {
+    std::thread awaiter([&] {
+      EXPECT_TRUE(loop_->AwaitReleaseOr([&] { return ready.load(); }));
+      woke = true;
+    });
+    ready = true;
+    loop_->WakeAwaiters();
+    awaiter.join();
+  });
+  loop_->RunUntilIdle();
+  EXPECT_TRUE(woke);
+
+  // Release: nothing becomes ready, but the holder lets go.
+  std::atomic<bool> holding{false};
+  std::atomic<bool> release{false};
+  std::thread holder([&] {
+    loop_->TryHold([&] {
+      holding = true;
+      while (!release) std::this_thread::yield();
+    });
+  });
+  while (!holding) std::this_thread::yield();
+  std::thread awaiter([&] { EXPECT_FALSE(loop_->AwaitReleaseOr([] { return false; })); });
+  release = true;
+  awaiter.join();
+  holder.join();
+}
+
 // --- The loops --------------------------------------------------------------------------------
 
 template <std::unique_ptr<EventQueue> (*kQueue)()>

@@ -29,9 +29,7 @@ namespace kiln {
 
 class ReferenceEventLoop final : public EventLoop {
  public:
-  explicit ReferenceEventLoop(absl::Time start) : now_ns_(ToNs(start)), clock_(*this) {
-    loop_thread_.store(std::this_thread::get_id());
-  }
+  explicit ReferenceEventLoop(absl::Time start) : now_ns_(ToNs(start)), clock_(*this) {}
   ~ReferenceEventLoop() override {
     for (auto& [id, event] : events_) event.slot->Destroy();
   }
@@ -40,7 +38,6 @@ class ReferenceEventLoop final : public EventLoop {
     return absl::FromUnixNanos(now_ns_.load(std::memory_order_relaxed));
   }
   bool is_virtual() const override { return true; }
-  bool IsLoopThread() const override { return loop_thread_.load() == std::this_thread::get_id(); }
   const Clock& clock() const override { return clock_; }
 
   bool Cancel(TimerHandle h) override {
@@ -65,16 +62,15 @@ class ReferenceEventLoop final : public EventLoop {
     return MakeWorkGuard();
   }
 
-  void RunUntilIdle() override {
+  void DoRunUntilIdle() override {
     RunLoop(std::numeric_limits<int64_t>::max(), /*until_idle=*/true);
   }
-  void RunUntil(absl::Time deadline) override {
+  void DoRunUntil(absl::Time deadline) override {
     if (RunLoop(ToNs(deadline), /*until_idle=*/false) && deadline != absl::InfiniteFuture()) {
       now_ns_.store(std::max(now_ns_.load(), ToNs(deadline)));
     }
   }
-  void Run() override {
-    loop_thread_.store(std::this_thread::get_id());
+  void DoRun() override {
     for (;;) {
       if (!RunLoop(std::numeric_limits<int64_t>::max(), /*until_idle=*/false)) return;
       std::unique_lock<std::mutex> lock(mu_);
@@ -153,7 +149,6 @@ class ReferenceEventLoop final : public EventLoop {
   // Runs due events until none is due at or before `deadline_ns`; with `until_idle`, waits for
   // posts while work guards remain. Returns false if it returned because of Stop().
   bool RunLoop(int64_t deadline_ns, bool until_idle) {
-    loop_thread_.store(std::this_thread::get_id());
     for (;;) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -185,7 +180,6 @@ class ReferenceEventLoop final : public EventLoop {
 
   std::atomic<int64_t> now_ns_;
   LoopClock clock_;
-  std::atomic<std::thread::id> loop_thread_;
   std::map<uint32_t, Event> events_;
   std::set<std::tuple<int64_t, uint64_t, uint32_t>> order_;
   uint32_t next_id_ = 1;
