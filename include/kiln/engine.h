@@ -17,8 +17,8 @@
 //   auto engine = kiln::NewEngine(options).value();
 //   kiln::v1::CreateTrainingJobRequest request = ...;
 //   auto created = engine->CreateTrainingJob(request);   // InProgress/Starting
-//   loop->RunUntilIdle();                                // the job runs to its end
-//   auto described = engine->DescribeTrainingJob(...);   // Completed/Completed
+//   auto ended = engine->WaitForTrainingJob("my-job");   // runs the loop until the job ends
+//   // ended->training_job_status() == "Completed"
 //
 // Errors use absl status codes, each standing for one of the service's errors:
 // InvalidArgument = ValidationException (the message names the field and the
@@ -27,16 +27,27 @@
 // call (the message says which state), ResourceExhausted = ResourceLimitExceeded.
 // kiln/service_error.h words each as the service does, operation by operation.
 //
-// Threading: the engine's state belongs to its loop thread. Every public method
-// is thread-safe: called on the loop thread (or while no thread runs the loop)
-// it runs at once; called from another thread while the loop runs, it is
-// posted to the loop and the caller blocks until it has run. Observers are
-// called on the loop thread, and may call the engine (AddObserver says how).
+// Threading: every public method may be called from any thread, at any time:
+// while a thread runs the loop, while none does, or before any has. The
+// engine's state belongs to the loop thread (EventLoop says which thread that
+// is): a call from the loop thread, or from a thread while no thread holds the
+// loop, runs at once on the calling thread; a call from another thread while
+// one holds the loop runs on that thread between two callbacks, and the caller
+// blocks until it has run (EventLoop::RunOnLoop). Calls are linearizable: each
+// takes effect at one instant between its start and its return.
+// The engine works in steps: a call, or a callback of the loop (a component's
+// completion, a timer). Observers hear of what a step did after the step, on
+// the loop thread, in order, and may call the engine then (JobObserver).
 // The components (EngineOptions) are called on the loop thread from inside
-// the engine's own steps: a component must not call the engine from inside
-// such a call (the engine is between two states of the job); one that wants
-// to, e.g. a handler that stops a job, posts the call (EventLoop::Post) and it
-// runs after the step.
+// steps: a component must not call the engine from inside such a call (the
+// engine is between two states of the job); one that wants to, e.g. a handler
+// that stops a job, posts the call (EventLoop::Post) and it runs after the
+// step.
+//
+// RunUntilIdle returns once nothing is left to run, and an engine in real time
+// keeps a timer per running job (MaxRuntimeInSeconds): a program that waits for
+// its jobs uses WaitForTrainingJob or WaitForAllTrainingJobs, which return as
+// soon as the jobs have ended.
 #ifndef KILN_ENGINE_H_
 #define KILN_ENGINE_H_
 
@@ -69,8 +80,12 @@ struct StatusEvent {
   absl::Time time;
 };
 
-// Sees what happens to jobs as it happens. Methods are called on the loop
-// thread, in event order; they must not block, and may call the engine.
+// Sees what happens to jobs. Methods are called on the loop thread, in event
+// order, after the engine step that made the event (the job may have moved on
+// since, within the same step or by an earlier observer's call: Describe shows
+// where it is now). They must not block. They may call the engine, except
+// WaitForTrainingJob and WaitForAllTrainingJobs; what such a call makes is heard
+// after the events already queued. An event's texts live during the call only.
 // Default bodies do nothing.
 class JobObserver {
  public:
@@ -272,10 +287,36 @@ class Engine {
   // again. Errors: NotFound; FailedPrecondition while it is InProgress or
   // Stopping, or while its warm pool is Available (the service answers this
   // call's refusal with ResourceInUse, which a wire layer maps it to). An
-  // observer may delete the job it is being told has ended: the job is gone at
-  // once for every call, the other observers still hear that event, and its
-  // memory is freed once the event is over.
+  // observer may delete the job it is being told has ended: the other
+  // observers still hear that event.
   virtual absl::Status DeleteTrainingJob(const v1::DeleteTrainingJobRequest& request) = 0;
+
+  // Waits until the job `name` has ended (Completed, Failed or Stopped), or
+  // until the loop's clock reaches `deadline`, and returns the job as
+  // DescribeTrainingJob describes it then. It returns as soon as the job has
+  // ended: timers still pending (other jobs' deadlines) do not hold it.
+  // While no other thread runs the loop, the calling thread runs it (it holds
+  // the loop, and observers are called on it, as on any loop thread); while
+  // another thread does, the caller sleeps until the job ends, and runs the
+  // loop itself if that thread stops running it first. A virtual loop's clock
+  // advances as the caller runs it; `deadline` is on the loop's clock.
+  // Errors: as DescribeTrainingJob for the name (InvalidArgument, NotFound);
+  // DeadlineExceeded when the loop's clock reaches `deadline` first (the job
+  // runs on); Cancelled when the loop the caller runs returns first (its
+  // Stop(), or nothing left to run while the job has not ended: a component
+  // that never completes); FailedPrecondition when called from an observer or
+  // from inside one of the engine's steps (the caller would wait for itself).
+  // Threading: any thread, except from inside a callback of the loop (which
+  // may not run the loop: EventLoop's Run* are not reentrant).
+  virtual absl::StatusOr<v1::DescribeTrainingJobResponse> WaitForTrainingJob(
+      std::string_view name, absl::Time deadline = absl::InfiniteFuture()) = 0;
+
+  // Waits until no job is InProgress or Stopping (active_jobs() == 0; jobs
+  // created meanwhile are waited for too), or until the loop's clock reaches
+  // `deadline`, running the loop as WaitForTrainingJob does.
+  // Errors: DeadlineExceeded, Cancelled and FailedPrecondition, as
+  // WaitForTrainingJob. Threading: as WaitForTrainingJob.
+  virtual absl::Status WaitForAllTrainingJobs(absl::Time deadline = absl::InfiniteFuture()) = 0;
 
   // Adds an observer: from now on it sees every job's transitions, log lines
   // and metrics, on the loop thread. The engine does not own it; `observer`
@@ -289,7 +330,9 @@ class Engine {
   // observers still hear that event.
   virtual void RemoveObserver(JobObserver* observer) = 0;
 
-  // Returns the number of jobs that are InProgress or Stopping.
+  // Returns the number of jobs that are InProgress or Stopping. Inside an
+  // observer's call it counts the jobs as they are after the step that made
+  // the event: a job whose end is being heard is not counted.
   virtual int active_jobs() const = 0;
 
   // Injects a fault into the instance `host_name` (algo-1, ...) of the job's

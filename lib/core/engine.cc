@@ -24,12 +24,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "absl/synchronization/notification.h"
 #include "base/prefetch.h"
 #include "base/seq_window.h"
 #include "base/time_math.h"
 #include "core/internal/deadline_queue.h"
 #include "core/internal/keyed_set.h"
+#include "core/internal/observer_queue.h"
 #include "core/internal/recent_requests.h"
 #include "core/internal/regex.h"
 #include "core/internal/shapes.h"
@@ -541,8 +541,6 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   }
 
   ~EngineImpl() override {
-    if (!doomed_.empty()) loop_.Cancel(free_doomed_);
-    FreeDoomed();
     // Give back every cluster still held (nothing is waited for); the engine's
     // own warm-pool manager releases its pools as it goes.
     provider_.SetListener(nullptr);
@@ -577,23 +575,18 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   absl::Status DeleteTrainingJob(const v1::DeleteTrainingJobRequest& request) override {
     return OnLoop([&] { return Delete(request); });
   }
+  absl::StatusOr<v1::DescribeTrainingJobResponse> WaitForTrainingJob(
+      std::string_view name, absl::Time deadline) override;
+  absl::Status WaitForAllTrainingJobs(absl::Time deadline) override;
   void AddObserver(JobObserver* observer) override {
     OnLoop([&] {
-      observers_.push_back(observer);
+      events_.Add(observer);
       return 0;
     });
   }
   void RemoveObserver(JobObserver* observer) override {
     OnLoop([&] {
-      if (notifying_ > 0) {
-        // (ForEachObserver is going through the list: its entries stay put.)
-        std::replace(observers_.begin(), observers_.end(), observer,
-                     static_cast<JobObserver*>(nullptr));
-        observers_removed_ = true;
-      } else {
-        observers_.erase(std::remove(observers_.begin(), observers_.end(), observer),
-                         observers_.end());
-      }
+      events_.Remove(observer);
       return 0;
     });
   }
@@ -638,25 +631,79 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   }
 
  private:
-  // Runs `fn` on the loop thread and returns its result (see the threading
-  // note in engine.h).
+  // One step of the engine (see engine.h): a public call, or a callback of
+  // the loop. Every entry into the engine's state opens one; when the
+  // outermost closes, what the step queued for observers and waiters is
+  // delivered.
+  class Step {
+   public:
+    explicit Step(EngineImpl& engine) : engine_(engine) { ++engine_.step_depth_; }
+    ~Step() {
+      if (--engine_.step_depth_ == 0 && !engine_.events_.empty()) engine_.Deliver();
+    }
+    Step(const Step&) = delete;
+    Step& operator=(const Step&) = delete;
+
+   private:
+    EngineImpl& engine_;
+  };
+
+  // Runs `fn` as a step on the loop thread, from any thread, and returns its
+  // result (see the threading note in engine.h).
   template <typename Fn>
   auto OnLoop(Fn fn) -> decltype(fn()) {
-    if (loop_.IsLoopThread()) return fn();
     std::optional<decltype(fn())> result;
-    absl::Notification done;
-    loop_.Post([&] {
+    loop_.RunOnLoop([&] {
+      const Step step(*this);
       result.emplace(fn());
-      done.Notify();
     });
-    done.WaitForNotification();
     return std::move(*result);
   }
+
+  // Whether anyone hears of events: observers or waiters. Events are queued
+  // only then.
+  bool listening() const { return events_.has_observers() || !waiters_.empty(); }
+  // Delivers the events queued by the step that just ended (Step).
+  void Deliver();
+
+  // A thread in WaitForTrainingJob or WaitForAllTrainingJobs. Registered on
+  // the loop thread; `state` is read by the waiting thread.
+  struct Waiter {
+    enum State : int { kWaiting, kEnded, kTimedOut };
+    std::string name;  // empty: every job
+    std::atomic<int> state{kWaiting};
+    bool driving = false;  // the waiting thread runs the loop (loop thread only)
+    TimerHandle timer;     // its deadline, if finite
+  };
+  // Registers `w`, with a timer that ends its wait at `deadline` (if finite).
+  void Register(Waiter& w, absl::Time deadline) {
+    waiters_.push_back(&w);
+    if (deadline == absl::InfiniteFuture()) return;
+    w.timer = loop_.ScheduleAt(deadline, [this, &w] {
+      const Step step(*this);
+      EndWait(w, Waiter::kTimedOut);
+    });
+  }
+  // Whether the calling thread is inside a step or an observer's call. (Read
+  // holding the loop: a thread that does not hold it cannot be inside one.)
+  bool InsideStep() {
+    bool inside = false;
+    loop_.TryHold([&] { inside = step_depth_ > 0 || events_.delivering(); });
+    return inside;
+  }
+  // Ends a waiter's wait with `state`: wakes its thread, and stops the loop it
+  // runs.
+  void EndWait(Waiter& w, Waiter::State state);
+  // Runs the loop or sleeps, as WaitForTrainingJob says, until `w` is no
+  // longer kWaiting or the loop it ran returned (Cancelled); then unregisters
+  // `w`. REQUIRES: `w` is registered.
+  absl::Status Await(Waiter& w, absl::Time deadline, const std::string& what);
 
   absl::Time Now() const { return loop_.Now(); }
 
   // DataChannelListener: a Pipe writer of a running attempt failed.
   void OnChannelFailed(std::string_view job_name, int32_t attempt, absl::Status status) override {
+    const Step step(*this);
     Job* job = FindJob(job_name);
     if (job == nullptr || job->attempt_ != attempt || job->status_ != kInProgress) return;
     if (job->phase_ != Phase::kDownloading && job->phase_ != Phase::kTraining) return;
@@ -779,30 +826,6 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   // ended (`job_ended`: it decides whether to keep it), else to the provider.
   void ReturnCluster(Job& job, bool healthy, bool job_ended = true);
   void CancelTimers(Job& job);
-  // Calls `tell(observer)` for each observer registered when it starts. The
-  // observers may call the engine meanwhile: one removed is skipped from then
-  // on, one added hears from the next event on, and a job deleted stays in
-  // memory until the current event is over (Delete).
-  template <class Tell>
-  void ForEachObserver(Tell tell) {
-    const size_t n = observers_.size();
-    ++notifying_;
-    for (size_t i = 0; i < n; ++i) {
-      if (JobObserver* o = observers_[i]) tell(o);
-    }
-    if (--notifying_ == 0 && observers_removed_) {
-      observers_removed_ = false;
-      observers_.erase(std::remove(observers_.begin(), observers_.end(), nullptr),
-                       observers_.end());
-    }
-  }
-
-  // Destroys the jobs deleted during observers' calls (Delete).
-  void FreeDoomed() {
-    for (Job* job : doomed_) jobs_.Destroy(job);
-    doomed_.clear();
-  }
-
   // Queues an ended job for Job::Compact (see to_compact_).
   void CompactLater(const Job& job) {
     to_compact_.push_back(job.seq_);
@@ -840,6 +863,7 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
           return job != nullptr && job->*token == t;
         },
         [this, token, cause](uint64_t seq, uint64_t) {
+          const Step step(*this);
           Job& job = *by_seq_.Find(seq);
           job.*token = 0;
           if (job.status_ == kInProgress) Stop(job, cause);
@@ -861,14 +885,10 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   std::unique_ptr<WarmPoolManager> owned_pools_;
   std::unique_ptr<SpotInterruptionHandler> owned_spot_handler_;
   absl::flat_hash_map<std::string, uint64_t> cluster_owners_;  // cluster id -> job seq
-  std::vector<JobObserver*> observers_;  // (null: removed during ForEachObserver)
-  int notifying_ = 0;                    // ForEachObserver calls under way
-  bool observers_removed_ = false;       // observers_ holds nulls to drop
-  // Jobs deleted by an observer while it was told of an event: out of every
-  // index at once, destroyed once the event is over (the engine may still be
-  // finishing with the job, and later observers still hear of the event).
-  std::vector<Job*> doomed_;
-  TimerHandle free_doomed_;  // pending while doomed_ is not empty
+  // Observers, and the events the current step queued for them.
+  internal::ObserverQueue events_;
+  int step_depth_ = 0;            // Steps open
+  std::vector<Waiter*> waiters_;  // registered waiters, in the order they came
   // Declared before jobs_, so that destroyed jobs can still give theirs back.
   std::vector<std::unique_ptr<RequestStore>> spare_stores_;
   // Every job, by its own name. No behaviour depends on the iteration order
@@ -1080,7 +1100,7 @@ v1::CreateTrainingJobResponse EngineImpl::Accept(Job& ref, bool pooled) {
   }
   active_jobs_.fetch_add(1, std::memory_order_relaxed);
   SetStatus(ref, kInProgress, kStarting, kMsgLaunching);
-  if (ref.phase_ == Phase::kProvisioning) Provision(ref);  // (else an observer stopped it)
+  Provision(ref);
   v1::CreateTrainingJobResponse response;
   response.set_training_job_arn(Arn(ref));
   return response;
@@ -1347,18 +1367,120 @@ absl::Status EngineImpl::Delete(const v1::DeleteTrainingJobRequest& request) {
   }
   if (job.warm_pool_) KILN_RETURN_IF_ERROR(pools().OnJobDeleted(job.name()));
   by_seq_.Take(job.seq_);
-  if (notifying_ == 0) {
-    jobs_.Erase(job);
-    return absl::OkStatus();
-  }
-  // An observer deletes the job it is being told about: gone for every call
-  // from now on, destroyed after the event (ForEachObserver).
-  jobs_.Unlink(job);
-  if (doomed_.empty()) {
-    free_doomed_ = loop_.ScheduleAfter(absl::ZeroDuration(), [this] { FreeDoomed(); });
-  }
-  doomed_.push_back(&job);
+  jobs_.Erase(job);
   return absl::OkStatus();
+}
+
+// ---------------------------------------------------------------------------
+// Events after steps, and waiters
+
+bool IsEnd(std::string_view status) {
+  return status == kCompleted || status == kFailed || status == kStopped;
+}
+
+void EngineImpl::Deliver() {
+  events_.Deliver([this](const StatusEvent& event) {
+    if (waiters_.empty()) return;
+    const bool ended = IsEnd(event.status);
+    const bool none_active = active_jobs_.load(std::memory_order_relaxed) == 0;
+    if (!ended && !none_active) return;
+    for (Waiter* w : waiters_) {
+      if (w->state.load(std::memory_order_relaxed) != Waiter::kWaiting) continue;
+      if (w->name.empty() ? none_active : ended && w->name == event.job_name) {
+        EndWait(*w, Waiter::kEnded);
+      }
+    }
+  });
+}
+
+void EngineImpl::EndWait(Waiter& w, Waiter::State state) {
+  loop_.Cancel(w.timer);
+  w.state.store(state, std::memory_order_release);
+  if (w.driving) loop_.Stop();  // the waiting thread's RunUntilIdle returns after this step
+  loop_.WakeAwaiters();
+}
+
+absl::Status EngineImpl::Await(Waiter& w, absl::Time deadline, const std::string& what) {
+  auto waiting = [&w] { return w.state.load(std::memory_order_acquire) == Waiter::kWaiting; };
+  bool stopped = false;  // the loop this thread ran returned with the wait not over
+  while (waiting() && !stopped) {
+    const bool held = loop_.TryHold([&] {
+      if (!waiting()) return;
+      w.driving = true;
+      loop_.RunUntilIdle();
+      w.driving = false;
+      stopped = waiting();
+    });
+    if (!held) loop_.AwaitReleaseOr([&] { return !waiting(); });
+  }
+  // Unregistered on the loop: its deadline timer may not outlive `w`.
+  OnLoop([&] {
+    waiters_.erase(std::find(waiters_.begin(), waiters_.end(), &w));
+    loop_.Cancel(w.timer);
+    return 0;
+  });
+  switch (w.state.load(std::memory_order_acquire)) {
+    case Waiter::kEnded:
+      return absl::OkStatus();
+    case Waiter::kTimedOut:
+      return absl::DeadlineExceededError(absl::StrCat(
+          what, " had not ended when the loop's clock reached ", absl::FormatTime(deadline)));
+    default:
+      return absl::CancelledError(absl::StrCat(
+          "the event loop returned (Stop(), or nothing left to run) before ", what, " ended"));
+  }
+}
+
+absl::StatusOr<v1::DescribeTrainingJobResponse> EngineImpl::WaitForTrainingJob(
+    std::string_view name, absl::Time deadline) {
+  if (InsideStep()) {
+    return absl::FailedPreconditionError(
+        "WaitForTrainingJob: called from an observer or inside an engine step, which the wait "
+        "would hold up");
+  }
+  Waiter w;
+  w.name.assign(name);
+  absl::Status found;
+  bool registered = false;
+  OnLoop([&] {
+    Job* job = FindJob(w.name);
+    if (job == nullptr) {
+      v1::DescribeTrainingJobRequest request;
+      request.set_training_job_name(w.name);
+      found = NoSuchJob(request);
+    } else if (!job->ended()) {
+      Register(w, deadline);
+      registered = true;
+    }
+    return 0;
+  });
+  KILN_RETURN_IF_ERROR(found);
+  if (registered) {
+    // (Even if the job has ended meanwhile: Await unregisters `w`.)
+    KILN_RETURN_IF_ERROR(
+        Await(w, deadline, absl::StrCat("training job '", TextForMessage(w.name), "'")));
+  }
+  v1::DescribeTrainingJobRequest request;
+  request.set_training_job_name(w.name);
+  return DescribeTrainingJob(request);
+}
+
+absl::Status EngineImpl::WaitForAllTrainingJobs(absl::Time deadline) {
+  if (InsideStep()) {
+    return absl::FailedPreconditionError(
+        "WaitForAllTrainingJobs: called from an observer or inside an engine step, which the "
+        "wait would hold up");
+  }
+  Waiter w;
+  bool registered = false;
+  OnLoop([&] {
+    if (active_jobs_.load(std::memory_order_relaxed) == 0) return 0;
+    Register(w, deadline);
+    registered = true;
+    return 0;
+  });
+  if (!registered) return absl::OkStatus();
+  return Await(w, deadline, "every training job");
 }
 
 // ---------------------------------------------------------------------------
@@ -1372,32 +1494,23 @@ void EngineImpl::SetStatus(Job& job, std::string_view status, std::string_view s
   job.status_ = status.data();
   job.transitions_.push_back(Transition{secondary.data(), message.data(), now_ns});
   job.last_modified_ = now;
-  if (observers_.empty()) {
-    if (!detail.empty()) {
-      job.extras().details.emplace_back(job.transitions_.size() - 1, std::move(detail));
-    }
-    return;
-  }
-  // The event's message: TransitionMessage() of the new transition.
-  std::string text;
   if (!detail.empty()) {
-    text.reserve(message.size() + 2 + detail.size());
-    text.append(message).append(". ").append(detail);
     job.extras().details.emplace_back(job.transitions_.size() - 1, std::move(detail));
   }
-  StatusEvent event{job.name(), status, secondary, text.empty() ? message : text, now};
-  ForEachObserver([&](JobObserver* o) { o->OnStatusChange(event); });
+  if (!listening()) return;
+  std::string scratch;  // the event's message: TransitionMessage() of the new transition
+  events_.Status(job.name(), status.data(), secondary.data(),
+                 job.TransitionMessage(job.transitions_.size() - 1, scratch), now);
 }
 
 void EngineImpl::SetMessage(Job& job, std::string_view message) {
   Transition& t = job.transitions_.back();
   t.message = message.data();
   job.last_modified_ = Now();
-  if (observers_.empty()) return;
+  if (!listening()) return;
   std::string scratch;
-  const std::string_view text = job.TransitionMessage(job.transitions_.size() - 1, scratch);
-  StatusEvent event{job.name(), job.status_, t.status, text, Now()};
-  ForEachObserver([&](JobObserver* o) { o->OnStatusChange(event); });
+  events_.Status(job.name(), job.status_, t.status,
+                 job.TransitionMessage(job.transitions_.size() - 1, scratch), Now());
 }
 
 void EngineImpl::Provision(Job& job) {
@@ -1435,6 +1548,7 @@ void EngineImpl::Provision(Job& job) {
   spec.volume_size_in_gb = rc.volume_size_in_gb();
   spec.job_id = job.seq_;
   provider_.Provision(spec, [this, token = TokenOf(job)](absl::StatusOr<Cluster> cluster) {
+    const Step step(*this);
     OnProvisioned(token, std::move(cluster));
   });
   spec_scratch_ = std::move(spec);
@@ -1462,7 +1576,6 @@ void EngineImpl::OnProvisioned(const JobToken& token, absl::StatusOr<Cluster>&& 
       } else {
         SetStatus(job, kInProgress, kPending, kMsgInsufficientCapacity);
       }
-      if (job.phase_ != Phase::kProvisioning) return;  // an observer stopped it
     }
     const auto& sc = job.request().stopping_condition();
     if (sc.has_max_pending_time_in_seconds() &&
@@ -1480,6 +1593,7 @@ void EngineImpl::OnProvisioned(const JobToken& token, absl::StatusOr<Cluster>&& 
     }
     job.next_retry_delay_ = std::min(job.next_retry_delay_ * 2, options_.capacity_retry_max);
     job.retry_timer_ = loop_.ScheduleAt(retry_at, [this, token = TokenOf(job)] {
+      const Step step(*this);
       if (Job* j = Resume(token)) Provision(*j);
     });
     return;
@@ -1507,9 +1621,9 @@ void EngineImpl::RetryOrFail(Job& job, const absl::Status& error) {
             absl::StrCat("InternalServerError: could not provision instances: ",
                          error.message(), "; infrastructure retry ",
                          job.infrastructure_failures_, " of ", max_retries, " (RetryStrategy)"));
-  if (job.phase_ != Phase::kProvisioning) return;  // an observer stopped it
   job.retry_timer_ =
       loop_.ScheduleAfter(options_.capacity_retry_initial, [this, token = TokenOf(job)] {
+        const Step step(*this);
         if (Job* j = Resume(token)) Provision(*j);
       });
 }
@@ -1522,8 +1636,6 @@ void EngineImpl::OnClusterReady(Job& job) {
   } else {
     SetMessage(job, kMsgPreparing);
   }
-  // An observer that stops the job now ends it as one whose cluster launched (Stop).
-  if (job.phase_ != Phase::kProvisioning) return;
   // MaxRuntimeInSeconds counts instance time over all attempts.
   const auto& sc = job.request().stopping_condition();
   const int64_t max_runtime =
@@ -1534,6 +1646,7 @@ void EngineImpl::OnClusterReady(Job& job) {
   job.phase_ = Phase::kPreparing;
   provider_.PrepareImage(*job.cluster_, job.request().algorithm_specification().training_image(),
                          [this, token = TokenOf(job)](absl::Status s) {
+                           const Step step(*this);
                            if (Job* j = Resume(token)) OnImageReady(*j, std::move(s));
                          });
 }
@@ -1554,7 +1667,6 @@ void EngineImpl::OnImageReady(Job& job, absl::Status status) {
 void EngineImpl::StartDownloads(Job& job) {
   job.phase_ = Phase::kDownloading;
   SetStatus(job, kInProgress, kDownloadingStatus, kMsgDownloading);
-  if (job.phase_ != Phase::kDownloading) return;  // an observer stopped it
   const auto& channels = job.request().input_data_config();
   if (channels.empty()) {
     StartTraining(job);
@@ -1575,6 +1687,7 @@ void EngineImpl::StartDownloads(Job& job) {
     ChannelDelivery delivery{context, channel, EffectiveInputMode(job.request(), channel),
                              std::move(receivers)};
     options_.data_channel->Deliver(delivery, [this, token = TokenOf(job)](absl::Status s) {
+      const Step step(*this);
       if (Job* j = Resume(token)) OnChannelDelivered(*j, std::move(s));
     });
     receivers_scratch_ = std::move(delivery.instances);
@@ -1591,10 +1704,7 @@ void EngineImpl::OnChannelDelivered(Job& job, absl::Status status) {
 }
 
 void EngineImpl::StartTraining(Job& job) {
-  // Still Downloading while observers hear of Training: one that stops the job
-  // now ends it before any container runs, as a stop while Downloading does.
   SetStatus(job, kInProgress, kTrainingStatus, kMsgTraining);
-  if (job.phase_ != Phase::kDownloading) return;
   job.phase_ = Phase::kTraining;
   job.containers_running_ = static_cast<int>(job.cluster_->instances.size());
   job.running_.assign(job.cluster_->instances.size(), true);
@@ -1602,6 +1712,7 @@ void EngineImpl::StartTraining(Job& job) {
   JobContext context{job.name(), arn.view(), job.request(), *job.cluster_, job.attempt_,
                      job.seq_};
   provider_.StartContainers(context, job, [this, token = TokenOf(job)](absl::Status s) {
+    const Step step(*this);
     if (Job* j = Resume(token)) OnContainersStarted(*j, std::move(s));
   });
 }
@@ -1616,9 +1727,9 @@ void EngineImpl::OnContainersStarted(Job& job, absl::Status status) {
 }
 
 void EngineImpl::HandleLogLine(Job& job, const Instance& instance, std::string_view line) {
+  const Step step(*this);
   const absl::Time now = Now();
-  ForEachObserver(
-      [&](JobObserver* o) { o->OnLogLine(job.name(), instance.host_name, line, now); });
+  if (events_.has_observers()) events_.LogLine(job.name(), instance.host_name, line, now);
   if (job.extras_ == nullptr) return;  // (no metrics)
   std::string group;
   for (MetricState& m : job.extras_->metrics) {
@@ -1626,7 +1737,7 @@ void EngineImpl::HandleLogLine(Job& job, const Instance& instance, std::string_v
     if (m.regex->Search(line, &group) && absl::SimpleAtod(group, &value)) {
       m.value = value;
       m.time = now;
-      ForEachObserver([&](JobObserver* o) { o->OnMetric(job.name(), m.name, value, now); });
+      if (events_.has_observers()) events_.Metric(job.name(), m.name, value, now);
     }
   }
 }
@@ -1635,6 +1746,7 @@ void EngineImpl::HandleExit(Job& job, const Instance& instance, const ContainerE
   // A container's exit comes minutes after the job was last touched, and ending the run reads
   // most of the job: all its lines at once (prefetch.h).
   internal::PrefetchObject(&job, sizeof(Job));
+  const Step step(*this);
   if (job.phase_ != Phase::kTraining) return;
   if (job.interrupting_) {
     // Stopping for an interruption: exit codes say nothing about the algorithm.
@@ -1675,6 +1787,7 @@ void EngineImpl::StartUpload(Job& job) {
                      job.seq_};
   provider_.UploadArtifacts(context,
                             [this, token = TokenOf(job)](absl::StatusOr<ArtifactsResult> r) {
+                              const Step step(*this);
                               if (Job* j = Resume(token)) OnUploaded(*j, std::move(r));
                             });
 }
@@ -1724,6 +1837,7 @@ void EngineImpl::Stop(Job& job, StopCause cause) {
       // when the last one has exited, its artifacts are uploaded.
       provider_.Signal(*job.cluster_, SIGTERM);
       job.kill_timer_ = loop_.ScheduleAfter(options_.stop_grace_period, [this, &job] {
+        const Step step(*this);
         job.kill_timer_ = TimerHandle();
         if (job.phase_ == Phase::kTraining) provider_.Signal(*job.cluster_, SIGKILL);
       });
@@ -1739,6 +1853,7 @@ void EngineImpl::Stop(Job& job, StopCause cause) {
       CancelTimers(job);
       job.phase_ = Phase::kEnded;
       loop_.ScheduleAfter(absl::ZeroDuration(), [this, &job, secondary, message] {
+        const Step step(*this);
         Finish(job, kStopped, secondary, message);
       });
       return;
@@ -1809,6 +1924,7 @@ void EngineImpl::CancelTimers(Job& job) {
 
 void EngineImpl::OnInterruptionNotice(const Cluster& cluster, const Instance& instance,
                                       absl::Time deadline) {
+  const Step step(*this);
   Job* job = OwnerOf(cluster);
   if (job == nullptr || job->status_ != kInProgress || job->interrupting_ ||
       job->phase_ == Phase::kUploading) {
@@ -1818,6 +1934,7 @@ void EngineImpl::OnInterruptionNotice(const Cluster& cluster, const Instance& in
 }
 
 void EngineImpl::OnInstanceLost(const Cluster& cluster, const Instance& instance) {
+  const Step step(*this);
   Job* job = OwnerOf(cluster);
   if (job == nullptr) {
     pools().OnClusterLost(cluster);  // a retained cluster, if any: its pool ends
@@ -1853,6 +1970,7 @@ void EngineImpl::Interrupt(Job& job, const std::string& host, bool preempted) {
     provider_.Signal(*job.cluster_, SIGTERM);
     loop_.Cancel(job.kill_timer_);
     job.kill_timer_ = loop_.ScheduleAfter(options_.stop_grace_period, [this, &job] {
+      const Step step(*this);
       job.kill_timer_ = TimerHandle();
       if (job.interrupting_ && job.cluster_) provider_.Signal(*job.cluster_, SIGKILL);
     });
@@ -1861,6 +1979,7 @@ void EngineImpl::Interrupt(Job& job, const std::string& host, bool preempted) {
   // Nothing runs yet: abandon the work in flight.
   ++job.generation_;
   loop_.ScheduleAfter(absl::ZeroDuration(), [this, token = TokenOf(job)] {
+    const Step step(*this);
     if (Job* j = Resume(token); j != nullptr && j->interrupting_) EndInterruption(*j);
   });
 }
@@ -1929,13 +2048,13 @@ void EngineImpl::EndInterruption(Job& job) {
               absl::StrCat("Instance ", job.extras().interrupted_host,
                            " was lost; infrastructure retry ", job.infrastructure_failures_,
                            " of ", context.max_retry_attempts, " (RetryStrategy)"));
-    if (job.phase_ != Phase::kProvisioning) return;  // an observer stopped it
   }
   job.retry_timer_ = loop_.ScheduleAfter(decision.delay, [this, token = TokenOf(job), preempted] {
+    const Step step(*this);
     Job* j = Resume(token);
     if (j == nullptr) return;
     if (preempted) SetStatus(*j, kInProgress, kStarting, kMsgLaunching);
-    if (j->phase_ == Phase::kProvisioning) Provision(*j);  // (else an observer stopped it)
+    Provision(*j);
   });
 }
 }  // namespace

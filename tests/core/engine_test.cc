@@ -1366,15 +1366,17 @@ TEST_F(EngineTest, AnObserverMayStartTheNextJobWhenOneEnds) {
 // An observer may stop the job it is being told about, at each of its
 // statuses: the job ends Stopped (a stop during Uploading lets the upload
 // finish, then ends Stopped), its transitions in order, nothing left running.
-// A stop from an observer takes effect where the job is: the step that told
-// the observer does not go on (no revived status, no container started
-// after it, no cluster provisioned for it).
+// Observers hear of a step's events after the step, so a stop takes effect
+// where the job is then: a job without input channels goes from Downloading
+// to Training in one step, and is Training (its container started) when its
+// Downloading event is heard.
 TEST_F(EngineTest, AnObserverMayStopTheJobAtEachStatus) {
   const std::map<std::string, std::string> expected = {
       {"Starting", "Starting[0,0) Stopping[0,0) Stopped[0,0)"},
-      {"Downloading", "Starting[0,90) Downloading[90,90) Stopping[90,90) Stopped[90,90)"},
+      {"Downloading",
+       "Starting[0,90) Downloading[90,90) Training[90,90) Stopping[90,96) Stopped[96,96)"},
       {"Training",
-       "Starting[0,90) Downloading[90,90) Training[90,90) Stopping[90,90) Stopped[90,90)"},
+       "Starting[0,90) Downloading[90,90) Training[90,90) Stopping[90,96) Stopped[96,96)"},
       {"Uploading",
        "Starting[0,90) Downloading[90,90) Training[90,690) Uploading[690,690) "
        "Stopping[690,695) Stopped[695,695)"},
@@ -1404,8 +1406,8 @@ TEST_F(EngineTest, AnObserverMayStopTheJobAtEachStatus) {
     EXPECT_EQ(d.training_job_status(), "Stopped") << Transitions("job");
     EXPECT_EQ(Transitions("job"), transitions);
     EXPECT_EQ(engine_->active_jobs(), 0);
-    // A container runs only if the stop came after it started.
-    EXPECT_EQ(forward_->containers_started, at == "Uploading" ? 1 : 0);
+    // A container runs unless the stop came while the job was Starting.
+    EXPECT_EQ(forward_->containers_started, at == "Starting" ? 0 : 1);
     for (int i = 1; i < d.secondary_status_transitions_size(); ++i) {
       const auto& prev = d.secondary_status_transitions(i - 1);
       const auto& t = d.secondary_status_transitions(i);

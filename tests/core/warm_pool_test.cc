@@ -466,8 +466,10 @@ TEST_F(WarmPoolTest, ARetriedJobStaysInUseUntilItEnds) {
   EXPECT_EQ(Pool("a"), "Terminated after 600 s");  // kept its whole keep-alive
 }
 
-// An observer that stops a job as it starts keeps it from taking a pool.
-TEST_F(WarmPoolTest, AJobStoppedByAnObserverAsItStartsTakesNoPool) {
+// An observer hears of a job's start after the step that created it, and in that step the job
+// took the matching pool: a stop then ends a job that holds the pool's cluster, and the job keeps
+// it as its own pool.
+TEST_F(WarmPoolTest, AJobStoppedByAnObserverAsItStartsKeepsThePoolItTook) {
   CreateAt(0, Request("a"));
   RunUntil(800);
   struct Stopper : JobObserver {
@@ -485,8 +487,8 @@ TEST_F(WarmPoolTest, AJobStoppedByAnObserverAsItStartsTakesNoPool) {
   RunUntil(810);
   engine_->RemoveObserver(&stopper);
   EXPECT_EQ(Describe("b").training_job_status(), "Stopped");
-  EXPECT_EQ(Pool("a"), "Available");
-  EXPECT_EQ(Pool("b"), "Terminated after 0 s");
+  EXPECT_EQ(Pool("a"), "Reused by b after 105 s");
+  EXPECT_EQ(Pool("b"), "Available");
 }
 
 TEST_F(WarmPoolTest, NoClusterMeansTerminatedAtOnce) {
