@@ -92,7 +92,11 @@ int main() {
       return 1;
     }
   }
-  loop->RunUntilIdle();  // virtual time: the jobs run to their end at once
+  // Virtual time: the jobs run to their end at once.
+  if (absl::Status s = (*engine)->WaitForAllTrainingJobs(); !s.ok()) {
+    std::cerr << s << "\n";
+    return 1;
+  }
 
   std::cout << "\nDescribeTrainingJob of each job:\n";
   for (const char* name : {"converges", "diverges", "too-slow"}) {

@@ -65,39 +65,12 @@ std::string JobJson(const std::string& name, const std::filesystem::path& work) 
   })json");
 }
 
-// Records when each job was submitted and when its entrypoint first spoke,
-// and submits the next job when one ends.
+// Prints what happens to the jobs, and records when each job's entrypoint first spoke.
 class Quickstart : public kiln::JobObserver {
  public:
-  Quickstart(kiln::EventLoop& loop, kiln::Engine& engine, std::vector<std::string> jobs)
-      : loop_(loop), engine_(engine), jobs_(std::move(jobs)) {}
-
-  void SubmitNext() {
-    if (next_ == jobs_.size()) {
-      loop_.Stop();
-      return;
-    }
-    kiln::v1::CreateTrainingJobRequest request;
-    absl::Status parsed = kiln::ParseJson(jobs_[next_++], request);
-    if (!parsed.ok()) {
-      std::cerr << parsed << "\n";
-      std::exit(1);
-    }
-    submitted_[request.training_job_name()] = loop_.Now();
-    names_.push_back(request.training_job_name());
-    auto created = engine_.CreateTrainingJob(request);
-    if (!created.ok()) {
-      std::cerr << created.status() << "\n";
-      std::exit(1);
-    }
-  }
-
   void OnStatusChange(const kiln::StatusEvent& e) override {
     std::printf("  %-8s %s/%s\n", std::string(e.job_name).c_str(), std::string(e.status).c_str(),
                 std::string(e.secondary_status).c_str());
-    if (e.status == "Completed" || e.status == "Failed" || e.status == "Stopped") {
-      loop_.ScheduleAfter(absl::ZeroDuration(), [this] { SubmitNext(); });
-    }
   }
 
   void OnLogLine(std::string_view job, std::string_view host, std::string_view line,
@@ -107,16 +80,16 @@ class Quickstart : public kiln::JobObserver {
     first_line_.emplace(std::string(job), time);  // keeps the first line's time
   }
 
+  void Submitted(const std::string& job, absl::Time time) {
+    names_.push_back(job);
+    submitted_[job] = time;
+  }
   const std::vector<std::string>& names() const { return names_; }
   absl::Duration Startup(const std::string& job) {
     return first_line_[job] - submitted_[job];
   }
 
  private:
-  kiln::EventLoop& loop_;
-  kiln::Engine& engine_;
-  std::vector<std::string> jobs_;
-  size_t next_ = 0;
   std::vector<std::string> names_;
   std::map<std::string, absl::Time> submitted_;
   std::map<std::string, absl::Time> first_line_;
@@ -165,11 +138,30 @@ int main(int argc, char** argv) {
     std::cerr << engine.status() << "\n";
     return 1;
   }
-  Quickstart quickstart(*loop, **engine,
-                        {JobJson("first", work), JobJson("second", work), JobJson("third", work)});
+  Quickstart quickstart;
   (*engine)->AddObserver(&quickstart);
-  loop->Post([&] { quickstart.SubmitNext(); });
-  loop->Run();
+  // One job after the other: each finds the cluster the one before kept warm.
+  for (const std::string& json : {JobJson("first", work), JobJson("second", work),
+                                  JobJson("third", work)}) {
+    kiln::v1::CreateTrainingJobRequest request;
+    absl::Status parsed = kiln::ParseJson(json, request);
+    if (!parsed.ok()) {
+      std::cerr << parsed << "\n";
+      return 1;
+    }
+    quickstart.Submitted(request.training_job_name(), loop->Now());
+    auto created = (*engine)->CreateTrainingJob(request);
+    if (!created.ok()) {
+      std::cerr << created.status() << "\n";
+      return 1;
+    }
+    // Runs the loop on this thread until the job has ended.
+    auto ended = (*engine)->WaitForTrainingJob(request.training_job_name());
+    if (!ended.ok()) {
+      std::cerr << ended.status() << "\n";
+      return 1;
+    }
+  }
 
   std::printf("\n%-8s %-10s %-12s %-26s %s\n", "job", "status", "startup", "warm pool", "model");
   bool ok = true;
