@@ -141,8 +141,8 @@ int main(int argc, char** argv) {
   Quickstart quickstart;
   (*engine)->AddObserver(&quickstart);
   // One job after the other: each finds the cluster the one before kept warm.
-  for (const std::string& json : {JobJson("first", work), JobJson("second", work),
-                                  JobJson("third", work)}) {
+  for (const std::string& json :
+       {JobJson("first", work), JobJson("second", work), JobJson("third", work)}) {
     kiln::v1::CreateTrainingJobRequest request;
     absl::Status parsed = kiln::ParseJson(json, request);
     if (!parsed.ok()) {

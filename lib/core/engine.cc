@@ -575,8 +575,8 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   absl::Status DeleteTrainingJob(const v1::DeleteTrainingJobRequest& request) override {
     return OnLoop([&] { return Delete(request); });
   }
-  absl::StatusOr<v1::DescribeTrainingJobResponse> WaitForTrainingJob(
-      std::string_view name, absl::Time deadline) override;
+  absl::StatusOr<v1::DescribeTrainingJobResponse> WaitForTrainingJob(std::string_view name,
+                                                                     absl::Time deadline) override;
   absl::Status WaitForAllTrainingJobs(absl::Time deadline) override;
   void AddObserver(JobObserver* observer) override {
     OnLoop([&] {
@@ -2046,8 +2046,8 @@ void EngineImpl::EndInterruption(Job& job) {
     // A retry after a lost instance goes back to Starting at once.
     SetStatus(job, kInProgress, kStarting, kMsgRestarting,
               absl::StrCat("Instance ", job.extras().interrupted_host,
-                           " was lost; infrastructure retry ", job.infrastructure_failures_,
-                           " of ", context.max_retry_attempts, " (RetryStrategy)"));
+                           " was lost; infrastructure retry ", job.infrastructure_failures_, " of ",
+                           context.max_retry_attempts, " (RetryStrategy)"));
   }
   job.retry_timer_ = loop_.ScheduleAfter(decision.delay, [this, token = TokenOf(job), preempted] {
     const Step step(*this);

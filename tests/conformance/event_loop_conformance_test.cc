@@ -731,7 +731,7 @@ TEST_P(EventLoopConformanceTest, TryHoldMakesAnIdleLoopsCallerTheLoopThread) {
     EXPECT_TRUE(loop_->TryHold([&] {
       inside = loop_->IsLoopThread();
       loop_->ScheduleAfter(absl::ZeroDuration(), [] {});  // loop-thread work is allowed
-      EXPECT_TRUE(loop_->TryHold([] {}));                  // the holder may take it again
+      EXPECT_TRUE(loop_->TryHold([] {}));                 // the holder may take it again
     }));
     EXPECT_TRUE(inside);
     EXPECT_TRUE(loop_->IsLoopThread());  // it held the loop last

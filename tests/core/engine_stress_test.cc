@@ -159,8 +159,8 @@ TEST_P(EngineStressTest, EightThreadsCallEveryMethodAtOnce) {
             break;
           }
           case 7: {
-            absl::Status s = engine->WaitForTrainingJob(
-                name, loop->Now() + absl::Milliseconds(20)).status();
+            absl::Status s =
+                engine->WaitForTrainingJob(name, loop->Now() + absl::Milliseconds(20)).status();
             expect(s, {StatusCode::kNotFound, StatusCode::kDeadlineExceeded}, "WaitForTrainingJob");
             break;
           }

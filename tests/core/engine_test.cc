@@ -1643,7 +1643,6 @@ TEST_F(EngineTest, ListOrdersAndFiltersByTheExactCreationTime) {
             "j2");
 }
 
-
 // The public helpers providers and data channels use to read a request's
 // channels the engine's way.
 TEST(ChannelHelpersTest, EffectiveInputModeAndTheGroupsAChannelReaches) {

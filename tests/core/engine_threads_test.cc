@@ -84,8 +84,7 @@ TEST_P(EngineThreadsTest, CallsFromAnotherThreadWorkOnALoopThatNeverRan) {
     EXPECT_TRUE(engine_->StopTrainingJob(stop).ok());
   }).join();
   EXPECT_TRUE(engine_->WaitForAllTrainingJobs().ok());
-  EXPECT_EQ(engine_->DescribeTrainingJob(DescribeRequest("b"))->training_job_status(),
-            "Stopped");
+  EXPECT_EQ(engine_->DescribeTrainingJob(DescribeRequest("b"))->training_job_status(), "Stopped");
 }
 
 TEST_P(EngineThreadsTest, WaitReturnsWhenTheJobEndsNotWhenTheTimersRunOut) {
@@ -116,8 +115,7 @@ TEST_P(EngineThreadsTest, WaitUpToADeadlineOnTheLoopsClock) {
   Build(GetParam(), slow);
   Create("slow");
   const absl::Time deadline = loop_->Now() + absl::Milliseconds(50);
-  absl::StatusOr<v1::DescribeTrainingJobResponse> d =
-      engine_->WaitForTrainingJob("slow", deadline);
+  absl::StatusOr<v1::DescribeTrainingJobResponse> d = engine_->WaitForTrainingJob("slow", deadline);
   EXPECT_TRUE(absl::IsDeadlineExceeded(d.status())) << d.status();
   EXPECT_GE(loop_->Now(), deadline);
   EXPECT_EQ(engine_->active_jobs(), 1);

@@ -43,9 +43,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/match.h"
 #include "kiln/aws/s3.h"
 #include "kiln/engine.h"
 #include "kiln/json.h"
