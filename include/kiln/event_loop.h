@@ -266,7 +266,9 @@ class EventLoop {
   // Virtual: runs events in (time, seq) order, jumping the clock to each event's time; when
   // only work guards remain, it waits (in real time, the clock standing still) for a post or
   // for the last guard to go, like a real loop. Real-time: waits for each timer until it is
-  // due on the real clock, and for posts and guards the same way.
+  // due on the real clock, and for posts and guards the same way, however far the last timer
+  // is: code that waits for particular work (an engine's jobs) waits for that instead
+  // (Engine::WaitForTrainingJob).
   // Returns early, after the running callback, if Stop() was called (and clears the request).
   // The calling thread holds the loop meanwhile, once no other thread does.
   // Thread-safe. REQUIRES: not called from inside a callback of this loop (not reentrant).
