@@ -10,12 +10,10 @@
 // <= 2 KiB per finished job.
 //
 // Three ways to submit the jobs:
-//   whole:    CreateTrainingJob(request), the template renamed: the engine
-//             finds each request's content among those it accepted lately,
-//             so it validates the name only and the jobs share one copy;
-//   distinct: CreateTrainingJob(request), the template renamed and with a
-//             hyperparameter of its own: each request is new to the engine,
-//             validated whole and copied into its job;
+//   whole:    CreateTrainingJob(request), the template renamed: each request
+//             is validated whole and copied into its job;
+//   distinct: the same, with a hyperparameter of its own in each request
+//             (one more map entry to validate and copy);
 //   prepared: CreateTrainingJob(prepared, name) from one PrepareTrainingJob
 //             of the template: each job's name is validated and the jobs
 //             share the request (what a sweep or a batch can do).

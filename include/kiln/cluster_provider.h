@@ -106,9 +106,9 @@ struct ContainerExit {
 struct JobContext {
   std::string_view job_name;
   std::string_view job_arn;
-  // The job's request. Its TrainingJobName is empty for a job made from a
-  // PreparedTrainingJob (kiln/engine.h), whose jobs share one request: the
-  // job's name is job_name.
+  // The job's request, without its TrainingJobName: the engine keeps one
+  // request for all the jobs made from a PreparedTrainingJob (kiln/engine.h),
+  // and every job's request the same way. The job's name is job_name.
   const v1::CreateTrainingJobRequest& request;
   const Cluster& cluster;
   int32_t attempt = 1;  // 1 for the first run, +1 per restart

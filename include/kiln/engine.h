@@ -107,9 +107,7 @@ struct PreparedAccess;
 // their names: a sweep's trials, a nightly batch, a simulated workload. Made
 // by Engine::PrepareTrainingJob, used by Engine::CreateTrainingJob(prepared,
 // name). The jobs made from it share its request instead of each keeping a
-// copy, and only their names are validated. (CreateTrainingJob(request)
-// recognizes a request sent again under a new name and does the same, at the
-// cost of serializing each request to find it; preparing spares that too.)
+// copy, and only their names are validated.
 //
 //   auto prepared = engine->PrepareTrainingJob(request).value();
 //   for (int i = 0; i < 100; ++i) {
@@ -202,13 +200,8 @@ class Engine {
   // the rest runs on the loop, as for every method.
   // The engine copies what it keeps; the caller keeps `request` and may
   // change and submit it again, e.g. a template under a new TrainingJobName.
-  // Sent again: a request whose content (all but TrainingJobName) matches,
-  // byte for byte once serialized with map entries in key order, one of the
-  // requests the engine accepted lately is a request validated already: only
-  // its name is checked (with the same errors) and its channels'
-  // CheckChannel, and its jobs share one copy, as jobs made from a
-  // PreparedTrainingJob do. What the job shows is the same either way;
-  // PrepareTrainingJob spares the look-up too.
+  // Every request is validated whole; to validate and copy a template once
+  // for many jobs, use PrepareTrainingJob.
   virtual absl::StatusOr<v1::CreateTrainingJobResponse> CreateTrainingJob(
       const v1::CreateTrainingJobRequest& request) = 0;
 

@@ -157,6 +157,7 @@ std::unique_ptr<KeepAlivePolicy> NewAdaptiveHistogramKeepAlive(
 // What the engine tells the manager about a job, at creation.
 struct WarmPoolJob {
   std::string_view name;
+  // The job's request, without its TrainingJobName (the name is `name`).
   const v1::CreateTrainingJobRequest& request;
 };
 

@@ -6,7 +6,6 @@
 #include <csignal>
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -30,7 +29,6 @@
 #include "core/internal/deadline_queue.h"
 #include "core/internal/keyed_set.h"
 #include "core/internal/observer_queue.h"
-#include "core/internal/recent_requests.h"
 #include "core/internal/regex.h"
 #include "core/internal/shapes.h"
 #include "core/internal/utf8.h"
@@ -251,64 +249,53 @@ class MaybeTime {
 
 struct MetricState {
   std::string name;
-  std::unique_ptr<internal::Regex> regex;  // released when the job ends
+  std::unique_ptr<internal::Regex> regex;  // released when the job ends (Finish)
   std::optional<double> value;
   absl::Time time;
 };
 
-// The protobuf arena that holds a job's request while the job runs, with its
-// first block inside: one allocation holds a usual request whole. The engine
-// keeps a few spare ones (EngineImpl::TakeStore), reset, for the next jobs.
-struct RequestStore {
-  RequestStore() : arena(block, sizeof block) {}
-  google::protobuf::Arena arena;
-  alignas(16) char block[2048];
-};
+// A copy of a CreateTrainingJob request for a job to keep, without its
+// TrainingJobName, on a protobuf arena that the returned pointer owns: one
+// allocation holds a usual request whole, and copying costs bump allocations
+// rather than one heap allocation per field.
+std::shared_ptr<const v1::CreateTrainingJobRequest> CopyForJob(
+    const v1::CreateTrainingJobRequest& request) {
+  struct OnArena {
+    OnArena() : arena(block, sizeof block) {}
+    google::protobuf::Arena arena;
+    alignas(16) char block[2048];
+  };
+  auto owner = std::make_shared<OnArena>();
+  auto* copy = google::protobuf::Arena::CreateMessage<v1::CreateTrainingJobRequest>(&owner->arena);
+  copy->CopyFrom(request);
+  copy->clear_training_job_name();
+  return std::shared_ptr<const v1::CreateTrainingJobRequest>(std::move(owner), copy);
+}
 
-// A job: its record (what Describe reports), plus, while it runs, the parsed
-// request and the state of the work in flight.
+// A job: its record (what Describe reports), plus, while it runs, the state
+// of the work in flight.
 //
-// A job's request is its own copy or a shared one. Its own copy lives on the
-// job's protobuf arena while the job may need it: copying it there costs a few
-// bump allocations rather than one heap allocation per field, and dropping it
-// frees a block or two. Once the job has ended the engine compacts it
-// (EngineImpl::CompactLater): the request is kept serialized and the arena
-// goes, which keeps a finished job's footprint small. (CreateTrainingJob
-// serialized it already, to look it up among the recent requests: the job
-// keeps those bytes from the start.) A shared request (no TrainingJobName;
-// name_ is the name) is a PreparedTrainingJob's or one that CreateTrainingJob
-// found among the recent requests: the job holds a reference to it until an
-// UpdateTrainingJob gives the job a request of its own, or until it is
-// compacted as the last holder, when it keeps the request serialized instead.
+// A job's request is immutable and shared: the PreparedTrainingJob's it was
+// made from, or the engine's copy of a CreateTrainingJob request (CopyForJob).
+// Either way it has no TrainingJobName (name_ is the name). An
+// UpdateTrainingJob gives the job a new request; the one it replaced stays
+// whole for whoever else holds it.
+//
+// Once the job has ended, a request that no other job or PreparedTrainingJob
+// holds is kept serialized instead (Job::Keep): a finished job stays until
+// deleted, and a parsed request takes several times the bytes of its
+// serialized form.
 class Job final : public ContainerEvents {
  public:
-  // A job with its own copy of `request`, whose serialized form is `bytes`
-  // (empty: not serialized yet). `store` is empty (fresh or reset).
-  Job(EngineImpl& engine, uint64_t seq, const v1::CreateTrainingJobRequest& request,
-      std::string bytes, absl::Time now, std::unique_ptr<RequestStore> store)
-      : engine_(engine),
-        seq_(seq),
-        name_(request.training_job_name()),
-        store_(std::move(store)),
-        own_request_(
-            google::protobuf::Arena::CreateMessage<v1::CreateTrainingJobRequest>(&store_->arena)),
-        request_(own_request_),
-        request_bytes_(std::move(bytes)),
-        creation_time_(now),
-        last_modified_(now) {
-    own_request_->CopyFrom(request);
-  }
-  // A job `name` that shares the prepared request `shared`.
+  // A job `name` whose request is `request` (without a TrainingJobName).
   Job(EngineImpl& engine, uint64_t seq, std::string name,
-      std::shared_ptr<const v1::CreateTrainingJobRequest> shared, absl::Time now)
+      std::shared_ptr<const v1::CreateTrainingJobRequest> request, absl::Time now)
       : engine_(engine),
         seq_(seq),
         name_(std::move(name)),
-        shared_request_(std::move(shared)),
-        request_(shared_request_.get()),
+        request_(std::move(request)),
         creation_time_(now),
         last_modified_(now) {}
-  ~Job() override;  // gives the store back to the engine
   Job(const Job&) = delete;
   Job& operator=(const Job&) = delete;
 
@@ -318,40 +305,33 @@ class Job final : public ContainerEvents {
   const std::string& name() const { return name_; }
   // Whether the job has ended (Completed, Failed or Stopped).
   bool ended() const { return status_ == kCompleted || status_ == kFailed || status_ == kStopped; }
-  // The request while the job runs; a shared one has no TrainingJobName.
-  // REQUIRES: the request is not kept serialized yet (Compact; true until the
-  // job has ended).
+  // The request, without its TrainingJobName, while the job runs.
+  // REQUIRES: !ended() (or Keep() not called since it ended).
   const v1::CreateTrainingJobRequest& request() const { return *request_; }
-
-  // The request at any time, named (parsed again once the job is compacted).
-  v1::CreateTrainingJobRequest LoadRequest() const {
-    v1::CreateTrainingJobRequest r;
-    if (request_ != nullptr) {
-      r = *request_;
-    } else {
-      r.ParseFromString(request_bytes_);
-    }
-    r.set_training_job_name(name_);  // a shared request has none
-    return r;
+  // The request at any time: request(), or, once it is kept serialized, a
+  // copy parsed into `scratch`.
+  const v1::CreateTrainingJobRequest& ReadRequest(v1::CreateTrainingJobRequest& scratch) const {
+    if (request_ != nullptr) return *request_;
+    scratch.ParseFromString(request_bytes_);
+    return scratch;
   }
-  // Replaces the request with `r` (named). A job that shares a request gets
-  // one of its own.
-  void StoreRequest(const v1::CreateTrainingJobRequest& r) {
-    if (own_request_ != nullptr) {
-      own_request_->CopyFrom(r);
-      request_bytes_.clear();  // serialized again when compacted
-    } else if (shared_request_ != nullptr) {
-      shared_request_ = std::make_shared<const v1::CreateTrainingJobRequest>(r);
-      request_ = shared_request_.get();
-    } else {
-      r.SerializeToString(&request_bytes_);
+  // Replaces the request (UpdateTrainingJob); an ended job keeps it as Keep
+  // says.
+  void SetRequest(std::shared_ptr<const v1::CreateTrainingJobRequest> request) {
+    request_ = std::move(request);
+    request_bytes_.clear();
+    if (ended()) Keep();
+  }
+  // Called when the job has ended: keeps the request serialized when no
+  // other holder shares it (use_count() 1 is exact: only this job, on the
+  // loop thread, can copy the reference), and drops what only a running job
+  // needs.
+  void Keep() {
+    if (request_ != nullptr && request_.use_count() == 1) {
+      request_->SerializeToString(&request_bytes_);
+      request_.reset();
     }
   }
-
-  // Drops what only a running job needs; an own request is kept serialized,
-  // and so is a shared one the job is the last to hold (otherwise the job
-  // keeps its reference). Called once. REQUIRES: ended().
-  void Compact();
 
   // The StatusMessage of transition `i`: its message, and its detail if any.
   std::string TransitionMessage(size_t i) const {
@@ -389,16 +369,9 @@ class Job final : public ContainerEvents {
   EngineImpl& engine_;
   const uint64_t seq_;  // creation order; unique
   const std::string name_;
-  std::unique_ptr<RequestStore> store_;  // own_request_'s; null otherwise
-  // The job's own copy, on store_->arena; null when shared or compacted.
-  v1::CreateTrainingJobRequest* own_request_ = nullptr;
-  // The shared request; null when the job has its own.
-  std::shared_ptr<const v1::CreateTrainingJobRequest> shared_request_;
-  // own_request_ or shared_request_; null once compacted.
-  const v1::CreateTrainingJobRequest* request_;
-  // The request serialized: set once compacted, and while an own request
-  // has not changed since the job was created with its bytes.
-  std::string request_bytes_;
+  // The request, without its TrainingJobName; null once kept serialized.
+  std::shared_ptr<const v1::CreateTrainingJobRequest> request_;
+  std::string request_bytes_;  // the request, once kept serialized (Keep)
   const absl::Time creation_time_;
   absl::Time last_modified_;
 
@@ -621,14 +594,6 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   // --- called by Job (loop thread)
   void HandleLogLine(Job& job, const Instance& instance, std::string_view line);
   void HandleExit(Job& job, const Instance& instance, const ContainerExit& exit);
-  // Takes back the request store of a job that no longer needs it (null: a
-  // no-op): reset and kept while there are fewer than kSpareStores, freed
-  // otherwise.
-  void GiveBackStore(std::unique_ptr<RequestStore> store) {
-    if (store == nullptr || spare_stores_.size() >= kSpareStores) return;
-    store->arena.Reset();
-    spare_stores_.push_back(std::move(store));
-  }
 
  private:
   // One step of the engine (see engine.h): a public call, or a callback of
@@ -741,15 +706,6 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
 
   static JobToken TokenOf(const Job& job) { return JobToken(job.seq_, job.generation_); }
 
-  // A request store for a new job: a spare one (GiveBackStore), or a new one.
-  std::unique_ptr<RequestStore> TakeStore() {
-    if (spare_stores_.empty()) return std::make_unique<RequestStore>();
-    std::unique_ptr<RequestStore> store = std::move(spare_stores_.back());
-    spare_stores_.pop_back();
-    return store;
-  }
-  static constexpr size_t kSpareStores = 32;
-
   // The job a completion belongs to, or null when the completion is stale
   // (the job ended, was deleted, or abandoned that work).
   Job* Resume(const JobToken& token) {
@@ -772,13 +728,10 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   // TrainingJobName the service accepts.
   absl::Status CheckName(const std::string& name) const;
   // CreateTrainingJob on the loop, for an admitted request: the name must be
-  // free (CheckNewJob); then the job is accepted with a copy of the request,
-  // and `bytes`, the request serialized (or empty).
-  absl::StatusOr<v1::CreateTrainingJobResponse> Create(const v1::CreateTrainingJobRequest& request,
-                                                       std::string bytes);
-  // The same for a job `name` that shares the prepared request `shared`.
+  // free (CheckNewJob); then the job `name` is accepted with `request`
+  // (without a TrainingJobName), which it keeps.
   absl::StatusOr<v1::CreateTrainingJobResponse> Create(
-      std::string name, std::shared_ptr<const v1::CreateTrainingJobRequest> shared);
+      std::string name, std::shared_ptr<const v1::CreateTrainingJobRequest> request);
   // AlreadyExists when `name` is taken; ResourceExhausted when the engine
   // can number no more jobs.
   absl::Status CheckNewJob(const std::string& name);
@@ -826,15 +779,6 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   // ended (`job_ended`: it decides whether to keep it), else to the provider.
   void ReturnCluster(Job& job, bool healthy, bool job_ended = true);
   void CancelTimers(Job& job);
-  // Queues an ended job for Job::Compact (see to_compact_).
-  void CompactLater(const Job& job) {
-    to_compact_.push_back(job.seq_);
-    while (to_compact_.size() > kCompactBacklog) {
-      Job* oldest = by_seq_.Find(to_compact_.front());
-      to_compact_.pop_front();
-      if (oldest != nullptr) oldest->Compact();
-    }
-  }
 
   v1::TrainingJobSummary Summary(const Job& job) const;
 
@@ -889,8 +833,6 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   internal::ObserverQueue events_;
   int step_depth_ = 0;            // Steps open
   std::vector<Waiter*> waiters_;  // registered waiters, in the order they came
-  // Declared before jobs_, so that destroyed jobs can still give theirs back.
-  std::vector<std::unique_ptr<RequestStore>> spare_stores_;
   // Every job, by its own name. No behaviour depends on the iteration order
   // of these (List sorts).
   internal::KeyedSet<Job, JobName> jobs_;
@@ -903,39 +845,9 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
       JobDeadlines(&Job::max_wait_deadline_, StopCause::kMaxWait);
   std::string arn_prefix_;  // arn:aws:sagemaker:<region>:<account>:training-job/
   uint64_t next_seq_ = 1;
-  // Ended jobs not compacted yet, oldest first. A job is compacted once
-  // kCompactBacklog jobs have ended after it, or never if it is deleted
-  // first: a caller that deletes jobs as they end (kiln simulate) pays for no
-  // serialization, and at most kCompactBacklog ended jobs keep their arena.
-  static constexpr size_t kCompactBacklog = 256;
-  std::deque<uint64_t> to_compact_;
   std::atomic<int> active_jobs_{0};
   const uint64_t id_ = next_engine_id.fetch_add(1, std::memory_order_relaxed);
-  // Contents of requests CreateTrainingJob accepted lately (thread-safe).
-  // Last: 4 KB that the loop's work never reads, kept off its members' lines.
-  internal::RecentRequests recent_requests_;
 };
-
-Job::~Job() { engine_.GiveBackStore(std::move(store_)); }
-
-void Job::Compact() {
-  if (own_request_ != nullptr) {
-    if (request_bytes_.empty()) own_request_->SerializeToString(&request_bytes_);
-    own_request_ = nullptr;
-    request_ = nullptr;
-    engine_.GiveBackStore(std::move(store_));
-  } else if (shared_request_ != nullptr && shared_request_.use_count() == 1) {
-    // No other job or PreparedTrainingJob holds it: it would stay parsed
-    // for this job alone. (A CreateTrainingJob on another thread may take it
-    // from recent_requests_ meanwhile: its job keeps it alive.)
-    shared_request_->SerializeToString(&request_bytes_);
-    shared_request_.reset();
-    request_ = nullptr;
-  }
-  if (extras_ != nullptr) {
-    for (MetricState& m : extras_->metrics) m.regex.reset();
-  }
-}
 
 void Job::OnLogLine(const Instance& instance, std::string_view line) {
   engine_.HandleLogLine(*this, instance, line);
@@ -1004,36 +916,12 @@ absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::CreateTrainingJob(
 
 absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::CreateTrainingJob(
     const v1::CreateTrainingJobRequest& request) {
-  // The checks that need no engine state run on the caller's thread: the
-  // data channel's may wait for a store, and must not hold up the loop.
-  //
-  // A request whose content (all but its name) the engine accepted lately
-  // needs only its name checked, and its jobs share one copy, as if it had
-  // been prepared. The content is found by its serialized bytes, which a
-  // job with its own copy keeps for when it is compacted.
-  // (A request without a name is validated whole, to be refused as such.)
-  internal::SerializedRequest serialized(request);
-  if (request.has_training_job_name() && serialized.cacheable() &&
-      recent_requests_.MayHold(serialized.content_size())) {
-    serialized.Serialize();
-    internal::RecentRequests::Found found = recent_requests_.Find(serialized);
-    if (found.seen) {
-      KILN_RETURN_IF_ERROR(CheckName(request.training_job_name()));
-      KILN_RETURN_IF_ERROR(CheckChannels(request));
-      std::shared_ptr<const v1::CreateTrainingJobRequest> shared = std::move(found.shared);
-      if (shared == nullptr) {
-        auto copy = std::make_shared<v1::CreateTrainingJobRequest>(request);
-        copy->clear_training_job_name();
-        shared = recent_requests_.Share(serialized, std::move(copy));
-      }
-      return OnLoop([&] { return Create(request.training_job_name(), std::move(shared)); });
-    }
-  }
+  // The checks that need no engine state, and the copy the job keeps, are
+  // made on the caller's thread: the data channel's checks may wait for a
+  // store, and must not hold up the loop.
   KILN_RETURN_IF_ERROR(Admit(request));
-  if (!serialized.cacheable()) return OnLoop([&] { return Create(request, std::string()); });
-  serialized.Serialize();  // valid now: its strings are UTF-8
-  recent_requests_.Remember(serialized);
-  return OnLoop([&] { return Create(request, std::move(serialized).TakeBytes()); });
+  std::shared_ptr<const v1::CreateTrainingJobRequest> copy = CopyForJob(request);
+  return OnLoop([&] { return Create(request.training_job_name(), std::move(copy)); });
 }
 
 absl::Status EngineImpl::CheckName(const std::string& name) const {
@@ -1064,20 +952,10 @@ absl::Status EngineImpl::CheckNewJob(const std::string& name) {
 }
 
 absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
-    const v1::CreateTrainingJobRequest& request, std::string bytes) {
-  KILN_RETURN_IF_ERROR(CheckNewJob(request.training_job_name()));
-  KILN_ASSIGN_OR_RETURN(const bool pooled,
-                        pools().OnJobCreated(WarmPoolJob{request.training_job_name(), request}));
-  // Accepted: the job keeps a copy of the request.
-  return Accept(jobs_.Add(*this, next_seq_++, request, std::move(bytes), Now(), TakeStore()),
-                pooled);
-}
-
-absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::Create(
-    std::string name, std::shared_ptr<const v1::CreateTrainingJobRequest> shared) {
+    std::string name, std::shared_ptr<const v1::CreateTrainingJobRequest> request) {
   KILN_RETURN_IF_ERROR(CheckNewJob(name));
-  KILN_ASSIGN_OR_RETURN(const bool pooled, pools().OnJobCreated(WarmPoolJob{name, *shared}));
-  return Accept(jobs_.Add(*this, next_seq_++, std::move(name), std::move(shared), Now()), pooled);
+  KILN_ASSIGN_OR_RETURN(const bool pooled, pools().OnJobCreated(WarmPoolJob{name, *request}));
+  return Accept(jobs_.Add(*this, next_seq_++, std::move(name), std::move(request), Now()), pooled);
 }
 
 v1::CreateTrainingJobResponse EngineImpl::Accept(Job& ref, bool pooled) {
@@ -1112,7 +990,8 @@ absl::StatusOr<v1::DescribeTrainingJobResponse> EngineImpl::Describe(
   if (job == nullptr) return NoSuchJob(request);
 
   v1::DescribeTrainingJobResponse d;
-  const v1::CreateTrainingJobRequest request_echo = job->LoadRequest();
+  v1::CreateTrainingJobRequest scratch;
+  const v1::CreateTrainingJobRequest& request_echo = job->ReadRequest(scratch);
   EchoFields(request_echo, d);
   // The service shows these flags false when the request left them out.
   if (!d.has_enable_network_isolation()) d.set_enable_network_isolation(false);
@@ -1334,21 +1213,22 @@ absl::StatusOr<v1::UpdateTrainingJobResponse> EngineImpl::Update(
         job->name(), absl::Seconds(request.resource_config().keep_alive_period_in_seconds())));
     job->last_modified_ = Now();
   }
-  v1::CreateTrainingJobRequest updated = job->LoadRequest();
+  v1::CreateTrainingJobRequest scratch;
+  auto updated = std::make_shared<v1::CreateTrainingJobRequest>(job->ReadRequest(scratch));
   if (request.has_resource_config()) {  // what Describe's ResourceConfig shows from now on
-    updated.mutable_resource_config()->set_keep_alive_period_in_seconds(
+    updated->mutable_resource_config()->set_keep_alive_period_in_seconds(
         request.resource_config().keep_alive_period_in_seconds());
   }
   if (request.has_profiler_config()) {
-    EchoFields(request.profiler_config(), *updated.mutable_profiler_config());
+    EchoFields(request.profiler_config(), *updated->mutable_profiler_config());
   }
   if (request.profiler_rule_configurations_size() > 0) {
-    *updated.mutable_profiler_rule_configurations() = request.profiler_rule_configurations();
+    *updated->mutable_profiler_rule_configurations() = request.profiler_rule_configurations();
   }
   if (request.has_remote_debug_config()) {
-    EchoFields(request.remote_debug_config(), *updated.mutable_remote_debug_config());
+    EchoFields(request.remote_debug_config(), *updated->mutable_remote_debug_config());
   }
-  job->StoreRequest(updated);
+  job->SetRequest(std::move(updated));
   job->last_modified_ = Now();
   v1::UpdateTrainingJobResponse response;
   response.set_training_job_arn(Arn(*job));
@@ -1730,7 +1610,7 @@ void EngineImpl::HandleLogLine(Job& job, const Instance& instance, std::string_v
   const Step step(*this);
   const absl::Time now = Now();
   if (events_.has_observers()) events_.LogLine(job.name(), instance.host_name, line, now);
-  if (job.extras_ == nullptr) return;  // (no metrics)
+  if (job.extras_ == nullptr || job.ended()) return;  // (no metrics, or none from now on)
   std::string group;
   for (MetricState& m : job.extras_->metrics) {
     double value = 0;
@@ -1894,8 +1774,11 @@ void EngineImpl::Finish(Job& job, std::string_view status, std::string_view seco
   }
   SetStatus(job, status, secondary, message, std::move(detail));
   job.transitions_.back().end_ns = job.transitions_.back().start_ns;
+  if (job.extras_ != nullptr) {
+    for (MetricState& m : job.extras_->metrics) m.regex.reset();
+  }
+  job.Keep();
   active_jobs_.fetch_sub(1, std::memory_order_relaxed);
-  CompactLater(job);
 }
 
 void EngineImpl::ReturnCluster(Job& job, bool healthy, bool job_ended) {

@@ -494,10 +494,10 @@ TEST_F(EngineTest, NameOnlyRequestsWithABadNameFailValidation) {
   EXPECT_TRUE(engine_->DescribeTrainingJob(d).ok());
 }
 
-// The engine copies the request: the caller may change and submit it again.
-// Ended jobs are compacted (the request kept serialized) once enough later
-// jobs have ended; a compacted job describes and updates exactly as before.
-TEST_F(EngineTest, EndedJobsDescribeTheSameBeforeAndAfterCompaction) {
+// The engine copies the request: the caller may change and submit it again,
+// and what an ended job describes stays as it was, through later jobs,
+// updates and deletions of others.
+TEST_F(EngineTest, EndedJobsKeepTheRequestTheyWereGiven) {
   auto r = Request("job-0");
   (*r.mutable_hyper_parameters())["lr"] = "0.1";
   r.mutable_stopping_condition()->set_max_runtime_in_seconds(7200);
@@ -505,21 +505,21 @@ TEST_F(EngineTest, EndedJobsDescribeTheSameBeforeAndAfterCompaction) {
   loop_->RunUntilIdle();
   const v1::DescribeTrainingJobResponse before = Describe("job-0");
   ASSERT_EQ(before.training_job_status(), "Completed");
-  // Far more later jobs than the engine keeps uncompacted, from the same
-  // request object, renamed.
-  for (int i = 1; i <= 600; ++i) {
+  // Later jobs from the same request object, renamed and changed.
+  for (int i = 1; i <= 20; ++i) {
     r.set_training_job_name(absl::StrCat("job-", i));
+    (*r.mutable_hyper_parameters())["lr"] = absl::StrCat("0.", i);
     Create(r);
   }
   loop_->RunUntilIdle();
   const v1::DescribeTrainingJobResponse after = Describe("job-0");
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(before, after))
       << before.DebugString() << "\nvs\n" << after.DebugString();
-  EXPECT_EQ(after.hyper_parameters().at("lr"), "0.1");
-  EXPECT_EQ(Describe("job-600").training_job_name(), "job-600");
+  EXPECT_EQ(Describe("job-20").training_job_name(), "job-20");
+  EXPECT_EQ(Describe("job-20").hyper_parameters().at("lr"), "0.20");
   EXPECT_EQ(Describe("job-1").stopping_condition().max_runtime_in_seconds(), 7200);
 
-  // UpdateTrainingJob on a compacted job keeps what it sets.
+  // UpdateTrainingJob on an ended job keeps what it sets, and only there.
   v1::UpdateTrainingJobRequest update;
   update.set_training_job_name("job-0");
   update.mutable_profiler_config()->set_s3_output_path("s3://bucket/profiles");
@@ -527,19 +527,12 @@ TEST_F(EngineTest, EndedJobsDescribeTheSameBeforeAndAfterCompaction) {
   const v1::DescribeTrainingJobResponse updated = Describe("job-0");
   EXPECT_EQ(updated.profiler_config().s3_output_path(), "s3://bucket/profiles");
   EXPECT_EQ(updated.hyper_parameters().at("lr"), "0.1");
+  EXPECT_FALSE(Describe("job-1").has_profiler_config());
 
-  // Deleting jobs whether or not they were compacted yet.
-  for (int i = 0; i <= 600; i += 100) {
-    v1::DeleteTrainingJobRequest del;
-    del.set_training_job_name(absl::StrCat("job-", i));
-    EXPECT_TRUE(engine_->DeleteTrainingJob(del).ok()) << i;
-  }
-  for (int i = 601; i <= 900; ++i) {
-    r.set_training_job_name(absl::StrCat("job-", i));
-    Create(r);
-  }
-  loop_->RunUntilIdle();
-  EXPECT_EQ(Describe("job-601").training_job_status(), "Completed");
+  v1::DeleteTrainingJobRequest del;
+  del.set_training_job_name("job-1");
+  ASSERT_TRUE(engine_->DeleteTrainingJob(del).ok());
+  EXPECT_EQ(Describe("job-2").hyper_parameters().at("lr"), "0.2");
   EXPECT_EQ(engine_->active_jobs(), 0);
 }
 
@@ -620,8 +613,7 @@ TEST_F(EngineTest, EmptyOrForeignPreparedJobsAreRefused) {
 
 // Jobs share the prepared request, which may go before they end. An update
 // gives the updated job a request of its own; the other jobs and the
-// prepared request keep theirs, before and after the engine compacts ended
-// jobs.
+// prepared request keep theirs.
 TEST_F(EngineTest, PreparedJobsShareTheRequestUntilOneIsUpdated) {
   auto r = Request("template");
   (*r.mutable_hyper_parameters())["lr"] = "0.1";
@@ -647,165 +639,10 @@ TEST_F(EngineTest, PreparedJobsShareTheRequestUntilOneIsUpdated) {
   EXPECT_FALSE(Describe("b").has_profiler_config());
   EXPECT_FALSE(kept.request().has_profiler_config());
 
-  // Past the compaction backlog: "a" (own request now) and "b" (shared) are
-  // compacted, and describe as before.
-  for (int i = 0; i < 300; ++i) {
-    ASSERT_TRUE(engine_->CreateTrainingJob(kept, absl::StrCat("later-", i)).ok());
-  }
+  // The jobs keep the request when the last PreparedTrainingJob goes.
   kept = PreparedTrainingJob();
-  loop_->RunUntilIdle();
   EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(Describe("b"), b_before));
   EXPECT_EQ(Describe("a").profiler_config().s3_output_path(), "s3://bucket/profiles");
-  EXPECT_EQ(Describe("later-299").hyper_parameters().at("lr"), "0.1");
-  EXPECT_EQ(Describe("later-299").training_job_status(), "Completed");
-}
-
-// --- Requests sent again
-
-// A request whose content (all but its name) the engine accepted before is
-// checked by its name only and its jobs share one copy; a job made from it
-// runs, reports and describes exactly as one made from a request new to the
-// engine.
-TEST_F(EngineTest, ARequestSentAgainRunsAsANewOneDoes) {
-  const auto r = ReportingRequest("job", {{"lr", "0.1"}, {"epochs", "3"}});
-
-  Create(r);
-  loop_->RunUntilIdle();
-  const std::string fresh = ToJson(Describe("job"));
-  const std::vector<std::string> fresh_statuses = observer_.statuses;
-  const std::vector<std::string> fresh_metrics = observer_.metrics;
-  ASSERT_FALSE(fresh_metrics.empty());
-
-  // In a new engine: the content under another name first, then "job"
-  // (found: its name alone is checked, and it gets the copy to share), then
-  // the same content built anew, its map filled in another order (found
-  // again: it shares that copy).
-  Build();
-  observer_ = RecordingObserver();
-  auto warm = r;
-  warm.set_training_job_name("warm");
-  Create(warm);
-  Create(r);
-  Create(ReportingRequest("again", {{"epochs", "3"}, {"lr", "0.1"}}));
-  loop_->RunUntilIdle();
-  EXPECT_EQ(ToJson(Describe("job")), fresh);
-  std::vector<std::string> job_statuses;
-  for (const std::string& s : observer_.statuses) {
-    if (s.rfind("job:", 0) == 0) job_statuses.push_back(s);
-  }
-  EXPECT_EQ(job_statuses, fresh_statuses);
-  std::vector<std::string> job_metrics;
-  for (const std::string& m : observer_.metrics) {
-    if (m.rfind("job:", 0) == 0) job_metrics.push_back(m);
-  }
-  EXPECT_EQ(job_metrics, fresh_metrics);
-  for (const char* name : {"warm", "again"}) {
-    v1::DescribeTrainingJobResponse d = Describe(name);
-    EXPECT_EQ(d.training_job_status(), "Completed") << name;
-    EXPECT_EQ(d.hyper_parameters().at("epochs"), "3") << name;
-    EXPECT_EQ(d.training_job_name(), name);
-  }
-}
-
-// A request found among those accepted lately has only its name left to
-// check, and fails as it would have if it were new; nothing is kept.
-TEST_F(EngineTest, ARequestSentAgainFailsAsANewOneWould) {
-  std::vector<v1::CreateTrainingJobRequest> bad;
-  for (const std::string& name :
-       std::vector<std::string>{"not a name", "-job-1", std::string(64, 'a'), ""}) {
-    bad.push_back(Request(name));
-  }
-  bad.push_back(Request(""));
-  bad.back().clear_training_job_name();  // missing, which is not the same as empty
-  std::vector<absl::Status> as_new;
-  for (const auto& r : bad) {
-    as_new.push_back(engine_->CreateTrainingJob(r).status());
-    ASSERT_TRUE(absl::IsInvalidArgument(as_new.back())) << as_new.back();
-  }
-  Create(Request("job"));  // the content, accepted
-  for (size_t i = 0; i < bad.size(); ++i) {
-    EXPECT_EQ(engine_->CreateTrainingJob(bad[i]).status(), as_new[i])
-        << bad[i].training_job_name();
-  }
-  const absl::Status taken = engine_->CreateTrainingJob(Request("job")).status();
-  EXPECT_TRUE(absl::IsAlreadyExists(taken)) << taken;
-  EXPECT_EQ(engine_->ListTrainingJobs({}).value().training_job_summaries_size(), 1);
-}
-
-// Jobs made from one request sent again share a copy, and keep what each was
-// given: the caller's later changes reach none of them, an update only the
-// job updated, before and after ended jobs are compacted (the last job to
-// hold the shared copy keeps it serialized).
-TEST_F(EngineTest, JobsFromARequestSentAgainKeepWhatTheyWereGiven) {
-  auto r = Request("a");
-  (*r.mutable_hyper_parameters())["lr"] = "0.1";
-  Create(r);  // new: a copy of its own
-  r.set_training_job_name("b");
-  Create(r);  // found: the copy to share, with "c"
-  r.set_training_job_name("c");
-  Create(r);
-  (*r.mutable_hyper_parameters())["lr"] = "0.2";  // new content
-  r.set_training_job_name("d");
-  Create(r);
-  r.mutable_hyper_parameters()->clear();
-  loop_->RunUntilIdle();
-  EXPECT_EQ(Describe("a").hyper_parameters().at("lr"), "0.1");
-  EXPECT_EQ(Describe("b").hyper_parameters().at("lr"), "0.1");
-  EXPECT_EQ(Describe("d").hyper_parameters().at("lr"), "0.2");
-
-  v1::UpdateTrainingJobRequest update;
-  update.set_training_job_name("b");
-  update.mutable_profiler_config()->set_s3_output_path("s3://bucket/profiles");
-  ASSERT_TRUE(engine_->UpdateTrainingJob(update).ok());
-  EXPECT_EQ(Describe("b").profiler_config().s3_output_path(), "s3://bucket/profiles");
-  EXPECT_FALSE(Describe("c").has_profiler_config());
-  EXPECT_FALSE(Describe("a").has_profiler_config());
-  const v1::DescribeTrainingJobResponse c_before = Describe("c");
-  const v1::DescribeTrainingJobResponse b_before = Describe("b");
-  EXPECT_EQ(c_before.training_job_name(), "c");
-
-  // Past the compaction backlog, with requests of other contents.
-  for (int i = 0; i < 300; ++i) {
-    auto later = Request(absl::StrCat("later-", i));
-    (*later.mutable_hyper_parameters())["i"] = absl::StrCat(i);
-    Create(later);
-  }
-  loop_->RunUntilIdle();
-  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(Describe("c"), c_before))
-      << Describe("c").DebugString();
-  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(Describe("b"), b_before));
-  EXPECT_EQ(Describe("a").hyper_parameters().at("lr"), "0.1");
-  EXPECT_EQ(Describe("later-299").hyper_parameters().at("i"), "299");
-
-  // That content, forgotten since (64 newer ones), is new again: a job
-  // from it is checked whole, and runs.
-  r.set_training_job_name("e");
-  (*r.mutable_hyper_parameters())["lr"] = "0.1";
-  Create(r);
-  loop_->RunUntilIdle();
-  EXPECT_EQ(Describe("e").training_job_status(), "Completed");
-  EXPECT_EQ(Describe("e").hyper_parameters().at("lr"), "0.1");
-}
-
-// A request too large to look up (over 32 KiB serialized) is validated and
-// copied each time it is sent, and runs and compacts as any other.
-TEST_F(EngineTest, ALargeRequestSentAgainRunsAsAnyOther) {
-  auto r = Request("big-0");
-  for (int i = 0; i < 20; ++i) {
-    (*r.mutable_hyper_parameters())[absl::StrCat("k", i)] = std::string(2000, 'v');
-  }
-  ASSERT_GT(r.ByteSizeLong(), 32u << 10);
-  Create(r);
-  r.set_training_job_name("big-1");
-  Create(r);
-  loop_->RunUntilIdle();
-  const v1::DescribeTrainingJobResponse before = Describe("big-1");
-  EXPECT_EQ(before.training_job_status(), "Completed");
-  EXPECT_EQ(before.hyper_parameters().size(), 20);
-  for (int i = 0; i < 300; ++i) Create(Request(absl::StrCat("later-", i)));  // compacts both
-  loop_->RunUntilIdle();
-  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(Describe("big-1"), before));
-  EXPECT_EQ(Describe("big-0").hyper_parameters().at("k19"), std::string(2000, 'v'));
 }
 
 TEST_F(EngineTest, DeleteOnlyEndedJobsAndTheNameBecomesFree) {
@@ -1133,7 +970,7 @@ TEST_F(EngineDataChannelTest, PreparedJobsCheckTheirChannelsAtEachCreate) {
 }
 
 // A source may change between jobs: a request sent again has its channels
-// checked again, as a new one does.
+// checked again.
 TEST_F(EngineDataChannelTest, ARequestSentAgainHasItsChannelsCheckedAgain) {
   v1::CreateTrainingJobRequest r = Request("first");
   *r.add_input_data_config() = Prefix("train");
