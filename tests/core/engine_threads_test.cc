@@ -180,6 +180,30 @@ TEST_P(EngineThreadsTest, AWaitFromAnObserverIsRefused) {
   engine_->RemoveObserver(&waiting);
 }
 
+// The loop the waiter runs returns before the job ends (here its Stop(), from an
+// observer at Training): the wait is Cancelled, the job runs on, and a new wait
+// sees it to its end.
+TEST_P(EngineThreadsTest, AWaitWhoseLoopIsStoppedIsCancelled) {
+  struct Stopper : JobObserver {
+    EventLoop* loop = nullptr;
+    void OnStatusChange(const StatusEvent& e) override {
+      if (e.secondary_status == "Training") loop->Stop();
+    }
+  } stopper;
+  stopper.loop = loop_.get();
+  engine_->AddObserver(&stopper);
+  Create("a");
+  const absl::Status cancelled = engine_->WaitForTrainingJob("a").status();
+  EXPECT_TRUE(absl::IsCancelled(cancelled)) << cancelled;
+  EXPECT_NE(cancelled.message().find("training job 'a'"), std::string::npos) << cancelled;
+  engine_->RemoveObserver(&stopper);
+  EXPECT_EQ(engine_->DescribeTrainingJob(DescribeRequest("a"))->training_job_status(),
+            "InProgress");
+  absl::StatusOr<v1::DescribeTrainingJobResponse> ended = engine_->WaitForTrainingJob("a");
+  ASSERT_TRUE(ended.ok()) << ended.status();
+  EXPECT_EQ(ended->training_job_status(), "Completed");
+}
+
 TEST_P(EngineThreadsTest, ActiveJobsInsideTheEndEventNoLongerCountsTheJob) {
   struct Counter : JobObserver {
     Engine* engine = nullptr;

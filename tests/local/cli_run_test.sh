@@ -195,6 +195,39 @@ if [[ -w /dev/full ]]; then
     echo "ok   stdout full"
   fi
 fi
+# Ctrl-C (SIGINT) while the first of two jobs trains: that job is stopped
+# cleanly (Stopped, its model uploaded), the second is never submitted, and
+# kiln run exits with 130.
+cat >"$tmp/ok-image/train" <<'EOF'
+#!/bin/sh
+trap 'echo trained >"$SM_MODEL_DIR/model.txt"; exit 0' TERM
+echo ready >"$SM_MODEL_DIR/ready"
+while :; do sleep 0.1; done
+EOF
+rm -rf "$tmp/state"
+"$kiln" run --state-dir "$tmp/state" --grace 10 "$tmp/good.json" "$tmp/bad.json" \
+  >"$tmp/stdout" 2>"$tmp/stderr" &
+kiln_pid=$!
+for _ in $(seq 100); do
+  ls "$tmp"/state/instances/*/algo-1/ml/model/ready >/dev/null 2>&1 && break
+  sleep 0.1
+done
+kill -INT "$kiln_pid"
+wait "$kiln_pid"
+status=$?
+if [[ "$status" != 130 ]] || ! grep -q '"TrainingJobName":"good"' "$tmp/stdout" ||
+   ! grep -q '"TrainingJobStatus":"Stopped"' "$tmp/stdout" ||
+   grep -q '"TrainingJobName":"bad"' "$tmp/stdout" ||
+   ! grep -q 'stopping (Ctrl-C): OK' "$tmp/stderr"; then
+  echo "FAIL Ctrl-C: status $status (want 130); stdout:"
+  cat "$tmp/stdout"
+  echo "stderr:"
+  cat "$tmp/stderr"
+  fail=1
+else
+  echo "ok   Ctrl-C stops the running job and submits no more"
+fi
+
 # kiln run killed outright (a crash): no process of its job survives it,
 # not even one the entrypoint started in the background, nor one that left
 # its process group (setsid).

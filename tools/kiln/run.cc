@@ -38,11 +38,13 @@
 #include <cstdlib>
 #include <iostream>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
@@ -158,35 +160,29 @@ bool ParseArgs(const std::vector<std::string>& args, RunOptions& o, std::string&
   return true;
 }
 
-// Prints progress to stderr, submits the next job when one ends, and stops
-// the loop after the last.
-class Runner : public JobObserver {
+// Prints progress to stderr and injects the --interrupt notices. (The jobs
+// are submitted and waited for by RunJobs.)
+class Progress : public JobObserver {
  public:
-  Runner(EventLoop& loop, Engine& engine, const RunOptions& options,
-         std::vector<v1::CreateTrainingJobRequest> jobs)
-      : loop_(loop), engine_(engine), options_(options), jobs_(std::move(jobs)) {}
-
-  void Start() { SubmitNext(); }
+  Progress(EventLoop& loop, Engine& engine, const RunOptions& options)
+      : loop_(loop), engine_(engine), options_(options) {}
 
   void OnStatusChange(const StatusEvent& e) override {
+    // A job's first event comes from its CreateTrainingJob.
+    auto [it, created] = submitted_at_.try_emplace(std::string(e.job_name), e.time);
     std::fprintf(stderr, "[%s +%6.1fs] %s/%s: %s\n", std::string(e.job_name).c_str(),
-                 absl::ToDoubleSeconds(e.time - submitted_at_), std::string(e.status).c_str(),
+                 absl::ToDoubleSeconds(e.time - it->second), std::string(e.status).c_str(),
                  std::string(e.secondary_status).c_str(), std::string(e.message).c_str());
-    if (e.secondary_status == "Training" && e.job_name == current_) {
-      for (const Interruption& i : options_.interruptions) {
-        loop_.ScheduleAfter(i.after_training_starts, [this, job = current_, host = i.host] {
-          absl::Status s = engine_.InjectInterruption(job, host, InterruptionKind::kSpotNotice,
-                                                      absl::Minutes(2));
-          std::fprintf(stderr, "[%s] injected a spot interruption notice into %s: %s\n",
-                       job.c_str(), InputForMessage(host).c_str(),
-                       s.ok() ? "OK" : ServiceErrorText("", s).c_str());
-        });
-      }
-    }
-    const bool ended = e.status == "Completed" || e.status == "Failed" || e.status == "Stopped";
-    if (ended && e.job_name == current_) {
-      if (e.status != "Completed") all_completed_ = false;
-      loop_.ScheduleAfter(absl::ZeroDuration(), [this] { SubmitNext(); });
+    if (e.secondary_status != "Training") return;
+    for (const Interruption& i : options_.interruptions) {
+      loop_.ScheduleAfter(
+          i.after_training_starts, [this, job = std::string(e.job_name), host = i.host] {
+            absl::Status s = engine_.InjectInterruption(job, host, InterruptionKind::kSpotNotice,
+                                                        absl::Minutes(2));
+            std::fprintf(stderr, "[%s] injected a spot interruption notice into %s: %s\n",
+                         job.c_str(), InputForMessage(host).c_str(),
+                         s.ok() ? "OK" : ServiceErrorText("", s).c_str());
+          });
     }
   }
 
@@ -196,56 +192,87 @@ class Runner : public JobObserver {
                  std::string(line).c_str());
   }
 
-  // Ctrl-C: stop the running job and submit no more.
-  void Interrupt() {
-    interrupted_ = true;
-    all_completed_ = false;
-    if (current_.empty()) return;
-    v1::StopTrainingJobRequest stop;
-    stop.set_training_job_name(current_);
-    absl::Status s = engine_.StopTrainingJob(stop);
-    std::fprintf(stderr, "[%s] stopping (Ctrl-C): %s\n", current_.c_str(),
-                 s.ok() ? "OK" : ServiceErrorText("StopTrainingJob", s).c_str());
-  }
-
-  bool all_completed() const { return all_completed_; }
-  bool refused() const { return refused_; }
-  bool interrupted() const { return interrupted_; }
-  const std::vector<std::string>& submitted() const { return submitted_; }
-
  private:
-  void SubmitNext() {
-    if (interrupted_ || next_ >= jobs_.size()) {
-      current_.clear();
-      loop_.Stop();
-      return;
-    }
-    const v1::CreateTrainingJobRequest& r = jobs_[next_++];
-    current_ = r.training_job_name();
-    submitted_at_ = loop_.Now();
-    auto created = engine_.CreateTrainingJob(r);
-    if (!created.ok()) {
-      std::fprintf(stderr, "[%s] not accepted: %s\n", current_.c_str(),
-                   ServiceErrorText("CreateTrainingJob", created.status()).c_str());
-      all_completed_ = false;
-      refused_ = true;
-      loop_.ScheduleAfter(absl::ZeroDuration(), [this] { SubmitNext(); });
-      return;
-    }
-    submitted_.push_back(current_);
-  }
-
   EventLoop& loop_;
   Engine& engine_;
   const RunOptions& options_;
-  std::vector<v1::CreateTrainingJobRequest> jobs_;
-  size_t next_ = 0;
-  std::string current_;
-  absl::Time submitted_at_;
+  absl::flat_hash_map<std::string, absl::Time> submitted_at_;
+};
+
+// Submits the jobs one at a time, each once the one before has ended, while
+// this thread runs the loop (Engine::WaitForTrainingJob). Interrupt() (Ctrl-C,
+// from another thread) stops the running job and submits no more.
+class Runner {
+ public:
+  Runner(Engine& engine, std::vector<v1::CreateTrainingJobRequest> jobs)
+      : engine_(engine), jobs_(std::move(jobs)) {}
+
+  void Run() {
+    for (const v1::CreateTrainingJobRequest& r : jobs_) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (interrupted_) return;
+        current_ = r.training_job_name();
+      }
+      auto created = engine_.CreateTrainingJob(r);
+      if (!created.ok()) {
+        std::fprintf(stderr, "[%s] not accepted: %s\n", r.training_job_name().c_str(),
+                     ServiceErrorText("CreateTrainingJob", created.status()).c_str());
+        all_completed_ = false;
+        refused_ = true;
+        continue;
+      }
+      submitted_.push_back(r.training_job_name());
+      // A Ctrl-C between naming the job and creating it found nothing to stop.
+      if (interrupted()) Stop(r.training_job_name());
+      auto ended = engine_.WaitForTrainingJob(r.training_job_name());
+      if (!ended.ok()) {
+        std::fprintf(stderr, "[%s] not waited for: %s\n", r.training_job_name().c_str(),
+                     ServiceErrorText("DescribeTrainingJob", ended.status()).c_str());
+        all_completed_ = false;
+      } else if (ended->training_job_status() != "Completed") {
+        all_completed_ = false;
+      }
+    }
+  }
+
+  // Any thread.
+  void Interrupt() {
+    std::string current;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      interrupted_ = true;
+      current = current_;
+    }
+    if (!current.empty()) Stop(current);
+  }
+
+  bool interrupted() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return interrupted_;
+  }
+  bool all_completed() const { return all_completed_ && !interrupted(); }
+  bool refused() const { return refused_; }
+  const std::vector<std::string>& submitted() const { return submitted_; }
+
+ private:
+  void Stop(const std::string& job) {
+    v1::StopTrainingJobRequest stop;
+    stop.set_training_job_name(job);
+    absl::Status s = engine_.StopTrainingJob(stop);
+    std::fprintf(stderr, "[%s] stopping (Ctrl-C): %s\n", job.c_str(),
+                 s.ok() ? "OK" : ServiceErrorText("StopTrainingJob", s).c_str());
+  }
+
+  Engine& engine_;
+  const std::vector<v1::CreateTrainingJobRequest> jobs_;
+  // Run()'s thread only.
   std::vector<std::string> submitted_;
   bool all_completed_ = true;
   bool refused_ = false;  // the engine refused a CreateTrainingJob
-  bool interrupted_ = false;
+  mutable std::mutex mu_;
+  std::string current_;       // guarded by mu_: the job being created or run
+  bool interrupted_ = false;  // guarded by mu_
 };
 
 // True if the job reads or writes s3:// objects (channels, checkpoints,
@@ -346,8 +373,9 @@ int RunCommand(const std::vector<std::string>& args) {
     std::cerr << "kiln run: " << engine.status().message() << "\n";
     return 1;
   }
-  Runner runner(*loop, **engine, options, std::move(jobs));
-  (*engine)->AddObserver(&runner);
+  Progress progress(*loop, **engine, options);
+  (*engine)->AddObserver(&progress);
+  Runner runner(**engine, std::move(jobs));
 
   std::atomic<bool> done{false};
   std::thread signal_thread([&] {
@@ -356,12 +384,10 @@ int RunCommand(const std::vector<std::string>& args) {
       timespec timeout{0, 200 * 1000 * 1000};
       siginfo_t info;
       sig = sigtimedwait(&signals, &info, &timeout);
-      if (sig == SIGINT || sig == SIGTERM) loop->Post([&runner] { runner.Interrupt(); });
+      if (sig == SIGINT || sig == SIGTERM) runner.Interrupt();
     }
   });
-
-  loop->Post([&runner] { runner.Start(); });
-  loop->Run();
+  runner.Run();
   done.store(true);
   signal_thread.join();
 
