@@ -1,12 +1,21 @@
 // RunPolicy and RunScenario: a scenario's workloads through the real engine
-// in virtual time, one policy at a time.
+// in virtual time, one policy at a time (RunScenario: several at once on
+// threads of their own).
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <exception>
+#include <iterator>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -644,6 +653,100 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
   std::vector<JobOutcome> outcomes_;
 };
 
+// One run of RunScenario: a policy (the scenario's, or one of the slack
+// sweep's, which outlive the run) and its options.
+struct PlannedRun {
+  const PolicySpec* policy;
+  PolicyRunOptions options;
+};
+
+// The number of threads RunScenario runs `runs` runs on.
+size_t ThreadsFor(const RunOptions& options, size_t runs) {
+  size_t threads = static_cast<size_t>(options.threads);
+  if (threads == 0) threads = std::max(1u, std::thread::hardware_concurrency());
+  return std::min(threads, runs);
+}
+
+// Runs every run, the results in the runs' order: one after another on this
+// thread, or on ThreadsFor(...) threads of their own, each taking the next
+// run not yet taken, while this thread reports the progress. Each run
+// builds its own loop, provider and engine and only reads the scenario, so
+// the results do not depend on the number of threads.
+std::vector<PolicyResult> RunAll(const Scenario& scenario, std::vector<PlannedRun>& runs,
+                                 const RunOptions& options) {
+  const size_t n = runs.size();
+  std::vector<PolicyResult> results(n);
+  const double total = static_cast<double>(n);
+  const size_t threads = ThreadsFor(options, n);
+  if (threads <= 1) {
+    for (size_t i = 0; i < n; ++i) {
+      if (options.progress) {
+        runs[i].options.progress = [&options, i, total](double f) {
+          options.progress((static_cast<double>(i) + f) / total);
+        };
+      }
+      results[i] = RunPolicy(scenario, *runs[i].policy, runs[i].options);
+    }
+    return results;
+  }
+
+  // Each run's fraction done, written by the thread running it; summed by
+  // this one (each only grows, so the sum does too).
+  std::unique_ptr<std::atomic<double>[]> fractions(new std::atomic<double>[n]);
+  for (size_t i = 0; i < n; ++i) fractions[i].store(0, std::memory_order_relaxed);
+  std::vector<std::exception_ptr> errors(n);
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  std::condition_variable all_done;
+  size_t finished = 0;  // guarded by mu
+  auto work = [&] {
+    while (true) {
+      const size_t i = next.fetch_add(1, std::memory_order_relaxed);
+      if (i >= n) return;
+      if (options.progress) {
+        runs[i].options.progress = [&fractions, i](double f) {
+          fractions[i].store(f, std::memory_order_relaxed);
+        };
+      }
+      try {
+        results[i] = RunPolicy(scenario, *runs[i].policy, runs[i].options);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+      fractions[i].store(1, std::memory_order_relaxed);
+      std::lock_guard<std::mutex> lock(mu);
+      ++finished;
+      all_done.notify_one();
+    }
+  };
+  std::vector<std::thread> workers;
+  workers.reserve(threads);
+  for (size_t t = 0; t < threads; ++t) {
+    try {
+      workers.emplace_back(work);
+    } catch (const std::system_error&) {
+      break;  // no more threads: those started take every run
+    }
+  }
+  if (workers.empty()) work();
+  if (options.progress) {
+    constexpr auto kEvery = std::chrono::milliseconds(100);
+    std::unique_lock<std::mutex> lock(mu);
+    while (!all_done.wait_for(lock, kEvery, [&] { return finished == n; })) {
+      lock.unlock();
+      double sum = 0;
+      for (size_t i = 0; i < n; ++i) sum += fractions[i].load(std::memory_order_relaxed);
+      options.progress(std::min(1.0, sum / total));
+      lock.lock();
+    }
+  }
+  for (std::thread& t : workers) t.join();
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return results;
+}
+
 }  // namespace
 
 PolicyResult RunPolicy(const Scenario& scenario, const PolicySpec& policy, const PolicyRunOptions& options) {
@@ -662,6 +765,11 @@ absl::StatusOr<SimulationReport> RunScenario(const Scenario& scenario, const Run
     return absl::InvalidArgumentError(
         absl::StrCat("scenario '", scenario.name, "': horizon must be positive and at most ",
                      absl::ToInt64Hours(kMaxSimDuration) / 24, " days"));
+  }
+  if (options.threads < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RunOptions.threads must be 0 (one per hardware thread) or positive, not ",
+                     options.threads));
   }
   SimulationReport report;
   report.scenario = scenario.name;
@@ -688,20 +796,27 @@ absl::StatusOr<SimulationReport> RunScenario(const Scenario& scenario, const Run
       if (!seen) sweep_policies.push_back(PolicySpec{p.spot.Name(), scenario.policies[report.baseline].keep_alive, p.spot});
     }
   }
-  const size_t sweep_runs = sweep_policies.empty() ? 0 : scenario.slack_sweep.size() * (1 + sweep_policies.size());
-  const double total = static_cast<double>(scenario.policies.size() + sweep_runs);
-  size_t done = 0;
-  auto progress_of = [&](PolicyRunOptions& o) {
-    if (!options.progress) return;
-    o.progress = [&options, &done, total](double f) { options.progress((static_cast<double>(done) + f) / total); };
-  };
+  const PolicySpec on_demand{"OnDemand", scenario.policies[report.baseline].keep_alive,
+                             SpotChoice{}};
 
-  for (const PolicySpec& p : scenario.policies) {
-    PolicyRunOptions o;
-    progress_of(o);
-    report.results.push_back(RunPolicy(scenario, p, o));
-    ++done;
+  // Every run, in the report's order: the policies, then per slack on-demand
+  // and each spot policy. No run depends on another's result.
+  std::vector<PlannedRun> runs;
+  for (const PolicySpec& p : scenario.policies) runs.push_back(PlannedRun{&p, {}});
+  if (!sweep_policies.empty()) {
+    for (double slack : scenario.slack_sweep) {
+      PolicyRunOptions o;
+      o.deadline_slack = slack;
+      o.spot_eligible_only = true;
+      runs.push_back(PlannedRun{&on_demand, o});
+      for (const PolicySpec& p : sweep_policies) runs.push_back(PlannedRun{&p, o});
+    }
   }
+  std::vector<PolicyResult> results = RunAll(scenario, runs, options);
+
+  report.results.assign(
+      std::make_move_iterator(results.begin()),
+      std::make_move_iterator(results.begin() + static_cast<ptrdiff_t>(scenario.policies.size())));
   const PolicyResult& base = report.results[report.baseline];
   report.best = report.baseline;
   for (size_t i = 0; i < report.results.size(); ++i) {
@@ -715,19 +830,12 @@ absl::StatusOr<SimulationReport> RunScenario(const Scenario& scenario, const Run
     }
   }
 
+  size_t next = scenario.policies.size();
   if (!sweep_policies.empty()) {
-    const PolicySpec on_demand{"OnDemand", scenario.policies[report.baseline].keep_alive, SpotChoice{}};
     for (double slack : scenario.slack_sweep) {
-      PolicyRunOptions o;
-      o.deadline_slack = slack;
-      o.spot_eligible_only = true;
-      progress_of(o);
-      const PolicyResult od = RunPolicy(scenario, on_demand, o);
-      ++done;
+      const PolicyResult& od = results[next++];
       for (const PolicySpec& p : sweep_policies) {
-        progress_of(o);
-        const PolicyResult r = RunPolicy(scenario, p, o);
-        ++done;
+        const PolicyResult& r = results[next++];
         SlackPoint point;
         point.slack = slack;
         point.policy = p.name;

@@ -17,7 +17,9 @@
 //
 // The scenario file format is documented in examples/scenarios/README.md.
 //
-// Threading: thread-compatible (a run uses only its own objects).
+// Threading: thread-compatible (a run uses only its own objects; runs of one
+// Scenario may go on at once on different threads, RunScenario's own
+// included, as long as nothing changes the Scenario meanwhile).
 #ifndef KILN_SIM_SCENARIO_H_
 #define KILN_SIM_SCENARIO_H_
 
@@ -42,7 +44,9 @@ struct WorkloadSpec {
   std::string kind;  // "hpo", "nightly", "interactive", "trace"
   // Whether its jobs may run on spot (the slack sweep runs only these).
   bool spot_eligible = false;
-  // A fresh generator for one run; `seed` is the scenario's.
+  // A fresh generator for one run; `seed` is the scenario's. Called once per
+  // run, from concurrent runs at once when RunScenario runs them on several
+  // threads (RunOptions::threads): it must be safe to call so.
   std::function<std::unique_ptr<WorkloadGenerator>(uint64_t seed)> make;
 };
 
@@ -193,15 +197,27 @@ struct SimulationReport {
 };
 
 struct RunOptions {
-  // Called now and then with the fraction of all runs done.
+  // Called now and then with the fraction of all runs done, never less than
+  // the last time, on the thread that called RunScenario.
   std::function<void(double fraction)> progress;
   // Whether to run the scenario's slack sweep.
   bool slack_sweep = true;
+  // How many runs (one per policy, and per slack and policy of the slack
+  // sweep) go at once: 1, one after another on the calling thread; N > 1, on up to N
+  // threads RunScenario starts and joins before it returns (memory: up to N
+  // runs at once); 0, one thread per hardware thread
+  // (std::thread::hardware_concurrency). The report is the same, byte for
+  // byte once formatted, whatever the number.
+  int threads = 1;
 };
 
 // Runs every policy (and the slack sweep). Errors: InvalidArgument for a
 // scenario without workloads or policies, with a horizon not in
-// (0, kMaxSimDuration], or with a baseline that names no policy.
+// (0, kMaxSimDuration], or with a baseline that names no policy;
+// InvalidArgument for options.threads < 0.
+// Threading: with options.threads != 1 the scenario is read, and its
+// workloads' `make` called, from several threads at once: neither may change
+// meanwhile (the scenarios ParseScenario makes are safe so).
 absl::StatusOr<SimulationReport> RunScenario(const Scenario& scenario, const RunOptions& options = {});
 
 // The report as a fixed-width table (one row per policy, then the best
