@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `kiln simulate` end to end: formats, the HTML report, determinism of the
-# output for a seed, --seed, and exit status on errors.
+# output for a seed, --seed, --jobs, and exit status on errors.
 # Usage: cli_simulate_test.sh KILN SCENARIOS_DIR
 set -u
 kiln="$1"
@@ -29,6 +29,23 @@ grep -q "<svg " "$tmp/a.html" && ! grep -q "<script" "$tmp/a.html" && ok "report
 [[ "$(wc -l <"$tmp/c8.csv")" == 5 ]] && ! cmp -s "$tmp/c7.csv" "$tmp/c8.csv" && ok "csv; another seed, other numbers" || bad "csv/seed"
 
 "$kiln" simulate "$scenario" --format xml >/dev/null 2>&1; [[ $? == 2 ]] && ok "bad format exits 2" || bad "bad format"
+# --jobs: the policy runs in parallel give the same bytes as one after another.
+"$kiln" simulate "$scenario" --jobs 1 >"$tmp/j1.txt" 2>/dev/null \
+  && "$kiln" simulate "$scenario" --jobs=2 >"$tmp/j2.txt" 2>/dev/null \
+  && cmp -s "$tmp/j1.txt" "$tmp/j2.txt" && cmp -s "$tmp/j1.txt" "$tmp/table.txt" \
+  && ok "--jobs 1, --jobs 2 and the default print the same table" || bad "--jobs: outputs differ"
+"$kiln" simulate "$scenario" --format json --report "$tmp/j1.html" --jobs 1 >"$tmp/j1.json" 2>/dev/null
+"$kiln" simulate "$scenario" --format json --report "$tmp/j2.html" --jobs 2 >"$tmp/j2.json" 2>/dev/null
+cmp -s "$tmp/j1.json" "$tmp/j2.json" && cmp -s "$tmp/j1.html" "$tmp/j2.html" \
+  && ok "--jobs 1 and --jobs 2 give the same JSON and report" || bad "--jobs: JSON or report differ"
+for value in 0 x -1 1.5 4097 99999999999999999999 ""; do
+  "$kiln" simulate "$scenario" --jobs "$value" >"$tmp/out.txt" 2>"$tmp/err.txt"; rc=$?
+  if [[ -z "$value" ]]; then want="kiln simulate: --jobs needs a number"
+  else want="kiln simulate: --jobs '$value': expected an integer in [1, 4096]"; fi
+  [[ $rc == 2 && ! -s "$tmp/out.txt" && "$(head -1 "$tmp/err.txt")" == "$want" ]] \
+    && ok "--jobs '$value' is a usage error" \
+    || bad "--jobs '$value': exit $rc, $(head -c 200 "$tmp/out.txt") $(cat "$tmp/err.txt")"
+done
 # Usage errors (exit 2, nothing run): an option without its value; a seed
 # outside [0, INT64_MAX], the range of the scenario file's seed.
 for args in "--format" "--format=" "--report" "--report=" "--seed -1" "--seed=-1" \

@@ -35,6 +35,7 @@ constexpr char kUsage[] =
     "                [--interrupt HOST@SECONDS]... [--file-root DIR]... [--user UID[:GID]]\n"
     "                JOB.json...\n"
     "       kiln simulate SCENARIO.json [--format table|json|csv] [--report FILE.html] [--seed N]\n"
+    "                     [--jobs N]\n"
     "\n"
     "  validate   check CreateTrainingJob requests (SageMaker's JSON) against the\n"
     "             service's rules; prints 'FILE: valid' or what is wrong.\n"
