@@ -328,6 +328,25 @@ class Engine {
   // the event: a job whose end is being heard is not counted.
   virtual int active_jobs() const = 0;
 
+  // Kiln's extension of the service's API: moves an InProgress job with
+  // EnableManagedSpotTraining to spot capacity (`to_spot`) or to on-demand
+  // capacity. A job waiting for capacity asks for the other capacity at once
+  // (a request in flight is abandoned, and what it brings is released). A
+  // job that holds instances ends its attempt as an interruption does,
+  // without counting one against any budget: its containers get SIGTERM and
+  // sync their checkpoints (SIGKILL after the stop grace period), its
+  // instances are released, and a new attempt starts on the other capacity,
+  // restoring the last checkpoint. Describe shows the move as a transition
+  // to SecondaryStatus Restarting (a status the service's model lists
+  // without a meaning), whose message names the capacity, then Starting.
+  // MaxRuntimeInSeconds and MaxWaitTimeInSeconds go on counting as over any
+  // attempts. A job already on that capacity is left as it is (OK).
+  // Errors: InvalidArgument for a malformed name; NotFound for an unknown
+  // job; FailedPrecondition when the job is not InProgress, does not have
+  // EnableManagedSpotTraining, is handling an interruption or another move,
+  // or has finished training (Uploading).
+  virtual absl::Status MigrateTrainingJob(std::string_view job_name, bool to_spot) = 0;
+
   // Injects a fault into the instance `host_name` (algo-1, ...) of the job's
   // current cluster, as the platform would cause it: a spot interruption
   // notice with `notice` before the instance is taken back, or an instance

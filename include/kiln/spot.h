@@ -55,6 +55,29 @@ struct InterruptionDecision {
   std::string failure_reason;       // kGiveUp: the job's FailureReason
 };
 
+// A review of where a job with EnableManagedSpotTraining runs
+// (SpotInterruptionHandler::Review).
+struct CapacityReview {
+  enum class When {
+    kBeforeProvisioning,  // the engine is about to ask for the attempt's instances
+    kWaiting,             // periodic: the attempt waits for capacity (Starting, Pending)
+    kRunning,  // periodic: the attempt holds instances (preparing, Downloading, Training)
+  };
+  std::string_view job_name;
+  When when = When::kBeforeProvisioning;
+  bool on_spot = true;  // the capacity the attempt uses, or is about to ask for
+  int attempt = 1;      // from 1
+  absl::Time now;
+  absl::Time creation_time;
+  std::optional<absl::Time> max_wait_deadline;  // creation + MaxWaitTimeInSeconds
+  absl::Duration run_time_used;  // instance time of all attempts, the current one included
+  absl::Duration max_runtime;    // MaxRuntimeInSeconds (over all attempts)
+};
+
+// Decides where a managed-spot job runs: after each interruption
+// (OnInterruption), and, for a handler that reviews its choices, before each
+// provisioning and periodically (Review). The default handler only answers
+// interruptions.
 class SpotInterruptionHandler {
  public:
   virtual ~SpotInterruptionHandler() = default;
@@ -63,6 +86,23 @@ class SpotInterruptionHandler {
   virtual InterruptionDecision OnInterruption(const InterruptionContext& context) = 0;
   // A short name for reports.
   virtual std::string Name() const = 0;
+
+  // How often the engine reviews each job with EnableManagedSpotTraining
+  // while the job is InProgress: every ReviewPeriod() on the loop's clock,
+  // from its creation. Zero (the default): reviews come only before each
+  // provisioning. Read once, when the engine is made.
+  virtual absl::Duration ReviewPeriod() const { return absl::ZeroDuration(); }
+  // Where the job should run: true for spot capacity, false for on-demand.
+  // Called for jobs with EnableManagedSpotTraining only: before each
+  // provisioning (the first, and each retry while capacity is short; not
+  // after an interruption, which OnInterruption decided), and every
+  // ReviewPeriod() while the job waits for capacity or holds instances; never
+  // while an interruption or a stop is being handled, nor once training is
+  // over (Uploading). An answer other than context.on_spot moves the job, as
+  // Engine::MigrateTrainingJob does, except before the first provisioning,
+  // where it only sets the first attempt's capacity. The default keeps the
+  // job where it is.
+  virtual bool Review(const CapacityReview& context) { return context.on_spot; }
 };
 
 struct DefaultSpotHandlerOptions {

@@ -77,6 +77,7 @@ constexpr char kUploadingStatus[] = "Uploading";
 constexpr char kMaxRuntimeExceeded[] = "MaxRuntimeExceeded";
 constexpr char kInterrupted[] = "Interrupted";
 constexpr char kMaxWaitTimeExceeded[] = "MaxWaitTimeExceeded";
+constexpr char kRestarting[] = "Restarting";
 
 // Status messages, worded as the service words them.
 constexpr char kMsgLaunching[] = "Launching requested ML instances";
@@ -95,6 +96,8 @@ constexpr char kMsgSpotCapacity[] = "Waiting for Spot capacity";
 constexpr char kMsgInterrupted[] = "Spot interruption: training was interrupted";
 constexpr char kMsgRestarting[] = "Restarting training after a lost instance";
 constexpr char kMsgMaxWait[] = "Training job stopped because it reached MaxWaitTimeInSeconds";
+constexpr char kMsgMovingToSpot[] = "Moving the training job to Spot capacity";
+constexpr char kMsgMovingToOnDemand[] = "Moving the training job to on-demand capacity";
 
 constexpr int64_t kDefaultMaxRuntimeSeconds = 86400;
 constexpr int32_t kDefaultMaxResults = 10;
@@ -393,6 +396,7 @@ class Job final : public ContainerEvents {
   TimerHandle retry_timer_;
   uint64_t runtime_deadline_ = 0;  // token in EngineImpl::runtime_deadlines_, or 0
   TimerHandle kill_timer_;
+  TimerHandle review_timer_;  // the next SpotInterruptionHandler::Review
   int channels_left_ = 0;
   int containers_running_ = 0;
   bool algorithm_failed_ = false;
@@ -413,6 +417,9 @@ class Job final : public ContainerEvents {
   // An interruption being handled: containers are stopping.
   bool interrupting_ = false;
   bool interrupt_preempted_ = false;
+  // The interruption being handled is a move (MigrateTrainingJob) to this
+  // capacity.
+  std::optional<bool> moving_to_spot_;
 
   // What few jobs have, apart from the record (allocated when first set):
   // a usual job keeps none of it, and a finished job's record stays smaller
@@ -509,6 +516,7 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
       owned_spot_handler_ = NewDefaultSpotInterruptionHandler();
       options_.spot_handler = owned_spot_handler_.get();
     }
+    review_period_ = options_.spot_handler->ReviewPeriod();
     provider_.SetListener(this);
     if (options_.data_channel != nullptr) options_.data_channel->SetListener(this);
   }
@@ -564,6 +572,8 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
     });
   }
   int active_jobs() const override { return active_jobs_.load(std::memory_order_relaxed); }
+
+  absl::Status MigrateTrainingJob(std::string_view job, bool to_spot) override;
 
   absl::Status InjectInterruption(std::string_view job, std::string_view host,
                                   InterruptionKind kind, absl::Duration notice) override {
@@ -794,7 +804,24 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
     job.held_since_ = Now();
   }
   void Interrupt(Job& job, const std::string& host, bool preempted);
+  // Ends the attempt of a job that holds instances, for an interruption
+  // (Interrupt) or a move (Move): its containers get SIGTERM, or the work
+  // in flight is abandoned when none run; EndInterruption follows.
+  void EndAttempt(Job& job);
   void EndInterruption(Job& job);
+  // Starts attempt attempt_ + 1 on spot capacity (`spot`) or on-demand:
+  // Starting, then Provision after `delay`.
+  void NextAttempt(Job& job, bool spot, absl::Duration delay, bool set_starting);
+  // Moves an InProgress job that is not handling an interruption and has not
+  // finished training to the other capacity (see MigrateTrainingJob).
+  void Move(Job& job, bool to_spot);
+  // SpotInterruptionHandler::Review of a job with EnableManagedSpotTraining.
+  bool ReviewCapacity(const Job& job, CapacityReview::When when);
+  // Provision, after a review, for a job whose last request found capacity
+  // short: a review that moves the job provisions it itself.
+  void ProvisionAgain(Job& job);
+  // Arms the job's next periodic review.
+  void ScheduleReview(Job& job);
   void ContainerGone(Job& job, const std::string& host);
 
   // Deadlines that stop a job with `cause`; a job's `token` member holds the
@@ -828,6 +855,7 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   std::vector<const Instance*> receivers_scratch_;
   std::unique_ptr<WarmPoolManager> owned_pools_;
   std::unique_ptr<SpotInterruptionHandler> owned_spot_handler_;
+  absl::Duration review_period_;                               // the spot handler's ReviewPeriod()
   absl::flat_hash_map<std::string, uint64_t> cluster_owners_;  // cluster id -> job seq
   // Observers, and the events the current step queued for them.
   internal::ObserverQueue events_;
@@ -978,6 +1006,10 @@ v1::CreateTrainingJobResponse EngineImpl::Accept(Job& ref, bool pooled) {
   }
   active_jobs_.fetch_add(1, std::memory_order_relaxed);
   SetStatus(ref, kInProgress, kStarting, kMsgLaunching);
+  if (ref.on_spot_) {
+    ref.on_spot_ = ReviewCapacity(ref, CapacityReview::When::kBeforeProvisioning);
+    if (review_period_ > absl::ZeroDuration()) ScheduleReview(ref);
+  }
   Provision(ref);
   v1::CreateTrainingJobResponse response;
   response.set_training_job_arn(Arn(ref));
@@ -1474,7 +1506,7 @@ void EngineImpl::OnProvisioned(const JobToken& token, absl::StatusOr<Cluster>&& 
     job.next_retry_delay_ = std::min(job.next_retry_delay_ * 2, options_.capacity_retry_max);
     job.retry_timer_ = loop_.ScheduleAt(retry_at, [this, token = TokenOf(job)] {
       const Step step(*this);
-      if (Job* j = Resume(token)) Provision(*j);
+      if (Job* j = Resume(token)) ProvisionAgain(*j);
     });
     return;
   }
@@ -1753,6 +1785,7 @@ void EngineImpl::Finish(Job& job, std::string_view status, std::string_view seco
                         std::string_view message, bool healthy) {
   ++job.generation_;
   CancelTimers(job);
+  loop_.Cancel(job.review_timer_);
   job.max_wait_deadline_ = 0;
   if (job.training_start_) job.training_end_ = Now();
   const bool containers_running = job.phase_ == Phase::kTraining && job.containers_running_ > 0;
@@ -1846,6 +1879,10 @@ void EngineImpl::Interrupt(Job& job, const std::string& host, bool preempted) {
   } else {
     ++job.infrastructure_failures_;
   }
+  EndAttempt(job);
+}
+
+void EngineImpl::EndAttempt(Job& job) {
   job.runtime_deadline_ = 0;
   if (job.phase_ == Phase::kTraining && job.containers_running_ > 0) {
     // The containers get SIGTERM (and save what they can); once they have
@@ -1896,6 +1933,12 @@ void EngineImpl::EndInterruption(Job& job) {
            /*healthy=*/false);
     return;
   }
+  if (job.moving_to_spot_) {
+    // A move: no handler to ask, and no budget counts it.
+    const bool spot = *std::exchange(job.moving_to_spot_, std::nullopt);
+    NextAttempt(job, spot, absl::ZeroDuration(), /*set_starting=*/true);
+    return;
+  }
   const auto& sc = job.request().stopping_condition();
   InterruptionContext context;
   context.job_name = job.name();
@@ -1918,12 +1961,6 @@ void EngineImpl::EndInterruption(Job& job) {
     Fail(job, decision.failure_reason, /*healthy=*/false);
     return;
   }
-  ++job.attempt_;
-  job.on_spot_ = decision.use_spot;
-  job.phase_ = Phase::kProvisioning;
-  job.algorithm_failed_ = false;
-  job.pending_since_.reset();
-  job.next_retry_delay_ = options_.capacity_retry_initial;
   const bool preempted = job.interrupt_preempted_;
   if (!preempted) {
     // A retry after a lost instance goes back to Starting at once.
@@ -1932,12 +1969,121 @@ void EngineImpl::EndInterruption(Job& job) {
                            " was lost; infrastructure retry ", job.infrastructure_failures_, " of ",
                            context.max_retry_attempts, " (RetryStrategy)"));
   }
-  job.retry_timer_ = loop_.ScheduleAfter(decision.delay, [this, token = TokenOf(job), preempted] {
+  NextAttempt(job, decision.use_spot, decision.delay, /*set_starting=*/preempted);
+}
+
+void EngineImpl::NextAttempt(Job& job, bool spot, absl::Duration delay, bool set_starting) {
+  ++job.attempt_;
+  job.on_spot_ = spot;
+  job.phase_ = Phase::kProvisioning;
+  job.algorithm_failed_ = false;
+  job.pending_since_.reset();
+  job.next_retry_delay_ = options_.capacity_retry_initial;
+  if (delay <= absl::ZeroDuration()) {
+    if (set_starting) SetStatus(job, kInProgress, kStarting, kMsgLaunching);
+    Provision(job);
+    return;
+  }
+  job.retry_timer_ = loop_.ScheduleAfter(delay, [this, token = TokenOf(job), set_starting] {
     const Step step(*this);
     Job* j = Resume(token);
     if (j == nullptr) return;
-    if (preempted) SetStatus(*j, kInProgress, kStarting, kMsgLaunching);
+    if (set_starting) SetStatus(*j, kInProgress, kStarting, kMsgLaunching);
     Provision(*j);
+  });
+}
+
+// ---------------------------------------------------------------------------
+// Moves between spot and on-demand capacity, and the reviews that decide them.
+
+absl::Status EngineImpl::MigrateTrainingJob(std::string_view job_name, bool to_spot) {
+  v1::DescribeTrainingJobRequest named;
+  named.set_training_job_name(std::string(job_name));
+  return OnLoop([&]() -> absl::Status {
+    Job* job = FindJob(named.training_job_name());
+    if (job == nullptr) return NoSuchJob(named);
+    auto refuse = [&](const std::string& why) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("MigrateTrainingJob: training job '", job->name(), "' cannot move to ",
+                       to_spot ? "Spot" : "on-demand", " capacity: ", why));
+    };
+    if (job->status_ != kInProgress) {
+      return refuse(absl::StrCat("its status is ", job->status_));
+    }
+    if (!job->request().enable_managed_spot_training()) {
+      return refuse("it does not have EnableManagedSpotTraining, so it runs on on-demand only");
+    }
+    if (job->interrupting_) {
+      return refuse(job->moving_to_spot_ ? "it is moving already" : "it is being interrupted");
+    }
+    if (job->phase_ == Phase::kUploading) return refuse("it has finished training (Uploading)");
+    Move(*job, to_spot);
+    return absl::OkStatus();
+  });
+}
+
+void EngineImpl::Move(Job& job, bool to_spot) {
+  if (job.on_spot_ == to_spot) return;
+  SetStatus(job, kInProgress, kRestarting, to_spot ? kMsgMovingToSpot : kMsgMovingToOnDemand);
+  if (job.phase_ == Phase::kProvisioning) {
+    // Nothing held: what is in flight is abandoned (OnProvisioned releases
+    // what it brings), and the other capacity is asked for now.
+    ++job.generation_;
+    loop_.Cancel(job.retry_timer_);
+    --job.attempt_;  // no attempt ran
+    NextAttempt(job, to_spot, absl::ZeroDuration(), /*set_starting=*/true);
+    return;
+  }
+  job.interrupting_ = true;
+  job.interrupt_preempted_ = false;
+  job.moving_to_spot_ = to_spot;
+  EndAttempt(job);
+}
+
+bool EngineImpl::ReviewCapacity(const Job& job, CapacityReview::When when) {
+  const auto& sc = job.request().stopping_condition();
+  CapacityReview review;
+  review.job_name = job.name();
+  review.when = when;
+  review.on_spot = job.on_spot_;
+  review.attempt = job.attempt_;
+  review.now = Now();
+  review.creation_time = job.creation_time_;
+  if (sc.has_max_wait_time_in_seconds()) {
+    review.max_wait_deadline = job.creation_time_ + absl::Seconds(sc.max_wait_time_in_seconds());
+  }
+  review.run_time_used = job.held_;
+  if (job.held_since_) {
+    review.run_time_used = internal::Plus(review.run_time_used, Now() - *job.held_since_);
+  }
+  review.max_runtime = absl::Seconds(sc.has_max_runtime_in_seconds() ? sc.max_runtime_in_seconds()
+                                                                     : kDefaultMaxRuntimeSeconds);
+  return options_.spot_handler->Review(review);
+}
+
+void EngineImpl::ProvisionAgain(Job& job) {
+  if (job.request().enable_managed_spot_training()) {
+    const bool spot = ReviewCapacity(job, CapacityReview::When::kBeforeProvisioning);
+    if (spot != job.on_spot_) {
+      Move(job, spot);
+      return;
+    }
+  }
+  Provision(job);
+}
+
+void EngineImpl::ScheduleReview(Job& job) {
+  job.review_timer_ = loop_.ScheduleAfter(review_period_, [this, seq = job.seq_] {
+    const Step step(*this);
+    Job* j = by_seq_.Find(seq);
+    if (j == nullptr) return;
+    j->review_timer_ = TimerHandle();
+    if (j->status_ != kInProgress) return;  // Stopping: no more reviews
+    ScheduleReview(*j);
+    if (j->interrupting_ || j->phase_ == Phase::kUploading) return;
+    const bool spot = ReviewCapacity(
+        *j, j->cluster_ ? CapacityReview::When::kRunning : CapacityReview::When::kWaiting);
+    if (spot != j->on_spot_) Move(*j, spot);
   });
 }
 }  // namespace

@@ -41,10 +41,13 @@ class SpotTest : public testing::Test {
       return it == behaviors_.end() ? sim::SimJobBehavior() : it->second;
     };
     options.stats = &stats_;
-    provider_ = sim::NewSimClusterProvider(*loop_, options);
+    auto sim = sim::NewSimClusterProvider(*loop_, options);
+    sim_ = sim.get();
+    provider_ = std::move(sim);
     EngineOptions engine_options;
     engine_options.loop = loop_.get();
     engine_options.cluster_provider = provider_.get();
+    engine_options.spot_handler = handler_;
     engine_ = NewEngine(std::move(engine_options)).value();
   }
 
@@ -124,6 +127,8 @@ class SpotTest : public testing::Test {
   std::unique_ptr<EventLoop> loop_;
   absl::Time start_;
   std::unique_ptr<ClusterProvider> provider_;
+  sim::SimClusterProvider* sim_ = nullptr;      // provider_
+  SpotInterruptionHandler* handler_ = nullptr;  // null: the engine's default
   std::unique_ptr<Engine> engine_;
 };
 
@@ -433,6 +438,151 @@ TEST_F(SpotTest, RandomInterruptionsNeverLoseMoreThanOneCheckpointInterval) {
     EXPECT_LE(actual_interruptions, interruptions);
     EXPECT_LE(st.work_executed - b.run_duration, k * actual_interruptions);
   }
+}
+
+// --- Moves between spot and on-demand capacity (MigrateTrainingJob, reviews)
+
+// A spot job moved to on-demand while it trains: its containers stop and sync
+// a checkpoint, the spot instances go, and the next attempt runs on on-demand
+// from that checkpoint. No interruption is counted.
+TEST_F(SpotTest, AJobMovedToOnDemandWhileTrainingResumesFromItsCheckpoint) {
+  sim::SimJobBehavior b;
+  b.checkpoint_interval = absl::Seconds(100);
+  behaviors_["job"] = b;
+  auto r = Spot("job");
+  r.mutable_checkpoint_config()->set_s3_uri("s3://bucket/ckpt/job/");
+  Create(r);
+  loop_->RunUntil(start_ + absl::Seconds(340));  // 250 s of work done, 200 s saved
+  ASSERT_TRUE(engine_->MigrateTrainingJob("job", /*to_spot=*/false).ok());
+  EXPECT_EQ(Final("job"), "InProgress/Restarting");
+  EXPECT_EQ(LastMessage("job"), "Moving the training job to on-demand capacity");
+  loop_->RunUntilIdle();
+  // SIGTERM handled at 341; the on-demand attempt provisions at once and
+  // runs the 400 s left.
+  EXPECT_EQ(Transitions("job"),
+            "Starting[0,90) Downloading[90,90) Training[90,340) Restarting[340,341) "
+            "Starting[341,431) Downloading[431,431) Training[431,831) Uploading[831,836) "
+            "Completed[836,836)");
+  EXPECT_EQ(stats_["job"].work_executed, absl::Seconds(651));
+  EXPECT_EQ(stats_["job"].spot_interruptions, 0);
+  EXPECT_TRUE(stats_["job"].completed);
+  const sim::SimAccounting bill = sim_->Accounting();
+  EXPECT_EQ(bill.spot_busy, absl::Seconds(281));       // held 60 -> 341
+  EXPECT_EQ(bill.on_demand_busy, absl::Seconds(435));  // held 401 -> 836
+  // Billable: instance time over both attempts (not the 60 s between them);
+  // training time 60 -> 836. No interruption in the message.
+  EXPECT_EQ(Describe("job").billable_time_in_seconds(), 281 + 435);
+  EXPECT_EQ(Describe("job").training_time_in_seconds(), 776);
+  EXPECT_EQ(LastMessage("job"), "Training job completed. Managed spot training savings: 7.7%");
+}
+
+// A job waiting for spot capacity moves at once: what it asked for is
+// abandoned and on-demand capacity is asked for; it never holds spot.
+TEST_F(SpotTest, AJobWaitingForSpotCapacityMovesAtOnce) {
+  sim::SimJobBehavior b;
+  b.capacity_failures = 1;  // the first request is refused at 5 s
+  behaviors_["job"] = b;
+  Create(Spot("job"));
+  loop_->RunUntil(start_ + absl::Seconds(10));
+  EXPECT_EQ(LastMessage("job"), "Waiting for Spot capacity");
+  ASSERT_TRUE(engine_->MigrateTrainingJob("job", /*to_spot=*/false).ok());
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Transitions("job"),
+            "Starting[0,10) Restarting[10,10) Starting[10,100) Downloading[100,100) "
+            "Training[100,700) Uploading[700,705) Completed[705,705)");
+  const sim::SimAccounting bill = sim_->Accounting();
+  EXPECT_EQ(bill.spot_busy, absl::ZeroDuration());
+  EXPECT_EQ(bill.on_demand_busy, absl::Seconds(635));
+}
+
+// What cannot move, and a move to where the job is already.
+TEST_F(SpotTest, MovesThatCannotBeMadeAreRefusedAndChangeNothing) {
+  EXPECT_TRUE(absl::IsNotFound(engine_->MigrateTrainingJob("nobody", false)));
+  EXPECT_TRUE(absl::IsInvalidArgument(engine_->MigrateTrainingJob("not a name", false)));
+  Create(OnDemand("od"));
+  const absl::Status od = engine_->MigrateTrainingJob("od", true);
+  EXPECT_TRUE(absl::IsFailedPrecondition(od)) << od;
+  EXPECT_NE(od.message().find("EnableManagedSpotTraining"), std::string::npos) << od;
+
+  sim::SimJobBehavior b;
+  b.spot_notices = {absl::Seconds(100)};
+  behaviors_["job"] = b;
+  Create(Spot("job"));
+  EXPECT_TRUE(engine_->MigrateTrainingJob("job", /*to_spot=*/true).ok());  // already there
+  loop_->RunUntil(start_ + absl::Seconds(190));  // the notice: stopping for it
+  EXPECT_EQ(Final("job"), "InProgress/Interrupted");
+  const absl::Status interrupted = engine_->MigrateTrainingJob("job", false);
+  EXPECT_TRUE(absl::IsFailedPrecondition(interrupted)) << interrupted;
+  EXPECT_NE(interrupted.message().find("being interrupted"), std::string::npos) << interrupted;
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Final("job"), "Completed/Completed");
+  EXPECT_EQ(Transitions("job").find("Restarting"), std::string::npos);
+  const absl::Status ended = engine_->MigrateTrainingJob("job", false);
+  EXPECT_TRUE(absl::IsFailedPrecondition(ended)) << ended;
+  EXPECT_NE(ended.message().find("its status is Completed"), std::string::npos) << ended;
+}
+
+// A handler that reviews: it is asked before the first provisioning and then
+// every period, with what the engine knows, and its answer moves the job.
+class ScriptedReviews final : public SpotInterruptionHandler {
+ public:
+  InterruptionDecision OnInterruption(const InterruptionContext& c) override {
+    return DefaultInterruptionDecision(c, absl::Seconds(30));
+  }
+  std::string Name() const override { return "Scripted"; }
+  absl::Duration ReviewPeriod() const override { return absl::Seconds(50); }
+  bool Review(const CapacityReview& c) override {
+    const char* when = c.when == CapacityReview::When::kBeforeProvisioning ? "before"
+                       : c.when == CapacityReview::When::kWaiting          ? "waiting"
+                                                                           : "running";
+    seen.push_back(absl::StrCat(absl::ToInt64Seconds(c.now - c.creation_time), ":", when, ":",
+                                c.on_spot ? "spot" : "od", ":", c.attempt, ":",
+                                absl::ToInt64Seconds(c.run_time_used)));
+    return c.now - c.creation_time < move_at ? first_spot : !first_spot;
+  }
+  std::vector<std::string> seen;
+  bool first_spot = true;
+  absl::Duration move_at = absl::Seconds(200);
+};
+
+TEST_F(SpotTest, AReviewingHandlerIsAskedEachPeriodAndItsAnswerMovesTheJob) {
+  ScriptedReviews reviews;
+  handler_ = &reviews;
+  Build();
+  Create(Spot("job"));
+  loop_->RunUntilIdle();
+  // Reviews at 50, 100, 150 keep it on spot; the one at 200 moves it (SIGTERM
+  // handled at 201); the on-demand attempt is reviewed on and stays.
+  EXPECT_EQ(Transitions("job"),
+            "Starting[0,90) Downloading[90,90) Training[90,200) Restarting[200,201) "
+            "Starting[201,291) Downloading[291,291) Training[291,891) Uploading[891,896) "
+            "Completed[896,896)");
+  ASSERT_GE(reviews.seen.size(), 6u);
+  EXPECT_EQ(reviews.seen[0], "0:before:spot:1:0");
+  EXPECT_EQ(reviews.seen[1], "50:waiting:spot:1:0");
+  EXPECT_EQ(reviews.seen[2], "100:running:spot:1:40");
+  EXPECT_EQ(reviews.seen[4], "200:running:spot:1:140");
+  EXPECT_EQ(reviews.seen[5], "250:waiting:od:2:141");
+  // No review once training is over (Uploading from 891).
+  EXPECT_EQ(reviews.seen.back(), "850:running:od:2:730");  // on-demand held since 261
+  EXPECT_EQ(sim_->Accounting().spot_busy, absl::Seconds(141));
+}
+
+// Before the first provisioning a review only places the first attempt.
+TEST_F(SpotTest, AReviewBeforeTheFirstProvisioningPlacesTheFirstAttempt) {
+  ScriptedReviews reviews;
+  reviews.first_spot = false;
+  reviews.move_at = absl::InfiniteDuration();
+  handler_ = &reviews;
+  Build();
+  Create(Spot("job"));
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Transitions("job"),
+            "Starting[0,90) Downloading[90,90) Training[90,690) Uploading[690,695) "
+            "Completed[695,695)");
+  EXPECT_EQ(sim_->Accounting().spot_busy, absl::ZeroDuration());
+  EXPECT_EQ(reviews.seen[0], "0:before:spot:1:0");
+  EXPECT_EQ(reviews.seen[1], "50:waiting:od:1:0");
 }
 
 TEST(DefaultSpotHandlerTest, DecidesByCauseAndBudget) {

@@ -228,6 +228,39 @@ TEST_F(LocalEngineTest, StopSendsSigtermAndUploadsWhatWasSaved) {
   EXPECT_EQ(model->files["partial.txt"], "partial\n");
 }
 
+// A spot job moved to on-demand while it trains (MigrateTrainingJob): its
+// container gets SIGTERM and saves a checkpoint, which is synced; the next
+// attempt, on on-demand capacity, finds it restored and finishes from there.
+TEST_F(LocalEngineTest, AJobMovedToOnDemandResumesFromItsCheckpoint) {
+  AddScript("resumable.sh",
+            "ckpt=\"$SAGEMAKER_BASE_DIR/checkpoints\"\n"
+            "if [ -f \"$ckpt/step\" ]; then\n"
+            "  echo \"resumed at step $(cat \"$ckpt/step\")\"\n"
+            "  echo done > \"$SM_MODEL_DIR/model.txt\"\n"
+            "  exit 0\n"
+            "fi\n"
+            "trap 'echo 7 > \"$ckpt/step\"; exit 0' TERM\n"
+            "echo running\n"
+            "while true; do sleep 0.05; done\n");
+  v1::CreateTrainingJobRequest r = Request("e2e-move", "resumable.sh");
+  r.set_enable_managed_spot_training(true);
+  r.mutable_stopping_condition()->set_max_wait_time_in_seconds(600);
+  r.mutable_checkpoint_config()->set_s3_uri("file://" + tmp_.path() + "/ckpt/");
+  ASSERT_TRUE(engine_->CreateTrainingJob(r).ok());
+  ASSERT_TRUE(RunUntil(*loop_, [&] { return lines_.HasLine("algo-1", "running"); }));
+  ASSERT_TRUE(engine_->MigrateTrainingJob("e2e-move", /*to_spot=*/false).ok());
+  ASSERT_TRUE(WaitEnded("e2e-move"));
+  v1::DescribeTrainingJobResponse d = Describe("e2e-move");
+  EXPECT_EQ(d.training_job_status(), "Completed") << d.failure_reason();
+  EXPECT_TRUE(lines_.HasLine("algo-1", "resumed at step 7"));
+  std::vector<std::string> statuses;
+  for (const auto& t : d.secondary_status_transitions()) statuses.push_back(t.status());
+  EXPECT_THAT(statuses, ::testing::ElementsAre("Starting", "Downloading", "Training", "Restarting",
+                                               "Starting", "Downloading", "Training", "Uploading",
+                                               "Completed"));
+  EXPECT_EQ(ReadFile(tmp_.path() + "/ckpt/step"), "7\n");
+}
+
 TEST_F(LocalEngineTest, MaxRuntimeStopsTheJobWithSigtermThenSigkill) {
   AddScript("forever.sh",
             "trap 'echo ignoring TERM' TERM\n"
