@@ -103,9 +103,16 @@ TEST_P(EngineStressTest, EightThreadsCallEveryMethodAtOnce) {
       while (!stop.load(std::memory_order_relaxed)) {
         const std::string name = absl::StrCat("job-", rng() % kNames);
         using absl::StatusCode;
-        switch (rng() % 9) {
+        switch (rng() % 10) {
           case 0: {
-            absl::Status s = engine->CreateTrainingJob(tests::MinimalRequest(name)).status();
+            // Half of them managed-spot jobs, which MigrateTrainingJob may move.
+            v1::CreateTrainingJobRequest request = tests::MinimalRequest(name);
+            if (rng() % 2 == 0) {
+              request.set_enable_managed_spot_training(true);
+              request.mutable_stopping_condition()->set_max_runtime_in_seconds(3600);
+              request.mutable_stopping_condition()->set_max_wait_time_in_seconds(7200);
+            }
+            absl::Status s = engine->CreateTrainingJob(request).status();
             if (s.ok()) ++created;
             expect(s, {StatusCode::kAlreadyExists}, "CreateTrainingJob");
             break;
@@ -162,6 +169,11 @@ TEST_P(EngineStressTest, EightThreadsCallEveryMethodAtOnce) {
             absl::Status s =
                 engine->WaitForTrainingJob(name, loop->Now() + absl::Milliseconds(20)).status();
             expect(s, {StatusCode::kNotFound, StatusCode::kDeadlineExceeded}, "WaitForTrainingJob");
+            break;
+          }
+          case 9: {
+            expect(engine->MigrateTrainingJob(name, rng() % 2 == 0),
+                   {StatusCode::kNotFound, StatusCode::kFailedPrecondition}, "MigrateTrainingJob");
             break;
           }
           case 8: {
