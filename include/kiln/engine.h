@@ -339,8 +339,10 @@ class Engine {
   // restoring the last checkpoint. Describe shows the move as a transition
   // to SecondaryStatus Restarting (a status the service's model lists
   // without a meaning), whose message names the capacity, then Starting.
-  // MaxRuntimeInSeconds and MaxWaitTimeInSeconds go on counting as over any
-  // attempts. A job already on that capacity is left as it is (OK).
+  // MaxRuntimeInSeconds and MaxWaitTimeInSeconds count on over the attempts,
+  // as they do across interruptions. A job already on that capacity is left
+  // as it is (OK).
+  // Threading: any thread, as every method.
   // Errors: InvalidArgument for a malformed name; NotFound for an unknown
   // job; FailedPrecondition when the job is not InProgress, does not have
   // EnableManagedSpotTraining, is handling an interruption or another move,
