@@ -4,9 +4,15 @@
 They are SYNTHETIC: a seeded two-state process (capacity there / gone) with
 lognormal durations, written in the SkyPilot trace format
 ({"metadata": {"gap_seconds": G}, "data": [available instance counts]}).
-They exercise the simulator; they are not measurements of any cloud. For real
-traces use SkyPilot's / "Can't Be Late"'s published ones (0/1 with 1 =
-preempted: set "invert": true in the scenario).
+They exercise the simulator; they are not measurements of any cloud.
+
+Real traces: skypilot-org/spot-traces (the "Can't Be Late" paper's data) is
+in the same format and also holds available-instance counts (1 = available),
+so a scenario names its files as it names these, without "invert". Do not set
+"invert": true for them: that reads every available tick as unavailable and
+back. "invert" is for 0/1 logs that mark a failed launch or a preemption with
+1. See ../README.md ("models") for both conventions and how to point a
+scenario at a clone of that repository (not shipped: it has no licence file).
 
 Run: python3 make_traces.py   (rewrites the .json files next to it)
 """
@@ -30,7 +36,7 @@ def trace(seed, ticks, gap, up_median, down_median, sigma, max_count):
         else:
             data.extend([0] * length)
         up = not up
-    return {"metadata": {"gap_seconds": gap, "note": "synthetic sample trace, see make_traces.py"},
+    return {"metadata": {"gap_seconds": gap, "note": "synthetic sample trace of available-instance counts (not inverted), see make_traces.py"},
             "data": data[:ticks]}
 
 

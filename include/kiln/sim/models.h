@@ -196,8 +196,9 @@ struct SpotTrace {
   double FractionAtLeast(int32_t n) const;
 };
 
-// Parses a trace. `invert` reads 0/1 traces whose 1 marks a preempted tick
-// (the can't-be-late traces' convention): 1 becomes 0 available and 0 one.
+// Parses a trace. `invert` reads 0/1 logs whose 1 marks a failed launch or
+// a preempted tick: 1 becomes 0 available and 0 one. (SkyPilot's published
+// traces hold counts: read them without it.)
 // Errors: InvalidArgument naming what is wrong (not JSON, no positive
 // metadata.gap_seconds, data not an array of non-negative integers, empty).
 absl::StatusOr<SpotTrace> ParseSpotTrace(std::string_view json, bool invert = false);
