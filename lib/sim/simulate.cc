@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <iterator>
@@ -22,6 +23,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/select_ranks.h"
 #include "base/slab.h"
 #include "base/time_math.h"
@@ -818,14 +820,20 @@ absl::StatusOr<SimulationReport> RunScenario(const Scenario& scenario, const Run
       std::make_move_iterator(results.begin()),
       std::make_move_iterator(results.begin() + static_cast<ptrdiff_t>(scenario.policies.size())));
   const PolicyResult& base = report.results[report.baseline];
+  // Cost and P90 compared as FormatTable prints them (to the cent, to the
+  // second): a reader sees no difference the choice rests on that the table hides.
+  auto as_printed = [](double x, int decimals) {
+    return std::strtod(absl::StrFormat("%.*f", decimals, x).c_str(), nullptr);
+  };
   report.best = report.baseline;
   for (size_t i = 0; i < report.results.size(); ++i) {
     const PolicyResult& r = report.results[i];
     // No startup P90 (no job began training) is worse than any.
     const bool latency_ok =
-        !base.startup_p90 || (r.startup_p90 && *r.startup_p90 <= *base.startup_p90);
+        !base.startup_p90 ||
+        (r.startup_p90 && as_printed(*r.startup_p90, 0) <= as_printed(*base.startup_p90, 0));
     if (latency_ok && r.deadline_misses <= base.deadline_misses && r.completed >= base.completed &&
-        r.cost < report.results[report.best].cost) {
+        as_printed(r.cost, 2) < as_printed(report.results[report.best].cost, 2)) {
       report.best = i;
     }
   }

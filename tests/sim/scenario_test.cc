@@ -864,12 +864,13 @@ TEST(ScenarioFormatTest, TableCsvJsonAndHtmlCarryEveryPolicy) {
   for (const char* bad : {"<script", "<link", "src=", "@import", "url("}) {
     EXPECT_FALSE(absl::StrContains(html, bad)) << bad;
   }
-  for (const char* section : {"Startup latency CDF", "Cost against keep-alive T", "Spot savings against deadline slack"}) {
+  for (const char* section : {"Startup latency CDF", "Cost against startup P90",
+                              "Cost against keep-alive T", "Spot savings against deadline slack"}) {
     EXPECT_TRUE(absl::StrContains(html, section)) << section;
   }
   size_t svgs = 0;
   for (size_t pos = html.find("<svg "); pos != std::string::npos; pos = html.find("<svg ", pos + 1)) ++svgs;
-  EXPECT_EQ(svgs, 3u);
+  EXPECT_EQ(svgs, 5u);  // latency CDF, cost against P90, Fixed(T), savings and misses against slack
 }
 
 }  // namespace

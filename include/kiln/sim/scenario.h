@@ -189,8 +189,9 @@ struct SimulationReport {
   std::vector<PolicyResult> results;  // in the scenario's order
   size_t baseline = 0;
   // The cheapest policy with startup P90, deadline misses and completions no
-  // worse than the baseline's (the baseline itself when none is cheaper). A
-  // policy under which no job began training has no P90, which is worse
+  // worse than the baseline's (the baseline itself when none is cheaper), cost
+  // and P90 compared as FormatTable prints them (to the cent, to the second).
+  // A policy under which no job began training has no P90, which is worse
   // than any.
   size_t best = 0;
   std::vector<SlackPoint> slack;
@@ -222,8 +223,10 @@ absl::StatusOr<SimulationReport> RunScenario(const Scenario& scenario, const Run
 
 // The report as a fixed-width table (one row per policy, then the best
 // policy), JSON, CSV (one row per policy), or a self-contained HTML page with
-// inline SVG charts (startup latency CDF per policy; cost against Fixed(T)
-// keep-alive; spot savings against deadline slack). All deterministic.
+// inline SVG charts, each policy in one colour throughout (startup latency
+// CDF per policy; cost against startup P90; cost against Fixed(T) keep-alive;
+// spot savings and deadline misses against deadline slack; a chart without
+// data is left out). All deterministic.
 std::string FormatTable(const SimulationReport& report);
 std::string FormatJson(const SimulationReport& report);
 std::string FormatCsv(const SimulationReport& report);
