@@ -34,6 +34,11 @@ KILN_DEBIAN_PACKAGES=(
   clang
   clang-format
   libclang-rt-14-dev
+  # The report's screenshot test (tests/sim/report_screenshot_test.py) opens
+  # the `kiln simulate --report` page in headless Chromium; without it the
+  # test is skipped.
+  chromium
+  fonts-dejavu-core
 )
 # botocore (tools/schema/generate-schema.py reads the service model from it) usually
 # comes with the machine's python3 (pyenv pip); Debian's package is the
