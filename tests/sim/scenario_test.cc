@@ -21,33 +21,12 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "kiln/sim/workload.h"
+#include "sim/temp_files.h"
 
 namespace kiln::sim {
 namespace {
 
 std::string Dir() { return KILN_SCENARIOS_DIR; }
-
-// A new directory holding files (name, text), removed with this object.
-class TempFiles {
- public:
-  using Files = std::vector<std::pair<std::string, std::string>>;  // (name, text)
-  explicit TempFiles(Files files) : files_(std::move(files)) {
-    dir_ = testing::TempDir();
-    if (!dir_.empty() && dir_.back() == '/') dir_.pop_back();
-    dir_ += "/kiln-scenario-XXXXXX";
-    EXPECT_NE(mkdtemp(dir_.data()), nullptr);
-    for (const auto& [name, text] : files_) std::ofstream(dir_ + "/" + name) << text;
-  }
-  ~TempFiles() {
-    for (const auto& [name, text] : files_) std::remove((dir_ + "/" + name).c_str());
-    rmdir(dir_.c_str());
-  }
-  const std::string& dir() const { return dir_; }
-
- private:
-  Files files_;
-  std::string dir_;
-};
 
 // One job trace line: a valid request for `count` x `type` named `name`,
 // arriving at `arrival` s, with the trace's "sim" members `sim`.

@@ -19,31 +19,10 @@
 #include "gtest/gtest.h"
 #include "kiln/sim/models.h"
 #include "kiln/sim/scenario.h"
+#include "sim/temp_files.h"
 
 namespace kiln::sim {
 namespace {
-
-// A new directory holding files (name, text), removed with this object.
-class TempFiles {
- public:
-  using Files = std::vector<std::pair<std::string, std::string>>;  // (name, text)
-  explicit TempFiles(Files files) : files_(std::move(files)) {
-    dir_ = testing::TempDir();
-    if (!dir_.empty() && dir_.back() == '/') dir_.pop_back();
-    dir_ += "/kiln-traces-XXXXXX";
-    EXPECT_NE(mkdtemp(dir_.data()), nullptr);
-    for (const auto& [name, text] : files_) std::ofstream(dir_ + "/" + name) << text;
-  }
-  ~TempFiles() {
-    for (const auto& [name, text] : files_) std::remove((dir_ + "/" + name).c_str());
-    rmdir(dir_.c_str());
-  }
-  const std::string& dir() const { return dir_; }
-
- private:
-  Files files_;
-  std::string dir_;
-};
 
 constexpr char kType[] = "ml.p3.2xlarge";
 
