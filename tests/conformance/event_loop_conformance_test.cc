@@ -47,6 +47,37 @@ struct LoopKind {
 
 void PrintTo(const LoopKind& k, std::ostream* os) { *os << k.name; }
 
+// Another thread holds `loop` (EventLoop::TryHold) from construction until
+// Release(): it runs nothing meanwhile, then `before_letting_go`, still
+// holding the loop.
+class HeldElsewhere {
+ public:
+  explicit HeldElsewhere(EventLoop& loop, std::function<void()> before_letting_go = {})
+      : holder_([this, &loop, then = std::move(before_letting_go)] {
+          loop.TryHold([&] {
+            holding_ = true;
+            while (!release_) std::this_thread::yield();
+            if (then) then();
+          });
+        }) {
+    while (!holding_) std::this_thread::yield();
+  }
+  ~HeldElsewhere() { Release(); }
+  HeldElsewhere(const HeldElsewhere&) = delete;
+  HeldElsewhere& operator=(const HeldElsewhere&) = delete;
+
+  // Lets go of the loop and waits for the holder to end.
+  void Release() {
+    release_ = true;
+    if (holder_.joinable()) holder_.join();
+  }
+
+ private:
+  std::atomic<bool> holding_{false};
+  std::atomic<bool> release_{false};
+  std::thread holder_;  // last: it starts once the flags exist
+};
+
 class EventLoopConformanceTest : public ::testing::TestWithParam<LoopKind> {
  protected:
   std::unique_ptr<EventLoop> Make() const { return GetParam().make(); }
@@ -757,22 +788,13 @@ TEST_P(EventLoopConformanceTest, TryHoldFailsWhileAnotherThreadRunsTheLoop) {
 }
 
 TEST_P(EventLoopConformanceTest, RunWaitsWhileAnotherThreadHoldsTheLoop) {
-  std::atomic<int> step{0};
-  std::atomic<bool> release{false};
-  std::thread holder([&] {
-    loop_->TryHold([&] {
-      step = 1;
-      while (!release) std::this_thread::yield();
-      step = 2;
-    });
-  });
-  while (step != 1) std::this_thread::yield();
+  std::atomic<int> step{1};
+  HeldElsewhere held(*loop_, [&] { step = 2; });
   int step_when_run = 0;
   loop_->Post([&] { step_when_run = step; });
   std::thread runner([&] { loop_->RunUntilIdle(); });
-  release = true;
+  held.Release();
   runner.join();
-  holder.join();
   EXPECT_EQ(step_when_run, 2);  // the post ran only after the holder let go
 }
 
@@ -809,15 +831,7 @@ TEST_P(EventLoopConformanceTest, RunOnLoopWhileTheLoopRunsRunsOnTheLoopThread) {
 TEST_P(EventLoopConformanceTest, RunOnLoopRunsItselfWhenTheHolderLetsGoFirst) {
   // A holder that runs no posts: the caller's post waits, then the caller runs its function
   // itself once the holder lets go, and the post does nothing when it runs later.
-  std::atomic<bool> release{false};
-  std::atomic<bool> holding{false};
-  std::thread holder([&] {
-    loop_->TryHold([&] {
-      holding = true;
-      while (!release) std::this_thread::yield();
-    });
-  });
-  while (!holding) std::this_thread::yield();
+  HeldElsewhere held(*loop_);
   int runs = 0;
   std::thread::id ran_on;
   std::thread caller([&] {
@@ -827,10 +841,9 @@ TEST_P(EventLoopConformanceTest, RunOnLoopRunsItselfWhenTheHolderLetsGoFirst) {
     });
   });
   while (loop_->pending_events() == 0) std::this_thread::yield();  // (read racily; only a hint)
-  release = true;
   const std::thread::id caller_id = caller.get_id();
+  held.Release();
   caller.join();
-  holder.join();
   EXPECT_EQ(runs, 1);
   EXPECT_EQ(ran_on, caller_id);
   loop_->RunUntilIdle();  // the stale post
@@ -854,19 +867,10 @@ TEST_P(EventLoopConformanceTest, AwaitReleaseOrWakesOnReadyAndOnRelease) {
   EXPECT_TRUE(woke);
 
   // Release: nothing becomes ready, but the holder lets go.
-  std::atomic<bool> holding{false};
-  std::atomic<bool> release{false};
-  std::thread holder([&] {
-    loop_->TryHold([&] {
-      holding = true;
-      while (!release) std::this_thread::yield();
-    });
-  });
-  while (!holding) std::this_thread::yield();
+  HeldElsewhere held(*loop_);
   std::thread awaiter([&] { EXPECT_FALSE(loop_->AwaitReleaseOr([] { return false; })); });
-  release = true;
+  held.Release();
   awaiter.join();
-  holder.join();
 }
 
 // --- The loops --------------------------------------------------------------------------------
