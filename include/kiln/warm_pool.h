@@ -90,8 +90,27 @@ struct KeepAliveQuery {
   absl::Time now;
 };
 
-// Decides how long a finished job's cluster is kept Available. Policies see
-// only the past: what they are told through the On* calls.
+// What a policy is asked about when it reviews a waiting pool
+// (KeepAlivePolicy::Review).
+struct KeepAliveReview {
+  // The job whose cluster the pool holds (the pool's owner).
+  std::string_view job_name;
+  const PoolShape& shape;
+  // The job's KeepAlivePeriodInSeconds, zero when it set none.
+  absl::Duration requested;
+  // When the pool became Available.
+  absl::Time available_since;
+  // The keep-alive in force, counted from available_since, as the manager
+  // applies it (after its limits): the pool ends at available_since +
+  // keep_alive unless a job takes it first.
+  absl::Duration keep_alive;
+  absl::Time now;
+};
+
+// Decides how long a finished job's cluster is kept Available: once, when the
+// pool becomes Available (KeepAlive), and, for a policy that reviews its
+// choices, again while the pool waits (Review). Policies see only the past:
+// what they are told through the On* calls.
 // Loop thread only.
 class KeepAlivePolicy {
  public:
@@ -110,6 +129,28 @@ class KeepAlivePolicy {
   virtual void OnJobArrived(const PoolShape& shape, absl::Time time) {}
   // A short name for reports ("JobRequested", "Fixed(600s)", ...).
   virtual std::string Name() const = 0;
+
+  // How often the manager reviews each Available pool: every ReviewPeriod()
+  // on the loop's clock, counted from when the pool became Available, for as
+  // long as it stays Available. Zero (the default) or negative: never; a pool
+  // keeps the keep-alive KeepAlive gave it. Read once, when the manager is
+  // made.
+  virtual absl::Duration ReviewPeriod() const { return absl::ZeroDuration(); }
+  // A new keep-alive for a waiting pool, counted from review.available_since
+  // (not from now), or nullopt to keep review.keep_alive. Asked at each
+  // ReviewPeriod() while the pool is Available and its end is still ahead; a
+  // review due at or after the pool's end, or after it was Reused,
+  // Terminated or given a keep-alive by UpdateTrainingJob (the user's choice
+  // is not revised), is not asked. The manager applies the answer within the
+  // limits KeepAlive's answer gets: at most WarmPoolOptions::max_keep_alive,
+  // never past the cluster's WarmPoolOptions::max_chain_life. A policy bound
+  // to the job's request (as JobRequested is) answers at most
+  // review.requested. An answer of zero or less, or one whose end is already
+  // past, ends the pool at once: its owner shows Terminated, billed for the
+  // time it was Available, until now. The default keeps every keep-alive.
+  virtual std::optional<absl::Duration> Review(const KeepAliveReview& review) {
+    return std::nullopt;
+  }
 };
 
 // The service's behaviour: keep for the job's own KeepAlivePeriodInSeconds.
@@ -131,14 +172,19 @@ struct AdaptiveHistogramOptions {
   // Until a shape has this many observed gaps, keep for `fallback`.
   int min_samples = 10;
   absl::Duration fallback = absl::Minutes(10);
+  // When positive, a waiting pool's keep-alive is decided again every
+  // `review_every` (KeepAlivePolicy::Review) from the histogram as it stands
+  // then, so pools kept under gaps that have since shifted follow the new
+  // ones. Zero: decided once, when the pool becomes Available.
+  absl::Duration review_every = absl::ZeroDuration();
 
   // The most bins a histogram may have (range / bin_width): at most 8 MiB of counts per cluster
   // shape. A shape holds counts only up to the bin of its longest gap shorter than `range`.
   static constexpr int64_t kMaxBins = int64_t{1} << 20;
   // OK, or InvalidArgument naming the first member out of its range: bin_width and range finite
   // and positive, range at least bin_width and at most kMaxBins bins, percentile in (0, 1],
-  // margin finite and not negative, min_samples not negative, fallback finite and not
-  // negative. NewAdaptiveHistogramKeepAlive requires options that pass.
+  // margin finite and not negative, min_samples not negative, fallback and review_every finite
+  // and not negative. NewAdaptiveHistogramKeepAlive requires options that pass.
   absl::Status Check() const;
 };
 // Per cluster shape, a histogram of the idle gaps between a pool becoming
@@ -148,7 +194,9 @@ struct AdaptiveHistogramOptions {
 // expires or is released before that job, so gaps longer than the keep-alive
 // given are learnt too. Keeps a cluster until a tail percentile of that
 // histogram (the hybrid-histogram policy of "Serverless in the Wild", ATC'20,
-// applied to clusters). Every eligible job takes part. REQUIRES:
+// applied to clusters). With options.review_every, a waiting pool's
+// keep-alive follows the histogram as it changes. Every eligible job takes
+// part. REQUIRES:
 // options.Check() is OK (checked: a failing one aborts with its message,
 // rather than sizing a histogram from nonsense).
 std::unique_ptr<KeepAlivePolicy> NewAdaptiveHistogramKeepAlive(

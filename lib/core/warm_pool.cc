@@ -127,7 +127,18 @@ class AdaptiveHistogramKeepAlive final : public KeepAlivePolicy {
   }
 
   std::string Name() const override {
+    if (options_.review_every > absl::ZeroDuration()) {
+      return absl::StrCat("AdaptiveHistogram(p", options_.percentile * 100, ", review ",
+                          SecondsText(options_.review_every), ")");
+    }
     return absl::StrCat("AdaptiveHistogram(p", options_.percentile * 100, ")");
+  }
+
+  absl::Duration ReviewPeriod() const override { return options_.review_every; }
+
+  // The keep-alive the histogram gives a pool of this shape now.
+  std::optional<absl::Duration> Review(const KeepAliveReview& r) override {
+    return KeepAlive({r.job_name, r.shape, r.requested, r.now});
   }
 
  private:
@@ -241,6 +252,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
   DefaultWarmPoolManager(EventLoop& loop, ClusterProvider& provider, WarmPoolOptions options)
       : loop_(loop), provider_(provider), options_(std::move(options)) {
     if (options_.policy == nullptr) options_.policy = NewJobRequestedKeepAlive();
+    review_period_ = std::max(options_.policy->ReviewPeriod(), absl::ZeroDuration());
   }
 
   ~DefaultWarmPoolManager() override { ReleaseAll(); }
@@ -307,6 +319,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     owner.reused_by = std::string(job);
     owner.retained_seconds = RetainedSeconds(internal::Minus(now, best->available_since));
     loop_.Cancel(best->expiry);
+    loop_.Cancel(best->review);
     s->chain_start = best->chain_start;
     Cluster cluster = std::move(best->cluster);
     ErasePool(best->id);
@@ -365,6 +378,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     s->retained_seconds.reset();  // (final once Reused or Terminated)
     s->pool_id = id;
     Schedule(pool, std::min(internal::Plus(now, keep), chain_end));
+    ScheduleReview(pool);
     provider_.Recycle(pool.cluster);
     options_.policy->OnPoolAvailable(shape, now);
     return true;
@@ -396,6 +410,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
       return absl::OkStatus();
     }
     loop_.Cancel(pool.expiry);
+    loop_.Cancel(pool.review);  // the user's keep-alive is not revised
     Schedule(pool, expires);
     return absl::OkStatus();
   }
@@ -462,6 +477,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     absl::Time expires_at;
     absl::Time chain_start;
     TimerHandle expiry;
+    TimerHandle review;  // the next review, if the policy reviews
   };
 
   // (Debian's Abseil hashes absl::string_view, not std::string_view.)
@@ -512,12 +528,49 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     pool.expiry = loop_.ScheduleAt(expires, [this, id = pool.id] { Expire(id); });
   }
 
+  // Schedules the pool's next review, one period from now, unless the policy
+  // does not review or the pool ends by then.
+  void ScheduleReview(Pool& pool) {
+    if (review_period_ <= absl::ZeroDuration()) return;
+    const absl::Time at = internal::Plus(loop_.Now(), review_period_);
+    if (at >= pool.expires_at) return;
+    pool.review = loop_.ScheduleAt(at, [this, id = pool.id] { Review(id); });
+  }
+
+  // Asks the policy about Available pool `id` again and applies its answer
+  // within the limits of a first decision.
+  void Review(uint64_t id) {
+    auto it = pools_.find(id);
+    if (it == pools_.end()) return;
+    Pool& pool = it->second;
+    const JobState& owner = jobs_.at(pool.owner_job);
+    const absl::Time now = loop_.Now();
+    const std::optional<absl::Duration> answer = options_.policy->Review(
+        {pool.owner_job, pool.shape->first, owner.requested, pool.available_since,
+         pool.expires_at - pool.available_since, now});
+    if (answer) {
+      const absl::Time expires =
+          std::min(internal::Plus(pool.available_since, std::min(*answer, options_.max_keep_alive)),
+                   internal::Plus(pool.chain_start, options_.max_chain_life));
+      if (*answer <= absl::ZeroDuration() || expires <= now) {
+        Expire(id);  // billed until now
+        return;
+      }
+      if (expires != pool.expires_at) {
+        loop_.Cancel(pool.expiry);
+        Schedule(pool, expires);
+      }
+    }
+    ScheduleReview(pool);
+  }
+
   // Terminates a pool: releases its cluster and bills its owner.
   void Expire(uint64_t id) {
     auto it = pools_.find(id);
     if (it == pools_.end()) return;
     Pool& pool = it->second;
     loop_.Cancel(pool.expiry);
+    loop_.Cancel(pool.review);
     const absl::Time end = std::min(loop_.Now(), pool.expires_at);
     if (JobState* owner = Find(pool.owner_job)) {
       owner->status = kTerminated;
@@ -530,6 +583,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
   EventLoop& loop_;
   ClusterProvider& provider_;
   WarmPoolOptions options_;
+  absl::Duration review_period_;  // the policy's ReviewPeriod(); zero: no reviews
   absl::flat_hash_map<std::string, JobState> jobs_;
   std::map<uint64_t, Pool> pools_;  // by id: iteration order is creation order
   // Interned shapes -> the number of jobs in jobs_ with each. The map's nodes
@@ -599,6 +653,9 @@ absl::Status AdaptiveHistogramOptions::Check() const {
   if (min_samples < 0) return bad("min_samples", "not negative");
   if (fallback < absl::ZeroDuration() || fallback == inf) {
     return bad("fallback", "finite and not negative");
+  }
+  if (review_every < absl::ZeroDuration() || review_every == inf) {
+    return bad("review_every", "finite and not negative");
   }
   return absl::OkStatus();
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -673,6 +674,157 @@ TEST_F(WarmPoolTest, AdaptivePolicyLearnsTheGapsOfPoolsThatExpiredUnreused) {
   EXPECT_EQ(Startup("j5"), 0);
 }
 
+// Keeps each pool for `keep_alive` and reviews it every `period`, answering
+// from `answers` by review time (seconds since the pool became Available);
+// records every review it is asked.
+class ScriptedReviewKeepAlive : public KeepAlivePolicy {
+ public:
+  ScriptedReviewKeepAlive(absl::Duration keep_alive, absl::Duration period,
+                          std::map<int64_t, absl::Duration> answers)
+      : keep_alive_(keep_alive), period_(period), answers_(std::move(answers)) {}
+  absl::Duration KeepAlive(const KeepAliveQuery&) override { return keep_alive_; }
+  std::string Name() const override { return "Scripted"; }
+  absl::Duration ReviewPeriod() const override { return period_; }
+  std::optional<absl::Duration> Review(const KeepAliveReview& r) override {
+    const int64_t waited = absl::ToInt64Seconds(r.now - r.available_since);
+    asked.push_back(absl::StrCat(std::string(r.job_name), "@", waited, " keep ",
+                                 absl::ToInt64Seconds(r.keep_alive)));
+    auto it = answers_.find(waited);
+    if (it == answers_.end()) return std::nullopt;
+    return it->second;
+  }
+  std::vector<std::string> asked;
+
+ private:
+  absl::Duration keep_alive_, period_;
+  std::map<int64_t, absl::Duration> answers_;
+};
+
+class WarmPoolReviewTest : public WarmPoolTest {
+ protected:
+  ScriptedReviewKeepAlive& Use(absl::Duration period, std::map<int64_t, absl::Duration> answers,
+                               WarmPoolOptions options = {}) {
+    auto policy = std::make_shared<ScriptedReviewKeepAlive>(absl::Seconds(600), period,
+                                                            std::move(answers));
+    options.policy = policy;
+    Build(options);
+    return *policy;
+  }
+};
+
+TEST_F(WarmPoolReviewTest, AReviewShortensAWaitingPoolWhichEndsAtItsNewEnd) {
+  // a's pool: Available at 695 for 600 s; reviewed every 100 s.
+  auto& policy = Use(absl::Seconds(100), {{200, absl::Seconds(300)}});
+  CreateAt(0, Request("a"));
+  RunUntil(994);
+  EXPECT_EQ(Pool("a"), "Available");
+  RunUntil(995);  // 695 + 300
+  EXPECT_EQ(Pool("a"), "Terminated after 300 s");
+  loop_->RunUntilIdle();
+  // Asked at 100 and 200 s; not at 300 s, the pool's new end.
+  EXPECT_THAT(policy.asked, testing::ElementsAre("a@100 keep 600", "a@200 keep 600"));
+}
+
+TEST_F(WarmPoolReviewTest, AReviewWhoseEndIsPastEndsThePoolAtOnceBilledUntilNow) {
+  auto& policy = Use(absl::Seconds(100), {{200, absl::Seconds(150)}});
+  CreateAt(0, Request("a"));
+  RunUntil(894);
+  EXPECT_EQ(Pool("a"), "Available");
+  RunUntil(895);  // the review at 200 s: 150 s is past, so the pool ends now
+  EXPECT_EQ(Pool("a"), "Terminated after 200 s");
+  const auto a = Describe("a");
+  EXPECT_EQ(a.training_job_status(), "Completed");
+  EXPECT_EQ(a.warm_pool_status().resource_retained_billable_time_in_seconds(), 200);
+  // A job arriving after the end starts cold.
+  CreateAt(900, Request("b"));
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Startup("b"), 90);
+  EXPECT_EQ(Pool("a"), "Terminated after 200 s");
+  EXPECT_EQ(Pool("b"), "Terminated after 200 s");  // its own pool, reviewed alike
+  EXPECT_THAT(policy.asked, testing::ElementsAre("a@100 keep 600", "a@200 keep 600",
+                                                 "b@100 keep 600", "b@200 keep 600"));
+}
+
+TEST_F(WarmPoolReviewTest, AZeroAnswerEndsThePoolAtOnce) {
+  Use(absl::Seconds(100), {{100, absl::ZeroDuration()}});
+  CreateAt(0, Request("a"));
+  RunUntil(795);
+  EXPECT_EQ(Pool("a"), "Terminated after 100 s");
+}
+
+TEST_F(WarmPoolReviewTest, AReviewLengthensThePoolButNeverPastMaxKeepAlive) {
+  WarmPoolOptions options;
+  options.max_keep_alive = absl::Seconds(900);
+  auto& policy = Use(absl::Seconds(100), {{300, absl::Hours(2)}}, options);
+  CreateAt(0, Request("a"));
+  RunUntil(1594);  // past the first keep-alive's end (1295)
+  EXPECT_EQ(Pool("a"), "Available");
+  RunUntil(1595);  // 695 + 900
+  EXPECT_EQ(Pool("a"), "Terminated after 900 s");
+  loop_->RunUntilIdle();
+  // Reviews follow the new end, and see the keep-alive in force (capped).
+  ASSERT_EQ(policy.asked.size(), 8u);
+  EXPECT_EQ(policy.asked[3], "a@400 keep 900");
+  EXPECT_EQ(policy.asked[7], "a@800 keep 900");
+}
+
+TEST_F(WarmPoolReviewTest, ALengthenedPoolIsReusedAfterItsFirstEnd) {
+  Use(absl::Seconds(100), {{300, absl::Seconds(1000)}});
+  CreateAt(0, Request("a"));
+  CreateAt(1500, Request("b"));  // 805 s after a's pool became Available
+  EXPECT_EQ(Pool("a"), "Reused by b after 805 s");
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Startup("b"), 0);
+}
+
+TEST_F(WarmPoolReviewTest, ReviewsStopWhenThePoolIsTakenOrTheUserSetsItsKeepAlive) {
+  auto& policy = Use(absl::Seconds(100), {});
+  CreateAt(0, Request("a"));
+  CreateAt(950, Request("b"));  // takes a's pool after 255 s: reviewed at 100 and 200 s
+  EXPECT_THAT(policy.asked, testing::ElementsAre("a@100 keep 600", "a@200 keep 600"));
+  RunUntil(950 + 605 + 150);  // b's pool: Available at 1555, reviewed at 100 s
+  ASSERT_TRUE(Update("b", 400).ok());
+  loop_->RunUntilIdle();
+  EXPECT_THAT(policy.asked,
+              testing::ElementsAre("a@100 keep 600", "a@200 keep 600", "b@100 keep 600"));
+  EXPECT_EQ(Pool("b"), "Terminated after 400 s");  // the user's keep-alive, unrevised
+}
+
+TEST_F(WarmPoolReviewTest, NoReviewsWithoutAPeriod) {
+  auto& policy = Use(absl::ZeroDuration(), {{100, absl::ZeroDuration()}});
+  CreateAt(0, Request("a"));
+  loop_->RunUntilIdle();
+  EXPECT_TRUE(policy.asked.empty());
+  EXPECT_EQ(Pool("a"), "Terminated after 600 s");
+}
+
+// Four pools become Available together while AdaptiveHistogram has no
+// samples yet, so each is kept for the fallback (2 h). Three jobs then reuse
+// three of them after 1, 2 and 3 min, which teaches the histogram to keep
+// pools about 3 min. A review (every 5 min) ends the fourth pool at its first
+// review; without one it waits the full fallback.
+TEST_F(WarmPoolTest, AdaptiveReviewEndsAPoolKeptUnderGapsThatHaveSinceShortened) {
+  for (const bool review : {false, true}) {
+    SCOPED_TRACE(review ? "with review" : "without review");
+    AdaptiveHistogramOptions adaptive;
+    adaptive.min_samples = 3;
+    adaptive.fallback = absl::Hours(2);
+    if (review) adaptive.review_every = absl::Minutes(5);
+    WarmPoolOptions options;
+    options.policy = NewAdaptiveHistogramKeepAlive(adaptive);
+    Build(options);
+    for (int i = 1; i <= 4; ++i) CreateAt(0, Request(absl::StrCat("a", i)));
+    for (int i = 1; i <= 3; ++i) CreateAt(695 + 60 * i, Request(absl::StrCat("b", i)));
+    loop_->RunUntilIdle();
+    std::vector<std::string> pools;
+    for (int i = 1; i <= 4; ++i) pools.push_back(Pool(absl::StrCat("a", i)));
+    EXPECT_THAT(pools, testing::UnorderedElementsAre(
+                           "Reused by b1 after 60 s", "Reused by b2 after 120 s",
+                           "Reused by b3 after 180 s",
+                           review ? "Terminated after 300 s" : "Terminated after 7200 s"));
+  }
+}
+
 // A manager that refuses every job with one status; the engine's own for nothing.
 class RefusingManager : public WarmPoolManager {
  public:
@@ -1022,6 +1174,8 @@ TEST(AdaptiveHistogramTest, CheckNamesTheMemberOutOfRange) {
             "AdaptiveHistogramOptions.margin must be finite and not negative");
   EXPECT_EQ(message([](auto& o) { o.fallback = absl::InfiniteDuration(); }),
             "AdaptiveHistogramOptions.fallback must be finite and not negative");
+  EXPECT_EQ(message([](auto& o) { o.review_every = absl::Seconds(-1); }),
+            "AdaptiveHistogramOptions.review_every must be finite and not negative");
 }
 
 TEST(AdaptiveHistogramDeathTest, BadOptionsAbortWithTheirMessage) {
