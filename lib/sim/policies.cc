@@ -47,6 +47,10 @@ std::string KeepAliveChoice::Name() const {
     case Kind::kFixed:
       return absl::StrCat("Fixed(", Seconds(fixed), ")");
     case Kind::kAdaptive:
+      if (adaptive.review_every > absl::ZeroDuration()) {
+        return absl::StrCat("AdaptiveHistogram(p", adaptive.percentile * 100, ", review ",
+                            Seconds(adaptive.review_every), ")");
+      }
       return absl::StrCat("AdaptiveHistogram(p", adaptive.percentile * 100, ")");
   }
   return "";

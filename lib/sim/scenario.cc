@@ -869,7 +869,7 @@ class Parser {
         if (body != nullptr) {
           const std::string apath = Member(kpath, "adaptive");
           KILN_RETURN_IF_ERROR(CheckMembers(*body, apath, {"percentile", "margin", "bin_width", "range",
-                                                           "min_samples", "fallback"}));
+                                                           "min_samples", "fallback", "review_every"}));
           AdaptiveHistogramOptions& a = c.adaptive;
           if (const JsonValue* x = body->Find("percentile")) {
             KILN_ASSIGN_OR_RETURN(a.percentile, Number(*x, Member(apath, "percentile"), 0.01, 1));
@@ -885,6 +885,15 @@ class Parser {
           }
           if (const JsonValue* x = body->Find("fallback")) {
             KILN_ASSIGN_OR_RETURN(a.fallback, Duration(*x, Member(apath, "fallback")));
+          }
+          if (const JsonValue* x = body->Find("review_every")) {
+            const std::string rpath = Member(apath, "review_every");
+            KILN_ASSIGN_OR_RETURN(a.review_every, Duration(*x, rpath));
+            // (Each review is an event per waiting pool: a tiny period would
+            // swamp the run for no benefit.)
+            if (a.review_every > absl::ZeroDuration() && a.review_every < absl::Seconds(1)) {
+              return Bad(rpath, "must be 0 (no reviews) or at least 1 s");
+            }
           }
           if (const JsonValue* x = body->Find("min_samples")) {
             KILN_ASSIGN_OR_RETURN(int64_t n, Integer(*x, Member(apath, "min_samples"), 0, 1000000));

@@ -415,6 +415,58 @@ TEST(ScenarioParseTest, AdaptiveHistogramBinsAreBounded) {
 // Durations are finite and at most 3650 days, so the virtual clock (int64
 // nanoseconds, to the year 2262) never overflows; keep-alives are at most
 // the engine's 6 hours.
+// AdaptiveHistogram's review_every re-decides a waiting pool's keep-alive.
+// Four jobs end together before the histogram has any sample, so their pools
+// are kept for the fallback (2 h); three later jobs reuse three of them after
+// about 17-19 min, which teaches the histogram to keep pools about 22 min.
+// Reviewed every 5 min, the fourth pool ends at its first review past that;
+// decided once, it waits the whole 2 h. Same reuse, less idle time billed.
+TEST(ScenarioRunTest, AdaptiveReviewEndsPoolsKeptUnderGapsThatShiftedSince) {
+  auto line = [](int arrival, const std::string& name) {
+    return TraceLine(arrival, name, "ml.m5.xlarge", R"({"work": 600})");
+  };
+  std::string trace;
+  for (int i = 1; i <= 4; ++i) trace += line(0, absl::StrCat("a", i));
+  for (int i = 1; i <= 3; ++i) trace += line(1800 + 60 * i, absl::StrCat("b", i));
+  const TempFiles files(TempFiles::Files{{"shift.jsonl", trace}});
+  const std::string adaptive = R"("min_samples": 3, "fallback": "2h")";
+  auto s = ParseScenario(
+      absl::StrCat(R"({"horizon": "6h", "models": {"node_failures": false},
+                       "workloads": [{"kind": "trace", "file": "shift.jsonl"}],
+                       "policies": [{"keep_alive": {"adaptive": {)", adaptive, R"(}}},
+                                    {"keep_alive": {"adaptive": {)", adaptive,
+                   R"(, "review_every": "5m"}}}]})"),
+      files.dir());
+  ASSERT_TRUE(s.ok()) << s.status();
+  const SimulationReport r = RunScenario(*s).value();
+  ASSERT_EQ(r.results.size(), 2u);
+  const PolicyResult& once = r.results[0];
+  const PolicyResult& reviewed = r.results[1];
+  EXPECT_EQ(once.policy, "AdaptiveHistogram(p99)");
+  EXPECT_EQ(reviewed.policy, "AdaptiveHistogram(p99, review 300s)");
+  EXPECT_EQ(once.completed, 7);
+  EXPECT_EQ(reviewed.completed, 7);
+  EXPECT_EQ(once.warm_hits, 3);
+  EXPECT_EQ(reviewed.warm_hits, 3);
+  // The fourth pool: 2 h decided once, at most ~30 min reviewed.
+  EXPECT_GT(once.warm_retained_instance_hours - reviewed.warm_retained_instance_hours, 1.4)
+      << once.warm_retained_instance_hours << " vs " << reviewed.warm_retained_instance_hours;
+  EXPECT_LT(reviewed.cost, once.cost);
+}
+
+TEST(ScenarioParseTest, AdaptiveReviewIsOffOrAtLeastOneSecond) {
+  const std::string job = R"({"work": "10m"})";
+  EXPECT_EQ(ParseError(HpoScenario(job, R"([{"keep_alive": {"adaptive": {"review_every": 0}}}])")),
+            "");
+  EXPECT_EQ(
+      ParseError(HpoScenario(job, R"([{"keep_alive": {"adaptive": {"review_every": "1s"}}}])")),
+      "");
+  EXPECT_EQ(
+      ParseError(HpoScenario(job, R"([{"keep_alive": {"adaptive": {"review_every": "10ms"}}}])")),
+      "scenario.policies[0].keep_alive.adaptive.review_every: must be 0 (no reviews) or at least "
+      "1 s");
+}
+
 TEST(ScenarioParseTest, DurationsAreFiniteAndBounded) {
   const std::string job = R"({"work": "10m"})";
   for (const char* horizon :
