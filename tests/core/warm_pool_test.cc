@@ -768,6 +768,17 @@ TEST_F(WarmPoolReviewTest, AReviewLengthensThePoolButNeverPastMaxKeepAlive) {
   EXPECT_EQ(policy.asked[7], "a@800 keep 900");
 }
 
+TEST_F(WarmPoolReviewTest, AReviewNeverLengthensAPoolPastItsChainLife) {
+  WarmPoolOptions options;
+  options.max_chain_life = absl::Seconds(1500);  // from a's launch at 60 s: until 1560
+  Use(absl::Seconds(100), {{100, absl::Hours(2)}}, options);
+  CreateAt(0, Request("a"));
+  RunUntil(1559);
+  EXPECT_EQ(Pool("a"), "Available");
+  RunUntil(1560);
+  EXPECT_EQ(Pool("a"), "Terminated after 865 s");
+}
+
 TEST_F(WarmPoolReviewTest, ALengthenedPoolIsReusedAfterItsFirstEnd) {
   Use(absl::Seconds(100), {{300, absl::Seconds(1000)}});
   CreateAt(0, Request("a"));
