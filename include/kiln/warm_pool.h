@@ -18,9 +18,10 @@
 //   Completes, is Stopped after its cluster launched, or Fails with an
 //   algorithm or client error, its cluster becomes Available for the policy's
 //   keep-alive; then Reused (ReusedByJob = the job that took it) or Terminated
-//   (expired, released by UpdateTrainingJob KeepAlive 0, lost an instance, or
-//   not kept). A job whose cluster never launched, or that failed in a way
-//   that may leave the cluster unhealthy, shows Terminated at once. A job
+//   (expired, released by UpdateTrainingJob KeepAlive 0, ended by the
+//   policy's review, lost an instance, or not kept). A job whose cluster never
+//   launched, or that failed in a way that may leave the cluster unhealthy,
+//   shows Terminated at once. A job
 //   whose attempt ends early (a lost instance, then a RetryStrategy retry)
 //   stays InUse: its next attempt takes another cluster. ResourceRetainedBillableTimeInSeconds
 //   (seconds Available, rounded up) is filled in once Reused or Terminated.
@@ -140,8 +141,8 @@ class KeepAlivePolicy {
   // (not from now), or nullopt to keep review.keep_alive. Asked at each
   // ReviewPeriod() while the pool is Available and its end is still ahead; a
   // review due at or after the pool's end, or after it was Reused,
-  // Terminated or given a keep-alive by UpdateTrainingJob (the user's choice
-  // is not revised), is not asked. The manager applies the answer within the
+  // Terminated or given a keep-alive by WarmPoolManager::UpdateKeepAlive
+  // (UpdateTrainingJob: the user's choice is not revised), is not asked. The manager applies the answer within the
   // limits KeepAlive's answer gets: at most WarmPoolOptions::max_keep_alive,
   // never past the cluster's WarmPoolOptions::max_chain_life. A policy bound
   // to the job's request (as JobRequested is) answers at most
