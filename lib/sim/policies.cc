@@ -20,19 +20,36 @@ class UniformProgressHandler final : public SpotInterruptionHandler {
   InterruptionDecision OnInterruption(const InterruptionContext& c) override {
     InterruptionDecision d = DefaultInterruptionDecision(c, options_.retry_delay);
     if (d.action == InterruptionDecision::Action::kGiveUp) return d;
-    std::optional<ProgressView> view;
-    if (options_.view) view = options_.view(c.job_name);
-    if (view) {
-      view->on_spot = c.on_spot;
-      d.use_spot = UniformProgressUsesSpot(*view, c.now, options_.hysteresis);
-    }
-    if (options_.on_decision) options_.on_decision(c.job_name, d.use_spot);
+    // The attempt has ended: the job holds nothing now.
+    d.use_spot = Decide(c.job_name, c.on_spot, c.now, /*holding=*/false);
     return d;
+  }
+
+  absl::Duration ReviewPeriod() const override { return options_.tick; }
+
+  bool Review(const CapacityReview& c) override {
+    return Decide(c.job_name, c.on_spot, c.now, c.when == CapacityReview::When::kRunning);
   }
 
   std::string Name() const override { return "UniformProgress"; }
 
  private:
+  bool Decide(std::string_view job, bool on_spot, absl::Time now, bool holding) {
+    bool spot = on_spot;
+    std::optional<ProgressView> view;
+    if (options_.view) view = options_.view(job);
+    if (view) {
+      view->on_spot = on_spot;
+      // (Asked only when it can matter: a job that holds spot stays unless
+      // the safety net says otherwise.)
+      const bool available =
+          !(holding && on_spot) && options_.spot_available && options_.spot_available(job);
+      spot = UniformProgressUsesSpot(*view, now, options_.params, holding, available);
+    }
+    if (options_.on_decision) options_.on_decision(job, spot);
+    return spot;
+  }
+
   UniformProgressOptions options_;
 };
 
@@ -82,22 +99,29 @@ std::string SpotChoice::Name() const {
   return "";
 }
 
-absl::Duration SafetyExcess(const ProgressView& v, absl::Time now) {
-  return (v.deadline - now) - (v.work - v.progress) * v.pace - v.margin;
+absl::Duration SafetyExcess(const ProgressView& v, absl::Time now, double restarts) {
+  return (v.deadline - now) - (v.work - v.progress) * v.pace - v.margin * restarts;
 }
 
-bool UniformProgressUsesSpot(const ProgressView& v, absl::Time now, absl::Duration hysteresis) {
-  // The safety net first.
-  if (SafetyExcess(v, now) < absl::ZeroDuration()) return false;
+bool UniformProgressUsesSpot(const ProgressView& v, absl::Time now,
+                             const UniformProgressParams& params, bool holding,
+                             bool spot_available) {
+  // The safety net first: on-demand from here on (on on-demand the excess no
+  // longer shrinks, so it stays so).
+  if (SafetyExcess(v, now, params.safety_restarts) < absl::ZeroDuration()) return false;
   // The line from (arrival, 0) to (deadline, work).
   const absl::Duration span = v.deadline - v.arrival;
   if (span <= absl::ZeroDuration()) return false;
   const double elapsed = std::clamp(absl::FDivDuration(now - v.arrival, span), 0.0, 1.0);
-  const absl::Duration expected = v.work * elapsed;
-  const absl::Duration ahead = v.progress - expected;
-  if (v.on_spot) return ahead >= absl::ZeroDuration();
-  // Back to spot only with room for hysteresis, on the line and in the safety net.
-  return ahead >= hysteresis && SafetyExcess(v, now) >= hysteresis;
+  const absl::Duration ahead = v.progress - v.work * elapsed;
+  if (v.on_spot) {
+    // Spot held is kept until preempted; spot there is taken; without
+    // either, the job waits while on or above the line.
+    return holding || spot_available || ahead >= absl::ZeroDuration();
+  }
+  // Back to spot only when it is there, and the job is ahead of the line by
+  // what the move costs (a restart: the margin) plus the hysteresis.
+  return spot_available && ahead >= v.margin + params.hysteresis;
 }
 
 double WorstCasePace(const SimModels& models, const v1::CreateTrainingJobRequest& request,

@@ -803,7 +803,8 @@ class Parser {
     }
     if (body != nullptr) {
       const std::string bpath = Member(path, kind);
-      KILN_RETURN_IF_ERROR(CheckMembers(*body, bpath, {"checkpoint_every", "hysteresis"}));
+      KILN_RETURN_IF_ERROR(CheckMembers(*body, bpath,
+                                        {"checkpoint_every", "hysteresis", "tick", "safety_restarts"}));
       if (const JsonValue* x = body->Find("checkpoint_every")) {
         KILN_ASSIGN_OR_RETURN(c.checkpoint_interval, Duration(*x, Member(bpath, "checkpoint_every")));
         if (c.checkpoint_interval <= absl::ZeroDuration()) return Bad(Member(bpath, "checkpoint_every"), "must be positive");
@@ -811,6 +812,19 @@ class Parser {
       if (const JsonValue* x = body->Find("hysteresis")) {
         if (c.kind != SpotChoice::Kind::kUniformProgress) return Bad(Member(bpath, "hysteresis"), "only for uniform_progress");
         KILN_ASSIGN_OR_RETURN(c.hysteresis, Duration(*x, Member(bpath, "hysteresis")));
+      }
+      if (const JsonValue* x = body->Find("tick")) {
+        if (c.kind != SpotChoice::Kind::kUniformProgress) return Bad(Member(bpath, "tick"), "only for uniform_progress");
+        KILN_ASSIGN_OR_RETURN(c.tick, Duration(*x, Member(bpath, "tick")));
+        if (c.tick < absl::Seconds(1)) return Bad(Member(bpath, "tick"), "must be at least 1 s");
+      }
+      if (const JsonValue* x = body->Find("safety_restarts")) {
+        const std::string spath = Member(bpath, "safety_restarts");
+        if (c.kind != SpotChoice::Kind::kUniformProgress) return Bad(spath, "only for uniform_progress");
+        if (!x->is_number()) return Bad(spath, "expected a number");
+        const absl::StatusOr<double> n = x->AsDouble();
+        if (!n.ok() || !(*n >= 0 && *n <= 100)) return Bad(spath, "must be a number in [0, 100]");
+        c.safety_restarts = *n;
       }
     }
     return c;

@@ -387,6 +387,11 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     return it == by_name_.end() ? SimJobStats() : job_states_[it->second].stats;
   }
 
+  bool SpotAvailable(const ClusterSpec& spec) override {
+    if (models_ == nullptr) return true;
+    return Admit(spec, /*spot=*/true);
+  }
+
   SimJobStats ForgetJob(std::string_view job) override {
     IndexNames();
     auto it = by_name_.find(Key(job));
@@ -656,7 +661,8 @@ class SimClusterProviderImpl final : public SimClusterProvider {
   }
 
   // Instances the spec needs, per type, and whether they are there now.
-  bool Admit(const ClusterSpec& spec) {
+  bool Admit(const ClusterSpec& spec) { return Admit(spec, spec.spot); }
+  bool Admit(const ClusterSpec& spec, bool spot) {
     const auto& groups = spec.groups;
     for (size_t i = 0; i < groups.size(); ++i) {
       const std::string& type = groups[i].instance_type;
@@ -670,7 +676,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
       if (seen) continue;  // counted with its first group
       const auto [m, state] = TypeOf(type);
       const InstanceTypeModel& model = *m;
-      if (!spec.spot) {
+      if (!spot) {
         if (model.capacity && state->on_demand + count > *model.capacity) return false;
       } else if (model.spot.kind == SpotMarket::Kind::kTrace) {
         if (state->spot + count > model.spot.trace.AvailableAt(loop_.Now() - origin_)) return false;

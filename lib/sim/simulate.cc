@@ -39,8 +39,6 @@ constexpr char kCheckpointPrefix[] = "s3://kiln-sim/checkpoints/";
 constexpr absl::Duration kRetryDelay = absl::Seconds(30);
 // How long after the horizon jobs may still run before the run stops them.
 constexpr absl::Duration kDrainLimit = absl::Hours(24 * 30);
-// The longest TrainingJobName the service accepts.
-constexpr size_t kMaxJobNameLength = 63;
 
 // (Debian's Abseil hashes absl::string_view, not std::string_view.)
 absl::string_view Key(std::string_view s) { return absl::string_view(s.data(), s.size()); }
@@ -56,10 +54,10 @@ bool Is(std::string_view s, const char (&literal)[N]) {
 enum class Phase { kWaiting, kPreparing, kTraining, kUploading, kEnded };
 enum class End { kCompleted, kFailed, kStopped };
 
-// One job as the workload submitted it, across its resubmissions.
+// One job as the workload submitted it.
 struct Job {
   std::string logical;  // name as submitted
-  std::string current;  // the engine's job now
+  std::string current;  // the engine's job: the same name
   WorkloadGenerator* from = nullptr;
   uint64_t tag = 0;
   std::shared_ptr<const v1::CreateTrainingJobRequest> request;  // the workload's, unnamed
@@ -69,27 +67,26 @@ struct Job {
   absl::Duration margin;
   double pace = 1;  // WorstCasePace
   // Where the sim provider keeps the progress of the work over all
-  // submissions (SimJobBehavior::checkpoint_key); empty: no checkpoints.
+  // attempts (SimJobBehavior::checkpoint_key); empty: no checkpoints.
   std::string checkpoint_key;
-  bool on_spot = false;
-  bool migrating = false;
+  bool on_spot = false;  // the capacity of its current (or last) attempt
   bool drain_stopped = false;  // the drain asked the engine to stop it
-  int submissions = 1;
+  // Its instances as Provision would be asked for them (Uniform Progress
+  // asks whether spot capacity is there for them).
+  ClusterSpec spec;
   // Followed through every status only under Uniform Progress (the only
   // policy that reads it); otherwise Training and the end alone.
   Phase phase = Phase::kWaiting;
   std::optional<absl::Time> first_training;
   bool warm = false;
-  absl::Duration progress;         // saved progress, over all submissions
-  absl::Duration submission_base;  // progress when the current submission began
+  absl::Duration progress;  // saved progress
   int64_t spot_interruptions = 0;
   int64_t node_failures = 0;
   absl::Duration lost_instance_time;
-  TimerHandle safety;
 };
 
 // Owns a Job made in a PolicyRun's slab (PolicyRun::NewJob): a run makes one
-// per submission, and a slab's slot is the most recently freed one, where a
+// per job, and a slab's slot is the most recently freed one, where a
 // heap block of this size would often go through the allocator's slow path.
 struct JobDeleter {
   internal::Slab<Job>* slab = nullptr;
@@ -103,6 +100,22 @@ double Hours(absl::Duration d) { return absl::ToDoubleHours(d); }
 size_t NearestRankIndex(size_t n, double p) {
   const double rank = std::ceil(p * static_cast<double>(n));
   return static_cast<size_t>(std::clamp(rank, 1.0, static_cast<double>(n))) - 1;
+}
+
+// The instances `r` asks for, as the engine asks Provision for them.
+ClusterSpec SpecOf(const v1::CreateTrainingJobRequest& r) {
+  ClusterSpec spec;
+  const auto& rc = r.resource_config();
+  if (rc.instance_groups_size() > 0) {
+    for (const auto& g : rc.instance_groups()) {
+      spec.groups.push_back({g.instance_group_name(), g.instance_type(), g.instance_count()});
+    }
+  } else {
+    spec.groups.push_back({kHomogeneousGroupName, rc.instance_type(), rc.instance_count()});
+  }
+  spec.spot = true;
+  spec.volume_size_in_gb = rc.volume_size_in_gb();
+  return spec;
 }
 
 class PolicyRun final : public WorkloadSink, public JobObserver {
@@ -130,8 +143,14 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     channel_ = NewSimDataChannel(*loop_, std::move(channel_options));
     if (policy_.spot.kind == SpotChoice::Kind::kUniformProgress) {
       UniformProgressOptions up;
-      up.hysteresis = policy_.spot.hysteresis;
+      up.params.hysteresis = policy_.spot.hysteresis;
+      up.params.safety_restarts = policy_.spot.safety_restarts;
+      up.tick = policy_.spot.tick;
       up.retry_delay = kRetryDelay;
+      up.spot_available = [this](std::string_view job) {
+        auto it = active_.find(Key(job));
+        return it != active_.end() && provider_->SpotAvailable(it->second->spec);
+      };
       up.view = [this](std::string_view job) -> std::optional<ProgressView> {
         auto it = active_.find(Key(job));
         if (it == active_.end() || !it->second->deadline) return std::nullopt;
@@ -209,16 +228,11 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
       j.margin = RestartMargin(*scenario_.models, *j.request, a, a.checkpoint_interval, kRetryDelay);
       j.pace = WorstCasePace(*scenario_.models, *j.request, a);
     }
-    bool spot = false;
-    if (spot_policy) {
-      spot = true;
-      if (uniform_progress && j.deadline) {
-        ProgressView view = View(j);
-        view.on_spot = true;
-        spot = UniformProgressUsesSpot(view, j.arrival, policy_.spot.hysteresis);
-      }
-    }
-    j.on_spot = spot;
+    // Uniform Progress places each attempt itself (the engine asks it before
+    // each provisioning), and may move a job between capacities: its jobs are
+    // managed-spot jobs.
+    j.on_spot = spot_policy;
+    if (uniform_progress && j.deadline) j.spec = SpecOf(*j.request);
     ++jobs_;
     Create(std::move(job));
   }
@@ -257,15 +271,12 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
                       : Is(status, "Failed")  ? End::kFailed
                                               : End::kStopped;
       // Not inline: the engine is in the middle of ending the job. (A job
-      // leaves active_ only in Finalize, and ends once per submission, so
+      // leaves active_ only in Finalize, and ends once, so
       // `j` is still there then; Finalize checks it is.)
       loop_->ScheduleAfter(absl::ZeroDuration(), [this, job = &j, end] { Finalize(*job, end); });
       return;
     }
-    if (policy_.spot.kind == SpotChoice::Kind::kUniformProgress && j.on_spot && j.deadline &&
-        j.phase == Phase::kWaiting && Is(s, "Starting")) {
-      ArmSafety(j);
-    }
+    if (Is(s, "Restarting")) ++migrations_;  // a move between capacities
   }
 
  private:
@@ -333,17 +344,10 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     }
   }
 
-  // A submission the engine refused: counted, and its generator told. A
-  // first submission counts as rejected; a resubmission (a migration) ends a
-  // job that has run: it counts as failed (and as a deadline miss).
+  // A submission the engine refused: counted, and its generator told.
   void Reject(JobPtr job, absl::string_view why) {
     if (first_error_.empty()) first_error_ = absl::StrCat(job->current, ": ", why);
-    if (job->submissions > 1) {
-      Record(*job, End::kFailed);
-      if (!job->checkpoint_key.empty()) provider_->ForgetCheckpoint(job->checkpoint_key);
-    } else {
-      ++rejected_;
-    }
+    ++rejected_;
     if (job->from != nullptr) {
       WorkloadGenerator* from = job->from;
       const uint64_t tag = job->tag;
@@ -404,50 +408,23 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     return r;
   }
 
-  // Uniform Progress's safety net while a spot job has no instances: when
-  // its excess runs out, it moves to on-demand.
-  void ArmSafety(Job& j) {
-    loop_->Cancel(j.safety);
-    const absl::Duration excess = SafetyExcess(View(j), loop_->Now());
-    j.safety = loop_->ScheduleAfter(std::max(absl::ZeroDuration(), excess),
-                                    [this, name = j.current] { CheckSafety(name); });
-  }
-
-  void CheckSafety(const std::string& name) {
-    auto it = active_.find(Key(name));
-    if (it == active_.end()) return;
-    Job& j = *it->second;
-    j.safety = TimerHandle();
-    if (!j.on_spot || j.migrating || j.phase == Phase::kTraining || j.phase == Phase::kUploading ||
-        j.phase == Phase::kEnded) {
-      return;
-    }
-    j.migrating = true;
-    v1::StopTrainingJobRequest stop;
-    stop.set_training_job_name(name);
-    if (!engine_->StopTrainingJob(stop).ok()) j.migrating = false;
-  }
-
   void Finalize(const Job& ended, End end) {
     auto it = active_.find(Key(ended.current));
     if (it == active_.end() || it->second.get() != &ended) return;
     JobPtr job = std::move(it->second);
     active_.erase(it);
     Job& j = *job;
-    const std::string& name = j.current;  // not changed before Resubmit
-    loop_->Cancel(j.safety);
+    const std::string& name = j.current;
     const SimJobStats st = provider_->ForgetJob(name);
     j.spot_interruptions += st.spot_interruptions;
     j.node_failures += st.instance_failures;
-    const absl::Duration advanced =
-        std::max(absl::ZeroDuration(), internal::Minus(st.progress, j.submission_base));
-    if (st.work_executed > advanced) {
-      const absl::Duration lost = internal::Minus(st.work_executed, advanced);
+    if (st.work_executed > st.progress) {
+      const absl::Duration lost = internal::Minus(st.work_executed, st.progress);
       j.lost_instance_time =
           internal::Plus(j.lost_instance_time, internal::Times(lost, st.instance_count));
     }
     j.progress = std::max(j.progress, st.progress);
-    if (j.submissions == 1 && st.warm_start) j.warm = true;
+    if (st.warm_start) j.warm = true;
     if (st.holds_cluster) {
       // In a warm pool: the engine would refuse the delete until the pool
       // lets the cluster go, which the provider reports (OnClusterFreed).
@@ -455,26 +432,9 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     } else {
       Delete(name);
     }
-    if (end == End::kStopped && j.migrating && !draining_) {
-      Resubmit(std::move(job));
-      return;
-    }
     Record(j, end);
     if (!j.checkpoint_key.empty()) provider_->ForgetCheckpoint(j.checkpoint_key);
     if (j.from != nullptr) j.from->OnJobEnded(j.tag);
-  }
-
-  // The rest of a migrating job's work, on on-demand, from its checkpoint.
-  void Resubmit(JobPtr job) {
-    Job& j = *job;
-    ++migrations_;
-    j.migrating = false;
-    j.on_spot = false;
-    j.phase = Phase::kWaiting;
-    j.current = MigrationName(j);
-    ++j.submissions;
-    j.submission_base = j.progress;
-    Create(std::move(job));
   }
 
   // Past the drain limit: stops every job still there (each once). Jobs
@@ -495,20 +455,6 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
       v1::StopTrainingJobRequest stop;
       stop.set_training_job_name(name);
       (void)engine_->StopTrainingJob(stop);
-    }
-  }
-
-  // The name of `j`'s next submission: "<name>-m<k>" for its k-th
-  // resubmission, the name cut short so that the whole stays within the 63
-  // characters of a TrainingJobName, and "-m<k>-<n>" instead when a job of
-  // the run holds that name (in the engine: running, or not yet deleted).
-  std::string MigrationName(const Job& j) const {
-    for (int n = 0;; ++n) {
-      const std::string suffix = n == 0 ? absl::StrCat("-m", j.submissions)
-                                        : absl::StrCat("-m", j.submissions, "-", n);
-      std::string name =
-          absl::StrCat(j.logical.substr(0, kMaxJobNameLength - suffix.size()), suffix);
-      if (!active_.contains(Key(name)) && !awaiting_delete_.contains(name)) return name;
     }
   }
 

@@ -36,42 +36,76 @@ ProgressView Job(absl::Duration progress, bool on_spot) {
   return v;
 }
 
-TEST(UniformProgressTest, OnOrAboveTheLineStaysOnSpot) {
-  // At 8 h the line is at 4 h of work.
-  EXPECT_TRUE(UniformProgressUsesSpot(Job(absl::Hours(4), true), kT0 + absl::Hours(8), absl::Minutes(30)));
-  EXPECT_TRUE(UniformProgressUsesSpot(Job(absl::Hours(6), true), kT0 + absl::Hours(8), absl::Minutes(30)));
+UniformProgressParams Params(absl::Duration hysteresis, double safety_restarts = 1) {
+  UniformProgressParams p;
+  p.hysteresis = hysteresis;
+  p.safety_restarts = safety_restarts;
+  return p;
 }
 
-TEST(UniformProgressTest, BelowTheLineGoesOnDemand) {
-  EXPECT_FALSE(UniformProgressUsesSpot(Job(absl::Hours(3.9), true), kT0 + absl::Hours(8), absl::Minutes(30)));
+// Spot held is kept until preempted, whatever the line says; spot that is
+// there is taken.
+TEST(UniformProgressTest, SpotHeldIsKeptAndSpotThereIsTaken) {
+  const absl::Time now = kT0 + absl::Hours(8);  // the line is at 4 h of work
+  const auto p = Params(absl::Minutes(30));
+  EXPECT_TRUE(UniformProgressUsesSpot(Job(absl::Hours(3), true), now, p, /*holding=*/true,
+                                      /*spot_available=*/false));
+  EXPECT_TRUE(UniformProgressUsesSpot(Job(absl::Hours(3), true), now, p, false, true));
 }
 
-TEST(UniformProgressTest, BackToSpotOnlyWithTheHysteresisAhead) {
+// Without spot, a job on or above the line waits for it; behind the line it
+// goes on-demand at once.
+TEST(UniformProgressTest, IdleAndBehindTheLineGoesOnDemand) {
   const absl::Time now = kT0 + absl::Hours(8);
-  EXPECT_FALSE(UniformProgressUsesSpot(Job(absl::Hours(4.25), false), now, absl::Minutes(30)));
-  EXPECT_TRUE(UniformProgressUsesSpot(Job(absl::Hours(4.5), false), now, absl::Minutes(30)));
+  const auto p = Params(absl::Minutes(30));
+  EXPECT_TRUE(UniformProgressUsesSpot(Job(absl::Hours(4), true), now, p, false, false));
+  EXPECT_TRUE(UniformProgressUsesSpot(Job(absl::Hours(6), true), now, p, false, false));
+  EXPECT_FALSE(UniformProgressUsesSpot(Job(absl::Hours(3.9), true), now, p, false, false));
 }
 
-TEST(UniformProgressTest, SafetyNetOverridesTheLine) {
-  // 9 h of work left, 9.5 h to go, a 1-hour margin: not enough, whatever the line says.
+// Back from on-demand only when spot is there and the job is the hysteresis
+// ahead of the line, whether or not it holds its on-demand instances.
+TEST(UniformProgressTest, BackToSpotOnlyWhenThereWithTheHysteresisAhead) {
+  const absl::Time now = kT0 + absl::Hours(8);
+  const auto p = Params(absl::Minutes(30));
+  for (bool holding : {false, true}) {
+    EXPECT_FALSE(UniformProgressUsesSpot(Job(absl::Hours(4.25), false), now, p, holding, true));
+    EXPECT_TRUE(UniformProgressUsesSpot(Job(absl::Hours(4.5), false), now, p, holding, true));
+    EXPECT_FALSE(UniformProgressUsesSpot(Job(absl::Hours(9), false), now, p, holding, false));
+  }
+}
+
+// The safety net, in restarts of the margin: it overrides the line and spot
+// held alike.
+TEST(UniformProgressTest, SafetyNetOverridesTheLineAndSpotHeld) {
+  // 9 h of work left, 11.5 h to go, a 1-hour margin: room for one restart,
+  // not for the paper's two... nor for three.
   ProgressView v = Job(absl::Hours(1), true);
-  v.arrival = kT0 + absl::Hours(10);  // the line would say "ahead"
-  const absl::Time now = kT0 + absl::Hours(10.5);
-  EXPECT_LT(SafetyExcess(v, now), absl::ZeroDuration());
-  EXPECT_FALSE(UniformProgressUsesSpot(v, now, absl::ZeroDuration()));
+  v.arrival = kT0 + absl::Hours(8);  // the line would say "ahead"
+  const absl::Time now = kT0 + absl::Hours(8.5);
+  EXPECT_GT(SafetyExcess(v, now, 1), absl::ZeroDuration());
+  EXPECT_GT(SafetyExcess(v, now, 2), absl::ZeroDuration());
+  EXPECT_LT(SafetyExcess(v, now, 3), absl::ZeroDuration());
+  EXPECT_TRUE(UniformProgressUsesSpot(v, now, Params(absl::ZeroDuration(), 2), true, true));
+  EXPECT_FALSE(UniformProgressUsesSpot(v, now, Params(absl::ZeroDuration(), 3), true, true));
+  EXPECT_FALSE(UniformProgressUsesSpot(v, now, Params(absl::ZeroDuration(), 3), false, true));
 }
 
-TEST(UniformProgressTest, HandlerRetriesOnTheChosenCapacityAndKeepsTheRetryBudget) {
+TEST(UniformProgressTest, HandlerDecidesAtInterruptionsAndReviewsAndKeepsTheRetryBudget) {
   std::map<std::string, bool> decisions;
   UniformProgressOptions o;
-  o.hysteresis = absl::Minutes(30);
+  o.params = Params(absl::Minutes(30));
+  o.tick = absl::Minutes(7);
+  bool spot_there = false;
   o.view = [](std::string_view job) -> std::optional<ProgressView> {
     if (job == "behind") return Job(absl::Hours(1), true);
     if (job == "ahead") return Job(absl::Hours(9), true);
     return std::nullopt;
   };
+  o.spot_available = [&](std::string_view) { return spot_there; };
   o.on_decision = [&](std::string_view job, bool spot) { decisions[std::string(job)] = spot; };
   auto handler = NewUniformProgressHandler(o);
+  EXPECT_EQ(handler->ReviewPeriod(), absl::Minutes(7));
   InterruptionContext c;
   c.preempted = true;
   c.on_spot = true;
@@ -82,7 +116,20 @@ TEST(UniformProgressTest, HandlerRetriesOnTheChosenCapacityAndKeepsTheRetryBudge
   EXPECT_TRUE(handler->OnInterruption(c).use_spot);
   c.job_name = "no-deadline";
   EXPECT_TRUE(handler->OnInterruption(c).use_spot);
-  EXPECT_EQ(decisions, (std::map<std::string, bool>{{"ahead", true}, {"behind", false}, {"no-deadline", true}}));
+  EXPECT_EQ(decisions, (std::map<std::string, bool>{
+                           {"ahead", true}, {"behind", false}, {"no-deadline", true}}));
+  // Reviews: a job behind the line that holds spot keeps it; waiting, it
+  // goes on-demand unless spot is there.
+  CapacityReview r;
+  r.job_name = "behind";
+  r.on_spot = true;
+  r.now = c.now;
+  r.when = CapacityReview::When::kRunning;
+  EXPECT_TRUE(handler->Review(r));
+  r.when = CapacityReview::When::kWaiting;
+  EXPECT_FALSE(handler->Review(r));
+  spot_there = true;
+  EXPECT_TRUE(handler->Review(r));
   // A lost instance beyond RetryStrategy ends the job, as the default handler does.
   c.preempted = false;
   c.infrastructure_failures = 1;

@@ -4,25 +4,23 @@
 // Uniform Progress).
 //
 // Uniform Progress is the deadline-aware policy of "Can't Be Late: Optimizing
-// Spot Instance Savings under Deadlines" (Wu et al., NSDI'24): draw the line
-// from (arrival, no progress) to (deadline, all work); while the job's
-// saved progress is on or above the line, use spot; when it falls behind,
-// use on-demand; go back to spot only once it is `hysteresis` ahead of the
-// line. On top, the safety net that makes it never miss a deadline that
-// on-demand alone would meet: whenever the time left minus the work left
-// falls below the job's margin (the worst-case cost of one more preemption:
-// lost work since the last checkpoint, the notice, the retry delay and a
-// worst-case cold restart), on-demand it is.
+// Spot Instance Savings under Deadlines" (Wu et al., NSDI'24). Draw the line
+// from (arrival, no progress) to (deadline, all work). Take spot whenever it
+// is there and stay on it until preempted; while the job has no instances and
+// spot is not there, wait while the saved progress is on or above the line,
+// and go on-demand as soon as it falls behind; leave on-demand for spot only
+// when spot is there and the job is `hysteresis` ahead of the line. On top,
+// the safety net that makes it never miss a deadline that on-demand alone
+// would meet: whenever the time left minus the work left falls below
+// `safety_restarts` restarts (the paper's 2d: d is the job's margin, the
+// worst-case cost of one more restart: lost work since the last checkpoint,
+// the notice, the retry delay and a cold restart), on-demand it is.
 //
-// Kiln's engine lets a policy choose the capacity type at two points: when a
-// job is created (EnableManagedSpotTraining) and at each interruption
-// (InterruptionDecision::use_spot, from a SpotInterruptionHandler).
-// NewUniformProgressHandler is the second; kiln::sim::RunScenario does the
-// first and, for a spot job left waiting for capacity past its safety point,
-// stops it and resubmits the rest of its work on on-demand from its
-// checkpoint (the engine has no call to switch a running or pending job's
-// capacity type; see the simulation README for the hook that would replace
-// this).
+// The policy decides at every step the engine offers a SpotInterruptionHandler:
+// before each provisioning, at each interruption, and every `tick` while the
+// job waits or runs (SpotInterruptionHandler::Review). A decision to change
+// capacity moves the job (Engine::MigrateTrainingJob): a running job stops
+// its attempt, syncs its checkpoint and restarts on the other capacity.
 //
 // Threading: loop thread only.
 #ifndef KILN_SIM_POLICIES_H_
@@ -62,8 +60,10 @@ struct SpotChoice {
   // kSpot, kUniformProgress: progress is saved every this much work.
   absl::Duration checkpoint_interval = absl::Minutes(10);
   // kUniformProgress: how far ahead of the line a job on on-demand must be
-  // to go back to spot.
+  // to go back to spot; the safety net in restarts; how often it decides.
   absl::Duration hysteresis = absl::Minutes(10);
+  double safety_restarts = 1;
+  absl::Duration tick = absl::Minutes(5);
 
   // "OnDemand", "Spot(ckpt 600s)", "UniformProgress(ckpt 600s)".
   std::string Name() const;
@@ -82,12 +82,28 @@ struct ProgressView {
   double pace = 1;
 };
 
-// (deadline - now) - (work - progress) * pace - margin: how much more time
-// the job can lose and still finish on on-demand.
-absl::Duration SafetyExcess(const ProgressView& view, absl::Time now);
+// (deadline - now) - (work - progress) * pace - restarts * margin: how much
+// more time the job can lose and still finish on on-demand after `restarts`
+// more restarts.
+absl::Duration SafetyExcess(const ProgressView& view, absl::Time now, double restarts = 1);
 
-// The Uniform Progress decision at `now` (see the file comment).
-bool UniformProgressUsesSpot(const ProgressView& view, absl::Time now, absl::Duration hysteresis);
+struct UniformProgressParams {
+  // How far ahead of the line a job on on-demand must be to go back to spot.
+  absl::Duration hysteresis = absl::Minutes(10);
+  // The safety net, in restarts of the job's margin. The paper's is 2d, with
+  // d its changeover overhead; a Kiln margin is already a worst case (the
+  // work lost since the last checkpoint, the notice and a cold restart at the
+  // models' maxima), so one is the default.
+  double safety_restarts = 1;
+};
+
+// The Uniform Progress decision at `now` (see the file comment): true for
+// spot. `holding`: the job's current attempt holds instances (on
+// view.on_spot capacity); `spot_available`: a spot request for the job's
+// instances would be granted now.
+bool UniformProgressUsesSpot(const ProgressView& view, absl::Time now,
+                             const UniformProgressParams& params, bool holding,
+                             bool spot_available);
 
 // The wall time per unit of work a job needs at worst: 1, or more when its
 // Pipe-mode channels stream (data_bytes * epochs at the slowest pipe_rate
@@ -105,12 +121,17 @@ absl::Duration RestartMargin(const SimModels& models, const v1::CreateTrainingJo
                              absl::Duration retry_delay);
 
 struct UniformProgressOptions {
-  absl::Duration hysteresis = absl::Minutes(10);
+  UniformProgressParams params;
+  // How often the engine asks the policy while a job waits or runs
+  // (SpotInterruptionHandler::ReviewPeriod); positive.
+  absl::Duration tick = absl::Minutes(5);
   // Delay before asking for capacity again after an interruption.
   absl::Duration retry_delay = absl::Seconds(30);
   // Where a job stands now; nullopt for a job without a deadline (it is
   // treated like the default handler: spot stays spot).
   std::function<std::optional<ProgressView>(std::string_view job)> view;
+  // Whether spot capacity for the job's instances is there now.
+  std::function<bool(std::string_view job)> spot_available;
   // Hears each decision (optional).
   std::function<void(std::string_view job, bool use_spot)> on_decision;
 };
@@ -118,7 +139,8 @@ struct UniformProgressOptions {
 // The SpotInterruptionHandler of Uniform Progress. Spot preemptions: retry,
 // on the capacity the policy chooses. Lost instances: retry within
 // RetryStrategy (as the default handler), on the capacity the policy
-// chooses; beyond it the job fails.
+// chooses; beyond it the job fails. Reviews: the policy's decision, every
+// `tick` and before each provisioning.
 std::unique_ptr<SpotInterruptionHandler> NewUniformProgressHandler(UniformProgressOptions options);
 
 }  // namespace kiln::sim

@@ -174,6 +174,12 @@ class SimClusterProvider : public ClusterProvider {
   // Loop thread only, like every method of the provider.
   virtual SimJobStats JobStats(std::string_view job) const = 0;
 
+  // Whether Provision would grant spot capacity for `spec` now (its groups'
+  // instance types and counts; spec.spot is ignored): what a policy that
+  // takes spot whenever it is there asks. Always true without models, whose
+  // spot capacity never runs short.
+  virtual bool SpotAvailable(const ClusterSpec& spec) = 0;
+
   // Ends what the provider keeps about `job` (attempt counts, failure
   // process, statistics) and returns its final statistics. Call it once the
   // job has ended, before a job of the same name is created again (else the
