@@ -225,7 +225,11 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     }
     const bool uniform_progress = policy_.spot.kind == SpotChoice::Kind::kUniformProgress;
     if (uniform_progress && j.deadline) {
-      j.margin = RestartMargin(*scenario_.models, *j.request, a, a.checkpoint_interval, kRetryDelay);
+      // The policy weighs saved progress, so work since the last checkpoint
+      // is lost already in its view: a restart costs the restart itself, and
+      // up to one tick passes before the policy looks again.
+      j.margin = RestartMargin(*scenario_.models, *j.request, a, absl::ZeroDuration(), kRetryDelay) +
+                 policy_.spot.tick;
       j.pace = WorstCasePace(*scenario_.models, *j.request, a);
     }
     // Uniform Progress places each attempt itself (the engine asks it before
