@@ -100,7 +100,9 @@ class SpotInterruptionHandler {
   // while an interruption or a stop is being handled, nor once training is
   // over (Uploading). An answer other than context.on_spot moves the job, as
   // Engine::MigrateTrainingJob does, except before the first provisioning,
-  // where it only sets the first attempt's capacity. The default keeps the
+  // where it only sets the first attempt's capacity. A periodic review that
+  // keeps a job waiting out a capacity back-off (Pending) where it is makes
+  // the engine ask for that capacity again at once. The default keeps the
   // job where it is.
   virtual bool Review(const CapacityReview& context) { return context.on_spot; }
 };

@@ -254,7 +254,14 @@ void EngineImpl::ScheduleReview(Job& job) {
     if (j->interrupting_ || j->phase_ == Phase::kUploading) return;
     const bool spot = ReviewCapacity(
         *j, j->cluster_ ? CapacityReview::When::kRunning : CapacityReview::When::kWaiting);
-    if (spot != j->on_spot_) Move(*j, spot);
+    if (spot != j->on_spot_) {
+      Move(*j, spot);
+    } else if (j->pending_since_ && loop_.Cancel(j->retry_timer_)) {
+      // Waiting out a capacity back-off for the capacity the review keeps:
+      // ask now (the review may come as capacity appears); the back-off
+      // goes on from here if it is still short.
+      Provision(*j);
+    }
   });
 }
 

@@ -786,7 +786,7 @@ class Parser {
       kind = v.members()[0].first;
       body = &v.members()[0].second;
     } else {
-      return Bad(path, "expected \"on_demand\", \"spot\", \"uniform_progress\" or an object with one of them");
+      return Bad(path, "expected \"on_demand\", \"spot\", \"greedy\", \"uniform_progress\" or an object with one of them");
     }
     if (kind == "on_demand") {
       c.kind = SpotChoice::Kind::kOnDemand;
@@ -795,37 +795,49 @@ class Parser {
     }
     if (kind == "spot") {
       c.kind = SpotChoice::Kind::kSpot;
+    } else if (kind == "greedy") {
+      c.kind = SpotChoice::Kind::kGreedy;
+      c.rules.rule = DeadlineSpotRules::Rule::kGreedy;
     } else if (kind == "uniform_progress") {
       c.kind = SpotChoice::Kind::kUniformProgress;
+      c.rules.rule = DeadlineSpotRules::Rule::kUniformProgress;
     } else {
       return Bad(path, absl::StrCat("unknown spot policy '", Shown(kind),
-                                    "' (on_demand, spot, uniform_progress)"));
+                                    "' (on_demand, spot, greedy, uniform_progress)"));
     }
-    if (body != nullptr) {
-      const std::string bpath = Member(path, kind);
-      KILN_RETURN_IF_ERROR(CheckMembers(*body, bpath,
-                                        {"checkpoint_every", "hysteresis", "tick", "safety_restarts"}));
-      if (const JsonValue* x = body->Find("checkpoint_every")) {
-        KILN_ASSIGN_OR_RETURN(c.checkpoint_interval, Duration(*x, Member(bpath, "checkpoint_every")));
-        if (c.checkpoint_interval <= absl::ZeroDuration()) return Bad(Member(bpath, "checkpoint_every"), "must be positive");
-      }
-      if (const JsonValue* x = body->Find("hysteresis")) {
-        if (c.kind != SpotChoice::Kind::kUniformProgress) return Bad(Member(bpath, "hysteresis"), "only for uniform_progress");
-        KILN_ASSIGN_OR_RETURN(c.hysteresis, Duration(*x, Member(bpath, "hysteresis")));
-      }
-      if (const JsonValue* x = body->Find("tick")) {
-        if (c.kind != SpotChoice::Kind::kUniformProgress) return Bad(Member(bpath, "tick"), "only for uniform_progress");
-        KILN_ASSIGN_OR_RETURN(c.tick, Duration(*x, Member(bpath, "tick")));
-        if (c.tick < absl::Seconds(1)) return Bad(Member(bpath, "tick"), "must be at least 1 s");
-      }
-      if (const JsonValue* x = body->Find("safety_restarts")) {
-        const std::string spath = Member(bpath, "safety_restarts");
-        if (c.kind != SpotChoice::Kind::kUniformProgress) return Bad(spath, "only for uniform_progress");
-        if (!x->is_number()) return Bad(spath, "expected a number");
-        const absl::StatusOr<double> n = x->AsDouble();
-        if (!n.ok() || !(*n >= 0 && *n <= 100)) return Bad(spath, "must be a number in [0, 100]");
-        c.safety_restarts = *n;
-      }
+    if (body == nullptr) return c;
+    const std::string bpath = Member(path, kind);
+    KILN_RETURN_IF_ERROR(
+        CheckMembers(*body, bpath, {"checkpoint_every", "hysteresis_factor", "safety_factor", "tick", "changeover"}));
+    if (const JsonValue* x = body->Find("checkpoint_every")) {
+      KILN_ASSIGN_OR_RETURN(c.checkpoint_interval, Duration(*x, Member(bpath, "checkpoint_every")));
+      if (c.checkpoint_interval <= absl::ZeroDuration()) return Bad(Member(bpath, "checkpoint_every"), "must be positive");
+    }
+    const bool deadline_rules = c.kind != SpotChoice::Kind::kSpot;
+    auto factor = [&](std::string_view name, double& out) -> absl::Status {
+      const JsonValue* x = body->Find(name);
+      if (x == nullptr) return absl::OkStatus();
+      const std::string fpath = Member(bpath, name);
+      if (!deadline_rules) return Bad(fpath, "only for greedy and uniform_progress");
+      if (!x->is_number()) return Bad(fpath, "expected a number");
+      const absl::StatusOr<double> n = x->AsDouble();
+      if (!n.ok() || !(*n >= 0 && *n <= 100)) return Bad(fpath, "must be a number in [0, 100]");
+      out = *n;
+      return absl::OkStatus();
+    };
+    if (c.kind == SpotChoice::Kind::kGreedy && body->Find("hysteresis_factor") != nullptr) {
+      return Bad(Member(bpath, "hysteresis_factor"), "only for uniform_progress");
+    }
+    KILN_RETURN_IF_ERROR(factor("hysteresis_factor", c.rules.hysteresis_factor));
+    KILN_RETURN_IF_ERROR(factor("safety_factor", c.rules.safety_factor));
+    if (const JsonValue* x = body->Find("tick")) {
+      if (!deadline_rules) return Bad(Member(bpath, "tick"), "only for greedy and uniform_progress");
+      KILN_ASSIGN_OR_RETURN(c.rules.tick, Duration(*x, Member(bpath, "tick")));
+      if (c.rules.tick < absl::Seconds(1)) return Bad(Member(bpath, "tick"), "must be at least 1 s");
+    }
+    if (const JsonValue* x = body->Find("changeover")) {
+      if (!deadline_rules) return Bad(Member(bpath, "changeover"), "only for greedy and uniform_progress");
+      KILN_ASSIGN_OR_RETURN(c.rules.changeover, Duration(*x, Member(bpath, "changeover")));
     }
     return c;
   }

@@ -387,6 +387,19 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     return it == by_name_.end() ? SimJobStats() : job_states_[it->second].stats;
   }
 
+  absl::Duration SavedProgress(std::string_view job) const override {
+    IndexNames();
+    auto it = by_name_.find(Key(job));
+    if (it == by_name_.end()) return absl::ZeroDuration();
+    const JobState& js = job_states_[it->second];
+    const SimCluster* sim = Find(js.cluster_seq);
+    if (sim != nullptr && sim->run_open && sim->job_name == job) {
+      const RunState r = RunNow(*sim);
+      if (r.completed || !sim->progress_key.empty()) return r.saved;
+    }
+    return js.stats.progress;
+  }
+
   bool SpotAvailable(const ClusterSpec& spec) override {
     if (models_ == nullptr) return true;
     return Admit(spec, /*spot=*/true);
@@ -884,28 +897,45 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     return std::max(1.0, stream_seconds / absl::ToDoubleSeconds(b.run_duration));
   }
 
+  // Where the open run of `sim` stands now: the work it did, whether that
+  // is all of it, and the progress saved (its last checkpoint, or everything
+  // when it ran to the end).
+  struct RunState {
+    absl::Duration executed;
+    absl::Duration saved;
+    bool completed = false;
+  };
+  RunState RunNow(const SimCluster& sim) const {
+    RunState r;
+    const absl::Duration total = sim.behavior.run_duration;
+    const absl::Duration elapsed = internal::Minus(loop_.Now(), sim.run_start);
+    // (Exactly the work left once the run's wall time is over, whatever the
+    // rounding of the pace.)
+    r.executed = elapsed >= sim.run_wall ? sim.run_work
+                 : sim.pace == 1.0      ? elapsed
+                                        : std::min(sim.run_work, elapsed / sim.pace);
+    r.completed = internal::Plus(sim.run_base, r.executed) >= total;
+    r.saved = sim.run_base;
+    if (r.completed) {
+      r.saved = total;
+    } else if (!sim.progress_key.empty()) {
+      const absl::Duration k = sim.behavior.checkpoint_interval;
+      absl::Duration unsaved;  // (IDivDuration requires somewhere to put the remainder)
+      r.saved = std::max(sim.run_base, k * absl::IDivDuration(sim.run_base + r.executed, k, &unsaved));
+    }
+    return r;
+  }
+
   // Ends the current run of `sim` once: the work it did, and the progress it
   // saved (its last checkpoint, or everything when it ran to the end).
   void EndRun(SimCluster& sim) {
     if (!sim.run_open) return;
     sim.run_open = false;
-    const absl::Duration total = sim.behavior.run_duration;
-    const absl::Time now = loop_.Now();
-    const absl::Duration elapsed = internal::Minus(now, sim.run_start);
-    // (Exactly the work left once the run's wall time is over, whatever the
-    // rounding of the pace.)
-    const absl::Duration executed = elapsed >= sim.run_wall ? sim.run_work
-                                    : sim.pace == 1.0      ? elapsed
-                                                           : std::min(sim.run_work, elapsed / sim.pace);
-    const bool completed = internal::Plus(sim.run_base, executed) >= total;
-    absl::Duration saved = sim.run_base;
-    if (completed) {
-      saved = total;
-    } else if (!sim.progress_key.empty()) {
-      const absl::Duration k = sim.behavior.checkpoint_interval;
-      absl::Duration unsaved;  // (IDivDuration requires somewhere to put the remainder)
-      saved = std::max(sim.run_base, k * absl::IDivDuration(sim.run_base + executed, k, &unsaved));
-    }
+    const absl::Duration elapsed = internal::Minus(loop_.Now(), sim.run_start);
+    const RunState r = RunNow(sim);
+    const absl::Duration executed = r.executed;
+    const bool completed = r.completed;
+    const absl::Duration saved = r.saved;
     if (!sim.progress_key.empty()) progress_[sim.progress_key] = saved;
     JobState* const owner = OwnerState(sim);  // (the running job's)
     if (owner == nullptr) return;
@@ -1075,9 +1105,7 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     return last_image_key_;
   }
   SimCluster* Find(const Cluster& cluster) { return Find(SeqOf(cluster)); }
-  SimCluster* Find(uint64_t seq) {
-    return clusters_.Find(seq);
-  }
+  SimCluster* Find(uint64_t seq) const { return clusters_.Find(seq); }
 
   // Schedules `fn` after `delay`; with a cluster, as one of its events
   // (CancelTracked cancels those still pending).

@@ -51,7 +51,6 @@ bool Is(std::string_view s, const char (&literal)[N]) {
   return s.size() == N - 1 && std::memcmp(s.data(), literal, N - 1) == 0;
 }
 
-enum class Phase { kWaiting, kPreparing, kTraining, kUploading, kEnded };
 enum class End { kCompleted, kFailed, kStopped };
 
 // One job as the workload submitted it.
@@ -71,15 +70,11 @@ struct Job {
   std::string checkpoint_key;
   bool on_spot = false;  // the capacity of its current (or last) attempt
   bool drain_stopped = false;  // the drain asked the engine to stop it
-  // Its instances as Provision would be asked for them (Uniform Progress
-  // asks whether spot capacity is there for them).
+  // Its instances as Provision would be asked for them (the deadline
+  // policies ask whether spot capacity is there for them).
   ClusterSpec spec;
-  // Followed through every status only under Uniform Progress (the only
-  // policy that reads it); otherwise Training and the end alone.
-  Phase phase = Phase::kWaiting;
   std::optional<absl::Time> first_training;
   bool warm = false;
-  absl::Duration progress;  // saved progress
   int64_t spot_interruptions = 0;
   int64_t node_failures = 0;
   absl::Duration lost_instance_time;
@@ -141,11 +136,9 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     channel_options.models = scenario_.models;
     channel_options.channel_bytes = channel_bytes;
     channel_ = NewSimDataChannel(*loop_, std::move(channel_options));
-    if (policy_.spot.kind == SpotChoice::Kind::kUniformProgress) {
-      UniformProgressOptions up;
-      up.params.hysteresis = policy_.spot.hysteresis;
-      up.params.safety_restarts = policy_.spot.safety_restarts;
-      up.tick = policy_.spot.tick;
+    if (DeadlinePolicy()) {
+      DeadlineSpotOptions up;
+      up.rules = policy_.spot.rules;
       up.retry_delay = kRetryDelay;
       up.spot_available = [this](std::string_view job) {
         auto it = active_.find(Key(job));
@@ -159,7 +152,7 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
       up.on_decision = [this](std::string_view job, bool use_spot) {
         if (auto it = active_.find(Key(job)); it != active_.end()) it->second->on_spot = use_spot;
       };
-      handler_ = NewUniformProgressHandler(std::move(up));
+      handler_ = NewDeadlineSpotHandler(std::move(up));
     } else {
       handler_ = NewDefaultSpotInterruptionHandler({.retry_delay = kRetryDelay});
     }
@@ -223,20 +216,20 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     if (a.checkpoint_interval > absl::ZeroDuration()) {
       j.checkpoint_key = absl::StrCat(kCheckpointPrefix, j.logical);
     }
-    const bool uniform_progress = policy_.spot.kind == SpotChoice::Kind::kUniformProgress;
-    if (uniform_progress && j.deadline) {
-      // The policy weighs saved progress, so work since the last checkpoint
-      // is lost already in its view: a restart costs the restart itself, and
-      // up to one tick passes before the policy looks again.
-      j.margin = RestartMargin(*scenario_.models, *j.request, a, absl::ZeroDuration(), kRetryDelay) +
-                 policy_.spot.tick;
+    const bool deadline_policy = DeadlinePolicy();
+    if (deadline_policy && j.deadline) {
+      // The policy weighs saved progress; a restart costs the restart
+      // itself, and the work since the last checkpoint a job on spot has
+      // done when it is taken back.
+      j.margin = policy_.spot.rules.changeover.value_or(
+          RestartMargin(*scenario_.models, *j.request, a, a.checkpoint_interval, kRetryDelay));
       j.pace = WorstCasePace(*scenario_.models, *j.request, a);
     }
-    // Uniform Progress places each attempt itself (the engine asks it before
-    // each provisioning), and may move a job between capacities: its jobs are
-    // managed-spot jobs.
+    // Greedy and Uniform Progress place each attempt themselves (the engine
+    // asks them before each provisioning), and may move a job between
+    // capacities: their jobs are managed-spot jobs.
     j.on_spot = spot_policy;
-    if (uniform_progress && j.deadline) j.spec = SpecOf(*j.request);
+    if (deadline_policy && j.deadline) j.spec = SpecOf(*j.request);
     ++jobs_;
     Create(std::move(job));
   }
@@ -246,31 +239,17 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
   void OnStatusChange(const StatusEvent& e) override {
     const std::string_view status = e.status;
     const bool ended = Is(status, "Completed") || Is(status, "Failed") || Is(status, "Stopped");
-    // Only Uniform Progress follows the phases; the rest is the first
-    // Training (startup latency) and the end. (Most events need no lookup.)
-    if (!ended && policy_.spot.kind != SpotChoice::Kind::kUniformProgress &&
-        !Is(e.secondary_status, "Training")) {
-      return;
-    }
+    // The first Training (startup latency), moves between capacities and
+    // the end. (Most events need no lookup.)
+    const std::string_view s = e.secondary_status;
+    const bool training = Is(s, "Training");
+    const bool moving = Is(s, "Restarting");
+    if (!ended && !training && !moving) return;
     auto it = active_.find(Key(e.job_name));
     if (it == active_.end()) return;
     Job& j = *it->second;
-    const std::string_view s = e.secondary_status;
-    if (Is(s, "Training")) {
-      j.phase = Phase::kTraining;
-      if (!j.first_training) j.first_training = e.time;
-    } else if (Is(s, "Uploading")) {
-      j.phase = Phase::kUploading;
-    } else if (Is(s, "Downloading")) {
-      j.phase = Phase::kPreparing;
-    } else if (Is(s, "Starting")) {
-      j.phase = Is(e.message, "Preparing the instances for training") ? Phase::kPreparing
-                                                                       : Phase::kWaiting;
-    } else if (Is(s, "Pending") || Is(s, "Interrupted")) {
-      j.phase = Phase::kWaiting;
-    }
+    if (training && !j.first_training) j.first_training = e.time;
     if (ended) {
-      j.phase = Phase::kEnded;
       const End end = Is(status, "Completed") ? End::kCompleted
                       : Is(status, "Failed")  ? End::kFailed
                                               : End::kStopped;
@@ -280,7 +259,7 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
       loop_->ScheduleAfter(absl::ZeroDuration(), [this, job = &j, end] { Finalize(*job, end); });
       return;
     }
-    if (Is(s, "Restarting")) ++migrations_;  // a move between capacities
+    if (moving) ++migrations_;
   }
 
  private:
@@ -300,12 +279,17 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     return b;
   }
 
+  bool DeadlinePolicy() const {
+    return policy_.spot.kind == SpotChoice::Kind::kGreedy ||
+           policy_.spot.kind == SpotChoice::Kind::kUniformProgress;
+  }
+
   ProgressView View(const Job& j) const {
     ProgressView v;
     v.arrival = j.arrival;
     v.deadline = j.deadline.value_or(absl::InfiniteFuture());
     v.work = j.attributes.work;
-    v.progress = std::max(j.progress, provider_->JobStats(j.current).progress);
+    v.progress = provider_->SavedProgress(j.current);
     v.margin = j.margin;
     v.pace = j.pace;
     v.on_spot = j.on_spot;
@@ -427,7 +411,6 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
       j.lost_instance_time =
           internal::Plus(j.lost_instance_time, internal::Times(lost, st.instance_count));
     }
-    j.progress = std::max(j.progress, st.progress);
     if (st.warm_start) j.warm = true;
     if (st.holds_cluster) {
       // In a warm pool: the engine would refuse the delete until the pool

@@ -1,5 +1,5 @@
-// Policies: the Uniform Progress decision, the spot savings formula,
-// Uniform Progress against on-demand on the shipped sample traces, and the
+// Policies: the greedy and Uniform Progress decisions, the spot savings
+// formula, both against on-demand on the shipped sample traces, and the
 // adaptive keep-alive against Fixed on sweeps far apart.
 #include "kiln/sim/policies.h"
 
@@ -36,66 +36,93 @@ ProgressView Job(absl::Duration progress, bool on_spot) {
   return v;
 }
 
-UniformProgressParams Params(absl::Duration hysteresis, double safety_restarts = 1) {
-  UniformProgressParams p;
-  p.hysteresis = hysteresis;
-  p.safety_restarts = safety_restarts;
-  return p;
+DeadlineSpotRules Rules(DeadlineSpotRules::Rule rule = DeadlineSpotRules::Rule::kUniformProgress) {
+  DeadlineSpotRules r;
+  r.rule = rule;
+  r.tick = absl::Minutes(10);
+  return r;
 }
+
+CapacityNow Capacity(bool holding, bool spot_available) {
+  CapacityNow c;
+  c.holding = holding;
+  c.spot_available = spot_available;
+  c.next_decision = absl::Minutes(10);
+  return c;
+}
+
+constexpr auto kGreedy = DeadlineSpotRules::Rule::kGreedy;
 
 // Spot held is kept until preempted, whatever the line says; spot that is
 // there is taken.
-TEST(UniformProgressTest, SpotHeldIsKeptAndSpotThereIsTaken) {
+TEST(DeadlineSpotTest, SpotHeldIsKeptAndSpotThereIsTaken) {
   const absl::Time now = kT0 + absl::Hours(8);  // the line is at 4 h of work
-  const auto p = Params(absl::Minutes(30));
-  EXPECT_TRUE(UniformProgressUsesSpot(Job(absl::Hours(3), true), now, p, /*holding=*/true,
-                                      /*spot_available=*/false));
-  EXPECT_TRUE(UniformProgressUsesSpot(Job(absl::Hours(3), true), now, p, false, true));
-}
-
-// Without spot, a job on or above the line waits for it; behind the line it
-// goes on-demand at once.
-TEST(UniformProgressTest, IdleAndBehindTheLineGoesOnDemand) {
-  const absl::Time now = kT0 + absl::Hours(8);
-  const auto p = Params(absl::Minutes(30));
-  EXPECT_TRUE(UniformProgressUsesSpot(Job(absl::Hours(4), true), now, p, false, false));
-  EXPECT_TRUE(UniformProgressUsesSpot(Job(absl::Hours(6), true), now, p, false, false));
-  EXPECT_FALSE(UniformProgressUsesSpot(Job(absl::Hours(3.9), true), now, p, false, false));
-}
-
-// Back from on-demand only when spot is there and the job is the hysteresis
-// ahead of the line, whether or not it holds its on-demand instances.
-TEST(UniformProgressTest, BackToSpotOnlyWhenThereWithTheHysteresisAhead) {
-  const absl::Time now = kT0 + absl::Hours(8);
-  const auto p = Params(absl::Minutes(30));
-  for (bool holding : {false, true}) {
-    EXPECT_FALSE(UniformProgressUsesSpot(Job(absl::Hours(4.25), false), now, p, holding, true));
-    EXPECT_TRUE(UniformProgressUsesSpot(Job(absl::Hours(4.5), false), now, p, holding, true));
-    EXPECT_FALSE(UniformProgressUsesSpot(Job(absl::Hours(9), false), now, p, holding, false));
+  for (const auto& rules : {Rules(), Rules(kGreedy)}) {
+    EXPECT_TRUE(DeadlineSpotUsesSpot(Job(absl::Hours(3), true), now, rules, Capacity(true, false)));
+    EXPECT_TRUE(DeadlineSpotUsesSpot(Job(absl::Hours(3), true), now, rules, Capacity(false, true)));
   }
 }
 
-// The safety net, in restarts of the margin: it overrides the line and spot
-// held alike.
-TEST(UniformProgressTest, SafetyNetOverridesTheLineAndSpotHeld) {
-  // 9 h of work left, 11.5 h to go, a 1-hour margin: room for one restart,
-  // not for the paper's two... nor for three.
+// Without spot, a Uniform Progress job on or above the line waits for it;
+// behind the line it goes on-demand at once. Greedy waits either way.
+TEST(DeadlineSpotTest, IdleAndBehindTheLineGoesOnDemand) {
+  const absl::Time now = kT0 + absl::Hours(8);
+  const CapacityNow idle = Capacity(false, false);
+  EXPECT_TRUE(DeadlineSpotUsesSpot(Job(absl::Hours(4), true), now, Rules(), idle));
+  EXPECT_TRUE(DeadlineSpotUsesSpot(Job(absl::Hours(6), true), now, Rules(), idle));
+  EXPECT_FALSE(DeadlineSpotUsesSpot(Job(absl::Hours(3.9), true), now, Rules(), idle));
+  EXPECT_TRUE(DeadlineSpotUsesSpot(Job(absl::Hours(3.9), true), now, Rules(kGreedy), idle));
+}
+
+// Uniform Progress leaves on-demand only when spot is there and the job's
+// progress reaches the line at now + 2d (d: the 1-hour margin), whether it
+// holds its on-demand instances or still asks for them; with the factor at
+// 0, as soon as spot is there. Greedy never leaves on-demand.
+TEST(DeadlineSpotTest, BackToSpotOnlyWhenThereWithTheHysteresisAhead) {
+  const absl::Time now = kT0 + absl::Hours(8);  // the line at now + 2 h: 5 h
+  DeadlineSpotRules plain = Rules();
+  plain.hysteresis_factor = 0;
+  for (bool holding : {false, true}) {
+    EXPECT_FALSE(DeadlineSpotUsesSpot(Job(absl::Hours(4.9), false), now, Rules(), Capacity(holding, true)));
+    EXPECT_TRUE(DeadlineSpotUsesSpot(Job(absl::Hours(5), false), now, Rules(), Capacity(holding, true)));
+    EXPECT_FALSE(DeadlineSpotUsesSpot(Job(absl::Hours(9), false), now, Rules(), Capacity(holding, false)));
+    EXPECT_TRUE(DeadlineSpotUsesSpot(Job(absl::Hours(3), false), now, plain, Capacity(holding, true)));
+    EXPECT_FALSE(DeadlineSpotUsesSpot(Job(absl::Hours(9), false), now, Rules(kGreedy), Capacity(holding, true)));
+  }
+}
+
+// The safety net, in multiples of the margin: it overrides the line and spot
+// that is there, but not spot held. A job without spot waits only while it
+// keeps the net's slack until the next decision.
+TEST(DeadlineSpotTest, SafetyNetOverridesTheLineButNotSpotHeld) {
+  // 9 h of work left, 11.5 h to go, a 1-hour margin: 2.5 h of slack.
   ProgressView v = Job(absl::Hours(1), true);
   v.arrival = kT0 + absl::Hours(8);  // the line would say "ahead"
   const absl::Time now = kT0 + absl::Hours(8.5);
-  EXPECT_GT(SafetyExcess(v, now, 1), absl::ZeroDuration());
-  EXPECT_GT(SafetyExcess(v, now, 2), absl::ZeroDuration());
-  EXPECT_LT(SafetyExcess(v, now, 3), absl::ZeroDuration());
-  EXPECT_TRUE(UniformProgressUsesSpot(v, now, Params(absl::ZeroDuration(), 2), true, true));
-  EXPECT_FALSE(UniformProgressUsesSpot(v, now, Params(absl::ZeroDuration(), 3), true, true));
-  EXPECT_FALSE(UniformProgressUsesSpot(v, now, Params(absl::ZeroDuration(), 3), false, true));
+  EXPECT_EQ(Slack(v, now), absl::Hours(2.5));
+  DeadlineSpotRules two = Rules(), three = Rules();
+  three.safety_factor = 3;
+  EXPECT_TRUE(DeadlineSpotUsesSpot(v, now, two, Capacity(false, true)));
+  EXPECT_FALSE(DeadlineSpotUsesSpot(v, now, three, Capacity(false, true)));
+  EXPECT_TRUE(DeadlineSpotUsesSpot(v, now, three, Capacity(true, false)));
+  // Waiting: 2.5 h - 20 min leaves 2 h 10 min >= 2 h; 2.5 h - 40 min does not.
+  CapacityNow wait = Capacity(false, false);
+  wait.next_decision = absl::Minutes(20);
+  EXPECT_TRUE(DeadlineSpotUsesSpot(v, now, two, wait));
+  wait.next_decision = absl::Minutes(40);
+  EXPECT_FALSE(DeadlineSpotUsesSpot(v, now, two, wait));
+  EXPECT_FALSE(DeadlineSpotUsesSpot(v, now, Rules(kGreedy), wait));
+  // On on-demand, inside the net: it stays there, spot or not.
+  v.on_spot = false;
+  v.progress = absl::Hours(9);
+  EXPECT_FALSE(DeadlineSpotUsesSpot(v, kT0 + absl::Hours(19.5), two, Capacity(true, true)));
 }
 
-TEST(UniformProgressTest, HandlerDecidesAtInterruptionsAndReviewsAndKeepsTheRetryBudget) {
+TEST(DeadlineSpotTest, HandlerDecidesAtInterruptionsAndReviewsAndKeepsTheRetryBudget) {
   std::map<std::string, bool> decisions;
-  UniformProgressOptions o;
-  o.params = Params(absl::Minutes(30));
-  o.tick = absl::Minutes(7);
+  DeadlineSpotOptions o;
+  o.rules = Rules();
+  o.rules.tick = absl::Minutes(7);
   bool spot_there = false;
   o.view = [](std::string_view job) -> std::optional<ProgressView> {
     if (job == "behind") return Job(absl::Hours(1), true);
@@ -104,7 +131,7 @@ TEST(UniformProgressTest, HandlerDecidesAtInterruptionsAndReviewsAndKeepsTheRetr
   };
   o.spot_available = [&](std::string_view) { return spot_there; };
   o.on_decision = [&](std::string_view job, bool spot) { decisions[std::string(job)] = spot; };
-  auto handler = NewUniformProgressHandler(o);
+  auto handler = NewDeadlineSpotHandler(o);
   EXPECT_EQ(handler->ReviewPeriod(), absl::Minutes(7));
   InterruptionContext c;
   c.preempted = true;
@@ -124,6 +151,7 @@ TEST(UniformProgressTest, HandlerDecidesAtInterruptionsAndReviewsAndKeepsTheRetr
   r.job_name = "behind";
   r.on_spot = true;
   r.now = c.now;
+  r.creation_time = kT0;
   r.when = CapacityReview::When::kRunning;
   EXPECT_TRUE(handler->Review(r));
   r.when = CapacityReview::When::kWaiting;
@@ -205,19 +233,24 @@ TEST(SpotSavingsTest, SavingsFollowTheFormulaFromBillableTimeAndPrices) {
 }
 
 // On the shipped sample traces, across deadline slacks: every job that
-// on-demand alone finishes by its deadline, Uniform Progress finishes by it
-// too, for less money. Plain spot, for contrast, misses some.
-TEST(UniformProgressScenarioTest, NeverMissesADeadlineThatOnDemandMeets) {
+// on-demand alone finishes by its deadline, greedy and Uniform Progress
+// finish by it too, for less money. Plain spot, for contrast, misses some.
+TEST(DeadlineSpotScenarioTest, NeverMissesADeadlineThatOnDemandMeets) {
   auto scenario = LoadScenario(absl::StrCat(KILN_SCENARIOS_DIR, "/spot_deadlines.json"));
   ASSERT_TRUE(scenario.ok()) << scenario.status();
   const PolicySpec on_demand{"OnDemand", {}, {}};
   std::vector<PolicySpec> up;
   for (absl::Duration k : {absl::Minutes(10), absl::Minutes(30)}) {
-    for (absl::Duration h : {absl::ZeroDuration(), absl::Minutes(20)}) {
+    SpotChoice greedy;
+    greedy.kind = SpotChoice::Kind::kGreedy;
+    greedy.rules.rule = DeadlineSpotRules::Rule::kGreedy;
+    greedy.checkpoint_interval = k;
+    up.push_back({greedy.Name(), {}, greedy});
+    for (double h : {0.0, 2.0}) {
       SpotChoice c;
       c.kind = SpotChoice::Kind::kUniformProgress;
       c.checkpoint_interval = k;
-      c.hysteresis = h;
+      c.rules.hysteresis_factor = h;
       up.push_back({c.Name(), {}, c});
     }
   }
@@ -258,7 +291,7 @@ TEST(UniformProgressScenarioTest, NeverMissesADeadlineThatOnDemandMeets) {
 // or the safety net comes too late. The city jobs of the sample scenario,
 // made to stream 500 GB ten times over (~3 h at the model's 450 MB/s, against
 // ~2 h of work).
-TEST(UniformProgressScenarioTest, StreamBoundPipeJobsMeetTheDeadlinesOnDemandMeets) {
+TEST(DeadlineSpotScenarioTest, StreamBoundPipeJobsMeetTheDeadlinesOnDemandMeets) {
   std::ifstream in(absl::StrCat(KILN_SCENARIOS_DIR, "/spot_deadlines.json"));
   std::string json((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string file_mode = "\"input_mode\": \"File\"";

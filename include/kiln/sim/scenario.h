@@ -144,7 +144,7 @@ struct PolicyResult {
   std::optional<double> startup_p50, startup_p90, startup_p99;
   int64_t spot_interruptions = 0;
   int64_t node_failures = 0;
-  int64_t migrations = 0;  // Uniform Progress: resubmissions on on-demand
+  int64_t migrations = 0;  // moves between spot and on-demand (greedy, Uniform Progress)
   double lost_work_instance_hours = 0;
   int64_t deadline_jobs = 0;
   int64_t deadline_misses = 0;

@@ -174,6 +174,12 @@ class SimClusterProvider : public ClusterProvider {
   // Loop thread only, like every method of the provider.
   virtual SimJobStats JobStats(std::string_view job) const = 0;
 
+  // The progress `job` has saved by now: its running attempt's last
+  // checkpoint (all of its work once the attempt has run it), or what its
+  // last attempt saved; zero for an unknown job. Unlike
+  // JobStats().progress, it moves while an attempt runs.
+  virtual absl::Duration SavedProgress(std::string_view job) const = 0;
+
   // Whether Provision would grant spot capacity for `spec` now (its groups'
   // instance types and counts; spec.spot is ignored): what a policy that
   // takes spot whenever it is there asks. Always true without models, whose
