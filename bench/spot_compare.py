@@ -18,10 +18,13 @@ refused request, which the reference does not; its safety net counts them in the
   bench/spot_compare.py --kiln build/tools/kiln/kiln TRACE... --windows 100 \\
       --deadline-hours 52,56 --overhead-hours 0.1,0.2
 
-prints, per trace and over all of them, the table of both (policy, cost / on-demand cost, misses)
-and, per policy, the share of runs where Kiln's cost is within --tolerance of the reference's.
-Exit status 1 when a policy falls short of --min-share within tolerance, or Kiln misses a deadline
-the reference meets.
+prints, over all windows, the table of both (policy, cost / on-demand cost, misses, the
+reference's spot share) and, per policy, the runs where Kiln's cost is within --tolerance of the
+reference's. For scale, the last column counts the runs where the reference itself, with a
+changeover --sensitivity seconds longer, stays within the tolerance of its own cost: these
+policies decide at thresholds, and a small shift moves a decision by a tick, and what follows
+with it. Exit status 1 when a policy falls short of --min-share within tolerance, or Kiln misses
+a deadline the reference meets.
 """
 
 import argparse
@@ -119,6 +122,77 @@ def run_kiln(kiln, trace, start, work, deadline, overhead, prices, names, workdi
     return results
 
 
+def compare(kiln, trace_paths, windows, seed=1, work_hours=48.0, deadline_hours=(52, 56),
+            overhead_hours=(0.1, 0.2), names=("on_demand", "greedy", "uniform_progress"),
+            with_ideal=True, prices=ref.DEFAULT_PRICES, on_row=None, sensitivity=0):
+    """One row per window: {"trace", "start_tick", "deadline", "overhead", "ref": {name: {cost,
+    met, spot_share} or None}, "kiln": {name: {cost, met}}}. With `sensitivity` (seconds), also
+    "shifted": the reference's costs with a changeover that much longer."""
+    names = list(names)
+    if "on_demand" not in names:
+        names.insert(0, "on_demand")
+    rng = random.Random(seed)
+    work = ref.hours_to_seconds(work_hours)
+    rows = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for path in trace_paths:
+            trace = ref.Trace.load(path)
+            for _ in range(windows):
+                start = rng.randrange(len(trace.counts))
+                deadline = ref.hours_to_seconds(rng.choice(deadline_hours))
+                overhead = ref.hours_to_seconds(rng.choice(overhead_hours))
+                job = ref.Job(work, deadline, overhead, prices)
+                want = ref.run_all(trace, start, job, names + (["ideal"] if with_ideal else []),
+                                   ref.defaults())
+                got = run_kiln(kiln, trace, start, work, deadline, overhead, prices, names, workdir)
+                row = {"trace": path, "start_tick": start, "deadline": deadline,
+                       "overhead": overhead, "ref": {}, "kiln": got}
+                if sensitivity:
+                    shifted = ref.Job(work, deadline, overhead + sensitivity, prices)
+                    row["shifted"] = {n: {"cost": r.cost, "met": r.met} for n, r in ref.run_all(
+                        trace, start, shifted, names, ref.defaults()).items()}
+                for name, r in want.items():
+                    row["ref"][name] = None if r is None else {"cost": r.cost, "met": r.met,
+                                                                "spot_share": r.spot_share}
+                rows.append(row)
+                if on_row:
+                    on_row(row)
+    return rows
+
+
+def summarize(rows, tolerance=0.05):
+    """Per policy: runs, mean cost / on-demand cost for Kiln and the reference, misses of each,
+    Kiln's misses where the reference met the deadline, the reference's mean spot share, and the
+    runs where Kiln's cost is within `tolerance` of the reference's."""
+    out = {}
+    for name in rows[0]["ref"]:
+        s = {"runs": 0, "kiln_ratio": [], "ref_ratio": [], "kiln_misses": 0, "ref_misses": 0,
+             "extra_misses": 0, "spot_share": [], "within": 0, "compared": 0,
+             "shifted_within": 0}
+        for row in rows:
+            r, k = row["ref"][name], row["kiln"].get(name)
+            if r is not None:
+                s["runs"] += 1
+                s["ref_ratio"].append(r["cost"] / row["ref"]["on_demand"]["cost"])
+                s["ref_misses"] += not r["met"]
+                s["spot_share"].append(r["spot_share"])
+            if k is None:
+                continue
+            s["kiln_ratio"].append(k["cost"] / row["kiln"]["on_demand"]["cost"])
+            s["kiln_misses"] += not k["met"]
+            if r is not None:
+                s["compared"] += 1
+                s["within"] += abs(k["cost"] - r["cost"]) <= tolerance * r["cost"]
+                s["extra_misses"] += r["met"] and not k["met"]
+                if "shifted" in row:
+                    shifted = row["shifted"][name]["cost"]
+                    s["shifted_within"] += abs(shifted - r["cost"]) <= tolerance * r["cost"]
+        for key in ("kiln_ratio", "ref_ratio", "spot_share"):
+            s[key] = statistics.mean(s[key]) if s[key] else None
+        out[name] = s
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -127,72 +201,45 @@ def main(argv=None):
     p.add_argument("--work-hours", type=float, default=48.0)
     p.add_argument("--deadline-hours", default="52,56")
     p.add_argument("--overhead-hours", default="0.1,0.2")
-    p.add_argument("--windows", type=int, default=20)
+    p.add_argument("--windows", type=int, default=20, help="random windows per trace")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--policies", default="on_demand,greedy,uniform_progress")
+    p.add_argument("--no-ideal", action="store_true", help="leave out the omniscient optimum")
     p.add_argument("--tolerance", type=float, default=0.05)
     p.add_argument("--min-share", type=float, default=0.9)
-    p.add_argument("--json", action="store_true", help="one JSON object per run")
+    p.add_argument("--json", action="store_true", help="also print one JSON object per run")
+    p.add_argument("--sensitivity", type=float, default=30,
+                   help="also run the reference with a changeover this many seconds longer, and "
+                        "count its runs within tolerance of itself (0: not)")
     args = p.parse_args(argv)
 
     names = [n for n in args.policies.split(",") if n]
-    if "on_demand" not in names:
-        names.insert(0, "on_demand")
-    prices = ref.DEFAULT_PRICES
-    rng = random.Random(args.seed)
-    deadlines = ref.parse_list(args.deadline_hours)
-    overheads = ref.parse_list(args.overhead_hours)
-    work = ref.hours_to_seconds(args.work_hours)
-    rows = []
+    for n in names:
+        if n not in KILN_POLICIES:
+            p.error("unknown policy %r (%s)" % (n, ", ".join(KILN_POLICIES)))
+    on_row = (lambda row: print(json.dumps(row, sort_keys=True), flush=True)) if args.json else None
+    rows = compare(args.kiln, args.traces, args.windows, args.seed, args.work_hours,
+                   ref.parse_list(args.deadline_hours), ref.parse_list(args.overhead_hours), names,
+                   not args.no_ideal, on_row=on_row, sensitivity=int(args.sensitivity))
+    print("%d windows: W=%gh, D in {%s} h, d in {%s} h" % (len(rows), args.work_hours,
+                                                            args.deadline_hours,
+                                                            args.overhead_hours))
+    print("%-17s %5s %9s %9s %7s %7s %6s %13s %13s" % (
+        "policy", "runs", "kiln/OD", "ref/OD", "misses", "(ref)", "spot",
+        "within %g%%" % (100 * args.tolerance),
+        "ref+%gs" % args.sensitivity if args.sensitivity else ""))
     failed = False
-    with tempfile.TemporaryDirectory() as workdir:
-        for path in args.traces:
-            trace = ref.Trace.load(path)
-            for _ in range(args.windows):
-                start = rng.randrange(len(trace.counts))
-                deadline = ref.hours_to_seconds(rng.choice(deadlines))
-                overhead = ref.hours_to_seconds(rng.choice(overheads))
-                job = ref.Job(work, deadline, overhead, prices)
-                want = ref.run_all(trace, start, job, names + ["ideal"], ref.defaults())
-                got = run_kiln(args.kiln, trace, start, work, deadline, overhead, prices, names,
-                               workdir)
-                row = {"trace": path, "start_tick": start, "deadline": deadline,
-                       "overhead": overhead, "ref": {}, "kiln": got}
-                for name in names + ["ideal"]:
-                    r = want[name]
-                    row["ref"][name] = None if r is None else {"cost": r.cost, "met": r.met,
-                                                                "spot_share": r.spot_share}
-                rows.append(row)
-                if args.json:
-                    print(json.dumps(row, sort_keys=True), flush=True)
-
-    print("%-17s %5s %10s %10s %8s %8s %7s %11s" % ("policy", "runs", "kiln/OD", "ref/OD",
-                                                     "misses", "(ref)", "spot", "within"))
-    for name in names + ["ideal"]:
-        kr, rr, km, rm, share, within, extra_miss = [], [], 0, 0, [], 0, 0
-        for row in rows:
-            r = row["ref"][name]
-            od = row["ref"]["on_demand"]["cost"]
-            if r is not None:
-                rr.append(r["cost"] / od)
-                rm += not r["met"]
-                share.append(r["spot_share"])
-            k = row["kiln"].get(name)
-            if k is None:
-                continue
-            kr.append(k["cost"] / row["kiln"]["on_demand"]["cost"])
-            km += not k["met"]
-            if r is not None:
-                if abs(k["cost"] - r["cost"]) <= args.tolerance * r["cost"]:
-                    within += 1
-                if r["met"] and not k["met"]:
-                    extra_miss += 1
-        ok = not kr or (within >= args.min_share * len(kr) and extra_miss == 0)
+    for name, s in summarize(rows, args.tolerance).items():
+        kiln_ran = s["kiln_ratio"] is not None
+        ok = not kiln_ran or (s["within"] >= args.min_share * s["compared"] and
+                              s["extra_misses"] == 0)
         failed |= not ok
-        print("%-17s %5d %10s %10.3f %8s %8d %6.0f%% %11s" % (
-            name, len(rr), "%.3f" % statistics.mean(kr) if kr else "-", statistics.mean(rr),
-            km if kr else "-", rm, 100 * statistics.mean(share) if share else 0,
-            "%d/%d%s" % (within, len(kr), "" if ok else " SHORT") if kr else "-"))
+        print("%-17s %5d %9s %9.3f %7s %7d %5.0f%% %13s %13s" % (
+            name, s["runs"], "%.3f" % s["kiln_ratio"] if kiln_ran else "-", s["ref_ratio"],
+            s["kiln_misses"] if kiln_ran else "-", s["ref_misses"], 100 * (s["spot_share"] or 0),
+            "%d/%d%s" % (s["within"], s["compared"], "" if ok else " SHORT") if kiln_ran
+            else "-", "%d/%d" % (s["shifted_within"], s["compared"])
+            if kiln_ran and args.sensitivity else ""))
     return 1 if failed else 0
 
 

@@ -104,7 +104,8 @@ std::string SpotChoice::Name() const {
   if (kind == Kind::kUniformProgress && rules.hysteresis_factor != defaults.hysteresis_factor) {
     absl::StrAppend(&params, ", hysteresis ", rules.hysteresis_factor);
   }
-  if (rules.safety_factor != defaults.safety_factor) absl::StrAppend(&params, ", safety ", rules.safety_factor);
+  if (rules.safety_factor != defaults.safety_factor)
+    absl::StrAppend(&params, ", safety ", rules.safety_factor);
   if (rules.tick != defaults.tick) absl::StrAppend(&params, ", tick ", Seconds(rules.tick));
   if (rules.changeover) absl::StrAppend(&params, ", d ", Seconds(*rules.changeover));
   switch (kind) {
@@ -198,8 +199,8 @@ absl::Duration RestartMargin(const SimModels& models, const v1::CreateTrainingJo
                                     .spot_notice;
   // On-demand capacity that may run short: a capacity error and the
   // engine's first capacity retry, one round.
-  const absl::Duration capacity = capacity_limited ? models.capacity_error_latency + absl::Seconds(30)
-                                                   : absl::ZeroDuration();
+  const absl::Duration capacity =
+      capacity_limited ? models.capacity_error_latency + absl::Seconds(30) : absl::ZeroDuration();
   return checkpoint_interval * WorstCasePace(models, request, attributes) + notice + retry_delay + capacity + provisioning + start + image + data +
          attributes.upload + absl::Seconds(5);
 }

@@ -786,7 +786,9 @@ class Parser {
       kind = v.members()[0].first;
       body = &v.members()[0].second;
     } else {
-      return Bad(path, "expected \"on_demand\", \"spot\", \"greedy\", \"uniform_progress\" or an object with one of them");
+      return Bad(path,
+                 "expected \"on_demand\", \"spot\", \"greedy\", \"uniform_progress\" or an object "
+                 "with one of them");
     }
     if (kind == "on_demand") {
       c.kind = SpotChoice::Kind::kOnDemand;
@@ -807,11 +809,13 @@ class Parser {
     }
     if (body == nullptr) return c;
     const std::string bpath = Member(path, kind);
-    KILN_RETURN_IF_ERROR(
-        CheckMembers(*body, bpath, {"checkpoint_every", "hysteresis_factor", "safety_factor", "tick", "changeover"}));
+    KILN_RETURN_IF_ERROR(CheckMembers(
+        *body, bpath,
+        {"checkpoint_every", "hysteresis_factor", "safety_factor", "tick", "changeover"}));
     if (const JsonValue* x = body->Find("checkpoint_every")) {
       KILN_ASSIGN_OR_RETURN(c.checkpoint_interval, Duration(*x, Member(bpath, "checkpoint_every")));
-      if (c.checkpoint_interval <= absl::ZeroDuration()) return Bad(Member(bpath, "checkpoint_every"), "must be positive");
+      if (c.checkpoint_interval <= absl::ZeroDuration())
+        return Bad(Member(bpath, "checkpoint_every"), "must be positive");
     }
     const bool deadline_rules = c.kind != SpotChoice::Kind::kSpot;
     auto factor = [&](std::string_view name, double& out) -> absl::Status {
@@ -831,12 +835,15 @@ class Parser {
     KILN_RETURN_IF_ERROR(factor("hysteresis_factor", c.rules.hysteresis_factor));
     KILN_RETURN_IF_ERROR(factor("safety_factor", c.rules.safety_factor));
     if (const JsonValue* x = body->Find("tick")) {
-      if (!deadline_rules) return Bad(Member(bpath, "tick"), "only for greedy and uniform_progress");
+      if (!deadline_rules)
+        return Bad(Member(bpath, "tick"), "only for greedy and uniform_progress");
       KILN_ASSIGN_OR_RETURN(c.rules.tick, Duration(*x, Member(bpath, "tick")));
-      if (c.rules.tick < absl::Seconds(1)) return Bad(Member(bpath, "tick"), "must be at least 1 s");
+      if (c.rules.tick < absl::Seconds(1))
+        return Bad(Member(bpath, "tick"), "must be at least 1 s");
     }
     if (const JsonValue* x = body->Find("changeover")) {
-      if (!deadline_rules) return Bad(Member(bpath, "changeover"), "only for greedy and uniform_progress");
+      if (!deadline_rules)
+        return Bad(Member(bpath, "changeover"), "only for greedy and uniform_progress");
       KILN_ASSIGN_OR_RETURN(c.rules.changeover, Duration(*x, Member(bpath, "changeover")));
     }
     return c;

@@ -912,8 +912,8 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     // (Exactly the work left once the run's wall time is over, whatever the
     // rounding of the pace.)
     r.executed = elapsed >= sim.run_wall ? sim.run_work
-                 : sim.pace == 1.0      ? elapsed
-                                        : std::min(sim.run_work, elapsed / sim.pace);
+                 : sim.pace == 1.0       ? elapsed
+                                         : std::min(sim.run_work, elapsed / sim.pace);
     r.completed = internal::Plus(sim.run_base, r.executed) >= total;
     r.saved = sim.run_base;
     if (r.completed) {
@@ -921,7 +921,8 @@ class SimClusterProviderImpl final : public SimClusterProvider {
     } else if (!sim.progress_key.empty()) {
       const absl::Duration k = sim.behavior.checkpoint_interval;
       absl::Duration unsaved;  // (IDivDuration requires somewhere to put the remainder)
-      r.saved = std::max(sim.run_base, k * absl::IDivDuration(sim.run_base + r.executed, k, &unsaved));
+      r.saved =
+          std::max(sim.run_base, k * absl::IDivDuration(sim.run_base + r.executed, k, &unsaved));
     }
     return r;
   }

@@ -68,7 +68,7 @@ struct Job {
   // Where the sim provider keeps the progress of the work over all
   // attempts (SimJobBehavior::checkpoint_key); empty: no checkpoints.
   std::string checkpoint_key;
-  bool on_spot = false;  // the capacity of its current (or last) attempt
+  bool on_spot = false;        // the capacity of its current (or last) attempt
   bool drain_stopped = false;  // the drain asked the engine to stop it
   // Its instances as Provision would be asked for them (the deadline
   // policies ask whether spot capacity is there for them).

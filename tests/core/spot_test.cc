@@ -585,6 +585,27 @@ TEST_F(SpotTest, AReviewBeforeTheFirstProvisioningPlacesTheFirstAttempt) {
   EXPECT_EQ(reviews.seen[1], "50:waiting:od:1:0");
 }
 
+// A review that keeps a job waiting out a capacity back-off where it is asks
+// for the capacity at once: refused at 5 s and at 40 s, the job would ask
+// again at 100 s; the review at 50 s asks then.
+TEST_F(SpotTest, AReviewOfAJobWaitingForCapacityAsksAgainAtOnce) {
+  ScriptedReviews reviews;
+  reviews.move_at = absl::InfiniteDuration();
+  handler_ = &reviews;
+  Build();
+  sim::SimJobBehavior b;
+  b.capacity_failures = 2;
+  behaviors_["job"] = b;
+  Create(Spot("job"));
+  loop_->RunUntilIdle();
+  EXPECT_EQ(Transitions("job"),
+            "Starting[0,140) Downloading[140,140) Training[140,740) Uploading[740,745) "
+            "Completed[745,745)");
+  ASSERT_GE(reviews.seen.size(), 3u);
+  EXPECT_EQ(reviews.seen[1], "35:before:spot:1:0");  // the back-off's own retry
+  EXPECT_EQ(reviews.seen[2], "50:waiting:spot:1:0");
+}
+
 TEST(DefaultSpotHandlerTest, DecidesByCauseAndBudget) {
   auto handler = NewDefaultSpotInterruptionHandler();
   InterruptionContext c;

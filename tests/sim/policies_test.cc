@@ -83,11 +83,16 @@ TEST(DeadlineSpotTest, BackToSpotOnlyWhenThereWithTheHysteresisAhead) {
   DeadlineSpotRules plain = Rules();
   plain.hysteresis_factor = 0;
   for (bool holding : {false, true}) {
-    EXPECT_FALSE(DeadlineSpotUsesSpot(Job(absl::Hours(4.9), false), now, Rules(), Capacity(holding, true)));
-    EXPECT_TRUE(DeadlineSpotUsesSpot(Job(absl::Hours(5), false), now, Rules(), Capacity(holding, true)));
-    EXPECT_FALSE(DeadlineSpotUsesSpot(Job(absl::Hours(9), false), now, Rules(), Capacity(holding, false)));
-    EXPECT_TRUE(DeadlineSpotUsesSpot(Job(absl::Hours(3), false), now, plain, Capacity(holding, true)));
-    EXPECT_FALSE(DeadlineSpotUsesSpot(Job(absl::Hours(9), false), now, Rules(kGreedy), Capacity(holding, true)));
+    EXPECT_FALSE(
+        DeadlineSpotUsesSpot(Job(absl::Hours(4.9), false), now, Rules(), Capacity(holding, true)));
+    EXPECT_TRUE(
+        DeadlineSpotUsesSpot(Job(absl::Hours(5), false), now, Rules(), Capacity(holding, true)));
+    EXPECT_FALSE(
+        DeadlineSpotUsesSpot(Job(absl::Hours(9), false), now, Rules(), Capacity(holding, false)));
+    EXPECT_TRUE(
+        DeadlineSpotUsesSpot(Job(absl::Hours(3), false), now, plain, Capacity(holding, true)));
+    EXPECT_FALSE(DeadlineSpotUsesSpot(Job(absl::Hours(9), false), now, Rules(kGreedy),
+                                      Capacity(holding, true)));
   }
 }
 

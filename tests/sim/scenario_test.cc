@@ -327,6 +327,48 @@ TEST(ScenarioRunTest, ASweepWhoseTrialsNeverStartEndsAfterTheDrain) {
 
 // A job needing more instances of a type than the type could ever give it
 // is an error at load, naming the member.
+// The deadline policies' parameters: each named, each where it applies.
+TEST(ScenarioParseTest, DeadlinePolicyParameters) {
+  const std::string job = R"({"work": "1h"})";
+  auto s = ParseScenario(HpoScenario(job, R"([{"spot": "greedy"},
+      {"spot": {"uniform_progress": {"checkpoint_every": "5m", "hysteresis_factor": 0,
+                                     "safety_factor": 3, "tick": "10m", "changeover": "6m"}}}])"),
+                         "");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ASSERT_EQ(s->policies.size(), 2u);
+  EXPECT_EQ(s->policies[0].spot.kind, SpotChoice::Kind::kGreedy);
+  EXPECT_EQ(s->policies[0].spot.rules.rule, DeadlineSpotRules::Rule::kGreedy);
+  EXPECT_EQ(s->policies[0].name, "Greedy(ckpt 600s)");
+  const DeadlineSpotRules& r = s->policies[1].spot.rules;
+  EXPECT_EQ(r.rule, DeadlineSpotRules::Rule::kUniformProgress);
+  EXPECT_EQ(r.hysteresis_factor, 0);
+  EXPECT_EQ(r.safety_factor, 3);
+  EXPECT_EQ(r.tick, absl::Minutes(10));
+  EXPECT_EQ(r.changeover, absl::Minutes(6));
+  EXPECT_EQ(s->policies[1].name,
+            "UniformProgress(ckpt 300s, hysteresis 0, safety 3, tick 600s, d 360s)");
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"greedy": {"hysteresis_factor": 2}})",
+       "spot.greedy.hysteresis_factor: only for uniform_progress"},
+      {R"({"spot": {"tick": "5m"}})", "spot.spot.tick: only for greedy and uniform_progress"},
+      {R"({"spot": {"changeover": "5m"}})",
+       "spot.spot.changeover: only for greedy and uniform_progress"},
+      {R"({"uniform_progress": {"safety_factor": -1}})",
+       "safety_factor: must be a number in [0, 100]"},
+      {R"({"uniform_progress": {"hysteresis_factor": "2"}})",
+       "hysteresis_factor: expected a number"},
+      {R"({"uniform_progress": {"tick": "0s"}})", "uniform_progress.tick: must be at least 1 s"},
+      {R"({"uniform_progress": {"hysteresis": "10m"}})",
+       "uniform_progress.hysteresis: unknown member"},
+      {R"("greed")", "unknown spot policy 'greed' (on_demand, spot, greedy, uniform_progress)"},
+  };
+  for (const auto& [policy, want] : bad) {
+    const std::string error =
+        ParseError(HpoScenario(job, absl::StrCat(R"([{"spot": )", policy, "}]")));
+    EXPECT_TRUE(absl::StrContains(error, want)) << policy << ": " << error;
+  }
+}
+
 TEST(ScenarioParseTest, AJobThatCouldNeverStartIsAnError) {
   const std::string capacity2 =
       R"({"instance_types": {"ml.g5.xlarge": {"capacity": 2, "spot_capacity": 3}}})";
