@@ -689,6 +689,28 @@ PolicyResult RunPolicy(const Scenario& scenario, const PolicySpec& policy, const
   return run.Run();
 }
 
+size_t BestPolicy(const std::vector<PolicyResult>& results, size_t baseline) {
+  const PolicyResult& base = results[baseline];
+  // Cost and P90 compared as FormatTable prints them (to the cent, to the
+  // second): a reader sees no difference the choice rests on that the table hides.
+  auto as_printed = [](double x, int decimals) {
+    return std::strtod(absl::StrFormat("%.*f", decimals, x).c_str(), nullptr);
+  };
+  size_t best = baseline;
+  for (size_t i = 0; i < results.size(); ++i) {
+    const PolicyResult& r = results[i];
+    // No startup P90 (no job began training) is worse than any.
+    const bool latency_ok =
+        !base.startup_p90 ||
+        (r.startup_p90 && as_printed(*r.startup_p90, 0) <= as_printed(*base.startup_p90, 0));
+    if (latency_ok && r.deadline_misses <= base.deadline_misses && r.completed >= base.completed &&
+        as_printed(r.cost, 2) < as_printed(results[best].cost, 2)) {
+      best = i;
+    }
+  }
+  return best;
+}
+
 absl::StatusOr<SimulationReport> RunScenario(const Scenario& scenario, const RunOptions& options) {
   if (scenario.workloads.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("scenario '", scenario.name, "' has no workloads"));
@@ -752,24 +774,7 @@ absl::StatusOr<SimulationReport> RunScenario(const Scenario& scenario, const Run
   report.results.assign(
       std::make_move_iterator(results.begin()),
       std::make_move_iterator(results.begin() + static_cast<ptrdiff_t>(scenario.policies.size())));
-  const PolicyResult& base = report.results[report.baseline];
-  // Cost and P90 compared as FormatTable prints them (to the cent, to the
-  // second): a reader sees no difference the choice rests on that the table hides.
-  auto as_printed = [](double x, int decimals) {
-    return std::strtod(absl::StrFormat("%.*f", decimals, x).c_str(), nullptr);
-  };
-  report.best = report.baseline;
-  for (size_t i = 0; i < report.results.size(); ++i) {
-    const PolicyResult& r = report.results[i];
-    // No startup P90 (no job began training) is worse than any.
-    const bool latency_ok =
-        !base.startup_p90 ||
-        (r.startup_p90 && as_printed(*r.startup_p90, 0) <= as_printed(*base.startup_p90, 0));
-    if (latency_ok && r.deadline_misses <= base.deadline_misses && r.completed >= base.completed &&
-        as_printed(r.cost, 2) < as_printed(report.results[report.best].cost, 2)) {
-      report.best = i;
-    }
-  }
+  report.best = BestPolicy(report.results, report.baseline);
 
   size_t next = scenario.policies.size();
   if (!sweep_policies.empty()) {

@@ -369,6 +369,33 @@ TEST(ScenarioParseTest, DeadlinePolicyParameters) {
   }
 }
 
+// The best policy is chosen on the figures as the table prints them: a cost
+// cheaper by less than a cent, or a P90 that rounds to the baseline's, is no
+// difference; a P90 that rounds above it is worse.
+TEST(BestPolicyTest, ComparesCostAndP90AsTheTablePrintsThem) {
+  auto result = [](double cost, std::optional<double> p90, int64_t misses = 0) {
+    PolicyResult r;
+    r.cost = cost;
+    r.startup_p90 = p90;
+    r.completed = 10;
+    r.deadline_misses = misses;
+    return r;
+  };
+  std::vector<PolicyResult> results = {
+      result(100.00, 170.4),     // the baseline
+      result(99.996, 170.4),     // $100.00 as printed: not cheaper
+      result(99.98, 170.6),      // P90 171 s as printed: slower
+      result(50, std::nullopt),  // no job began training
+      result(40, 100, 1),        // a deadline missed
+      result(99.99, 170.49),     // $99.99, P90 170 s: the best
+  };
+  EXPECT_EQ(BestPolicy(results, 0), 5u);
+  results.pop_back();
+  EXPECT_EQ(BestPolicy(results, 0), 0u);
+  results[1].cost = 99.994;  // $99.99 as printed
+  EXPECT_EQ(BestPolicy(results, 0), 1u);
+}
+
 TEST(ScenarioParseTest, AJobThatCouldNeverStartIsAnError) {
   const std::string capacity2 =
       R"({"instance_types": {"ml.g5.xlarge": {"capacity": 2, "spot_capacity": 3}}})";

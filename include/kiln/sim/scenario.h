@@ -212,6 +212,10 @@ struct RunOptions {
   int threads = 1;
 };
 
+// SimulationReport::best for `results` against results[baseline].
+// REQUIRES: baseline < results.size().
+size_t BestPolicy(const std::vector<PolicyResult>& results, size_t baseline);
+
 // Runs every policy (and the slack sweep). Errors: InvalidArgument for a
 // scenario without workloads or policies, with a horizon not in
 // (0, kMaxSimDuration], or with a baseline that names no policy;
