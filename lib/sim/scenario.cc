@@ -799,10 +799,8 @@ class Parser {
       c.kind = SpotChoice::Kind::kSpot;
     } else if (kind == "greedy") {
       c.kind = SpotChoice::Kind::kGreedy;
-      c.rules.rule = DeadlineSpotRules::Rule::kGreedy;
     } else if (kind == "uniform_progress") {
       c.kind = SpotChoice::Kind::kUniformProgress;
-      c.rules.rule = DeadlineSpotRules::Rule::kUniformProgress;
     } else {
       return Bad(path, absl::StrCat("unknown spot policy '", Shown(kind),
                                     "' (on_demand, spot, greedy, uniform_progress)"));

@@ -139,6 +139,9 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     if (DeadlinePolicy()) {
       DeadlineSpotOptions up;
       up.rules = policy_.spot.rules;
+      up.rules.rule = policy_.spot.kind == SpotChoice::Kind::kGreedy
+                          ? DeadlineSpotRules::Rule::kGreedy
+                          : DeadlineSpotRules::Rule::kUniformProgress;
       up.retry_delay = kRetryDelay;
       up.spot_available = [this](std::string_view job) {
         auto it = active_.find(Key(job));

@@ -248,7 +248,6 @@ TEST(DeadlineSpotScenarioTest, NeverMissesADeadlineThatOnDemandMeets) {
   for (absl::Duration k : {absl::Minutes(10), absl::Minutes(30)}) {
     SpotChoice greedy;
     greedy.kind = SpotChoice::Kind::kGreedy;
-    greedy.rules.rule = DeadlineSpotRules::Rule::kGreedy;
     greedy.checkpoint_interval = k;
     up.push_back({greedy.Name(), {}, greedy});
     for (double h : {0.0, 2.0}) {

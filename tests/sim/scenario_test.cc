@@ -337,10 +337,8 @@ TEST(ScenarioParseTest, DeadlinePolicyParameters) {
   ASSERT_TRUE(s.ok()) << s.status();
   ASSERT_EQ(s->policies.size(), 2u);
   EXPECT_EQ(s->policies[0].spot.kind, SpotChoice::Kind::kGreedy);
-  EXPECT_EQ(s->policies[0].spot.rules.rule, DeadlineSpotRules::Rule::kGreedy);
   EXPECT_EQ(s->policies[0].name, "Greedy(ckpt 600s)");
   const DeadlineSpotRules& r = s->policies[1].spot.rules;
-  EXPECT_EQ(r.rule, DeadlineSpotRules::Rule::kUniformProgress);
   EXPECT_EQ(r.hysteresis_factor, 0);
   EXPECT_EQ(r.safety_factor, 3);
   EXPECT_EQ(r.tick, absl::Minutes(10));

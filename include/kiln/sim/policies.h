@@ -91,7 +91,8 @@ struct SpotChoice {
   Kind kind = Kind::kOnDemand;
   // kSpot, kGreedy, kUniformProgress: progress is saved every this much work.
   absl::Duration checkpoint_interval = absl::Minutes(10);
-  // kGreedy, kUniformProgress (rules.rule follows kind).
+  // kGreedy, kUniformProgress: their parameters (`kind` decides the rule;
+  // rules.rule is not read).
   DeadlineSpotRules rules;
 
   // "OnDemand", "Spot(ckpt 600s)", "Greedy(ckpt 600s)",
