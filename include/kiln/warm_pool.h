@@ -142,9 +142,10 @@ class KeepAlivePolicy {
   // ReviewPeriod() while the pool is Available and its end is still ahead; a
   // review due at or after the pool's end, or after it was Reused,
   // Terminated or given a keep-alive by WarmPoolManager::UpdateKeepAlive
-  // (UpdateTrainingJob: the user's choice is not revised), is not asked. The manager applies the answer within the
-  // limits KeepAlive's answer gets: at most WarmPoolOptions::max_keep_alive,
-  // never past the cluster's WarmPoolOptions::max_chain_life. A policy bound
+  // (UpdateTrainingJob: the user's choice is not revised), is not asked.
+  // The manager applies the answer within the limits KeepAlive's answer
+  // gets: at most WarmPoolOptions::max_keep_alive, never past the cluster's
+  // WarmPoolOptions::max_chain_life. A policy bound
   // to the job's request (as JobRequested is) answers at most
   // review.requested. An answer of zero or less, or one whose end is already
   // past, ends the pool at once: its owner shows Terminated, billed for the

@@ -194,15 +194,15 @@ absl::Duration RestartMargin(const SimModels& models, const v1::CreateTrainingJo
         c.data_source().has_file_system_data_source() ? "FSx" : EffectiveInputMode(request, c);
     data = std::max(data, models.data.Max(mode, attributes.data_bytes));
   }
-  const absl::Duration notice = models.Type(rc.instance_groups_size() > 0 ? rc.instance_groups(0).instance_type()
-                                                                        : rc.instance_type())
-                                    .spot_notice;
+  const std::string& first_type =
+      rc.instance_groups_size() > 0 ? rc.instance_groups(0).instance_type() : rc.instance_type();
+  const absl::Duration notice = models.Type(first_type).spot_notice;
   // On-demand capacity that may run short: a capacity error and the
   // engine's first capacity retry, one round.
   const absl::Duration capacity =
       capacity_limited ? models.capacity_error_latency + absl::Seconds(30) : absl::ZeroDuration();
-  return checkpoint_interval * WorstCasePace(models, request, attributes) + notice + retry_delay + capacity + provisioning + start + image + data +
-         attributes.upload + absl::Seconds(5);
+  return checkpoint_interval * WorstCasePace(models, request, attributes) + notice + retry_delay +
+         capacity + provisioning + start + image + data + attributes.upload + absl::Seconds(5);
 }
 
 std::unique_ptr<SpotInterruptionHandler> NewDeadlineSpotHandler(DeadlineSpotOptions options) {
