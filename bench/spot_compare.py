@@ -18,8 +18,8 @@ refused request, which the reference does not; its safety net counts them in the
   bench/spot_compare.py --kiln build/tools/kiln/kiln TRACE... --windows 100 \\
       --deadline-hours 52,56 --overhead-hours 0.1,0.2
 
-prints, over all windows, the table of both (policy, cost / on-demand cost, misses, the
-reference's spot share) and, per policy, the runs where Kiln's cost is within --tolerance of the
+prints, over all windows, the table of both (policy, cost / on-demand cost, misses, spot share:
+of instance time for Kiln, of work for the reference) and, per policy, the runs where Kiln's cost is within --tolerance of the
 reference's. For scale, the last column counts the runs where the reference itself, with a
 changeover --sensitivity seconds longer, stays within the tolerance of its own cost: these
 policies decide at thresholds, and a small shift moves a decision by a tick, and what follows
@@ -118,7 +118,9 @@ def run_kiln(kiln, trace, start, work, deadline, overhead, prices, names, workdi
     for name in names:
         label = KILN_POLICIES[name][0]
         p = by_name[label % trace.gap if "%" in label else label]
-        results[name] = {"cost": p["cost"], "met": p["deadline_misses"] == 0}
+        billable = p["billable_instance_hours"]
+        results[name] = {"cost": p["cost"], "met": p["deadline_misses"] == 0,
+                         "spot_share": p["spot_instance_hours"] / billable if billable else 0.0}
     return results
 
 
@@ -167,7 +169,7 @@ def summarize(rows, tolerance=0.05):
     out = {}
     for name in rows[0]["ref"]:
         s = {"runs": 0, "kiln_ratio": [], "ref_ratio": [], "kiln_misses": 0, "ref_misses": 0,
-             "extra_misses": 0, "spot_share": [], "within": 0, "compared": 0,
+             "extra_misses": 0, "spot_share": [], "kiln_spot_share": [], "within": 0, "compared": 0,
              "shifted_within": 0}
         for row in rows:
             r, k = row["ref"][name], row["kiln"].get(name)
@@ -179,6 +181,7 @@ def summarize(rows, tolerance=0.05):
             if k is None:
                 continue
             s["kiln_ratio"].append(k["cost"] / row["kiln"]["on_demand"]["cost"])
+            s["kiln_spot_share"].append(k["spot_share"])
             s["kiln_misses"] += not k["met"]
             if r is not None:
                 s["compared"] += 1
@@ -187,7 +190,7 @@ def summarize(rows, tolerance=0.05):
                 if "shifted" in row:
                     shifted = row["shifted"][name]["cost"]
                     s["shifted_within"] += abs(shifted - r["cost"]) <= tolerance * r["cost"]
-        for key in ("kiln_ratio", "ref_ratio", "spot_share"):
+        for key in ("kiln_ratio", "ref_ratio", "spot_share", "kiln_spot_share"):
             s[key] = statistics.mean(s[key]) if s[key] else None
         out[name] = s
     return out
@@ -224,8 +227,8 @@ def main(argv=None):
     print("%d windows: W=%gh, D in {%s} h, d in {%s} h" % (len(rows), args.work_hours,
                                                             args.deadline_hours,
                                                             args.overhead_hours))
-    print("%-17s %5s %9s %9s %7s %7s %6s %13s %13s" % (
-        "policy", "runs", "kiln/OD", "ref/OD", "misses", "(ref)", "spot",
+    print("%-17s %5s %9s %9s %7s %7s %6s %6s %13s %13s" % (
+        "policy", "runs", "kiln/OD", "ref/OD", "misses", "(ref)", "spot", "(ref)",
         "within %g%%" % (100 * args.tolerance),
         "ref+%gs" % args.sensitivity if args.sensitivity else ""))
     failed = False
@@ -234,9 +237,11 @@ def main(argv=None):
         ok = not kiln_ran or (s["within"] >= args.min_share * s["compared"] and
                               s["extra_misses"] == 0)
         failed |= not ok
-        print("%-17s %5d %9s %9.3f %7s %7d %5.0f%% %13s %13s" % (
+        print("%-17s %5d %9s %9.3f %7s %7d %6s %5.0f%% %13s %13s" % (
             name, s["runs"], "%.3f" % s["kiln_ratio"] if kiln_ran else "-", s["ref_ratio"],
-            s["kiln_misses"] if kiln_ran else "-", s["ref_misses"], 100 * (s["spot_share"] or 0),
+            s["kiln_misses"] if kiln_ran else "-", s["ref_misses"],
+            "%.0f%%" % (100 * s["kiln_spot_share"]) if kiln_ran else "-",
+            100 * (s["spot_share"] or 0),
             "%d/%d%s" % (s["within"], s["compared"], "" if ok else " SHORT") if kiln_ran
             else "-", "%d/%d" % (s["shifted_within"], s["compared"])
             if kiln_ran and args.sensitivity else ""))
