@@ -217,6 +217,21 @@ class ClusterProvider {
     return absl::UnimplementedError("this ClusterProvider does not support injected interruptions");
   }
 
+  // Takes back the running containers of a job that an earlier engine
+  // started (the engine recovered it from its journal, kiln/journal.h):
+  // `job.cluster` is the cluster as that engine held it, and `job.attempt`
+  // the attempt its containers belong to. Returns OK when the provider has
+  // them again: `events` then receives their log lines and exactly one
+  // OnExit per instance, as after StartContainers, and the cluster is the
+  // engine's again (Signal, UploadArtifacts, Release). Any error means it
+  // cannot (FailedPrecondition by default, which every provider may return):
+  // the engine counts the attempt's instances as lost and never uses the
+  // cluster. Loop thread only; must not block.
+  virtual absl::Status Reattach(const JobContext& job, ContainerEvents& events) {
+    return absl::FailedPreconditionError(
+        "this ClusterProvider cannot take back the containers of an earlier engine");
+  }
+
   // Says that `cluster` stays provisioned for a later job: a warm pool kept it
   // after its job ended (UploadArtifacts has completed). A provider may make
   // the instances ready for the next job now, in the background (e.g. reset

@@ -63,6 +63,7 @@
 #include "kiln/cluster_provider.h"
 #include "kiln/data_channel.h"
 #include "kiln/event_loop.h"
+#include "kiln/journal.h"
 #include "kiln/spot.h"
 #include "kiln/v1/sagemaker.pb.h"
 #include "kiln/validation.h"
@@ -179,6 +180,28 @@ struct EngineOptions {
   SpotInterruptionHandler* spot_handler = nullptr;
 
   ValidationOptions validation;
+
+  // Where the engine records what it promises (kiln/journal.h). Optional;
+  // must outlive the engine. Null: jobs live in this engine's memory only,
+  // and no record is ever built (the simulator runs so).
+  // With a journal, NewEngine first rebuilds every job the journal holds:
+  // ended jobs are described and listed as before; a job that was InProgress
+  // or Stopping goes on, on the loop, once it runs: the cluster provider is
+  // asked to take its running containers back (ClusterProvider::Reattach),
+  // and when it cannot, the attempt ends as a lost instance ends one (the
+  // job's RetryStrategy, through the SpotInterruptionHandler, decides between
+  // a new attempt and Failed; a Stopping job ends Stopped). With a read-only
+  // journal the jobs are shown as recorded, none goes on, and every call
+  // that changes something is refused (FailedPrecondition).
+  // NewEngine fails, keeping nothing, when the journal cannot be read back
+  // (its Recover's error) or holds a job the engine cannot rebuild (DataLoss).
+  // CreateTrainingJob, StopTrainingJob, UpdateTrainingJob and
+  // DeleteTrainingJob return OK only once their record is durable, and the
+  // journal's error otherwise (the change was made in this engine but is not
+  // durable; a job whose creation was not recorded is failed at once).
+  // Called from inside a callback of the loop, they do not wait (see
+  // kiln/journal.h).
+  Journal* journal = nullptr;
 };
 
 class Engine {
@@ -360,7 +383,9 @@ class Engine {
                                           InterruptionKind kind, absl::Duration notice) = 0;
 };
 
-// Creates an engine. Errors: InvalidArgument when a required option is missing.
+// Creates an engine. Errors: InvalidArgument when a required option is missing
+// (cluster_provider may be null only with a read-only journal); with a
+// journal, what recovery returns (see EngineOptions::journal).
 absl::StatusOr<std::unique_ptr<Engine>> NewEngine(EngineOptions options);
 
 }  // namespace kiln

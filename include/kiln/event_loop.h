@@ -187,6 +187,11 @@ class EventLoop {
   // the loop, or no thread holds it and it held it last.
   // Thread-safe.
   bool IsLoopThread() const;
+  // Returns true if the calling thread holds the loop now: it runs Run*, the body of TryHold or
+  // a function RunOnLoop runs on it (a callback of the loop among them). Such a thread must not
+  // wait for anything the loop would have to run meanwhile.
+  // Thread-safe.
+  bool HeldByCaller() const;
 
   // If no thread holds the loop, or the calling thread does, runs `body` on the calling thread
   // holding the loop (it is the loop thread meanwhile, and may call Run*, schedule and cancel)

@@ -78,7 +78,7 @@ absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::CreateTrainingJob(
   std::string job_name(name);
   KILN_RETURN_IF_ERROR(CheckName(job_name));
   KILN_RETURN_IF_ERROR(CheckChannels(*shared));
-  return OnLoop([&] { return Create(std::move(job_name), shared); });
+  return CreateDurably(std::move(job_name), shared);
 }
 
 absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::CreateTrainingJob(
@@ -88,7 +88,32 @@ absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::CreateTrainingJob(
   // store, and must not hold up the loop.
   KILN_RETURN_IF_ERROR(Admit(request));
   std::shared_ptr<const v1::CreateTrainingJobRequest> copy = CopyForJob(request);
-  return OnLoop([&] { return Create(request.training_job_name(), std::move(copy)); });
+  return CreateDurably(request.training_job_name(), std::move(copy));
+}
+
+absl::StatusOr<v1::CreateTrainingJobResponse> EngineImpl::CreateDurably(
+    std::string name, std::shared_ptr<const v1::CreateTrainingJobRequest> request) {
+  uint64_t seq = 0;  // the job's, once accepted
+  absl::StatusOr<v1::CreateTrainingJobResponse> created =
+      Durably([&]() -> absl::StatusOr<v1::CreateTrainingJobResponse> {
+        absl::StatusOr<v1::CreateTrainingJobResponse> response =
+            Create(std::move(name), std::move(request));
+        if (response.ok()) seq = next_seq_ - 1;
+        return response;
+      });
+  if (!created.ok() && seq != 0) {
+    // Accepted, but the journal could not record it: it must not run on
+    // unrecorded (a restart would lose it), so it fails now.
+    OnLoop([&] {
+      Job* job = by_seq_.Find(seq);
+      if (job != nullptr && !job->ended()) {
+        Fail(*job, absl::StrCat("InternalServerError: the journal could not record the job: ",
+                                created.status().message()));
+      }
+      return 0;
+    });
+  }
+  return created;
 }
 
 absl::Status EngineImpl::CheckName(const std::string& name) const {
@@ -136,6 +161,7 @@ v1::CreateTrainingJobResponse EngineImpl::Accept(Job& ref, bool pooled) {
   }
   ref.next_retry_delay_ = options_.capacity_retry_initial;
   by_seq_.Add(ref.seq_, &ref);
+  Journaled(ref, /*request=*/true);
   ref.warm_pool_ = pooled;
   ref.on_spot_ = request.enable_managed_spot_training();
   if (ref.on_spot_ && request.stopping_condition().has_max_wait_time_in_seconds()) {
@@ -401,6 +427,7 @@ absl::StatusOr<v1::UpdateTrainingJobResponse> EngineImpl::Update(
   }
   job->SetRequest(std::move(updated));
   job->last_modified_ = Now();
+  Journaled(*job, /*request=*/true);
   v1::UpdateTrainingJobResponse response;
   response.set_training_job_arn(Arn(*job));
   return response;
@@ -417,6 +444,7 @@ absl::Status EngineImpl::Delete(const v1::DeleteTrainingJobRequest& request) {
         "; stop it and wait for it to end"));
   }
   if (job.warm_pool_) KILN_RETURN_IF_ERROR(pools().OnJobDeleted(job.name()));
+  if (journal_ != nullptr) journal_ticket_ = journal_->Erase(job.seq_);
   by_seq_.Take(job.seq_);
   jobs_.Erase(job);
   return absl::OkStatus();
@@ -540,10 +568,15 @@ namespace kiln {
 
 absl::StatusOr<std::unique_ptr<Engine>> NewEngine(EngineOptions options) {
   if (options.loop == nullptr) return absl::InvalidArgumentError("EngineOptions.loop is required");
-  if (options.cluster_provider == nullptr) {
-    return absl::InvalidArgumentError("EngineOptions.cluster_provider is required");
+  if (options.cluster_provider == nullptr &&
+      (options.journal == nullptr || !options.journal->read_only())) {
+    return absl::InvalidArgumentError(
+        "EngineOptions.cluster_provider is required (unless the journal is read-only)");
   }
-  return std::unique_ptr<Engine>(new engine_impl::EngineImpl(std::move(options)));
+  const bool journaled = options.journal != nullptr;
+  auto engine = std::make_unique<engine_impl::EngineImpl>(std::move(options));
+  if (journaled) KILN_RETURN_IF_ERROR(engine->Recover());
+  return std::unique_ptr<Engine>(std::move(engine));
 }
 
 }  // namespace kiln

@@ -128,17 +128,25 @@ void EngineImpl::EndInterruption(Job& job) {
   context.max_runtime = absl::Seconds(sc.has_max_runtime_in_seconds() ? sc.max_runtime_in_seconds()
                                                                       : kDefaultMaxRuntimeSeconds);
   const InterruptionDecision decision = options_.spot_handler->OnInterruption(context);
+  const bool restarted = std::exchange(job.lost_to_restart_, false);
   if (decision.action == InterruptionDecision::Action::kGiveUp) {
-    Fail(job, decision.failure_reason, /*healthy=*/false);
+    Fail(job,
+         restarted ? absl::StrCat("InternalServerError: the controller restarted and the "
+                                  "instances of attempt ",
+                                  job.attempt_, " were lost (", decision.failure_reason, ")")
+                   : decision.failure_reason,
+         /*healthy=*/false);
     return;
   }
   const bool preempted = job.interrupt_preempted_;
   if (!preempted) {
     // A retry after a lost instance goes back to Starting at once.
     SetStatus(job, kInProgress, kStarting, kMsgRestarting,
-              absl::StrCat("Instance ", job.extras().interrupted_host,
-                           " was lost; infrastructure retry ", job.infrastructure_failures_, " of ",
-                           context.max_retry_attempts, " (RetryStrategy)"));
+              absl::StrCat(
+                  restarted ? "The controller restarted and the instances were lost"
+                            : absl::StrCat("Instance ", job.extras().interrupted_host, " was lost"),
+                  "; infrastructure retry ", job.infrastructure_failures_, " of ",
+                  context.max_retry_attempts, " (RetryStrategy)"));
   }
   NextAttempt(job, decision.use_spot, decision.delay, /*set_starting=*/preempted);
 }
@@ -170,7 +178,7 @@ void EngineImpl::NextAttempt(Job& job, bool spot, absl::Duration delay, bool set
 absl::Status EngineImpl::MigrateTrainingJob(std::string_view job_name, bool to_spot) {
   v1::DescribeTrainingJobRequest named;
   named.set_training_job_name(std::string(job_name));
-  return OnLoop([&]() -> absl::Status {
+  return Durably([&]() -> absl::Status {
     Job* job = FindJob(named.training_job_name());
     if (job == nullptr) return NoSuchJob(named);
     auto refuse = [&](const std::string& why) {

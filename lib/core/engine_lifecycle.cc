@@ -21,6 +21,7 @@ void EngineImpl::SetStatus(Job& job, std::string_view status, std::string_view s
   job.status_ = status.data();
   job.transitions_.push_back(Transition{secondary.data(), message.data(), now_ns});
   job.last_modified_ = now;
+  Journaled(job);
   if (!detail.empty()) {
     job.extras().details.emplace_back(job.transitions_.size() - 1, std::move(detail));
   }
@@ -34,6 +35,7 @@ void EngineImpl::SetMessage(Job& job, std::string_view message) {
   Transition& t = job.transitions_.back();
   t.message = message.data();
   job.last_modified_ = Now();
+  Journaled(job);
   if (!listening()) return;
   std::string scratch;
   events_.Status(job.name(), job.status_, t.status,
@@ -432,6 +434,7 @@ void EngineImpl::ReturnCluster(Job& job, bool healthy, bool job_ended) {
     job.held_since_.reset();
   }
   if (job.cluster_) cluster_owners_.erase(job.cluster_->id);
+  Journaled(job);
   // A kept cluster is the manager's now (it recycles it with the provider).
   const bool kept =
       job_ended && job.warm_pool_ && pools().OnJobEnded(job.name(), job.cluster_, healthy);

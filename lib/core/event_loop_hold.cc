@@ -17,6 +17,10 @@ bool EventLoop::IsLoopThread() const {
   return holder == std::thread::id() && last_holder_.load(std::memory_order_acquire) == me;
 }
 
+bool EventLoop::HeldByCaller() const {
+  return holder_.load(std::memory_order_acquire) == std::this_thread::get_id();
+}
+
 void EventLoop::Hold() {
   const std::thread::id me = std::this_thread::get_id();
   std::unique_lock<std::mutex> lock(hold_mu_);

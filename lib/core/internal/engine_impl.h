@@ -196,6 +196,10 @@ inline absl::Status NotFound(const std::string& name) {
 
 class EngineImpl;
 
+// A ClusterProvider with no instances: every Provision fails. What an engine
+// over a read-only journal uses when given no provider (engine_journal.cc).
+std::unique_ptr<ClusterProvider> NewNoClusterProvider();
+
 // Where a job is in its path. Ended jobs keep only their record.
 enum class Phase {
   kProvisioning,  // Provision called, or waiting to call it again (Pending)
@@ -393,6 +397,12 @@ class Job final : public ContainerEvents {
   int containers_running_ = 0;
   bool algorithm_failed_ = false;
   bool warm_pool_ = false;  // takes part in warm pools
+  // The journal (EngineOptions::journal): the job changed since its last
+  // record (it is in EngineImpl::journal_dirty_), and its request too.
+  bool journal_dirty_ = false;
+  bool journal_request_ = false;
+  // The current attempt was lost because the engine restarted (recovery).
+  bool lost_to_restart_ = false;
 
   // Attempts. A spot interruption or a lost instance ends an attempt; the
   // SpotInterruptionHandler may start another.
@@ -495,7 +505,8 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   explicit EngineImpl(EngineOptions options)
       : options_(std::move(options)),
         loop_(*options_.loop),
-        provider_(*options_.cluster_provider),
+        owned_provider_(options_.cluster_provider == nullptr ? NewNoClusterProvider() : nullptr),
+        provider_(owned_provider_ != nullptr ? *owned_provider_ : *options_.cluster_provider),
         name_checker_(options_.validation),
         name_shape_(*internal::FindShape("TrainingJobName")),
         arn_prefix_(absl::StrCat("arn:aws:sagemaker:", options_.region, ":", options_.account_id,
@@ -509,6 +520,8 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
       options_.spot_handler = owned_spot_handler_.get();
     }
     review_period_ = options_.spot_handler->ReviewPeriod();
+    // (A read-only journal gets no records: the engine changes nothing.)
+    if (options_.journal != nullptr && !options_.journal->read_only()) journal_ = options_.journal;
     provider_.SetListener(this);
     if (options_.data_channel != nullptr) options_.data_channel->SetListener(this);
   }
@@ -539,14 +552,14 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
     return OnLoop([&] { return List(request); });
   }
   absl::Status StopTrainingJob(const v1::StopTrainingJobRequest& request) override {
-    return OnLoop([&] { return StopRequest(request); });
+    return Durably([&] { return StopRequest(request); });
   }
   absl::StatusOr<v1::UpdateTrainingJobResponse> UpdateTrainingJob(
       const v1::UpdateTrainingJobRequest& request) override {
-    return OnLoop([&] { return Update(request); });
+    return Durably([&] { return Update(request); });
   }
   absl::Status DeleteTrainingJob(const v1::DeleteTrainingJobRequest& request) override {
-    return OnLoop([&] { return Delete(request); });
+    return Durably([&] { return Delete(request); });
   }
   absl::StatusOr<v1::DescribeTrainingJobResponse> WaitForTrainingJob(std::string_view name,
                                                                      absl::Time deadline) override;
@@ -605,7 +618,9 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
    public:
     explicit Step(EngineImpl& engine) : engine_(engine) { ++engine_.step_depth_; }
     ~Step() {
-      if (--engine_.step_depth_ == 0 && !engine_.events_.empty()) engine_.Deliver();
+      if (--engine_.step_depth_ > 0) return;
+      if (!engine_.journal_dirty_.empty()) engine_.RecordDirtyJobs();
+      if (!engine_.events_.empty()) engine_.Deliver();
     }
     Step(const Step&) = delete;
     Step& operator=(const Step&) = delete;
@@ -626,6 +641,62 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
     return std::move(*result);
   }
 
+  // OnLoop for a call that changes something the journal records
+  // (EngineOptions::journal): refused with a read-only journal; with a
+  // journal, returns once what the step recorded is durable, or the
+  // journal's error, unless the caller holds the loop (a callback of it),
+  // which must not wait.
+  template <typename Fn>
+  auto Durably(Fn fn) -> decltype(fn()) {
+    if (options_.journal != nullptr && options_.journal->read_only()) return ReadOnlyError();
+    if (journal_ == nullptr) return OnLoop(std::move(fn));
+    const bool may_wait = !loop_.HeldByCaller();
+    std::optional<decltype(fn())> result;
+    Journal::Ticket ticket = 0;
+    loop_.RunOnLoop([&] {
+      {
+        const Step step(*this);
+        result.emplace(fn());
+      }
+      ticket = journal_ticket_;
+    });
+    if (result->ok() && may_wait) {
+      if (absl::Status durable = journal_->Wait(ticket); !durable.ok()) return durable;
+    }
+    return std::move(*result);
+  }
+  absl::Status ReadOnlyError() const;
+
+  // The journal (engine_journal.cc). Marks the job changed: its record is
+  // appended when the step ends (RecordDirtyJobs). `request`: its request
+  // changed too.
+  void Journaled(Job& job, bool request = false) {
+    if (journal_ == nullptr) return;
+    job.journal_request_ |= request;
+    if (job.journal_dirty_) return;
+    job.journal_dirty_ = true;
+    journal_dirty_.push_back(job.seq_);
+  }
+  // Appends the record of every job changed in the step that ends.
+  void RecordDirtyJobs();
+  JobRecord MakeRecord(Job& job);
+  // NewEngine's recovery: rebuilds every job of the journal.
+  absl::Status RecoverJobs();
+  absl::Status RecoverJob(JobRecord&& record);
+  // Carries on with a job that was InProgress or Stopping when the engine
+  // that recorded it ended: reattaches its containers, or ends the attempt.
+  void ResumeRecovered(Job& job, std::optional<Cluster> cluster, bool containers_running);
+  // A status, secondary status or message as the engine's constant, or kept
+  // in interned_ (a wording this engine does not use).
+  const char* InternText(const std::string& text);
+
+ public:
+  // NewEngine's second half, with a journal.
+  absl::Status Recover() {
+    return OnLoop([&] { return RecoverJobs(); });
+  }
+
+ private:
   // Whether anyone hears of events: observers or waiters. Events are queued
   // only then.
   bool listening() const { return events_.has_observers() || !waiters_.empty(); }
@@ -733,6 +804,9 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   // (without a TrainingJobName), which it keeps.
   absl::StatusOr<v1::CreateTrainingJobResponse> Create(
       std::string name, std::shared_ptr<const v1::CreateTrainingJobRequest> request);
+  // Create as a call from any thread: on the loop, then durably (Durably).
+  absl::StatusOr<v1::CreateTrainingJobResponse> CreateDurably(
+      std::string name, std::shared_ptr<const v1::CreateTrainingJobRequest> request);
   // AlreadyExists when `name` is taken; ResourceExhausted when the engine
   // can number no more jobs.
   absl::Status CheckNewJob(const std::string& name);
@@ -793,6 +867,7 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
     cluster_owners_[cluster.id] = job.seq_;
     job.cluster_ = std::move(cluster);
     job.held_since_ = Now();
+    Journaled(job);
   }
   void Interrupt(Job& job, const std::string& host, bool preempted);
   // Ends the attempt of a job that holds instances, for an interruption
@@ -837,6 +912,9 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
 
   EngineOptions options_;
   EventLoop& loop_;
+  // A provider that provides nothing, for an engine over a read-only journal
+  // given none (NewEngine allows it only then).
+  std::unique_ptr<ClusterProvider> owned_provider_;
   ClusterProvider& provider_;
   // A prepared job's name: its shape, and a checker (options_.validation).
   const internal::ShapeChecker name_checker_;
@@ -865,6 +943,12 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   std::string arn_prefix_;  // arn:aws:sagemaker:<region>:<account>:training-job/
   uint64_t next_seq_ = 1;
   std::atomic<int> active_jobs_{0};
+  // The journal (options_.journal unless read-only; may be null), the jobs changed in the
+  // step under way (by seq), and the ticket of the last record appended.
+  Journal* journal_ = nullptr;
+  std::vector<uint64_t> journal_dirty_;
+  Journal::Ticket journal_ticket_ = 0;
+  std::vector<std::unique_ptr<std::string>> interned_;
   const uint64_t id_ = next_engine_id.fetch_add(1, std::memory_order_relaxed);
 };
 
