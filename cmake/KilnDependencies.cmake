@@ -23,3 +23,5 @@ find_package(ZLIB REQUIRED)            # CMake's FindZLIB (ZLIB::ZLIB)
 # libcurl and signs requests (SigV4: HMAC-SHA256) with libcrypto.
 find_package(CURL REQUIRED)            # CMake's FindCURL (CURL::libcurl)
 find_package(OpenSSL REQUIRED)         # CMake's FindOpenSSL (OpenSSL::Crypto)
+# SQLite: kiln::journal_sqlite keeps the engine's journal in one database.
+find_package(SQLite3 REQUIRED)         # CMake's FindSQLite3 (SQLite::SQLite3)

@@ -27,6 +27,7 @@ set(KILN_INSTALL_TARGETS
 list(APPEND KILN_INSTALL_TARGETS kiln_sim)       # kiln::sim
 list(APPEND KILN_INSTALL_TARGETS kiln_local)     # kiln::local
 list(APPEND KILN_INSTALL_TARGETS kiln_aws)       # kiln::aws
+list(APPEND KILN_INSTALL_TARGETS kiln_journal_sqlite)  # kiln::journal_sqlite
 if(TARGET kiln)
   list(APPEND KILN_INSTALL_TARGETS kiln)         # the kiln program, kiln::kiln
 endif()

@@ -26,6 +26,7 @@ KILN_DEBIAN_PACKAGES=(
   libssl-dev
   libarchive-dev
   zlib1g-dev
+  libsqlite3-dev
   libfuse3-dev
   libseccomp-dev
   fuse3

@@ -31,7 +31,7 @@ check() {
 
 check include/kiln '^kiln/' "a public header includes only public headers"
 check lib/base '^base/' "lib/base depends on nothing of Kiln's"
-for backend in sim local aws; do
+for backend in sim local aws journal_sqlite; do
   check "lib/$backend" "^(kiln/|base/|$backend/)" \
     "a backend uses include/kiln, lib/base and its own internals only"
 done
