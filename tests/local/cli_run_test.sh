@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `kiln run` on the local backend (real processes, file:// data and output):
 # its stdout, stderr and exit status for a job that completes, one that fails,
-# both in one run, and stdout that cannot be written.
+# both in one run, and stdout that cannot be written; the state directory's
+# journal (a name it holds is refused, `kiln list` and `kiln describe` read it,
+# a second writer is refused, a run after a crash carries the job on).
 # Usage: cli_run_test.sh KILN
 set -u
 kiln="$1"
@@ -39,11 +41,13 @@ job good "$tmp/ok-image"
 job bad "$tmp/bad-image"
 
 # check NAME WANT_STATUS STDOUT_REGEX STDERR_REGEX -- ARGS...: runs kiln run
-# with ARGS (stdout to $tmp/stdout) and checks its status and both streams.
+# with ARGS (stdout to $tmp/stdout) on a new state directory and checks its
+# status and both streams.
 check() {
   local name="$1" want_status="$2" want_out="$3" want_err="$4"
   shift 5
   local status
+  rm -rf "$tmp/state"
   "$kiln" run --state-dir "$tmp/state" "$@" >"$tmp/stdout" 2>"$tmp/stderr"
   status=$?
   if [[ "$status" != "$want_status" ]] || ! grep -Eq -- "$want_out" "$tmp/stdout" ||
@@ -79,10 +83,54 @@ if ! tar -xzOf "$tmp/out/good/output/model.tar.gz" model.txt 2>/dev/null | grep 
   echo "FAIL the model was not uploaded to file://$tmp/out/good/output/model.tar.gz"
   fail=1
 fi
+# The state directory's journal keeps the job: `kiln describe` shows what
+# `kiln run` printed, byte for byte; `kiln list` lists it and filters; a
+# second job of that name is refused as the service refuses it.
+cp "$tmp/stdout" "$tmp/good.describe"
+"$kiln" describe --state-dir "$tmp/state" good >"$tmp/described" 2>"$tmp/stderr"
+if ! cmp -s "$tmp/described" "$tmp/good.describe"; then
+  echo "FAIL kiln describe differs from what kiln run printed:"
+  diff "$tmp/good.describe" "$tmp/described"
+  cat "$tmp/stderr"
+  fail=1
+else
+  echo "ok   kiln describe shows the job as kiln run did"
+fi
+if ! "$kiln" list --state-dir "$tmp/state" | grep -Eq $'^good\tCompleted\tCompleted\t20[0-9-]+T' ||
+   [[ -n "$("$kiln" list --state-dir "$tmp/state" --status Failed)" ]] ||
+   [[ -n "$("$kiln" list --state-dir "$tmp/state" --name-contains nope)" ]] ||
+   [[ "$("$kiln" list --state-dir "$tmp/state" --name-contains oo | cut -f1)" != good ]]; then
+  echo "FAIL kiln list:"
+  "$kiln" list --state-dir "$tmp/state"
+  fail=1
+else
+  echo "ok   kiln list lists and filters"
+fi
+"$kiln" describe --state-dir "$tmp/state" nope >/dev/null 2>"$tmp/stderr"
+status=$?
+if [[ "$status" != 1 ]] || ! grep -q "ResourceNotFound\|ValidationException" "$tmp/stderr"; then
+  echo "FAIL kiln describe of an unknown job: status $status, stderr:"
+  cat "$tmp/stderr"
+  fail=1
+else
+  echo "ok   kiln describe of an unknown job fails"
+fi
+"$kiln" run --state-dir "$tmp/state" "$tmp/good.json" >"$tmp/stdout" 2>"$tmp/stderr"
+status=$?
+if [[ "$status" != 2 ]] || ! grep -q "^\[good\] not accepted: ResourceInUse: " "$tmp/stderr" ||
+   grep -q "rows:" "$tmp/stderr"; then
+  echo "FAIL a name the journal holds: status $status (want 2), stderr:"
+  cat "$tmp/stderr"
+  fail=1
+else
+  echo "ok   a name the journal holds is refused"
+fi
+
 # --file-root confines file://: the data folder outside every root is not
 # accepted (nothing runs; the engine's refusal shows the service's code, and
 # exit 2); with it inside one, the job runs.
 mkdir -p "$tmp/elsewhere"
+rm -rf "$tmp/state"
 "$kiln" run --state-dir "$tmp/state" --file-root "$tmp/elsewhere" "$tmp/good.json" \
   >"$tmp/stdout" 2>"$tmp/stderr"
 status=$?
@@ -113,6 +161,7 @@ else
   check "without root, containers run as its user" 0 '"TrainingJobStatus":"Completed"' \
     "uid: $(id -u) gid: $(id -g)" -- "$tmp/whoami.json"
 fi
+rm -rf "$tmp/state"
 "$kiln" run --state-dir "$tmp/state" --user nobody "$tmp/whoami.json" >/dev/null 2>"$tmp/stderr"
 status=$?
 if [[ "$status" != 1 ]] ||
@@ -212,6 +261,24 @@ for _ in $(seq 100); do
   ls "$tmp"/state/instances/*/algo-1/ml/model/ready >/dev/null 2>&1 && break
   sleep 0.1
 done
+# While it runs: a second kiln run on the directory is refused, naming it;
+# kiln list reads the journal all the same.
+"$kiln" run --state-dir "$tmp/state" "$tmp/bad.json" >/dev/null 2>"$tmp/stderr2"
+status=$?
+if [[ "$status" != 1 ]] || ! grep -q "in use by process $kiln_pid" "$tmp/stderr2"; then
+  echo "FAIL a second kiln run on the directory: status $status (want 1), stderr:"
+  cat "$tmp/stderr2"
+  fail=1
+else
+  echo "ok   a second kiln run on the directory is refused, naming the first"
+fi
+if ! "$kiln" list --state-dir "$tmp/state" | grep -Eq $'^good\tInProgress\tTraining'; then
+  echo "FAIL kiln list while kiln run runs:"
+  "$kiln" list --state-dir "$tmp/state"
+  fail=1
+else
+  echo "ok   kiln list reads the journal while kiln run runs"
+fi
 kill -INT "$kiln_pid"
 wait "$kiln_pid"
 status=$?
@@ -241,7 +308,10 @@ mv "$SM_MODEL_DIR/child.pid.tmp" "$SM_MODEL_DIR/child.pid"
 wait
 EOF
 rm -rf "$tmp/state"
-"$kiln" run --state-dir "$tmp/state" "$tmp/good.json" >/dev/null 2>"$tmp/stderr" &
+# (With a RetryStrategy: the run after the crash starts it again.)
+sed 's/"StoppingCondition"/"RetryStrategy": {"MaximumRetryAttempts": 1}, "StoppingCondition"/' \
+  "$tmp/good.json" >"$tmp/retried.json"
+"$kiln" run --state-dir "$tmp/state" "$tmp/retried.json" >/dev/null 2>"$tmp/stderr" &
 kiln_pid=$!
 child_pids=""
 for _ in $(seq 100); do
@@ -278,7 +348,9 @@ else
 fi
 
 # The next kiln run on that state directory deletes the cluster the killed
-# one left (its lock died with it).
+# one left (its lock died with it), and, given no job files, carries on with
+# the job the killed one left unfinished: its instances were lost with it,
+# and its RetryStrategy starts it again, to completion.
 left="$(ls "$tmp/state/instances")"
 cat >"$tmp/ok-image/train" <<'EOF'
 #!/bin/sh
@@ -287,9 +359,12 @@ EOF
 if [[ -z "$left" ]]; then
   echo "FAIL killed kiln run left no cluster directory to look at"
   fail=1
-elif ! "$kiln" run --state-dir "$tmp/state" "$tmp/good.json" >/dev/null 2>"$tmp/stderr"; then
+elif ! "$kiln" run --state-dir "$tmp/state" >"$tmp/stdout" 2>"$tmp/stderr" ||
+     ! grep -q '"TrainingJobName":"good".*"TrainingJobStatus":"Completed"' "$tmp/stdout" ||
+     ! grep -q "The controller restarted and the instances were lost; infrastructure retry 1 of 1" \
+       "$tmp/stdout" || ! grep -q "\[good\] resumed" "$tmp/stderr"; then
   echo "FAIL kiln run after a crash:"
-  cat "$tmp/stderr"
+  cat "$tmp/stdout" "$tmp/stderr"
   fail=1
 elif [[ -n "$(ls "$tmp/state/instances")" ]]; then
   echo "FAIL the next kiln run kept what the killed one left: $(ls "$tmp/state/instances")"

@@ -33,7 +33,9 @@ constexpr char kUsage[] =
     "usage: kiln validate FILE.json...\n"
     "       kiln run [--state-dir DIR] [--runtime process|bwrap] [--grace SECONDS]\n"
     "                [--interrupt HOST@SECONDS]... [--file-root DIR]... [--user UID[:GID]]\n"
-    "                JOB.json...\n"
+    "                [JOB.json...]\n"
+    "       kiln list [--state-dir DIR] [--status STATUS] [--name-contains TEXT]\n"
+    "       kiln describe [--state-dir DIR] NAME\n"
     "       kiln simulate SCENARIO.json [--format table|json|csv] [--report FILE.html] [--seed N]\n"
     "                     [--jobs N]\n"
     "\n"
@@ -46,7 +48,9 @@ constexpr char kUsage[] =
     "             Engine errors show the service's code (ValidationException, ...).\n"
     "             Exit 0: every job Completed; 2: the engine refused a job; 1: a job\n"
     "             did not complete, or bad input; 130: Ctrl-C, which stops the\n"
-    "             running job.\n"
+    "             running job. The state directory's journal keeps every job: a\n"
+    "             name it holds is refused, and jobs an earlier run left unfinished\n"
+    "             are carried on first (with no JOB.json, only they are).\n"
     "             --state-dir DIR   instance trees, image caches, warm pools\n"
     "                               (default ~/.kiln/state; as root\n"
     "                               /var/lib/kiln/state)\n"
@@ -66,6 +70,10 @@ constexpr char kUsage[] =
     "                               (default 120)\n"
     "             --interrupt HOST@SECONDS  a spot interruption notice to HOST that\n"
     "                               long after each job starts Training\n"
+    "  list       the jobs of a state directory's journal, oldest first: name,\n"
+    "             status, secondary status, creation time (tab-separated).\n"
+    "  describe   a job's DescribeTrainingJob JSON from the journal.\n"
+    "             Both read only, also while a `kiln run` uses the directory.\n"
     "  simulate   run a scenario's policies through the engine in virtual time and\n"
     "             print one row per policy (see examples/scenarios/README.md).\n";
 
@@ -116,7 +124,9 @@ int Validate(const std::vector<std::string>& files) {
 }  // namespace
 
 namespace kiln::cli {
-int RunCommand(const std::vector<std::string>& args);  // run.cc
+int RunCommand(const std::vector<std::string>& args);       // run.cc
+int ListCommand(const std::vector<std::string>& args);      // jobs.cc
+int DescribeCommand(const std::vector<std::string>& args);  // jobs.cc
 }  // namespace kiln::cli
 
 int RunSimulateCommand(const std::vector<std::string>& args);  // simulate.cc
@@ -131,6 +141,8 @@ int main(int argc, char** argv) {
   args.erase(args.begin());
   if (command == "validate") return Validate(args);
   if (command == "run") return kiln::cli::RunCommand(args);
+  if (command == "list") return kiln::cli::ListCommand(args);
+  if (command == "describe") return kiln::cli::DescribeCommand(args);
   if (command == "simulate") return RunSimulateCommand(args);
   std::cerr << "kiln: unknown command '" << kiln::InputForMessage(command) << "'\n" << kUsage;
   return kError;

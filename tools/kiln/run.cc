@@ -2,7 +2,15 @@
 //
 //   kiln run [--state-dir DIR] [--runtime process|bwrap] [--grace SECONDS]
 //            [--interrupt HOST@SECONDS]... [--file-root DIR]... [--user UID[:GID]]
-//            JOB.json...
+//            [JOB.json...]
+//
+// The state directory's journal (kiln/journal_sqlite) records every job:
+// a job name that the directory's journal holds is refused (ResourceInUse),
+// and a `kiln run` that starts on it first carries on with the jobs an
+// earlier one left unfinished (their instances are lost with it: each job's
+// RetryStrategy decides whether it starts again or fails) and follows them to
+// their end; with no job files, that is all it does. One `kiln run` at a
+// time per state directory: a second is refused, naming the first's pid.
 //
 // The jobs run in order in one engine, so a job can reuse the warm pool of the
 // one before it. Status changes (with the time since the job was submitted)
@@ -50,6 +58,7 @@
 #include "absl/strings/str_format.h"
 #include "kiln/aws/s3.h"
 #include "kiln/engine.h"
+#include "kiln/journal_sqlite/sqlite_journal.h"
 #include "kiln/json.h"
 #include "kiln/local/local.h"
 #include "kiln/object_store.h"
@@ -58,6 +67,7 @@
 namespace kiln::cli {
 
 std::string ShownPath(std::string_view path);  // kiln.cc
+std::string DefaultStateDir();                 // jobs.cc
 
 namespace {
 
@@ -146,17 +156,7 @@ bool ParseArgs(const std::vector<std::string>& args, RunOptions& o, std::string&
       o.files.push_back(a);
     }
   }
-  if (o.files.empty()) {
-    error = "no job files given";
-    return false;
-  }
-  if (o.state_dir.empty()) {
-    // Root's containers run as nobody, who cannot reach /root: root's state
-    // lives where system services keep theirs.
-    const char* home = std::getenv("HOME");
-    o.state_dir = geteuid() == 0 ? "/var/lib/kiln/state"
-                                 : std::string(home != nullptr ? home : "/tmp") + "/.kiln/state";
-  }
+  if (o.state_dir.empty()) o.state_dir = DefaultStateDir();
   return true;
 }
 
@@ -204,10 +204,22 @@ class Progress : public JobObserver {
 // from another thread) stops the running job and submits no more.
 class Runner {
  public:
-  Runner(Engine& engine, std::vector<v1::CreateTrainingJobRequest> jobs)
-      : engine_(engine), jobs_(std::move(jobs)) {}
+  // `resumed`: jobs an earlier run left unfinished, followed first.
+  Runner(Engine& engine, std::vector<std::string> resumed,
+         std::vector<v1::CreateTrainingJobRequest> jobs)
+      : engine_(engine), resumed_(std::move(resumed)), jobs_(std::move(jobs)) {}
 
   void Run() {
+    for (const std::string& name : resumed_) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (interrupted_) return;
+        current_ = name;
+      }
+      std::fprintf(stderr, "[%s] resumed from the state directory's journal\n", name.c_str());
+      submitted_.push_back(name);
+      Follow(name);
+    }
     for (const v1::CreateTrainingJobRequest& r : jobs_) {
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -225,14 +237,7 @@ class Runner {
       submitted_.push_back(r.training_job_name());
       // A Ctrl-C between naming the job and creating it found nothing to stop.
       if (interrupted()) Stop(r.training_job_name());
-      auto ended = engine_.WaitForTrainingJob(r.training_job_name());
-      if (!ended.ok()) {
-        std::fprintf(stderr, "[%s] not waited for: %s\n", r.training_job_name().c_str(),
-                     ServiceErrorText("DescribeTrainingJob", ended.status()).c_str());
-        all_completed_ = false;
-      } else if (ended->training_job_status() != "Completed") {
-        all_completed_ = false;
-      }
+      Follow(r.training_job_name());
     }
   }
 
@@ -256,6 +261,18 @@ class Runner {
   const std::vector<std::string>& submitted() const { return submitted_; }
 
  private:
+  // Waits for the job `name` to end.
+  void Follow(const std::string& name) {
+    auto ended = engine_.WaitForTrainingJob(name);
+    if (!ended.ok()) {
+      std::fprintf(stderr, "[%s] not waited for: %s\n", name.c_str(),
+                   ServiceErrorText("DescribeTrainingJob", ended.status()).c_str());
+      all_completed_ = false;
+    } else if (ended->training_job_status() != "Completed") {
+      all_completed_ = false;
+    }
+  }
+
   void Stop(const std::string& job) {
     v1::StopTrainingJobRequest stop;
     stop.set_training_job_name(job);
@@ -265,6 +282,7 @@ class Runner {
   }
 
   Engine& engine_;
+  const std::vector<std::string> resumed_;
   const std::vector<v1::CreateTrainingJobRequest> jobs_;
   // Run()'s thread only.
   std::vector<std::string> submitted_;
@@ -285,6 +303,25 @@ bool UsesS3(const v1::CreateTrainingJobRequest& r) {
   return s3(r.checkpoint_config().s3_uri()) || s3(r.output_data_config().s3_output_path());
 }
 
+// The jobs of the engine that are InProgress or Stopping (recovered from the
+// journal), oldest first.
+absl::StatusOr<std::vector<std::string>> Unfinished(Engine& engine) {
+  std::vector<std::string> names;
+  for (const char* status : {"InProgress", "Stopping"}) {
+    v1::ListTrainingJobsRequest request;
+    request.set_status_equals(status);
+    request.set_max_results(100);
+    for (;;) {
+      absl::StatusOr<v1::ListTrainingJobsResponse> page = engine.ListTrainingJobs(request);
+      if (!page.ok()) return page.status();
+      for (const auto& s : page->training_job_summaries()) names.push_back(s.training_job_name());
+      if (page->next_token().empty()) break;
+      request.set_next_token(page->next_token());
+    }
+  }
+  return names;
+}
+
 }  // namespace
 
 int RunCommand(const std::vector<std::string>& args) {
@@ -294,7 +331,7 @@ int RunCommand(const std::vector<std::string>& args) {
     std::cerr << "kiln run: " << error << "\n"
               << "usage: kiln run [--state-dir DIR] [--runtime process|bwrap] [--grace SECONDS]\n"
                  "                [--interrupt HOST@SECONDS]... [--file-root DIR]... "
-                 "[--user UID[:GID]] JOB.json...\n";
+                 "[--user UID[:GID]] [JOB.json...]\n";
     return 1;
   }
   std::vector<v1::CreateTrainingJobRequest> jobs;
@@ -322,6 +359,14 @@ int RunCommand(const std::vector<std::string>& args) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // The journal first: it is the lock that keeps a second `kiln run` off the
+  // directory before anything in it is touched.
+  absl::StatusOr<std::unique_ptr<Journal>> journal =
+      journal_sqlite::OpenSqliteJournal({.state_dir = options.state_dir});
+  if (!journal.ok()) {
+    std::cerr << "kiln run: " << journal.status().message() << "\n";
+    return 1;
+  }
   auto loop = NewRealTimeEventLoop();
   absl::StatusOr<std::unique_ptr<ObjectStore>> files =
       options.file_roots.empty()
@@ -368,14 +413,25 @@ int RunCommand(const std::vector<std::string>& args) {
   engine_options.cluster_provider = provider->get();
   engine_options.data_channel = channel.get();
   engine_options.stop_grace_period = options.grace;
+  engine_options.journal = journal->get();
   auto engine = NewEngine(std::move(engine_options));
   if (!engine.ok()) {
     std::cerr << "kiln run: " << engine.status().message() << "\n";
     return 1;
   }
+  absl::StatusOr<std::vector<std::string>> resumed = Unfinished(**engine);
+  if (!resumed.ok()) {
+    std::cerr << "kiln run: " << resumed.status().message() << "\n";
+    return 1;
+  }
+  if (resumed->empty() && jobs.empty()) {
+    std::cerr << "kiln run: no job files given, and no unfinished jobs in "
+              << ShownPath(options.state_dir) << "\n";
+    return 0;
+  }
   Progress progress(*loop, **engine, options);
   (*engine)->AddObserver(&progress);
-  Runner runner(**engine, std::move(jobs));
+  Runner runner(**engine, *std::move(resumed), std::move(jobs));
 
   std::atomic<bool> done{false};
   std::thread signal_thread([&] {

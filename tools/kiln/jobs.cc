@@ -1,0 +1,185 @@
+// `kiln list` and `kiln describe`: the jobs a state directory's journal holds,
+// read-only (they work while a `kiln run` on that directory is running).
+//
+//   kiln list [--state-dir DIR] [--status STATUS] [--name-contains TEXT]
+//   kiln describe [--state-dir DIR] NAME
+//
+// list prints one line per job, oldest first: name, TrainingJobStatus,
+// SecondaryStatus and creation time, separated by tabs. describe prints the
+// job's DescribeTrainingJob JSON. Both show jobs as last recorded. Exit
+// status: 0; 1 when the journal cannot be read, the job does not exist, or an
+// argument is wrong.
+//
+// Public headers only.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/engine.h"
+#include "kiln/journal_sqlite/sqlite_journal.h"
+#include "kiln/json.h"
+#include "kiln/service_error.h"
+
+namespace kiln::cli {
+
+std::string ShownPath(std::string_view path);  // kiln.cc
+
+// Where `kiln run` and these commands keep their state when not told.
+std::string DefaultStateDir() {
+  // Root's containers run as nobody, who cannot reach /root: root's state
+  // lives where system services keep theirs.
+  const char* home = std::getenv("HOME");
+  return geteuid() == 0 ? "/var/lib/kiln/state"
+                        : std::string(home != nullptr ? home : "/tmp") + "/.kiln/state";
+}
+
+namespace {
+
+// An engine that shows the jobs of `state_dir`'s journal, and what it needs.
+struct Viewer {
+  std::unique_ptr<Journal> journal;
+  std::unique_ptr<EventLoop> loop;
+  std::unique_ptr<Engine> engine;
+};
+
+absl::StatusOr<Viewer> OpenViewer(const std::string& state_dir) {
+  Viewer v;
+  absl::StatusOr<std::unique_ptr<Journal>> journal =
+      journal_sqlite::OpenSqliteJournal({.state_dir = state_dir, .read_only = true});
+  if (!journal.ok()) return journal.status();
+  v.journal = *std::move(journal);
+  v.loop = NewVirtualEventLoop();
+  EngineOptions options;
+  options.loop = v.loop.get();
+  options.journal = v.journal.get();
+  absl::StatusOr<std::unique_ptr<Engine>> engine = NewEngine(std::move(options));
+  if (!engine.ok()) return engine.status();
+  v.engine = *std::move(engine);
+  return v;
+}
+
+struct Args {
+  std::string state_dir;
+  std::string status;
+  std::string name_contains;
+  std::vector<std::string> names;
+};
+
+bool Parse(const std::vector<std::string>& args, bool list, Args& o, std::string& error) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](std::string& out) {
+      if (i + 1 >= args.size()) {
+        error = a + " needs a value";
+        return false;
+      }
+      out = args[++i];
+      return true;
+    };
+    if (a == "--state-dir") {
+      if (!value(o.state_dir)) return false;
+    } else if (list && a == "--status") {
+      if (!value(o.status)) return false;
+    } else if (list && a == "--name-contains") {
+      if (!value(o.name_contains)) return false;
+    } else if (!a.empty() && a[0] == '-') {
+      error = "unknown option " + InputForMessage(a);
+      return false;
+    } else {
+      o.names.push_back(a);
+    }
+  }
+  if (list && !o.names.empty()) {
+    error = "unexpected argument " + InputForMessage(o.names[0]);
+    return false;
+  }
+  if (!list && o.names.size() != 1) {
+    error = "give one job name";
+    return false;
+  }
+  if (o.state_dir.empty()) o.state_dir = DefaultStateDir();
+  return true;
+}
+
+std::string ErrorText(std::string_view operation, const absl::Status& status) {
+  return std::string(ToServiceError(operation, status).code) + ": " + std::string(status.message());
+}
+
+}  // namespace
+
+int ListCommand(const std::vector<std::string>& args) {
+  Args o;
+  std::string error;
+  if (!Parse(args, /*list=*/true, o, error)) {
+    std::cerr << "kiln list: " << error << "\n"
+              << "usage: kiln list [--state-dir DIR] [--status STATUS] [--name-contains TEXT]\n";
+    return 1;
+  }
+  absl::StatusOr<Viewer> viewer = OpenViewer(o.state_dir);
+  if (!viewer.ok()) {
+    std::cerr << "kiln list: " << viewer.status().message() << "\n";
+    return 1;
+  }
+  v1::ListTrainingJobsRequest request;
+  request.set_max_results(100);
+  if (!o.status.empty()) request.set_status_equals(o.status);
+  if (!o.name_contains.empty()) request.set_name_contains(o.name_contains);
+  for (;;) {
+    absl::StatusOr<v1::ListTrainingJobsResponse> page = viewer->engine->ListTrainingJobs(request);
+    if (!page.ok()) {
+      std::cerr << "kiln list: " << ErrorText("ListTrainingJobs", page.status()) << "\n";
+      return 1;
+    }
+    for (const v1::TrainingJobSummary& s : page->training_job_summaries()) {
+      const absl::Time created = absl::FromUnixSeconds(s.creation_time().seconds()) +
+                                 absl::Nanoseconds(s.creation_time().nanos());
+      std::cout << s.training_job_name() << "\t" << s.training_job_status() << "\t"
+                << s.secondary_status() << "\t"
+                << absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", created, absl::UTCTimeZone()) << "\n";
+    }
+    if (page->next_token().empty()) break;
+    request.set_next_token(page->next_token());
+  }
+  std::cout.flush();
+  if (!std::cout) {
+    std::cerr << "kiln list: cannot write the output\n";
+    return 1;
+  }
+  return 0;
+}
+
+int DescribeCommand(const std::vector<std::string>& args) {
+  Args o;
+  std::string error;
+  if (!Parse(args, /*list=*/false, o, error)) {
+    std::cerr << "kiln describe: " << error << "\n"
+              << "usage: kiln describe [--state-dir DIR] NAME\n";
+    return 1;
+  }
+  absl::StatusOr<Viewer> viewer = OpenViewer(o.state_dir);
+  if (!viewer.ok()) {
+    std::cerr << "kiln describe: " << viewer.status().message() << "\n";
+    return 1;
+  }
+  v1::DescribeTrainingJobRequest request;
+  request.set_training_job_name(o.names[0]);
+  absl::StatusOr<v1::DescribeTrainingJobResponse> described =
+      viewer->engine->DescribeTrainingJob(request);
+  if (!described.ok()) {
+    std::cerr << "kiln describe: " << ErrorText("DescribeTrainingJob", described.status()) << "\n";
+    return 1;
+  }
+  std::cout << ToJson(*described) << "\n";
+  std::cout.flush();
+  if (!std::cout) {
+    std::cerr << "kiln describe: cannot write the output\n";
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace kiln::cli
