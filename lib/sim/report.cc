@@ -130,6 +130,7 @@ constexpr const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", 
                                     "#8c564b", "#e377c2", "#bcbd22", "#17becf", "#7f7f7f"};
 constexpr const char* kOnDemandColor = "#222222";
 constexpr const char* kGuideColor = "#bbbbbb";
+constexpr const char* kBoundColor = "#888888";  // the slack sweep's omniscient bound
 
 const char* PolicyColor(size_t index) {
   return kPalette[index % (sizeof(kPalette) / sizeof(kPalette[0]))];
@@ -138,6 +139,7 @@ const char* PolicyColor(size_t index) {
 // The colour of a slack-sweep series, named after its spot choice: that of
 // the policy of that name, else of the first policy using that spot choice.
 const char* SweepColor(const SimulationReport& r, const std::string& name) {
+  if (name == kIdealBoundName) return kBoundColor;
   for (size_t i = 0; i < r.results.size(); ++i) {
     if (r.results[i].policy == name) return PolicyColor(i);
   }
@@ -622,8 +624,8 @@ std::string FormatHtml(const SimulationReport& r) {
       auto it = std::find_if(savings.begin(), savings.end(),
                              [&](const Series& x) { return x.name == s.policy; });
       if (it == savings.end()) {
-        savings.push_back(
-            Line(s.policy, SweepColor(r, s.policy), {}, /*dashed=*/false, /*markers=*/true));
+        savings.push_back(Line(s.policy, SweepColor(r, s.policy), {},
+                               /*dashed=*/s.policy == kIdealBoundName, /*markers=*/true));
         misses.push_back(savings.back());
         it = savings.end() - 1;
       }
@@ -650,8 +652,11 @@ std::string FormatHtml(const SimulationReport& r) {
     }
     html +=
         "</table>\n<p class=\"note\">Spot-eligible workloads only; each spot choice runs with the "
-        "baseline's "
-        "keep-alive, in the colour of the first policy using it.</p>\n";
+        "baseline's keep-alive, in the colour of the first policy using it. The omniscient bound "
+        "(dashed grey) is the least each job could cost knowing its spot trace in advance, "
+        "changing capacity only at trace ticks, each change costing the time the job took to "
+        "start on on-demand; it counts each job alone, as if no other job wanted the same spot "
+        "instances, and its savings are against on-demand in the same model.</p>\n";
   }
   html += "</body>\n</html>\n";
   return html;

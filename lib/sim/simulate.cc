@@ -10,6 +10,7 @@
 #include <cstring>
 #include <exception>
 #include <iterator>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -28,6 +29,7 @@
 #include "base/slab.h"
 #include "base/time_math.h"
 #include "kiln/engine.h"
+#include "kiln/sim/ideal.h"
 #include "kiln/sim/scenario.h"
 #include "kiln/sim/sim.h"
 
@@ -122,6 +124,7 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     loop_ = NewVirtualEventLoop();
     start_ = loop_->Now();
     horizon_end_ = start_ + scenario_.horizon;
+    if (options_.deadline_slack && policy_.spot.kind == SpotChoice::Kind::kOnDemand) ideal_ = 0.0;
     SimClusterOptions provider_options;
     provider_options.models = scenario_.models;
     provider_options.behavior = [this](std::string_view job) { return Behavior(job); };
@@ -282,6 +285,54 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     return b;
   }
 
+  // Adds `j`, ended in an on-demand run of the slack sweep, to the run's
+  // omniscient bound, or gives the bound up for a job it cannot be computed
+  // for.
+  void AddIdeal(const Job& j) {
+    const auto& rc = j.request->resource_config();
+    std::string type = rc.instance_type();
+    int32_t count = rc.instance_count();
+    if (rc.instance_groups_size() > 0) {
+      type = rc.instance_groups(0).instance_type();
+      count = 0;
+      for (const auto& g : rc.instance_groups()) {
+        if (g.instance_type() != type) {
+          ideal_.reset();
+          return;
+        }
+        count += g.instance_count();
+      }
+    }
+    const InstanceTypeModel& model = scenario_.models->Type(type);
+    const SpotTrace* trace = &model.spot.trace;
+    if (model.spot.kind == SpotMarket::Kind::kNone) {
+      trace = &always_there_;
+    } else if (model.spot.kind != SpotMarket::Kind::kTrace) {
+      ideal_.reset();
+      return;
+    }
+    IdealJob job;
+    job.start = j.arrival - start_;
+    job.work = j.attributes.work;
+    job.deadline = *j.deadline - j.arrival;
+    // A changeover: what starting took this job on on-demand (provisioning,
+    // image, container, data); the worst case for one that never trained.
+    job.changeover = j.first_training ? *j.first_training - j.arrival
+                                      : RestartMargin(*scenario_.models, *j.request, j.attributes,
+                                                      absl::ZeroDuration(), absl::ZeroDuration());
+    job.instances = count;
+    job.spot_per_hour = model.spot_per_hour * count;
+    job.on_demand_per_hour = model.on_demand_per_hour * count;
+    const double on_demand = IdealOnDemandCost(job);
+    ideal_on_demand_ += on_demand;
+    if (const std::optional<double> cost = IdealSpotCost(*trace, job)) {
+      *ideal_ += *cost;
+    } else {
+      *ideal_ += on_demand;
+      ++ideal_infeasible_;
+    }
+  }
+
   bool DeadlinePolicy() const {
     return policy_.spot.kind == SpotChoice::Kind::kGreedy ||
            policy_.spot.kind == SpotChoice::Kind::kUniformProgress;
@@ -423,6 +474,7 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
       Delete(name);
     }
     Record(j, end);
+    if (ideal_ && j.deadline && j.attributes.spot_eligible) AddIdeal(j);
     if (!j.checkpoint_key.empty()) provider_->ForgetCheckpoint(j.checkpoint_key);
     if (j.from != nullptr) j.from->OnJobEnded(j.tag);
   }
@@ -544,6 +596,9 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
     r.lost_work_instance_hours = Hours(lost_instance_time_);
     r.deadline_jobs = deadline_jobs_;
     r.deadline_misses = deadline_misses_;
+    r.ideal_cost = ideal_;
+    r.ideal_on_demand_cost = ideal_on_demand_;
+    r.ideal_infeasible = ideal_infeasible_;
     r.outcomes = std::move(outcomes_);
     r.events = loop_->executed_events();
     return r;
@@ -586,6 +641,11 @@ class PolicyRun final : public WorkloadSink, public JobObserver {
   std::string first_error_;
   std::vector<float> startups_;
   int64_t warm_hits_ = 0, spot_interruptions_ = 0, node_failures_ = 0, migrations_ = 0;
+  // The omniscient bound, in the slack sweep's on-demand runs (AddIdeal).
+  std::optional<double> ideal_;
+  double ideal_on_demand_ = 0;
+  int64_t ideal_infeasible_ = 0;
+  SpotTrace always_there_{absl::Minutes(5), {std::numeric_limits<int32_t>::max()}};
   int64_t deadline_jobs_ = 0, deadline_misses_ = 0;
   absl::Duration lost_instance_time_;
   std::vector<JobOutcome> outcomes_;
@@ -792,6 +852,19 @@ absl::StatusOr<SimulationReport> RunScenario(const Scenario& scenario, const Run
         point.on_demand_cost = od.cost;
         point.savings = od.cost > 0 ? 1.0 - r.cost / od.cost : 0;
         point.deadline_misses = r.deadline_misses;
+        point.on_demand_misses = od.deadline_misses;
+        report.slack.push_back(point);
+      }
+      if (od.ideal_cost) {
+        // The omniscient bound, against on-demand in its own model.
+        SlackPoint point;
+        point.slack = slack;
+        point.policy = kIdealBoundName;
+        point.cost = *od.ideal_cost;
+        point.on_demand_cost = od.ideal_on_demand_cost;
+        point.savings =
+            od.ideal_on_demand_cost > 0 ? 1.0 - *od.ideal_cost / od.ideal_on_demand_cost : 0;
+        point.deadline_misses = od.ideal_infeasible;
         point.on_demand_misses = od.deadline_misses;
         report.slack.push_back(point);
       }

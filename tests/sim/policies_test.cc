@@ -290,6 +290,45 @@ TEST(DeadlineSpotScenarioTest, NeverMissesADeadlineThatOnDemandMeets) {
   EXPECT_GT(plain_misses, 0);
 }
 
+// The slack sweep's omniscient bound: one point per slack, saving at least
+// what greedy and Uniform Progress save there without missing a deadline;
+// looser deadlines can only help it. No bound where a market is not a trace.
+TEST(DeadlineSpotScenarioTest, TheSweepShowsTheOmniscientBound) {
+  auto scenario = LoadScenario(absl::StrCat(KILN_SCENARIOS_DIR, "/spot_deadlines.json"));
+  ASSERT_TRUE(scenario.ok()) << scenario.status();
+  auto report = RunScenario(*scenario);
+  ASSERT_TRUE(report.ok()) << report.status();
+  std::map<double, double> bound;
+  std::map<double, double> best_policy;
+  for (const SlackPoint& p : report->slack) {
+    if (p.policy == kIdealBoundName) {
+      EXPECT_EQ(bound.count(p.slack), 0u);
+      bound[p.slack] = p.savings;
+      EXPECT_EQ(p.deadline_misses, 0) << p.slack;
+      EXPECT_GT(p.on_demand_cost, 0);
+    } else if (p.deadline_misses == 0) {
+      best_policy[p.slack] = std::max(best_policy[p.slack], p.savings);
+    }
+  }
+  ASSERT_EQ(bound.size(), scenario->slack_sweep.size());
+  double last = 0;
+  for (const auto& [slack, savings] : bound) {
+    EXPECT_GE(savings, best_policy[slack]) << slack;
+    EXPECT_LT(savings, 1.0) << slack;
+    EXPECT_GE(savings, last) << slack;
+    last = savings;
+  }
+  // A Poisson market has no trace to know in advance.
+  SimModels models = *scenario->models;
+  SpotMarket& market = models.types["ml.g5.2xlarge"].spot;
+  market.kind = SpotMarket::Kind::kPoisson;
+  market.preemptions_per_instance_hour = 0.1;
+  scenario->models = std::make_shared<SimModels>(models);
+  auto poisson = RunScenario(*scenario);
+  ASSERT_TRUE(poisson.ok()) << poisson.status();
+  for (const SlackPoint& p : poisson->slack) EXPECT_NE(p.policy, kIdealBoundName);
+}
+
 // Pipe-mode jobs whose stream is slower than their compute run at the
 // stream's pace: the plan must count the work left in wall time at that pace,
 // or the safety net comes too late. The city jobs of the sample scenario,

@@ -148,6 +148,16 @@ struct PolicyResult {
   double lost_work_instance_hours = 0;
   int64_t deadline_jobs = 0;
   int64_t deadline_misses = 0;
+  // The slack sweep's on-demand runs (PolicyRunOptions::deadline_slack, an
+  // on-demand policy): the omniscient bound (kiln/sim/ideal.h) summed over
+  // the spot-eligible jobs with a deadline, each job's changeover the time
+  // it took to start in this run, what on-demand costs in the same model,
+  // and the jobs no schedule could finish in time (counted at that on-demand
+  // cost). Unset when a job's spot market is not a trace (or
+  // "none"), or its instances are of more than one type.
+  std::optional<double> ideal_cost;
+  double ideal_on_demand_cost = 0;
+  int64_t ideal_infeasible = 0;
 
   // Startup quantiles 0%, 1%, ..., 100% (seconds), for the CDF chart.
   std::vector<double> startup_quantiles;
@@ -169,6 +179,11 @@ struct PolicyRunOptions {
 // REQUIRES: 0 < scenario.horizon <= kMaxSimDuration (RunScenario checks it).
 PolicyResult RunPolicy(const Scenario& scenario, const PolicySpec& policy,
                        const PolicyRunOptions& options = {});
+
+// The slack sweep's series of the omniscient bound (kiln/sim/ideal.h): its
+// cost, against on-demand in the bound's own model, and as misses the jobs no
+// schedule could finish in time.
+inline constexpr char kIdealBoundName[] = "Omniscient bound";
 
 // One point of the spot-savings-against-deadline-slack sweep.
 struct SlackPoint {
