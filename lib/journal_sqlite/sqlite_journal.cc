@@ -236,10 +236,24 @@ class SqliteJournal final : public Journal {
     std::optional<JobRecord> record;
   };
 
+  // Queues `op`, or puts it in the place of the queued record of its job:
+  // only a job's latest record is written, and the writer then takes (and
+  // the loop thread frees) one record per job instead of one per change.
   Ticket Queue(Op op) {
+    Op replaced{0, std::nullopt};  // freed after the lock is released
     std::lock_guard<std::mutex> lock(mu_);
     const Ticket ticket = ++queued_;
     if (!failed_.ok()) return ticket;  // dropped: the journal has failed
+    const uint64_t id = op.record ? op.record->id : op.id;
+    auto [at, added] = queued_at_.try_emplace(id, queue_.size());
+    if (!added) {
+      Op& before = queue_[at->second];
+      if (op.record && before.record && op.record->request == nullptr) {
+        op.record->request = std::move(before.record->request);
+      }
+      replaced = std::exchange(before, std::move(op));
+      return ticket;
+    }
     queue_.push_back(std::move(op));
     if (writer_idle_) {
       writer_idle_ = false;
@@ -256,6 +270,7 @@ class SqliteJournal final : public Journal {
       work_cv_.wait(lock, [&] { return !queue_.empty() || stop_; });
       if (queue_.empty()) return;  // stopping, and everything is written
       batch.swap(queue_);
+      queued_at_.clear();
       const Ticket last = queued_;
       lock.unlock();
       absl::Status written = Write(batch);
@@ -266,6 +281,7 @@ class SqliteJournal final : public Journal {
       } else {
         failed_ = std::move(written);
         queue_.clear();
+        queued_at_.clear();
       }
       done_cv_.notify_all();
       if (!failed_.ok()) {
@@ -410,6 +426,8 @@ class SqliteJournal final : public Journal {
   std::condition_variable work_cv_;  // the writer waits for work (or stop_)
   std::condition_variable done_cv_;  // Wait waits for durable_ (or failed_)
   std::vector<Op> queue_;            // guarded by mu_
+  // guarded by mu_: job id -> the index of its record (or erasure) in queue_
+  absl::flat_hash_map<uint64_t, size_t> queued_at_;
   Ticket queued_ = 0;                // guarded by mu_: the last ticket given
   Ticket durable_ = 0;               // guarded by mu_: the last ticket committed
   absl::Status failed_;              // guarded by mu_: the write that failed, for good
