@@ -11,6 +11,10 @@
 // Training, Uploading and Completed; the journal's thread writes whatever has
 // queued in one transaction. Target: >= 20,000 jobs/s journaled at 100,000
 // jobs (docs/performance.md).
+//
+// BM_JournalRecover: the time NewEngine takes to rebuild N finished jobs from
+// the journal (opening it included), after a run like the one above (not
+// timed). Target: under 10 s for 1,000,000 jobs.
 #include <stdlib.h>
 
 #include <filesystem>
@@ -43,48 +47,84 @@ kiln::v1::CreateTrainingJobRequest Template() {
   return r;
 }
 
+// Runs `jobs` jobs to their end on an engine over `journal` (if any), and
+// the journal's Flush; `timed`: pauses the timing before tearing down.
+void RunJobs(benchmark::State& state, kiln::Journal* journal, int jobs, bool timed) {
+  const kiln::v1::CreateTrainingJobRequest request = Template();
+  auto loop = kiln::NewVirtualEventLoop();
+  auto provider = kiln::sim::NewSimClusterProvider(*loop);
+  kiln::EngineOptions options;
+  options.loop = loop.get();
+  options.cluster_provider = provider.get();
+  options.journal = journal;
+  auto engine = kiln::NewEngine(std::move(options)).value();
+  const kiln::PreparedTrainingJob prepared = engine->PrepareTrainingJob(request).value();
+  int submitted = 0;
+  std::string name;
+  std::function<void()> submit = [&] {
+    name = absl::StrCat("job-", submitted);
+    if (!engine->CreateTrainingJob(prepared, name).ok()) {
+      state.SkipWithError("CreateTrainingJob failed");
+    }
+    if (++submitted < jobs) loop->ScheduleAfter(absl::Seconds(1), [&submit] { submit(); });
+  };
+  loop->ScheduleAfter(absl::ZeroDuration(), [&submit] { submit(); });
+  loop->RunUntilIdle();
+  if (engine->active_jobs() != 0) state.SkipWithError("jobs still active");
+  if (journal != nullptr && !journal->Flush().ok()) state.SkipWithError("journal failed");
+  if (timed) state.PauseTiming();  // (tearing down is no job's lifecycle)
+}
+
 void BM_JournalLifecycle(benchmark::State& state, bool journaled) {
   const int jobs = static_cast<int>(state.range(0));
-  const kiln::v1::CreateTrainingJobRequest request = Template();
   for (auto _ : state) {
     state.PauseTiming();
     char pattern[] = "/tmp/kiln-journal-bench-XXXXXX";
     const std::string dir = mkdtemp(pattern);
     state.ResumeTiming();
-    std::unique_ptr<kiln::Journal> journal;
-    if (journaled) journal = kiln::journal_sqlite::OpenSqliteJournal({.state_dir = dir}).value();
-    auto loop = kiln::NewVirtualEventLoop();
-    auto provider = kiln::sim::NewSimClusterProvider(*loop);
-    kiln::EngineOptions options;
-    options.loop = loop.get();
-    options.cluster_provider = provider.get();
-    options.journal = journal.get();
-    auto engine = kiln::NewEngine(std::move(options)).value();
-    const kiln::PreparedTrainingJob prepared = engine->PrepareTrainingJob(request).value();
-    int submitted = 0;
-    std::string name;
-    std::function<void()> submit = [&] {
-      name = absl::StrCat("job-", submitted);
-      if (!engine->CreateTrainingJob(prepared, name).ok()) {
-        state.SkipWithError("CreateTrainingJob failed");
-      }
-      if (++submitted < jobs) loop->ScheduleAfter(absl::Seconds(1), [&submit] { submit(); });
-    };
-    loop->ScheduleAfter(absl::ZeroDuration(), [&submit] { submit(); });
-    loop->RunUntilIdle();
-    if (engine->active_jobs() != 0) state.SkipWithError("jobs still active");
-    if (journal != nullptr && !journal->Flush().ok()) state.SkipWithError("journal failed");
-    state.PauseTiming();
-    engine.reset();
-    provider.reset();
-    loop.reset();
-    journal.reset();
+    {
+      std::unique_ptr<kiln::Journal> journal;
+      if (journaled) journal = kiln::journal_sqlite::OpenSqliteJournal({.state_dir = dir}).value();
+      RunJobs(state, journal.get(), jobs, /*timed=*/true);
+    }
     std::filesystem::remove_all(dir);
     state.ResumeTiming();
   }
   state.SetItemsProcessed(state.iterations() * jobs);
   state.counters["jobs_per_s"] = benchmark::Counter(static_cast<double>(state.iterations() * jobs),
                                                     benchmark::Counter::kIsRate);
+}
+
+void BM_JournalRecover(benchmark::State& state) {
+  const int jobs = static_cast<int>(state.range(0));
+  for (auto _ : state) {
+    state.PauseTiming();
+    char pattern[] = "/tmp/kiln-journal-bench-XXXXXX";
+    const std::string dir = mkdtemp(pattern);
+    {
+      auto journal = kiln::journal_sqlite::OpenSqliteJournal({.state_dir = dir}).value();
+      RunJobs(state, journal.get(), jobs, /*timed=*/false);
+    }
+    state.ResumeTiming();
+    auto journal = kiln::journal_sqlite::OpenSqliteJournal({.state_dir = dir}).value();
+    auto loop = kiln::NewVirtualEventLoop();
+    auto provider = kiln::sim::NewSimClusterProvider(*loop);
+    kiln::EngineOptions options;
+    options.loop = loop.get();
+    options.cluster_provider = provider.get();
+    options.journal = journal.get();
+    auto engine = kiln::NewEngine(std::move(options));
+    state.PauseTiming();
+    if (!engine.ok()) state.SkipWithError("recovery failed");
+    engine->reset();
+    provider.reset();
+    loop.reset();
+    journal.reset();
+    std::filesystem::remove_all(dir);
+    state.ResumeTiming();
+  }
+  state.counters["jobs_per_s"] = benchmark::Counter(
+      static_cast<double>(state.iterations() * jobs), benchmark::Counter::kIsRate);
 }
 BENCHMARK_CAPTURE(BM_JournalLifecycle, off, false)
     ->Arg(100000)
@@ -94,6 +134,13 @@ BENCHMARK_CAPTURE(BM_JournalLifecycle, off, false)
 BENCHMARK_CAPTURE(BM_JournalLifecycle, sqlite, true)
     ->Arg(100000)
     ->Arg(10000)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+BENCHMARK(BM_JournalRecover)
+    ->Arg(1000000)
+    ->Arg(100000)
+    ->Iterations(1)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
