@@ -123,8 +123,8 @@ void BM_JournalRecover(benchmark::State& state) {
     std::filesystem::remove_all(dir);
     state.ResumeTiming();
   }
-  state.counters["jobs_per_s"] = benchmark::Counter(
-      static_cast<double>(state.iterations() * jobs), benchmark::Counter::kIsRate);
+  state.counters["jobs_per_s"] = benchmark::Counter(static_cast<double>(state.iterations() * jobs),
+                                                    benchmark::Counter::kIsRate);
 }
 BENCHMARK_CAPTURE(BM_JournalLifecycle, off, false)
     ->Arg(100000)
