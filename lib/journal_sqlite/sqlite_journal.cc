@@ -428,11 +428,11 @@ class SqliteJournal final : public Journal {
   std::vector<Op> queue_;            // guarded by mu_
   // guarded by mu_: job id -> the index of its record (or erasure) in queue_
   absl::flat_hash_map<uint64_t, size_t> queued_at_;
-  Ticket queued_ = 0;                // guarded by mu_: the last ticket given
-  Ticket durable_ = 0;               // guarded by mu_: the last ticket committed
-  absl::Status failed_;              // guarded by mu_: the write that failed, for good
-  bool writer_idle_ = false;         // guarded by mu_: the writer waits for work
-  bool stop_ = false;                // guarded by mu_
+  Ticket queued_ = 0;         // guarded by mu_: the last ticket given
+  Ticket durable_ = 0;        // guarded by mu_: the last ticket committed
+  absl::Status failed_;       // guarded by mu_: the write that failed, for good
+  bool writer_idle_ = false;  // guarded by mu_: the writer waits for work
+  bool stop_ = false;         // guarded by mu_
   std::thread writer_;
 };
 

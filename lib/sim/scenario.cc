@@ -899,8 +899,9 @@ class Parser {
         c.kind = KeepAliveChoice::Kind::kAdaptive;
         if (body != nullptr) {
           const std::string apath = Member(kpath, "adaptive");
-          KILN_RETURN_IF_ERROR(CheckMembers(*body, apath, {"percentile", "margin", "bin_width", "range",
-                                                           "min_samples", "fallback", "review_every"}));
+          KILN_RETURN_IF_ERROR(CheckMembers(*body, apath,
+                                            {"percentile", "margin", "bin_width", "range",
+                                             "min_samples", "fallback", "review_every"}));
           AdaptiveHistogramOptions& a = c.adaptive;
           if (const JsonValue* x = body->Find("percentile")) {
             KILN_ASSIGN_OR_RETURN(a.percentile, Number(*x, Member(apath, "percentile"), 0.01, 1));

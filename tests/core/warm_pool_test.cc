@@ -18,11 +18,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "google/protobuf/text_format.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
-#include "kiln/engine.h"
 #include "kiln/data_channel.h"
+#include "kiln/engine.h"
 #include "kiln/sim/sim.h"
 #include "mocks/forwarding_provider.h"
 
@@ -704,8 +704,8 @@ class WarmPoolReviewTest : public WarmPoolTest {
  protected:
   ScriptedReviewKeepAlive& Use(absl::Duration period, std::map<int64_t, absl::Duration> answers,
                                WarmPoolOptions options = {}) {
-    auto policy = std::make_shared<ScriptedReviewKeepAlive>(absl::Seconds(600), period,
-                                                            std::move(answers));
+    auto policy =
+        std::make_shared<ScriptedReviewKeepAlive>(absl::Seconds(600), period, std::move(answers));
     options.policy = policy;
     Build(options);
     return *policy;

@@ -497,13 +497,13 @@ TEST(ScenarioRunTest, AdaptiveReviewEndsPoolsKeptUnderGapsThatShiftedSince) {
   for (int i = 1; i <= 3; ++i) trace += line(1800 + 60 * i, absl::StrCat("b", i));
   const TempFiles files(TempFiles::Files{{"shift.jsonl", trace}});
   const std::string adaptive = R"("min_samples": 3, "fallback": "2h")";
-  auto s = ParseScenario(
-      absl::StrCat(R"({"horizon": "6h", "models": {"node_failures": false},
+  auto s = ParseScenario(absl::StrCat(R"({"horizon": "6h", "models": {"node_failures": false},
                        "workloads": [{"kind": "trace", "file": "shift.jsonl"}],
-                       "policies": [{"keep_alive": {"adaptive": {)", adaptive, R"(}}},
-                                    {"keep_alive": {"adaptive": {)", adaptive,
-                   R"(, "review_every": "5m"}}}]})"),
-      files.dir());
+                       "policies": [{"keep_alive": {"adaptive": {)",
+                                      adaptive, R"(}}},
+                                    {"keep_alive": {"adaptive": {)",
+                                      adaptive, R"(, "review_every": "5m"}}}]})"),
+                         files.dir());
   ASSERT_TRUE(s.ok()) << s.status();
   const SimulationReport r = RunScenario(*s).value();
   ASSERT_EQ(r.results.size(), 2u);
