@@ -319,13 +319,7 @@ void EngineImpl::ResumeRecovered(Job& job, std::optional<Cluster> cluster,
           internal::Plus(*job.held_since_, internal::Minus(absl::Seconds(max_runtime), job.held_)),
           job.seq_);
       if (job.status_ == kStopping) {
-        // The stop goes on: SIGTERM again, SIGKILL after the grace period.
-        provider_.Signal(*job.cluster_, SIGTERM);
-        job.kill_timer_ = loop_.ScheduleAfter(options_.stop_grace_period, [this, &job] {
-          const Step step(*this);
-          job.kill_timer_ = TimerHandle();
-          if (job.phase_ == Phase::kTraining) provider_.Signal(*job.cluster_, SIGKILL);
-        });
+        SignalStop(job);  // the stop goes on
       }
       return;
     }

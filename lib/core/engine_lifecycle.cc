@@ -342,6 +342,15 @@ void EngineImpl::OnUploaded(Job& job, absl::StatusOr<ArtifactsResult> result) {
   }
 }
 
+void EngineImpl::SignalStop(Job& job) {
+  provider_.Signal(*job.cluster_, SIGTERM);
+  job.kill_timer_ = loop_.ScheduleAfter(options_.stop_grace_period, [this, &job] {
+    const Step step(*this);
+    job.kill_timer_ = TimerHandle();
+    if (job.phase_ == Phase::kTraining) provider_.Signal(*job.cluster_, SIGKILL);
+  });
+}
+
 void EngineImpl::Stop(Job& job, StopCause cause) {
   job.stop_cause_ = cause;
   SetStatus(job, kStopping, kStopping, kMsgStopping);
@@ -358,14 +367,8 @@ void EngineImpl::Stop(Job& job, StopCause cause) {
   }
   switch (job.phase_) {
     case Phase::kTraining:
-      // The containers get SIGTERM now and SIGKILL after the grace period;
-      // when the last one has exited, its artifacts are uploaded.
-      provider_.Signal(*job.cluster_, SIGTERM);
-      job.kill_timer_ = loop_.ScheduleAfter(options_.stop_grace_period, [this, &job] {
-        const Step step(*this);
-        job.kill_timer_ = TimerHandle();
-        if (job.phase_ == Phase::kTraining) provider_.Signal(*job.cluster_, SIGKILL);
-      });
+      // When the last container has exited, its artifacts are uploaded.
+      SignalStop(job);
       return;
     case Phase::kUploading:
       return;  // the upload in flight ends the job, as Stopped

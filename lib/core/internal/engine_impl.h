@@ -842,6 +842,9 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   void StartUpload(Job& job);
   void OnUploaded(Job& job, absl::StatusOr<ArtifactsResult> result);
   void Stop(Job& job, StopCause cause);
+  // A training job's containers get SIGTERM now and SIGKILL after the stop
+  // grace period if the job is still training then.
+  void SignalStop(Job& job);
   // `healthy`: whether the cluster may be kept in a warm pool afterwards (an
   // algorithm or client error leaves it healthy; infrastructure failures may
   // not).
