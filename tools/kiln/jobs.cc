@@ -11,56 +11,19 @@
 // argument is wrong.
 //
 // Public headers only.
-#include <unistd.h>
-
-#include <cstdlib>
 #include <iostream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cli.h"
 #include "kiln/engine.h"
-#include "kiln/journal_sqlite/sqlite_journal.h"
 #include "kiln/json.h"
 #include "kiln/service_error.h"
 
 namespace kiln::cli {
 
-std::string ShownPath(std::string_view path);  // kiln.cc
-
-// Where `kiln run` and these commands keep their state when not told.
-std::string DefaultStateDir() {
-  // Root's containers run as nobody, who cannot reach /root: root's state
-  // lives where system services keep theirs.
-  const char* home = std::getenv("HOME");
-  return geteuid() == 0 ? "/var/lib/kiln/state"
-                        : std::string(home != nullptr ? home : "/tmp") + "/.kiln/state";
-}
-
 namespace {
-
-// An engine that shows the jobs of `state_dir`'s journal, and what it needs.
-struct Viewer {
-  std::unique_ptr<Journal> journal;
-  std::unique_ptr<EventLoop> loop;
-  std::unique_ptr<Engine> engine;
-};
-
-absl::StatusOr<Viewer> OpenViewer(const std::string& state_dir) {
-  Viewer v;
-  absl::StatusOr<std::unique_ptr<Journal>> journal =
-      journal_sqlite::OpenSqliteJournal({.state_dir = state_dir, .read_only = true});
-  if (!journal.ok()) return journal.status();
-  v.journal = *std::move(journal);
-  v.loop = NewVirtualEventLoop();
-  EngineOptions options;
-  options.loop = v.loop.get();
-  options.journal = v.journal.get();
-  absl::StatusOr<std::unique_ptr<Engine>> engine = NewEngine(std::move(options));
-  if (!engine.ok()) return engine.status();
-  v.engine = *std::move(engine);
-  return v;
-}
 
 struct Args {
   std::string state_dir;
@@ -70,29 +33,12 @@ struct Args {
 };
 
 bool Parse(const std::vector<std::string>& args, bool list, Args& o, std::string& error) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&](std::string& out) {
-      if (i + 1 >= args.size()) {
-        error = a + " needs a value";
-        return false;
-      }
-      out = args[++i];
-      return true;
-    };
-    if (a == "--state-dir") {
-      if (!value(o.state_dir)) return false;
-    } else if (list && a == "--status") {
-      if (!value(o.status)) return false;
-    } else if (list && a == "--name-contains") {
-      if (!value(o.name_contains)) return false;
-    } else if (!a.empty() && a[0] == '-') {
-      error = "unknown option " + InputForMessage(a);
-      return false;
-    } else {
-      o.names.push_back(a);
-    }
+  std::vector<Option> options = {ValueOption("--state-dir", o.state_dir)};
+  if (list) {
+    options.push_back(ValueOption("--status", o.status));
+    options.push_back(ValueOption("--name-contains", o.name_contains));
   }
+  if (!ParseOptions(args, options, o.names, error)) return false;
   if (list && !o.names.empty()) {
     error = "unexpected argument " + InputForMessage(o.names[0]);
     return false;
@@ -105,10 +51,6 @@ bool Parse(const std::vector<std::string>& args, bool list, Args& o, std::string
   return true;
 }
 
-std::string ErrorText(std::string_view operation, const absl::Status& status) {
-  return std::string(ToServiceError(operation, status).code) + ": " + std::string(status.message());
-}
-
 }  // namespace
 
 int ListCommand(const std::vector<std::string>& args) {
@@ -119,7 +61,7 @@ int ListCommand(const std::vector<std::string>& args) {
               << "usage: kiln list [--state-dir DIR] [--status STATUS] [--name-contains TEXT]\n";
     return 1;
   }
-  absl::StatusOr<Viewer> viewer = OpenViewer(o.state_dir);
+  absl::StatusOr<JournalView> viewer = OpenJournalView(o.state_dir);
   if (!viewer.ok()) {
     std::cerr << "kiln list: " << viewer.status().message() << "\n";
     return 1;
@@ -131,7 +73,7 @@ int ListCommand(const std::vector<std::string>& args) {
   for (;;) {
     absl::StatusOr<v1::ListTrainingJobsResponse> page = viewer->engine->ListTrainingJobs(request);
     if (!page.ok()) {
-      std::cerr << "kiln list: " << ErrorText("ListTrainingJobs", page.status()) << "\n";
+      std::cerr << "kiln list: " << ServiceErrorText("ListTrainingJobs", page.status()) << "\n";
       return 1;
     }
     for (const v1::TrainingJobSummary& s : page->training_job_summaries()) {
@@ -160,7 +102,7 @@ int DescribeCommand(const std::vector<std::string>& args) {
               << "usage: kiln describe [--state-dir DIR] NAME\n";
     return 1;
   }
-  absl::StatusOr<Viewer> viewer = OpenViewer(o.state_dir);
+  absl::StatusOr<JournalView> viewer = OpenJournalView(o.state_dir);
   if (!viewer.ok()) {
     std::cerr << "kiln describe: " << viewer.status().message() << "\n";
     return 1;
@@ -170,7 +112,8 @@ int DescribeCommand(const std::vector<std::string>& args) {
   absl::StatusOr<v1::DescribeTrainingJobResponse> described =
       viewer->engine->DescribeTrainingJob(request);
   if (!described.ok()) {
-    std::cerr << "kiln describe: " << ErrorText("DescribeTrainingJob", described.status()) << "\n";
+    std::cerr << "kiln describe: " << ServiceErrorText("DescribeTrainingJob", described.status())
+              << "\n";
     return 1;
   }
   std::cout << ToJson(*described) << "\n";

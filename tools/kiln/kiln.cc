@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cli.h"
 #include "kiln/json.h"
 #include "kiln/v1/sagemaker.pb.h"
 #include "kiln/validation.h"
@@ -122,12 +123,6 @@ int Validate(const std::vector<std::string>& files) {
 }
 
 }  // namespace
-
-namespace kiln::cli {
-int RunCommand(const std::vector<std::string>& args);       // run.cc
-int ListCommand(const std::vector<std::string>& args);      // jobs.cc
-int DescribeCommand(const std::vector<std::string>& args);  // jobs.cc
-}  // namespace kiln::cli
 
 int RunSimulateCommand(const std::vector<std::string>& args);  // simulate.cc
 

@@ -56,6 +56,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "cli.h"
 #include "kiln/aws/s3.h"
 #include "kiln/engine.h"
 #include "kiln/journal_sqlite/sqlite_journal.h"
@@ -66,15 +67,7 @@
 
 namespace kiln::cli {
 
-std::string ShownPath(std::string_view path);  // kiln.cc
-std::string DefaultStateDir();                 // jobs.cc
-
 namespace {
-
-// An engine error as the service words it: "CODE: message".
-std::string ServiceErrorText(std::string_view operation, const absl::Status& status) {
-  return std::string(ToServiceError(operation, status).code) + ": " + std::string(status.message());
-}
 
 struct Interruption {
   std::string host;
@@ -92,70 +85,60 @@ struct RunOptions {
 };
 
 bool ParseArgs(const std::vector<std::string>& args, RunOptions& o, std::string& error) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&](std::string& out) {
-      if (i + 1 >= args.size()) {
-        error = a + " needs a value";
-        return false;
-      }
-      out = args[++i];
-      return true;
-    };
-    std::string v;
-    if (a == "--state-dir") {
-      if (!value(o.state_dir)) return false;
-    } else if (a == "--runtime") {
-      if (!value(v)) return false;
-      if (v == "process") {
-        o.runtime = local::LocalRuntime::kProcess;
-      } else if (v == "bwrap") {
-        o.runtime = local::LocalRuntime::kBwrap;
-      } else {
-        // Values are shown escaped: none can add a line to the message.
-        error = "--runtime must be process or bwrap, not '" + InputForMessage(v) + "'";
-        return false;
-      }
-    } else if (a == "--user") {
-      if (!value(v)) return false;
-      const size_t colon = v.find(':');
-      uint32_t uid = 0, gid = 0;
-      if (!absl::SimpleAtoi(v.substr(0, colon), &uid) ||
-          (colon != std::string::npos && !absl::SimpleAtoi(v.substr(colon + 1), &gid))) {
-        error = "--user takes UID or UID:GID, numbers, not '" + InputForMessage(v) + "'";
-        return false;
-      }
-      o.user = local::ContainerUser{uid, colon == std::string::npos ? uid : gid};
-    } else if (a == "--grace") {
-      int64_t seconds = 0;
-      if (!value(v)) return false;
-      if (!absl::SimpleAtoi(v, &seconds) || seconds < 0) {
-        error = "--grace takes a number of seconds, not '" + InputForMessage(v) + "'";
-        return false;
-      }
-      o.grace = absl::Seconds(seconds);
-    } else if (a == "--interrupt") {
-      if (!value(v)) return false;
-      const size_t at = v.find('@');
-      int64_t seconds = 0;
-      if (at == std::string::npos || at == 0 ||
-          !absl::SimpleAtoi(v.substr(at + 1, v.size() - at - 1 - (v.back() == 's' ? 1 : 0)),
-                            &seconds) ||
-          seconds < 0) {
-        error = "--interrupt takes HOST@SECONDS, e.g. algo-1@30, not '" + InputForMessage(v) + "'";
-        return false;
-      }
-      o.interruptions.push_back({v.substr(0, at), absl::Seconds(seconds)});
-    } else if (a == "--file-root") {
-      if (!value(v)) return false;
-      o.file_roots.push_back(v);
-    } else if (!a.empty() && a[0] == '-') {
-      error = "unknown option " + InputForMessage(a);
-      return false;
-    } else {
-      o.files.push_back(a);
-    }
-  }
+  const std::vector<Option> options = {
+      ValueOption("--state-dir", o.state_dir),
+      {"--runtime", true,
+       [&o](const std::string& v, std::string& err) {
+         if (v == "process") {
+           o.runtime = local::LocalRuntime::kProcess;
+         } else if (v == "bwrap") {
+           o.runtime = local::LocalRuntime::kBwrap;
+         } else {
+           // Values are shown escaped: none can add a line to the message.
+           err = "--runtime must be process or bwrap, not '" + InputForMessage(v) + "'";
+           return false;
+         }
+         return true;
+       }},
+      {"--user", true,
+       [&o](const std::string& v, std::string& err) {
+         const size_t colon = v.find(':');
+         uint32_t uid = 0, gid = 0;
+         if (!absl::SimpleAtoi(v.substr(0, colon), &uid) ||
+             (colon != std::string::npos && !absl::SimpleAtoi(v.substr(colon + 1), &gid))) {
+           err = "--user takes UID or UID:GID, numbers, not '" + InputForMessage(v) + "'";
+           return false;
+         }
+         o.user = local::ContainerUser{uid, colon == std::string::npos ? uid : gid};
+         return true;
+       }},
+      {"--grace", true,
+       [&o](const std::string& v, std::string& err) {
+         int64_t seconds = 0;
+         if (!absl::SimpleAtoi(v, &seconds) || seconds < 0) {
+           err = "--grace takes a number of seconds, not '" + InputForMessage(v) + "'";
+           return false;
+         }
+         o.grace = absl::Seconds(seconds);
+         return true;
+       }},
+      {"--interrupt", true,
+       [&o](const std::string& v, std::string& err) {
+         const size_t at = v.find('@');
+         int64_t seconds = 0;
+         if (at == std::string::npos || at == 0 ||
+             !absl::SimpleAtoi(v.substr(at + 1, v.size() - at - 1 - (v.back() == 's' ? 1 : 0)),
+                               &seconds) ||
+             seconds < 0) {
+           err = "--interrupt takes HOST@SECONDS, e.g. algo-1@30, not '" + InputForMessage(v) + "'";
+           return false;
+         }
+         o.interruptions.push_back({v.substr(0, at), absl::Seconds(seconds)});
+         return true;
+       }},
+      RepeatedOption("--file-root", o.file_roots),
+  };
+  if (!ParseOptions(args, options, o.files, error)) return false;
   if (o.state_dir.empty()) o.state_dir = DefaultStateDir();
   return true;
 }

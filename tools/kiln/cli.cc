@@ -1,0 +1,96 @@
+// What the `kiln` commands share (cli.h).
+#include "cli.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/journal_sqlite/sqlite_journal.h"
+#include "kiln/json.h"
+#include "kiln/service_error.h"
+
+namespace kiln::cli {
+
+std::string DefaultStateDir() {
+  // Root's containers run as nobody, who cannot reach /root: root's state
+  // lives where system services keep theirs.
+  const char* home = std::getenv("HOME");
+  return geteuid() == 0 ? "/var/lib/kiln/state"
+                        : std::string(home != nullptr ? home : "/tmp") + "/.kiln/state";
+}
+
+std::string ServiceErrorText(std::string_view operation, const absl::Status& status) {
+  return std::string(ToServiceError(operation, status).code) + ": " + std::string(status.message());
+}
+
+absl::StatusOr<JournalView> OpenJournalView(const std::string& state_dir) {
+  JournalView v;
+  absl::StatusOr<std::unique_ptr<Journal>> journal =
+      journal_sqlite::OpenSqliteJournal({.state_dir = state_dir, .read_only = true});
+  if (!journal.ok()) return journal.status();
+  v.journal = *std::move(journal);
+  v.loop = NewVirtualEventLoop();
+  EngineOptions options;
+  options.loop = v.loop.get();
+  options.journal = v.journal.get();
+  absl::StatusOr<std::unique_ptr<Engine>> engine = NewEngine(std::move(options));
+  if (!engine.ok()) return engine.status();
+  v.engine = *std::move(engine);
+  return v;
+}
+
+Option ValueOption(std::string name, std::string& out) {
+  return {std::move(name), true, [&out](const std::string& value, std::string&) {
+            out = value;
+            return true;
+          }};
+}
+
+Option RepeatedOption(std::string name, std::vector<std::string>& out) {
+  return {std::move(name), true, [&out](const std::string& value, std::string&) {
+            out.push_back(value);
+            return true;
+          }};
+}
+
+Option FlagOption(std::string name, bool& out) {
+  return {std::move(name), false, [&out](const std::string&, std::string&) {
+            out = true;
+            return true;
+          }};
+}
+
+bool ParseOptions(const std::vector<std::string>& args, const std::vector<Option>& options,
+                  std::vector<std::string>& operands, std::string& error) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const Option* option = nullptr;
+    for (const Option& o : options) {
+      if (o.name == a) option = &o;
+    }
+    if (option == nullptr) {
+      if (!a.empty() && a[0] == '-') {
+        error = "unknown option " + InputForMessage(a);
+        return false;
+      }
+      operands.push_back(a);
+      continue;
+    }
+    std::string value;
+    if (option->takes_value) {
+      if (i + 1 >= args.size()) {
+        error = a + " needs a value";
+        return false;
+      }
+      value = args[++i];
+    }
+    if (!option->apply(value, error)) return false;
+  }
+  return true;
+}
+
+}  // namespace kiln::cli
