@@ -3,7 +3,8 @@
 # its stdout, stderr and exit status for a job that completes, one that fails,
 # both in one run, and stdout that cannot be written; the state directory's
 # journal (a name it holds is refused, `kiln list` and `kiln describe` read it,
-# a second writer is refused, a run after a crash carries the job on).
+# a second writer is refused, a run after a crash carries the job on); `kiln
+# logs` of a job's log streams, also following a running job.
 # Usage: cli_run_test.sh KILN
 set -u
 kiln="$1"
@@ -187,6 +188,137 @@ if [[ "$(grep -o '"TrainingJobName":"[a-z]*"' "$tmp/stdout" | tr '\n' ' ')" != \
   echo "FAIL one of two fails: not one line per job in order:"
   cat "$tmp/stdout"
   fail=1
+fi
+
+# kiln logs: a job's log streams from the state directory. With two hosts,
+# each line comes after its stream's name, the streams in order; a last line
+# without its newline is shown once the job has ended; --host shows one host's.
+mkdir -p "$tmp/hosts-image"
+cat >"$tmp/hosts-image/train" <<'EOF'
+#!/bin/sh
+echo "hello from $SM_CURRENT_HOST"
+printf 'last words of %s' "$SM_CURRENT_HOST"
+EOF
+chmod +x "$tmp/hosts-image/train"
+job hosts "$tmp/hosts-image"
+sed -i 's/"InstanceCount": 1/"InstanceCount": 2/' "$tmp/hosts.json"
+rm -rf "$tmp/state"
+if ! "$kiln" run --state-dir "$tmp/state" "$tmp/hosts.json" >/dev/null 2>"$tmp/stderr"; then
+  echo "FAIL the job with two hosts did not complete:"
+  cat "$tmp/stderr"
+  fail=1
+fi
+"$kiln" logs --state-dir "$tmp/state" hosts >"$tmp/logs" 2>"$tmp/stderr"
+status=$?
+want=$'algo-1: hello from algo-1\nalgo-1: last words of algo-1\nalgo-2: hello from algo-2\nalgo-2: last words of algo-2'
+got="$(grep -v ' \[kiln\] ' "$tmp/logs" | sed -E 's#^hosts/(algo-[12])-[0-9]+ #\1: #')"
+if [[ "$status" != 0 || "$got" != "$want" || -s "$tmp/stderr" ]] ||
+   grep -Evq '^hosts/algo-[12]-[0-9]+ ' "$tmp/logs"; then
+  echo "FAIL kiln logs of a job with two hosts: status $status; stdout:"
+  cat "$tmp/logs"
+  echo "stderr:"
+  cat "$tmp/stderr"
+  fail=1
+else
+  echo "ok   kiln logs shows both hosts' streams, each line after its stream's name"
+fi
+"$kiln" logs --state-dir "$tmp/state" --host algo-2 hosts >"$tmp/logs" 2>"$tmp/stderr"
+status=$?
+if [[ "$status" != 0 || "$(grep -v '^\[kiln\] ' "$tmp/logs")" != \
+      $'hello from algo-2\nlast words of algo-2' ]]; then
+  echo "FAIL kiln logs --host algo-2: status $status; stdout:"
+  cat "$tmp/logs"
+  echo "stderr:"
+  cat "$tmp/stderr"
+  fail=1
+else
+  echo "ok   kiln logs --host shows that host's lines only"
+fi
+"$kiln" logs --state-dir "$tmp/state" --host algo-3 hosts >"$tmp/logs" 2>"$tmp/stderr"
+status=$?
+if [[ "$status" != 1 || -s "$tmp/logs" ||
+      "$(cat "$tmp/stderr")" != "kiln logs: job 'hosts' has no host 'algo-3'; its hosts: algo-1, algo-2" ]]; then
+  echo "FAIL kiln logs --host algo-3: status $status (want 1), stderr:"
+  cat "$tmp/stderr"
+  fail=1
+else
+  echo "ok   kiln logs of a host the job does not have names the hosts it has"
+fi
+"$kiln" logs --state-dir "$tmp/state" nope >"$tmp/logs" 2>"$tmp/stderr"
+status=$?
+if [[ "$status" != 1 || -s "$tmp/logs" ||
+      "$(cat "$tmp/stderr")" != "kiln logs: no job 'nope' in the journal of $tmp/state" ]]; then
+  echo "FAIL kiln logs of an unknown job: status $status (want 1), stderr:"
+  cat "$tmp/stderr"
+  fail=1
+else
+  echo "ok   kiln logs of an unknown job names it and the state directory"
+fi
+# --follow on a running job: lines as they come (each written in two
+# pieces), every one once, and the end once the job has ended. Ctrl-C ends a
+# follower quietly.
+mkdir -p "$tmp/ticks-image"
+cat >"$tmp/ticks-image/train" <<'EOF'
+#!/bin/sh
+i=1
+while [ $i -le 15 ]; do
+  printf 'tick %s of %s' $i "$SM_CURRENT_HOST"; sleep 0.1; printf ' done\n'
+  i=$((i + 1)); sleep 0.1
+done
+EOF
+chmod +x "$tmp/ticks-image/train"
+job ticks "$tmp/ticks-image"
+sed -i 's/"InstanceCount": 1/"InstanceCount": 2/' "$tmp/ticks.json"
+"$kiln" run --state-dir "$tmp/state" "$tmp/ticks.json" >/dev/null 2>"$tmp/stderr" &
+kiln_pid=$!
+for _ in $(seq 100); do
+  "$kiln" list --state-dir "$tmp/state" | grep -q '^ticks' && break
+  sleep 0.1
+done
+# (Each line with the time it came.)
+{
+  timeout 60 "$kiln" logs --follow --state-dir "$tmp/state" ticks 2>"$tmp/follow.err"
+  echo $? >"$tmp/follow.status"
+} | while IFS= read -r line; do printf '%s %s\n' "$(date +%s%N)" "$line"; done >"$tmp/follow" &
+following=$!
+"$kiln" logs --follow --state-dir "$tmp/state" ticks >"$tmp/follow2" 2>"$tmp/follow2.err" &
+follower=$!
+for _ in $(seq 50); do
+  [[ -s "$tmp/follow2" ]] && break
+  sleep 0.1
+done
+kill -INT "$follower" 2>/dev/null
+wait "$follower"
+follower_status=$?
+wait "$following"
+status="$(cat "$tmp/follow.status")"
+job_status="$("$kiln" list --state-dir "$tmp/state" --name-contains ticks | cut -f2)"
+wait "$kiln_pid"
+first="$(head -1 "$tmp/follow" | cut -d' ' -f1)" last="$(tail -1 "$tmp/follow" | cut -d' ' -f1)"
+cut -d' ' -f2- "$tmp/follow" >"$tmp/followed"
+ticks="$(grep -Ec '^ticks/algo-[12]-[0-9]+ tick ([1-9]|1[0-5]) of algo-[12] done$' "$tmp/followed")"
+if [[ "$status" != 0 || "$job_status" != Completed || "$ticks" != 30 || -s "$tmp/follow.err" ]] ||
+   [[ -n "$(grep -v ' \[kiln\] ' "$tmp/followed" | sed 's/^[^ ]* //' | sort | uniq -d)" ]] ||
+   (( last - first < 1000000000 )); then
+  echo "FAIL kiln logs --follow: status $status, job $job_status, $ticks ticks (want 30)," \
+       "$(( (last - first) / 1000000 )) ms from the first line to the last; stdout:"
+  cat "$tmp/follow"
+  echo "stderr:"
+  cat "$tmp/follow.err"
+  fail=1
+elif ! "$kiln" logs --state-dir "$tmp/state" ticks | sort | cmp -s - <(sort "$tmp/followed"); then
+  echo "FAIL kiln logs --follow showed other lines than kiln logs does afterwards:"
+  diff <("$kiln" logs --state-dir "$tmp/state" ticks | sort) <(sort "$tmp/followed")
+  fail=1
+else
+  echo "ok   kiln logs --follow shows each line once as it comes, and ends with the job"
+fi
+if [[ "$follower_status" != 130 || -s "$tmp/follow2.err" ]]; then
+  echo "FAIL kiln logs --follow after Ctrl-C: status $follower_status (want 130), stderr:"
+  cat "$tmp/follow2.err"
+  fail=1
+else
+  echo "ok   Ctrl-C ends kiln logs --follow quietly"
 fi
 
 # Arguments are input: shown escaped, none can add a line to a message.

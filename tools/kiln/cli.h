@@ -21,6 +21,7 @@ namespace kiln::cli {
 int RunCommand(const std::vector<std::string>& args);       // run.cc
 int ListCommand(const std::vector<std::string>& args);      // jobs.cc
 int DescribeCommand(const std::vector<std::string>& args);  // jobs.cc
+int LogsCommand(const std::vector<std::string>& args);      // logs.cc
 
 // A file name from the command line as the messages show it (kiln.cc).
 std::string ShownPath(std::string_view path);

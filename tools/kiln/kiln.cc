@@ -37,6 +37,7 @@ constexpr char kUsage[] =
     "                [JOB.json...]\n"
     "       kiln list [--state-dir DIR] [--status STATUS] [--name-contains TEXT]\n"
     "       kiln describe [--state-dir DIR] NAME\n"
+    "       kiln logs [--state-dir DIR] [--host algo-K] [--follow] NAME\n"
     "       kiln simulate SCENARIO.json [--format table|json|csv] [--report FILE.html] [--seed N]\n"
     "                     [--jobs N]\n"
     "\n"
@@ -74,7 +75,11 @@ constexpr char kUsage[] =
     "  list       the jobs of a state directory's journal, oldest first: name,\n"
     "             status, secondary status, creation time (tab-separated).\n"
     "  describe   a job's DescribeTrainingJob JSON from the journal.\n"
-    "             Both read only, also while a `kiln run` uses the directory.\n"
+    "  logs       a job's log lines from its log streams in the state directory,\n"
+    "             each line after its stream's name when the job has more than one\n"
+    "             host (--host algo-K: that host's only). --follow shows lines as\n"
+    "             they come until the job has ended.\n"
+    "             These three read only, also while a `kiln run` uses the directory.\n"
     "  simulate   run a scenario's policies through the engine in virtual time and\n"
     "             print one row per policy (see examples/scenarios/README.md).\n";
 
@@ -138,6 +143,7 @@ int main(int argc, char** argv) {
   if (command == "run") return kiln::cli::RunCommand(args);
   if (command == "list") return kiln::cli::ListCommand(args);
   if (command == "describe") return kiln::cli::DescribeCommand(args);
+  if (command == "logs") return kiln::cli::LogsCommand(args);
   if (command == "simulate") return RunSimulateCommand(args);
   std::cerr << "kiln: unknown command '" << kiln::InputForMessage(command) << "'\n" << kUsage;
   return kError;
