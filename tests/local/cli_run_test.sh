@@ -191,12 +191,15 @@ if [[ "$(grep -o '"TrainingJobName":"[a-z]*"' "$tmp/stdout" | tr '\n' ' ')" != \
 fi
 
 # kiln logs: a job's log streams from the state directory. With two hosts,
-# each line comes after its stream's name, the streams in order; a last line
-# without its newline is shown once the job has ended; --host shows one host's.
+# each line comes after its stream's name, the streams in order; a line of
+# 150,000 bytes in pieces of 64 KiB; a last line without its newline is shown
+# once the job has ended; --host shows one host's.
 mkdir -p "$tmp/hosts-image"
 cat >"$tmp/hosts-image/train" <<'EOF'
 #!/bin/sh
 echo "hello from $SM_CURRENT_HOST"
+head -c 150000 /dev/zero | tr '\0' x
+echo
 printf 'last words of %s' "$SM_CURRENT_HOST"
 EOF
 chmod +x "$tmp/hosts-image/train"
@@ -211,11 +214,11 @@ fi
 "$kiln" logs --state-dir "$tmp/state" hosts >"$tmp/logs" 2>"$tmp/stderr"
 status=$?
 want=$'algo-1: hello from algo-1\nalgo-1: last words of algo-1\nalgo-2: hello from algo-2\nalgo-2: last words of algo-2'
-got="$(grep -v ' \[kiln\] ' "$tmp/logs" | sed -E 's#^hosts/(algo-[12])-[0-9]+ #\1: #')"
+got="$(grep -Ev ' (\[kiln\] |x)' "$tmp/logs" | sed -E 's#^hosts/(algo-[12])-[0-9]+ #\1: #')"
 if [[ "$status" != 0 || "$got" != "$want" || -s "$tmp/stderr" ]] ||
    grep -Evq '^hosts/algo-[12]-[0-9]+ ' "$tmp/logs"; then
   echo "FAIL kiln logs of a job with two hosts: status $status; stdout:"
-  cat "$tmp/logs"
+  cut -c1-200 "$tmp/logs"
   echo "stderr:"
   cat "$tmp/stderr"
   fail=1
@@ -224,10 +227,11 @@ else
 fi
 "$kiln" logs --state-dir "$tmp/state" --host algo-2 hosts >"$tmp/logs" 2>"$tmp/stderr"
 status=$?
-if [[ "$status" != 0 || "$(grep -v '^\[kiln\] ' "$tmp/logs")" != \
-      $'hello from algo-2\nlast words of algo-2' ]]; then
+if [[ "$status" != 0 || "$(grep -Ev '^(\[kiln\] |x)' "$tmp/logs")" != \
+      $'hello from algo-2\nlast words of algo-2' ||
+      "$(grep '^x' "$tmp/logs" | awk '{ printf "%d ", length($0) }')" != "65536 65536 18928 " ]]; then
   echo "FAIL kiln logs --host algo-2: status $status; stdout:"
-  cat "$tmp/logs"
+  cut -c1-200 "$tmp/logs"
   echo "stderr:"
   cat "$tmp/stderr"
   fail=1

@@ -10,8 +10,8 @@
 // and --host does not pick one, each line starts with its stream's name,
 // "<job>/algo-<k>-<epoch>[-<n>] ", as CloudWatch names it. A line that has
 // no newline yet is held back while the job runs: it is shown once complete,
-// or once the job has ended. A line longer than 64 KiB comes in pieces, as
-// observers get it. With --follow the command keeps showing lines as they
+// or once the job has ended. A line longer than 64 KiB comes in pieces of
+// 64 KiB. With --follow the command keeps showing lines as they
 // are written until the job has ended (Completed, Failed or Stopped in the
 // journal) and every line is shown. Exit status: 0; 1 when the journal or a
 // stream cannot be read, the job or the host does not exist, an argument is
@@ -76,8 +76,10 @@ struct Stream {
   int64_t host = 0;  // k
   int64_t epoch = 0;
   int64_t n = 1;
-  off_t offset = 0;     // bytes read so far
-  std::string partial;  // what was read after the last newline
+  // The end of what was shown: a line without its newline is read again
+  // at each look, as a stream that breaks cuts it off (kiln/local/local.h).
+  off_t offset = 0;
+  std::string partial;  // what this look read after the last newline
 
   auto Key() const { return std::tie(epoch, n, host); }
 };
@@ -110,9 +112,10 @@ class Tail {
     for (Stream& s : streams_) {
       if (!Read(s, out, error)) return false;
       if (last && !s.partial.empty()) {
-        Emit(s, s.partial, out);
-        s.partial.clear();
+        EmitLine(s, s.partial, out);
+        s.offset += static_cast<off_t>(s.partial.size());
       }
+      s.partial.clear();
     }
     if (out.empty()) return true;
     if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() || std::fflush(stdout) != 0) {
@@ -162,8 +165,9 @@ class Tail {
       return false;
     }
     char buf[64 * 1024];
-    for (;;) {
-      const ssize_t got = pread(fd, buf, sizeof buf, s.offset);
+    s.partial.clear();
+    for (off_t at = s.offset;;) {
+      const ssize_t got = pread(fd, buf, sizeof buf, at);
       if (got < 0 && errno == EINTR) continue;
       if (got < 0) {
         error = absl::StrCat(ShownPath(path), ": ", std::strerror(errno));
@@ -171,7 +175,7 @@ class Tail {
         return false;
       }
       if (got == 0) break;
-      s.offset += got;
+      at += got;
       Consume(s, absl::string_view(buf, static_cast<size_t>(got)), out);
     }
     close(fd);
@@ -183,21 +187,32 @@ class Tail {
       const size_t newline = data.find('\n');
       if (newline == absl::string_view::npos) break;
       s.partial.append(data.data(), newline);
-      absl::string_view line = s.partial;
-      absl::ConsumeSuffix(&line, "\r");
-      Emit(s, line, out);
+      EmitLine(s, s.partial, out);
+      s.offset += static_cast<off_t>(s.partial.size() + 1);
       s.partial.clear();
       data.remove_prefix(newline + 1);
     }
     s.partial.append(data.data(), data.size());
-    // An over-long line in pieces, cut where observers' pieces are cut; the
-    // rest waits for more (a piece never ends where the line ends).
+    // The pieces of an over-long line that EmitLine will cut whatever comes
+    // next (the last byte may be a '\r' it drops).
     size_t shown = 0;
-    while (s.partial.size() - shown > kMaxLineBytes) {
+    while (s.partial.size() - shown > kMaxLineBytes + 1) {
       Emit(s, absl::string_view(s.partial).substr(shown, kMaxLineBytes), out);
       shown += kMaxLineBytes;
+      s.offset += static_cast<off_t>(kMaxLineBytes);
     }
     s.partial.erase(0, shown);
+  }
+
+  // A line (without its newline, a trailing '\r' dropped) in pieces of
+  // kMaxLineBytes, the last one at most that long.
+  void EmitLine(const Stream& s, absl::string_view line, std::string& out) const {
+    absl::ConsumeSuffix(&line, "\r");
+    while (line.size() > kMaxLineBytes) {
+      Emit(s, line.substr(0, kMaxLineBytes), out);
+      line.remove_prefix(kMaxLineBytes);
+    }
+    Emit(s, line, out);
   }
 
   void Emit(const Stream& s, absl::string_view line, std::string& out) const {
