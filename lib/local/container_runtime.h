@@ -100,6 +100,24 @@ struct RunSpec {
   absl::Duration drain_timeout;
   // The instance's earlier runs, which must be done with its files first.
   std::vector<std::shared_ptr<ContainerProc>> wait_for;
+  // With a lease (LocalOptions::reattach_lease): the keeper's lease, and the
+  // run's directory of records (run_record.h). 0 and "": the container ends
+  // with this process.
+  int64_t lease_ms = 0;
+  std::string run_dir;
+  // For Start, set by the supervisor when the run has a lease: the keeper's
+  // exit record, output read end and lease file (process_keeper.h).
+  // Borrowed.
+  std::vector<int> keeper_fds;
+  // A run an earlier process started, taken back (Reattach): its keeper's
+  // pidfd and its output's read end (owned by the run from here on), and
+  // its log stream.
+  struct Adopted {
+    int keeper_pidfd = -1;
+    int output = -1;
+    std::string stream;
+  };
+  std::optional<Adopted> adopted;
 };
 
 // What a runtime needs to know to build a run's command line.

@@ -61,6 +61,7 @@
 #include "local/internal/spawn.h"
 #include "local/internal/task_runner.h"
 #include "local/log_stream.h"
+#include "local/run_record.h"
 #include "local/state_dir.h"
 #include "local/supervisor.h"
 #include "local/view_registry.h"
@@ -102,6 +103,24 @@ struct NetnsGuard {
   ~NetnsGuard() { internal::StopNetnsHolder(holder); }
 };
 
+
+// Where a job's checkpoints go: its store and the path the container sees
+// them at (CheckpointConfig.LocalPath, cleaned); no store without a
+// CheckpointConfig.
+struct CheckpointPlace {
+  ObjectStore* store = nullptr;
+  std::string path;
+};
+
+// The checkpoint directory below the instance's directory: below /opt/ml,
+// that place in the instance's tree; elsewhere (bwrap only) a directory of
+// the instance mounted there.
+std::string CheckpointRel(const std::string& path) {
+  return IsUnderContainerBase(path)
+             ? absl::StrCat("ml", internal::Av(std::string_view(path).substr(
+                                      std::string_view(kContainerBase).size())))
+             : "checkpoints-local";
+}
 
 // ---------------------------------------------------------------------------
 // The provider
@@ -168,12 +187,16 @@ class LocalClusterProvider final : public ClusterProvider {
     if (cpu_count_ <= 0) cpu_count_ = 1;
     // What a crashed process left in the state directory goes, in the
     // background (a job's files can take a while to delete).
+    const bool leased = options_.reattach_lease > absl::ZeroDuration() &&
+                        options_.runtime == LocalRuntime::kProcess;
     auto stale = std::make_shared<internal::StaleFiles>(
-        internal::StaleFiles::Claim(options_.state_dir));
+        internal::StaleFiles::Claim(options_.state_dir, /*keep_live=*/leased));
+    KeepAdoptable(stale->TakeLive());
     if (!stale->empty()) tasks_.Run([stale] { stale->Delete(); });
   }
 
   ~LocalClusterProvider() override {
+    ending_.Notify();
     alive_.reset();
     for (auto& [id, cluster] : clusters_) Dispose(std::move(cluster));
     clusters_.clear();
@@ -191,6 +214,7 @@ class LocalClusterProvider final : public ClusterProvider {
                                   absl::Duration notice) override;
   void Recycle(const Cluster& cluster) override;
   void Release(const Cluster& cluster) override;
+  absl::Status Reattach(const JobContext& job, ContainerEvents& events) override;
 
   // --- Called by posted callbacks (loop thread, provider alive).
   void DeliverLines(const std::string& cluster_id, uint64_t run, size_t index,
@@ -203,6 +227,13 @@ class LocalClusterProvider final : public ClusterProvider {
   }
 
  private:
+  // The keeper's lease in milliseconds, 0 without one (the bwrap runtime's
+  // containers end with this process).
+  int64_t LeaseMs() const {
+    if (options_.runtime != LocalRuntime::kProcess) return 0;
+    return std::max<int64_t>(0, absl::ToInt64Milliseconds(options_.reattach_lease));
+  }
+
   LocalCluster* Find(const std::string& id) {
     auto it = clusters_.find(id);
     return it == clusters_.end() ? nullptr : it->second.get();
@@ -219,6 +250,18 @@ class LocalClusterProvider final : public ClusterProvider {
   // Stops everything of a cluster taken out of clusters_ and cleans up after
   // it on a task: kills now, waits and removes files later.
   void Dispose(std::unique_ptr<LocalCluster> cluster);
+
+  // The checkpoint store and path of `request` (CheckpointPlace). Errors:
+  // those StartContainers gives for a CheckpointConfig it cannot honour.
+  absl::StatusOr<CheckpointPlace> CheckpointPlaceOf(const v1::CreateTrainingJobRequest& request);
+
+  // With a lease: the clusters of processes that are gone whose containers
+  // still ran when this provider was made, for Reattach to take. Those not
+  // taken when the lease has run out are ended and deleted (a task that
+  // waits for that, or for the provider's end).
+  void KeepAdoptable(std::vector<internal::StaleFiles::Cluster> live);
+  // Ends the containers of such a cluster and deletes it. Blocking.
+  static void Discard(internal::StaleFiles::Cluster cluster);
 
   void LoseInstance(const std::string& cluster_id, size_t index);
 
@@ -303,6 +346,10 @@ class LocalClusterProvider final : public ClusterProvider {
   std::map<std::string, std::unique_ptr<LocalCluster>> clusters_;
   int64_t instances_in_use_ = 0;
   bool netns_unavailable_ = false;  // learned from a failed attempt
+  // Clusters of processes that are gone, for Reattach (KeepAdoptable).
+  absl::Mutex adoptable_mu_;
+  std::map<std::string, internal::StaleFiles::Cluster> adoptable_ ABSL_GUARDED_BY(adoptable_mu_);
+  absl::Notification ending_;  // the provider is being destroyed
   internal::ImageCache images_;
   internal::TaskRunner tasks_;      // last: joined first on destruction
 };
@@ -551,38 +598,13 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
     }
   }
   const v1::CreateTrainingJobRequest& request = job.request;
-  // Checkpoints.
-  ObjectStore* checkpoint_store = nullptr;
-  std::string checkpoint_path;  // as the container sees it
-  if (request.has_checkpoint_config()) {
-    if (options_.object_stores == nullptr) {
-      fail(absl::FailedPreconditionError(
-          "CheckpointConfig needs LocalOptions.object_stores, and this provider has none"));
-      return;
-    }
-    absl::StatusOr<ObjectStore*> store =
-        options_.object_stores->For(request.checkpoint_config().s3_uri());
-    if (!store.ok()) {
-      fail(absl::Status(store.status().code(),
-                        absl::StrCat("CheckpointConfig.S3Uri: ", store.status().message())));
-      return;
-    }
-    checkpoint_store = *store;
-    checkpoint_path = request.checkpoint_config().local_path();
-    while (checkpoint_path.size() > 1 && checkpoint_path.back() == '/') checkpoint_path.pop_back();
-    if (checkpoint_path.empty()) checkpoint_path = kDefaultCheckpointPath;
-    if (checkpoint_path[0] != '/' ||
-        !internal::IsSafeRelativePath(std::string_view(checkpoint_path).substr(1))) {
-      fail(absl::InvalidArgumentError(
-          absl::StrCat("CheckpointConfig.LocalPath '", PathForMessage(checkpoint_path),
-                       "' must be an absolute path without '.', '..' or empty components")));
-      return;
-    }
-    if (absl::Status s = runtime_->CheckCheckpointPath(checkpoint_path); !s.ok()) {
-      fail(s);
-      return;
-    }
+  absl::StatusOr<CheckpointPlace> checkpoints = CheckpointPlaceOf(request);
+  if (!checkpoints.ok()) {
+    fail(checkpoints.status());
+    return;
   }
+  ObjectStore* const checkpoint_store = checkpoints->store;
+  const std::string& checkpoint_path = checkpoints->path;
   const auto& spec = request.algorithm_specification();
   const bool isolated = request.enable_network_isolation();
 
@@ -624,6 +646,8 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
     ls.sync_interval = options_.checkpoint_sync_interval;
     ls.drain_timeout = options_.output_drain_timeout;
     ls.wait_for = inst.retired;
+    ls.lease_ms = LeaseMs();
+    if (ls.lease_ms > 0) ls.run_dir = internal::RunDir(c->dir, inst.info.host_name);
     internal::CommandInput cmd;
     cmd.host = inst.info.host_name;
     cmd.paths = inst.paths;
@@ -662,13 +686,8 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
                        kInstanceTmp};
     }
     if (checkpoint_store != nullptr) {
-      // Below /opt/ml: that place in the instance's tree; elsewhere (bwrap
-      // only) a directory of the instance mounted there.
       const bool in_tree = IsUnderContainerBase(checkpoint_path);
-      const std::string checkpoint_rel =
-          in_tree ? absl::StrCat("ml", internal::Av(std::string_view(checkpoint_path).substr(
-                                           std::string_view(kContainerBase).size())))
-                  : "checkpoints-local";
+      const std::string checkpoint_rel = CheckpointRel(checkpoint_path);
       const std::string checkpoint_host = absl::StrCat(inst.paths.dir, "/", checkpoint_rel);
       ls.checkpoint_store = checkpoint_store;
       ls.checkpoint_uri = request.checkpoint_config().s3_uri();
@@ -891,6 +910,187 @@ void LocalClusterProvider::Dispose(std::unique_ptr<LocalCluster> c) {
     if (!internal::RemoveTree(c->dir).ok()) left = true;
     if (left && c->lock != nullptr) c->lock->KeepFile();
   });
+}
+
+absl::StatusOr<CheckpointPlace> LocalClusterProvider::CheckpointPlaceOf(
+    const v1::CreateTrainingJobRequest& request) {
+  CheckpointPlace place;
+  if (!request.has_checkpoint_config()) return place;
+  if (options_.object_stores == nullptr) {
+    return absl::FailedPreconditionError(
+        "CheckpointConfig needs LocalOptions.object_stores, and this provider has none");
+  }
+  absl::StatusOr<ObjectStore*> store =
+      options_.object_stores->For(request.checkpoint_config().s3_uri());
+  if (!store.ok()) {
+    return absl::Status(store.status().code(),
+                        absl::StrCat("CheckpointConfig.S3Uri: ", store.status().message()));
+  }
+  place.store = *store;
+  place.path = request.checkpoint_config().local_path();
+  while (place.path.size() > 1 && place.path.back() == '/') place.path.pop_back();
+  if (place.path.empty()) place.path = kDefaultCheckpointPath;
+  if (place.path[0] != '/' ||
+      !internal::IsSafeRelativePath(std::string_view(place.path).substr(1))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CheckpointConfig.LocalPath '", PathForMessage(place.path),
+                     "' must be an absolute path without '.', '..' or empty components"));
+  }
+  if (absl::Status s = runtime_->CheckCheckpointPath(place.path); !s.ok()) return s;
+  return place;
+}
+
+void LocalClusterProvider::KeepAdoptable(std::vector<internal::StaleFiles::Cluster> live) {
+  if (live.empty()) return;
+  {
+    absl::MutexLock lock(&adoptable_mu_);
+    for (internal::StaleFiles::Cluster& c : live) adoptable_[c.id] = std::move(c);
+  }
+  // (No work guard: nothing is posted back, and the loop need not wait.)
+  tasks_.Run([this] {
+    ending_.WaitForNotificationWithTimeout(options_.reattach_lease);
+    std::map<std::string, internal::StaleFiles::Cluster> left;
+    {
+      absl::MutexLock lock(&adoptable_mu_);
+      left.swap(adoptable_);
+    }
+    for (auto& [id, c] : left) Discard(std::move(c));
+  });
+}
+
+void LocalClusterProvider::Discard(internal::StaleFiles::Cluster cluster) {
+  const std::string runs = absl::StrCat(cluster.dir, "/runs");
+  std::vector<internal::UniqueFd> keepers;
+  if (DIR* d = opendir(runs.c_str()); d != nullptr) {
+    while (struct dirent* e = readdir(d)) {
+      if (e->d_name[0] == '.') continue;
+      absl::StatusOr<internal::RunRecord> r =
+          internal::ReadRunRecord(absl::StrCat(runs, "/", e->d_name));
+      if (!r.ok()) continue;
+      internal::UniqueFd keeper = internal::OpenKeeper(*r);
+      if (!keeper.valid()) continue;
+      // The keeper ends its container, then itself.
+      internal::PidfdSendSignal(keeper.get(), internal::KeeperEndSignal());
+      internal::PidfdSendSignal(keeper.get(), SIGCONT);
+      keepers.push_back(std::move(keeper));
+    }
+    closedir(d);
+  }
+  for (const internal::UniqueFd& k : keepers) {
+    struct pollfd fd = {k.get(), POLLIN, 0};
+    poll(&fd, 1, 5000);
+  }
+  if (!internal::RemoveTree(cluster.dir).ok()) cluster.lock->KeepFile();
+  cluster.lock.reset();
+}
+
+absl::Status LocalClusterProvider::Reattach(const JobContext& job, ContainerEvents& events) {
+  if (LeaseMs() == 0) {
+    return absl::FailedPreconditionError(
+        options_.runtime == LocalRuntime::kProcess
+            ? "the local provider has no LocalOptions.reattach_lease: containers end with the "
+              "process that started them"
+            : "the bwrap runtime's containers end with the process that started them");
+  }
+  std::optional<internal::StaleFiles::Cluster> found;
+  {
+    absl::MutexLock lock(&adoptable_mu_);
+    auto it = adoptable_.find(job.cluster.id);
+    if (it != adoptable_.end()) {
+      found = std::move(it->second);
+      adoptable_.erase(it);
+    }
+  }
+  if (!found.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no container of local cluster '", job.cluster.id,
+        "' still runs on this state directory (they ended, or their lease ran out)"));
+  }
+  absl::StatusOr<CheckpointPlace> checkpoints = CheckpointPlaceOf(job.request);
+  auto c = std::make_unique<LocalCluster>();
+  c->cluster = job.cluster;
+  c->dir = found->dir;
+  c->run = 1;
+  c->events = &events;
+  std::vector<RunSpec> specs;
+  std::vector<internal::UniqueFd> keepers;
+  absl::Status status = checkpoints.status();
+  for (const Instance& info : job.cluster.instances) {
+    if (!status.ok()) break;
+    LocalInstance inst;
+    inst.info = info;
+    inst.paths = internal::InstancePaths::Of(options_.state_dir, info.id);
+    RunSpec ls;
+    ls.host = info.host_name;
+    ls.paths = inst.paths;
+    ls.run_dir = internal::RunDir(c->dir, info.host_name);
+    ls.lease_ms = LeaseMs();
+    ls.sync_interval = options_.checkpoint_sync_interval;
+    ls.drain_timeout = options_.output_drain_timeout;
+    absl::StatusOr<internal::RunRecord> record = internal::ReadRunRecord(ls.run_dir);
+    if (!record.ok()) {
+      status = record.status();
+      break;
+    }
+    internal::UniqueFd keeper = internal::OpenKeeper(*record);
+    if (!keeper.valid()) {
+      status = absl::FailedPreconditionError(
+          absl::StrCat(info.host_name, ": its container no longer runs"));
+      break;
+    }
+    internal::UniqueFd output(internal::PidfdGetfd(keeper.get(), internal::kKeeperOutputFd));
+    if (!output.valid()) {
+      status = internal::ErrnoStatus(errno, "take the output of",
+                                     absl::StrCat(info.host_name, "'s container"));
+      break;
+    }
+    ls.log = std::make_shared<RunLog>();
+    status = ls.log->Adopt(record->stream);
+    if (!status.ok()) break;
+    if (checkpoints->store != nullptr) {
+      ls.checkpoint_store = checkpoints->store;
+      ls.checkpoint_uri = job.request.checkpoint_config().s3_uri();
+      ls.checkpoint_dir = absl::StrCat(inst.paths.dir, "/", CheckpointRel(checkpoints->path));
+    }
+    auto proc = std::make_shared<ContainerProc>();
+    {
+      absl::MutexLock lock(&proc->mu);
+      proc->pid = record->keeper;
+      proc->kept = true;
+    }
+    ls.adopted = RunSpec::Adopted{dup(keeper.get()), output.release(), record->stream};
+    inst.current = std::move(proc);
+    inst.last_log = ls.log;
+    keepers.push_back(std::move(keeper));
+    specs.push_back(std::move(ls));
+    c->instances.push_back(std::move(inst));
+  }
+  if (!status.ok()) {
+    for (RunSpec& ls : specs) {
+      close(ls.adopted->keeper_pidfd);
+      close(ls.adopted->output);
+    }
+    tasks_.Run([cluster = std::make_shared<internal::StaleFiles::Cluster>(
+                    std::move(*found))]() mutable { Discard(std::move(*cluster)); });
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot take back local cluster '", job.cluster.id, "': ", status.message()));
+  }
+  c->lock = std::move(found->lock);
+  for (size_t i = 0; i < c->instances.size(); ++i) {
+    LocalInstance& inst = c->instances[i];
+    ContainerProc* raw = inst.current.get();
+    auto reporter = std::make_unique<Reporter>(this, c->cluster.id, c->run, i,
+                                               inst.info.host_name, nullptr);
+    raw->thread = std::thread([runtime = runtime_, views = views_, ls = std::move(specs[i]), raw,
+                               reporter = std::move(reporter),
+                               guard = loop_.AcquireWork()]() mutable {
+      internal::Supervise(*runtime, views, std::move(ls), *raw, *reporter);
+      guard.Reset();
+    });
+  }
+  instances_in_use_ += static_cast<int64_t>(c->instances.size());
+  clusters_[c->cluster.id] = std::move(c);
+  return absl::OkStatus();
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -54,6 +55,17 @@ bool RunLog::QueueUnlessNamed(std::string_view text) {
 std::vector<std::string> RunLog::TakeQueued() {
   absl::MutexLock lock(&mu_);
   return std::exchange(queued_, {});
+}
+
+absl::Status RunLog::Adopt(const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) return ErrnoStatus(errno, "find the log stream", path);
+  absl::MutexLock lock(&mu_);
+  name_ = path;
+  path_ = path;
+  dev_ = st.st_dev;
+  ino_ = st.st_ino;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<UniqueFd> RunLog::Open(std::string& path) {
@@ -110,6 +122,23 @@ std::string LogStream::Open() {
   state_ = State::kBroken;
   return absl::StrCat(kBrokenPrefix, s.message(),
                       "; this container's output reaches the job's observers only");
+}
+
+std::string LogStream::Resume(std::string& partial) {
+  partial.clear();
+  std::string broke = Open();
+  if (!broke.empty() || size_ == 0) return broke;
+  // The tail, for the last newline.
+  UniqueFd in(open(path_.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+  const off_t from = std::max<off_t>(0, size_ - static_cast<off_t>(kMaxLineBytes));
+  std::string tail(static_cast<size_t>(size_ - from), '\0');
+  const ssize_t n = in.valid() ? pread(in.get(), tail.data(), tail.size(), from) : -1;
+  if (n != static_cast<ssize_t>(tail.size())) return "";  // (taken as whole lines)
+  const size_t nl = tail.rfind('\n');
+  const size_t start = nl == std::string::npos ? 0 : nl + 1;
+  line_end_ = from + static_cast<off_t>(start);
+  partial = tail.substr(start);
+  return "";
 }
 
 std::string LogStream::AppendOutput(std::string_view data) {

@@ -64,6 +64,11 @@ class RunLog {
   // The texts QueueUnlessNamed kept, which the caller now writes.
   std::vector<std::string> TakeQueued();
 
+  // Makes the stream the file `path`, which an earlier process made for the
+  // same run (a run taken back, run_record.h): Open then opens it again.
+  // Errors: as ErrnoStatus, naming the file, when it is not there.
+  absl::Status Adopt(const std::string& path);
+
   // Opens the stream for appending: the first time, a file made under a name
   // no other stream has (its directory made when missing); afterwards, that
   // file again, or, when it was deleted or replaced meanwhile, one made anew
@@ -107,6 +112,14 @@ class LogStream {
   // Opens the run's stream for appending (RunLog::Open). Returns the line for
   // observers when it cannot (naming what and why), else "".
   std::string Open();
+
+  // Opens an adopted stream (RunLog::Adopt) to go on with it: as Open, and
+  // sets `partial` to what follows its last newline (a line whose rest is
+  // still to come; at most kMaxLineBytes of it).
+  std::string Resume(std::string& partial);
+
+  // The file's path, once opened.
+  const std::string& path() const { return path_; }
 
   // Appends container output. Returns the line for observers when this call
   // broke the stream, else "".

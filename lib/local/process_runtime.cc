@@ -96,8 +96,13 @@ class ProcessRuntime final : public ContainerRuntime {
                                 absl::FunctionRef<void(std::string_view)> log_platform)
       const override {
     SpawnSpec ss = SpawnSpecFor(spec, output.get());
-    // The keeper ends the container with this process.
+    // The keeper ends the container with this process, or, with a lease,
+    // when no process has held the run for that long.
     ss.keeper = true;
+    if (spec.lease_ms > 0 && !spec.keeper_fds.empty()) {
+      ss.keeper_lease_ms = spec.lease_ms;
+      ss.fds = spec.keeper_fds;
+    }
     absl::StatusOr<pid_t> spawned = Spawn(ss);
     output.reset();
     if (!spawned.ok()) return spawned.status();

@@ -16,6 +16,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "local/run_record.h"
 
 namespace kiln::local::internal {
 namespace {
@@ -115,7 +116,7 @@ ProvisionedDirs::~ProvisionedDirs() {
   lock.reset();  // (deletes the lock file unless kept, then unlocks)
 }
 
-StaleFiles StaleFiles::Claim(const std::string& state_dir) {
+StaleFiles StaleFiles::Claim(const std::string& state_dir, bool keep_live) {
   StaleFiles stale;
   // Clusters: the lock files in <state_dir>/locks that no process holds.
   const std::string locks = LocksDir(state_dir);
@@ -130,7 +131,8 @@ StaleFiles StaleFiles::Claim(const std::string& state_dir) {
       const std::string_view id = name.substr(0, name.size() - kSuffix.size());
       std::unique_ptr<ClusterLock> lock = ClusterLock::TryTake(ClusterLockPath(state_dir, id));
       if (lock == nullptr) continue;
-      stale.clusters_.push_back(Cluster{ClusterDir(state_dir, id), std::move(lock)});
+      Cluster c{std::string(id), ClusterDir(state_dir, id), std::move(lock)};
+      (keep_live && HasLiveRuns(c.dir) ? stale.live_ : stale.clusters_).push_back(std::move(c));
     }
     closedir(d);
   }

@@ -16,6 +16,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -90,9 +91,20 @@ struct ProvisionedDirs {
 // alone.
 class StaleFiles {
  public:
+  struct Cluster {
+    std::string id;
+    std::string dir;
+    std::unique_ptr<ClusterLock> lock;
+  };
+
   // Claims what is stale in `state_dir` now. Never fails: what cannot be
-  // looked at is left for a later provider.
-  static StaleFiles Claim(const std::string& state_dir);
+  // looked at is left for a later provider. With `keep_live`, a cluster with
+  // a container whose keeper still runs (run_record.h) is set apart
+  // (TakeLive), claimed, rather than deleted.
+  static StaleFiles Claim(const std::string& state_dir, bool keep_live = false);
+
+  // The clusters set apart by Claim, with their locks.
+  std::vector<Cluster> TakeLive() { return std::exchange(live_, {}); }
 
   bool empty() const { return clusters_.empty() && scratch_.empty(); }
 
@@ -104,15 +116,12 @@ class StaleFiles {
   void Delete();
 
  private:
-  struct Cluster {
-    std::string dir;
-    std::unique_ptr<ClusterLock> lock;
-  };
   struct Scratch {
     std::string path;
     UniqueFd lock;
   };
   std::vector<Cluster> clusters_;
+  std::vector<Cluster> live_;
   std::vector<Scratch> scratch_;
 };
 

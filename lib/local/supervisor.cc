@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include <csignal>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -19,6 +21,9 @@
 #include "kiln/checkpoint_sync.h"
 #include "kiln/plugin/files.h"
 #include "local/internal/fs.h"
+#include "local/internal/process_keeper.h"
+#include "local/internal/spawn.h"
+#include "local/run_record.h"
 
 namespace kiln::local::internal {
 namespace {
@@ -58,24 +63,11 @@ class Supervisor {
         log_(*spec_.log) {}
 
   void Run() {
-    WaitForEarlierRuns();
-    absl::Status status = PrepareInstance();
-    if (status.ok()) status = FindProgram();
-    if (status.ok()) status = CheckNotCancelled();
-    OpenLog(status);
-    if (status.ok()) status = StartContainer();
-    if (!status.ok()) {
-      log_platform(absl::StrCat("could not start the container: ", status.message()));
-      CloseAll();
-      reporter_.OnStarted(status);
+    if (spec_.adopted.has_value()) {
+      Adopt();
+    } else if (!Start()) {
       return;
     }
-    DeliverPendingSignals();
-    if (!started_.up) {
-      ReportSandboxFailure();
-      return;
-    }
-    reporter_.OnStarted(absl::OkStatus());
     ReadUntilExit();
     ContainerExit exit;
     exit.exit_code = Reap();
@@ -104,6 +96,61 @@ class Supervisor {
   }
 
  private:
+  // Steps 1 to 5: the run started, and reported (OnStarted). False when it
+  // could not start (reported too).
+  bool Start() {
+    WaitForEarlierRuns();
+    absl::Status status = PrepareInstance();
+    if (status.ok()) status = FindProgram();
+    if (status.ok()) status = CheckNotCancelled();
+    OpenLog(status);
+    if (status.ok()) status = StartContainer();
+    if (!status.ok()) {
+      log_platform(absl::StrCat("could not start the container: ", status.message()));
+      CloseAll();
+      reporter_.OnStarted(status);
+      return false;
+    }
+    DeliverPendingSignals();
+    if (!started_.up) {
+      ReportSandboxFailure();
+      return false;
+    }
+    reporter_.OnStarted(absl::OkStatus());
+    return true;
+  }
+
+  // A run an earlier process started (RunSpec::adopted): its output and
+  // keeper taken over, its log stream gone on with where that process left
+  // it, its checkpoints synced on.
+  void Adopt() {
+    RunSpec::Adopted& a = *spec_.adopted;
+    pidfd_ = std::exchange(a.keeper_pidfd, -1);
+    out_ = std::exchange(a.output, -1);
+    {
+      absl::MutexLock lock(&proc_.mu);
+      started_.pid = proc_.pid;
+    }
+    exit_record_.reset(open(absl::StrCat(spec_.run_dir, "/", kExitRecordFile).c_str(),
+                            O_RDONLY | O_NOFOLLOW | O_CLOEXEC));
+    std::string partial;
+    std::string broke = log_.Resume(partial);
+    if (!broke.empty()) lines_.push_back(std::move(broke));
+    // The start of a line whose rest is still in the pipe: observers get it
+    // whole, once.
+    std::vector<std::string> none;
+    splitter_.Add(partial, none);
+    if (partial.empty()) {
+      log_platform(absl::StrCat(spec_.host, ": taken back by process ", getpid(),
+                                " after the process that started it ended"));
+    }
+    PostLines();
+    if (spec_.checkpoint_store != nullptr) {
+      sync_ = std::make_unique<CheckpointSync>(*spec_.checkpoint_store, spec_.checkpoint_uri,
+                                               spec_.checkpoint_dir, spec_.paths.dir);
+    }
+  }
+
   static void CloseFd(int& fd) {
     if (fd >= 0) close(fd);
     fd = -1;
@@ -198,12 +245,59 @@ class Supervisor {
     int out[2] = {-1, -1};
     if (pipe2(out, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe", "output");
     out_ = out[0];
+    std::vector<UniqueFd> keeper_files;
+    if (spec_.lease_ms > 0) {
+      absl::Status s = PrepareLease(keeper_files);
+      if (!s.ok()) {
+        keeper_files.clear();
+        log_platform(absl::StrCat(
+            "the container cannot outlive this process (it ends with it): ", s.message()));
+      }
+    }
+    spec_.keeper_fds.clear();
+    for (const UniqueFd& fd : keeper_files) spec_.keeper_fds.push_back(fd.get());
     absl::StatusOr<Started> started =
         runtime_.Start(spec_, UniqueFd(out[1]), proc_,
                        [this](std::string_view text) { log_platform(text); });
     if (!started.ok()) return started.status();
     started_ = *started;
     pidfd_ = PidfdOpen(started_.pid);
+    bool kept;
+    {
+      absl::MutexLock lock(&proc_.mu);
+      kept = proc_.kept;
+    }
+    if (!keeper_files.empty() && kept) {
+      absl::Status s = WriteRunRecord(
+          spec_.run_dir,
+          RunRecord{started_.pid, ProcessStartTime(started_.pid), log_.path()});
+      if (!s.ok()) {
+        log_platform(absl::StrCat(
+            "the container cannot be taken back by a later process: ", s.message()));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // The keeper's files for a run with a lease (RunSpec::keeper_fds): its
+  // exit record and lease file in the run's directory, and a copy of the
+  // output's read end. The pipe is made as large as the system lets it be:
+  // the container's output waits there while no process reads it.
+  absl::Status PrepareLease(std::vector<UniqueFd>& files) {
+    if (absl::Status s = MakeDirs(spec_.run_dir); !s.ok()) return s;
+    const std::string exit_path = absl::StrCat(spec_.run_dir, "/", kExitRecordFile);
+    UniqueFd exit_fd(
+        open(exit_path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!exit_fd.valid()) return ErrnoStatus(errno, "create", exit_path);
+    const std::string lease_path = absl::StrCat(spec_.run_dir, "/", kLeaseFile);
+    UniqueFd lease_fd(open(lease_path.c_str(), O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644));
+    if (!lease_fd.valid()) return ErrnoStatus(errno, "create", lease_path);
+    UniqueFd out_copy(fcntl(out_, F_DUPFD_CLOEXEC, 0));
+    if (!out_copy.valid()) return ErrnoStatus(errno, "copy", "the output pipe");
+    fcntl(out_, F_SETPIPE_SZ, 1 << 20);
+    files.push_back(std::move(exit_fd));
+    files.push_back(std::move(out_copy));
+    files.push_back(std::move(lease_fd));
     return absl::OkStatus();
   }
 
@@ -227,12 +321,25 @@ class Supervisor {
     const pid_t pid = started_.pid;
     bool out_open = true;
     absl::Time next_sync = sync_ ? absl::Now() + spec_.sync_interval : absl::InfiniteFuture();
+    // With a lease, the keeper is told that a process holds the run, four
+    // times per lease.
+    const bool leased = spec_.lease_ms > 0 && !spec_.run_dir.empty();
+    const std::string lease_path = absl::StrCat(spec_.run_dir, "/", kLeaseFile);
+    const absl::Duration renew = absl::Milliseconds(std::max<int64_t>(spec_.lease_ms / 4, 50));
+    absl::Time next_renew = leased ? absl::Now() : absl::InfiniteFuture();
     while (true) {
-      int timeout = -1;
-      if (sync_) {
-        timeout = static_cast<int>(
-            std::max<int64_t>(0, absl::ToInt64Milliseconds(next_sync - absl::Now()) + 1));
+      if (absl::Now() >= next_renew) {
+        utimensat(AT_FDCWD, lease_path.c_str(), nullptr, 0);
+        next_renew = absl::Now() + renew;
       }
+      const absl::Time wake = std::min(next_sync, next_renew);
+      int timeout = -1;
+      if (wake != absl::InfiniteFuture()) {
+        timeout = static_cast<int>(
+            std::max<int64_t>(0, absl::ToInt64Milliseconds(wake - absl::Now()) + 1));
+      }
+      // (An adopted keeper's exit record is looked for now and then.)
+      if (!out_open && exit_record_.valid()) timeout = timeout < 0 ? 100 : std::min(timeout, 100);
       if (pidfd_ < 0) {
         // No pidfd (an old kernel): look for the exit now and then.
         siginfo_t info;
@@ -256,6 +363,11 @@ class Supervisor {
         }
       }
       if (pidfd_ >= 0 && (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) break;
+      // A keeper whose parent is gone waits, once the entrypoint has ended,
+      // for the process that took its output: all of it has been read.
+      if (!out_open && exit_record_.valid() && ReadExitRecord(exit_record_.get()).has_value()) {
+        PidfdSendSignal(pidfd_, KeeperReleaseSignal());
+      }
       if (sync_ && absl::Now() >= next_sync) {
         CheckpointSyncStats done;
         absl::Status s = sync_->SyncOnce(&done);
@@ -268,6 +380,7 @@ class Supervisor {
   // Step 7: the main process reaped, and what it left behind killed, as in a
   // container. Returns its exit code (128 + signal when a signal ended it).
   int Reap() {
+    if (spec_.adopted.has_value()) return ReapAdopted();
     const pid_t pid = started_.pid;
     int wstatus = 0;
     absl::MutexLock lock(&proc_.mu);
@@ -281,6 +394,31 @@ class Supervisor {
     if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
     if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
     return 1;
+  }
+
+  // Step 7 for an adopted run: its keeper, not this process's child, is
+  // gone; its exit record says how the entrypoint ended, and what it used.
+  int ReapAdopted() {
+    struct pollfd fd = {pidfd_, POLLIN, 0};
+    while (poll(&fd, 1, -1) < 0 && errno == EINTR) {
+    }
+    {
+      absl::MutexLock lock(&proc_.mu);
+      proc_.reaped = true;
+    }
+    std::optional<ExitRecord> record;
+    if (exit_record_.valid()) record = ReadExitRecord(exit_record_.get());
+    if (!record.has_value()) {
+      log_platform(absl::StrCat(spec_.host, ": the container's keeper ended without saying how "
+                                "the container ended; taken as killed"));
+      return 128 + SIGKILL;
+    }
+    usage_.ru_utime.tv_sec = record->user_cpu_us / 1000000;
+    usage_.ru_utime.tv_usec = record->user_cpu_us % 1000000;
+    usage_.ru_stime.tv_sec = record->system_cpu_us / 1000000;
+    usage_.ru_stime.tv_usec = record->system_cpu_us % 1000000;
+    usage_.ru_maxrss = record->max_rss_kib;
+    return record->exit_code;
   }
 
   // Step 8: the output still in the pipe, read for a while.
@@ -353,6 +491,7 @@ class Supervisor {
   int out_ = -1;  // the read end of the output pipe
   Started started_;
   int pidfd_ = -1;
+  UniqueFd exit_record_;  // an adopted run's exit record (run_record.h)
   struct rusage usage_ = {};
   char buf_[1 << 16];
 };

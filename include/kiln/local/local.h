@@ -53,8 +53,19 @@
 //
 // Signals: Signal(SIGTERM) reaches every process of the container (on the
 // process runtime, those still in its process group); SIGKILL ends the whole
-// tree. A container's end, Release, the provider's destruction and the death
-// of the process running the provider kill every process of the container.
+// tree. A container's end, Release and the provider's destruction kill every
+// process of the container; so does the death of the process running the
+// provider, at once, or, with a `reattach_lease`, once the lease has run out
+// without a provider taking the container back (Reattach).
+//
+// Reattach: with a `reattach_lease`, a provider made on the state directory
+// takes back the containers of a cluster that a process now gone started
+// (JobContext::cluster names it), when their keepers still run: log lines
+// and OnExit reach the new `events`, the log stream goes on in the same file
+// (no line lost or repeated), checkpoints are synced on. FailedPrecondition
+// when it cannot (no lease, the bwrap runtime, a cluster it does not have,
+// an instance whose container is gone). The clusters of processes that are
+// gone that no Reattach takes within the lease are deleted then.
 //
 // Logs: a container's stdout and stderr reach ContainerEvents::OnLogLine line
 // by line (without the newline; a line longer than 64 KiB comes in pieces)
@@ -151,6 +162,16 @@ struct LocalOptions {
   // SIGTERM and SIGKILL on a stop is the engine's
   // (EngineOptions::stop_grace_period): the provider only delivers signals.
   absl::Duration output_drain_timeout = absl::Seconds(2);
+  // How long a container on the process runtime outlives the process running
+  // the provider, for a provider made later on the same state directory to
+  // take it back (Reattach, for an engine that recovers its jobs from a
+  // journal). Zero: containers end with that process. Otherwise each
+  // container's process keeper ends the container once no provider has held
+  // it for this long; while none does, its output waits (up to the pipe's
+  // size, then the container's writes wait too), and its exit status is kept
+  // in the state directory. The bwrap runtime's containers always end with
+  // the process (Reattach cannot take them back). At least one second.
+  absl::Duration reattach_lease = absl::ZeroDuration();
 };
 
 // Returns a local ClusterProvider on `loop`, which must outlive it. The

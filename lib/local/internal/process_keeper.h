@@ -20,8 +20,8 @@
 //     it: each child, then each orphan that hands it, until it has no child
 //     (a container ends with its main process; the provider's kill of the
 //     group reaches only those still in it);
-//   * its parent-death signal is its end signal, SIGRTMAX (which nothing
-//     else sends a container), and it catches it: it then kills the
+//   * without a lease (below), its parent-death signal is its end signal,
+//     SIGRTMAX (which nothing else sends a container), and it catches it: it then kills the
 //     entrypoint, then the rest as above, then itself (SIGKILL). The
 //     provider sends it the same signal to kill the container (where it
 //     would otherwise SIGKILL the group, which would kill the keeper first);
@@ -55,12 +55,41 @@ namespace kiln::local::internal {
 inline int KeeperEndSignal() { return SIGRTMAX; }
 
 // The keeper's command line: argv[0] kKeeperName, argv[1] the decimal pid of
-// the process whose death ends the container (its parent), argv[2] the
-// entrypoint's path, argv[3...] the entrypoint's arguments (argv[2] is also
-// the entrypoint's argv[0]). Its own environment is empty: the entrypoint's
-// comes on kKeeperEnvFd, so that the job's variables reach the entrypoint
-// only.
+// the process whose death ends the container (its parent), argv[2] the lease
+// in milliseconds (below), argv[3] the entrypoint's path, argv[4...] the
+// entrypoint's arguments (argv[3] is also the entrypoint's argv[0]). Its own
+// environment is empty: the entrypoint's comes on kKeeperEnvFd, so that the
+// job's variables reach the entrypoint only.
+//
+// The lease. With a lease of 0 the container ends at once when the parent
+// dies (above). With a lease of L > 0 the parent's death only starts the
+// lease: the container runs on, and a process that takes it back (the local
+// provider's Reattach) renews the lease by touching the lease file
+// (kKeeperLeaseFd), as the parent does while it lives. The keeper ends the
+// container when both its parent's death and the lease file's last change
+// are more than L ago. Meanwhile:
+//   * the keeper holds a copy of the output pipe's read end
+//     (kKeeperOutputFd), so that the container's writes wait in the pipe
+//     rather than fail; a process that takes the run back gets it with
+//     pidfd_getfd(2);
+//   * when the entrypoint ends, the keeper writes its exit record to
+//     kKeeperExitFd ("<exit code> <user cpu us> <system cpu us> <max rss KiB>\n",
+//     at offset 0), and, if its parent is gone, stays (holding the output
+//     that is still in the pipe) until a process that took the output sends
+//     it kKeeperReleaseSignal after reading the record, or the lease runs
+//     out; then it exits with the entrypoint's status.
 inline constexpr char kKeeperName[] = "kiln-process-keeper";
+
+// With a lease: the descriptors the keeper gets (kKeeperExitFd, a file it
+// may write; kKeeperOutputFd, the output pipe's read end; kKeeperLeaseFd, the
+// lease file, read-only). None reaches the entrypoint.
+inline constexpr int kKeeperExitFd = 5;
+inline constexpr int kKeeperOutputFd = 6;
+inline constexpr int kKeeperLeaseFd = 7;
+
+// Sent to a keeper whose parent is gone, once its exit record has been read
+// and its output taken: it may exit.
+inline int KeeperReleaseSignal() { return SIGRTMAX - 1; }
 
 // The descriptor on which the keeper reports that the entrypoint could not
 // be executed: two ints, {kKeeperExecFailed, errno}. It is closed (close on

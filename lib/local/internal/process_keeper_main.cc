@@ -9,6 +9,8 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,13 +28,27 @@ namespace {
 using kiln::local::internal::kKeeperEnvFd;
 using kiln::local::internal::kKeeperErrorFd;
 using kiln::local::internal::kKeeperExecFailed;
+using kiln::local::internal::kKeeperExitFd;
+using kiln::local::internal::kKeeperLeaseFd;
+using kiln::local::internal::kKeeperOutputFd;
 using kiln::local::internal::kKeeperUsage;
 using kiln::local::internal::KeeperEndSignal;
+using kiln::local::internal::KeeperReleaseSignal;
+
+// With a lease: the parent-death signal, caught (the parent is gone; the
+// lease runs).
+int OrphanSignal() { return SIGRTMAX - 2; }
 
 // The entrypoint while it runs (0 before it is forked and once it has ended).
 volatile sig_atomic_t entrypoint = 0;
 // Set by the end signal: the container ends now.
 volatile sig_atomic_t end_now = 0;
+// With a lease: set when the parent is gone, and when a release comes.
+volatile sig_atomic_t orphaned = 0;
+volatile sig_atomic_t released = 0;
+
+void Orphaned(int) { orphaned = 1; }
+void Released(int) { released = 1; }
 
 // The end signal (the parent is gone, or the provider kills the container):
 // the entrypoint is killed now; main() then kills what else is left of the
@@ -197,6 +213,46 @@ char** ReadEnvironment() {
   return env;
 }
 
+bool ParseCount(const char* text, long* out) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || v < 0) return false;
+  *out = v;
+  return true;
+}
+
+// With a lease: whether it has run out (the parent gone, and neither its
+// death nor the lease file's last change within `lease_ms`). `orphaned_at`:
+// when the keeper first saw its parent gone (0: not yet; set here).
+bool LeaseRunOut(long lease_ms, time_t* orphaned_at) {
+  if (!orphaned) return false;
+  timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  if (*orphaned_at == 0) *orphaned_at = now.tv_sec;
+  time_t last = *orphaned_at;
+  struct stat st;
+  if (fstat(kKeeperLeaseFd, &st) == 0 && st.st_mtim.tv_sec > last) last = st.st_mtim.tv_sec;
+  return (now.tv_sec - last) * 1000 > lease_ms;
+}
+
+// With a lease: the exit record (process_keeper.h), at offset 0 of
+// kKeeperExitFd.
+void WriteExitRecord(int code) {
+  struct rusage ru;
+  std::memset(&ru, 0, sizeof(ru));
+  getrusage(RUSAGE_CHILDREN, &ru);
+  char text[128];
+  const int n = std::snprintf(
+      text, sizeof(text), "%d %lld %lld %ld\n", code,
+      static_cast<long long>(ru.ru_utime.tv_sec) * 1000000 + ru.ru_utime.tv_usec,
+      static_cast<long long>(ru.ru_stime.tv_sec) * 1000000 + ru.ru_stime.tv_usec, ru.ru_maxrss);
+  if (n > 0) {
+    ssize_t ignored = pwrite(kKeeperExitFd, text, static_cast<size_t>(n), 0);
+    (void)ignored;
+  }
+}
+
 bool ParsePid(const char* text, pid_t* out) {
   char* end = nullptr;
   errno = 0;
@@ -210,7 +266,10 @@ bool ParsePid(const char* text, pid_t* out) {
 
 int main(int argc, char** argv) {
   pid_t parent = 0;
-  if (argc < 3 || !ParsePid(argv[1], &parent)) return kKeeperUsage;
+  long lease_ms = -1;
+  if (argc < 4 || !ParsePid(argv[1], &parent) || !ParseCount(argv[2], &lease_ms)) {
+    return kKeeperUsage;
+  }
   prctl(PR_SET_NAME, "kiln-keeper");  // (ps would show "memfd:kiln-proc")
   // The container's orphans, wherever they moved, become the keeper's.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -220,15 +279,25 @@ int main(int argc, char** argv) {
   sigemptyset(&sa.sa_mask);
   for (int sig = 1; sig <= SIGRTMAX; ++sig) {
     if (LeftAlone(sig)) continue;
-    sa.sa_handler = sig == end_signal ? EndNow : Survive;
+    sa.sa_handler = sig == end_signal                      ? EndNow
+                    : lease_ms > 0 && sig == OrphanSignal() ? Orphaned
+                    : lease_ms > 0 && sig == KeeperReleaseSignal() ? Released
+                                                                   : Survive;
     sigaction(sig, &sa, nullptr);  // (glibc's own real-time signals refuse: fine)
   }
   // The parent-death signal this process started with is SIGKILL (Spawn's);
-  // from here on it is the end signal, caught. A parent that died before
-  // this line is seen by getppid().
-  prctl(PR_SET_PDEATHSIG, end_signal);
+  // from here on it is the end signal (with a lease, the orphan signal),
+  // caught. A parent that died before this line is seen by getppid().
+  prctl(PR_SET_PDEATHSIG, lease_ms > 0 ? OrphanSignal() : end_signal);
   if (getppid() != parent) return 128 + SIGKILL;  // nothing started yet
   fcntl(kKeeperErrorFd, F_SETFD, FD_CLOEXEC);
+  if (lease_ms > 0) {
+    if (fcntl(kKeeperExitFd, F_SETFD, FD_CLOEXEC) != 0 ||
+        fcntl(kKeeperOutputFd, F_SETFD, FD_CLOEXEC) != 0 ||
+        fcntl(kKeeperLeaseFd, F_SETFD, FD_CLOEXEC) != 0) {
+      return kKeeperUsage;
+    }
+  }
   char** const env = ReadEnvironment();
   if (env == nullptr) {
     const int msg[2] = {kKeeperExecFailed, EIO};
@@ -247,7 +316,7 @@ int main(int argc, char** argv) {
   if (child == 0) {
     // The entrypoint: execve resets the caught signals to their defaults;
     // the mask is empty (Spawn's, inherited).
-    execve(argv[2], argv + 2, env);
+    execve(argv[3], argv + 3, env);
     const int msg[2] = {kKeeperExecFailed, errno};
     ssize_t ignored = write(kKeeperErrorFd, msg, sizeof(msg));
     (void)ignored;
@@ -256,6 +325,17 @@ int main(int argc, char** argv) {
   entrypoint = child;
   if (end_now) kill(child, SIGKILL);  // gone before `entrypoint` was set
   close(kKeeperErrorFd);
+  // The output's write end is the container's, not the keeper's: the pipe
+  // ends when the container's processes are gone.
+  if (lease_ms > 0) {
+    const int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (null_fd >= 0) {
+      dup2(null_fd, 1);
+      dup2(null_fd, 2);
+      close(null_fd);
+    }
+  }
+  time_t orphaned_at = 0;
   // Reaps every child, the entrypoint and the orphans handed over, until
   // the entrypoint ends (or the end signal kills it). Each is seen ended
   // first and reaped after: the entrypoint's pid stays its own (a zombie)
@@ -265,8 +345,13 @@ int main(int argc, char** argv) {
   for (;;) {
     siginfo_t info;
     std::memset(&info, 0, sizeof(info));
+    // (With a lease, an alarm every second wakes the wait to look at it.)
+    if (lease_ms > 0) alarm(1);
     if (waitid(P_ALL, 0, &info, WEXITED | WNOWAIT) < 0) {
-      if (errno == EINTR) continue;
+      if (errno == EINTR) {
+        if (LeaseRunOut(lease_ms, &orphaned_at)) EndNow(0);
+        continue;
+      }
       break;  // (cannot happen: the entrypoint is a child)
     }
     const pid_t ended = info.si_pid;
@@ -285,8 +370,19 @@ int main(int argc, char** argv) {
   // when the keeper has exited, and the keeper now if the parent is gone.
   const bool swept = EndContainer();
   if (end_now) kill(swept ? getpid() : 0, SIGKILL);
-  if (!reaped) return 127;
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
-  return 127;
+  int code = 127;
+  if (reaped && WIFEXITED(status)) code = WEXITSTATUS(status);
+  if (reaped && WIFSIGNALED(status)) code = 128 + WTERMSIG(status);
+  if (lease_ms > 0) {
+    alarm(0);
+    released = 0;  // (a release counts once the record is there)
+    WriteExitRecord(code);
+    // The output still in the pipe stays with the keeper until a process
+    // that took the run back has it, or the lease runs out.
+    while (orphaned && !released && !LeaseRunOut(lease_ms, &orphaned_at)) {
+      const timespec tick = {0, 100'000'000};
+      nanosleep(&tick, nullptr);
+    }
+  }
+  return code;
 }

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
@@ -182,7 +183,8 @@ int ChildMain(void* p) {
   const int env_fd = a.keeper_argv != nullptr ? MoveHigh(a.keeper_env_fd) : -1;
   if (a.keeper_argv != nullptr && env_fd < 0) ChildFail(err_fd, kStageDup, errno);
   int moved[kMaxSpawnFds];
-  const size_t nfds = spec.fds.size();
+  // (The keeper's descriptors never reach a program run without it.)
+  const size_t nfds = spec.keeper && a.keeper_argv == nullptr ? 0 : spec.fds.size();
   for (size_t i = 0; i < nfds; ++i) {
     moved[i] = MoveHigh(spec.fds[i]);
     if (moved[i] < 0) ChildFail(err_fd, kStageDup, errno);
@@ -191,8 +193,10 @@ int ChildMain(void* p) {
   if (out < 0 || null_fd < 0 || dup2(null_fd, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) {
     ChildFail(err_fd, kStageDup, errno);
   }
+  // (The keeper's own come after its descriptors 3 and 4.)
+  const int first_given = a.keeper_argv != nullptr ? kKeeperEnvFd + 1 : 3;
   for (size_t i = 0; i < nfds; ++i) {
-    if (dup2(moved[i], static_cast<int>(3 + i)) < 0) ChildFail(err_fd, kStageDup, errno);
+    if (dup2(moved[i], static_cast<int>(first_given + i)) < 0) ChildFail(err_fd, kStageDup, errno);
   }
   // The keeper reports on descriptor 3 (dup2 leaves it open across execve).
   if (a.keeper_argv != nullptr && dup2(err_fd, kKeeperErrorFd) < 0) {
@@ -204,7 +208,7 @@ int ChildMain(void* p) {
   }
   // Nothing of this process but 0..2 and the descriptors given reaches the
   // program.
-  const unsigned first = static_cast<unsigned>(3 + (a.keeper_argv != nullptr ? 2 : nfds));
+  const unsigned first = static_cast<unsigned>(first_given + nfds);
   if (close_range(first, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
     for (int fd = static_cast<int>(first); fd < 1024; ++fd) {
       if (fd != err_fd) fcntl(fd, F_SETFD, FD_CLOEXEC);
@@ -387,9 +391,6 @@ MountNamespaceSupport GetMountNamespaceSupport() {
 
 absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec) {
   if (spec.argv.empty()) return absl::InvalidArgumentError("empty command line");
-  if (spec.keeper && !spec.fds.empty()) {
-    return absl::InvalidArgumentError("the process keeper and fds both use descriptor 3");
-  }
   if (spec.fds.size() > kMaxSpawnFds) {
     return absl::InvalidArgumentError(
         absl::StrCat("at most ", kMaxSpawnFds, " descriptors can be given to a child"));
@@ -430,10 +431,12 @@ absl::StatusOr<pid_t> Spawn(const SpawnSpec& spec) {
   envp.push_back(nullptr);
   const int keeper_fd = spec.keeper ? KeeperFile() : -1;
   const std::string parent_pid = absl::StrCat(getpid());
+  const std::string lease_ms = absl::StrCat(std::max<int64_t>(0, spec.keeper_lease_ms));
   std::vector<char*> keeper_argv;
   UniqueFd keeper_env;
   if (keeper_fd >= 0) {
-    keeper_argv = {const_cast<char*>(kKeeperName), const_cast<char*>(parent_pid.c_str())};
+    keeper_argv = {const_cast<char*>(kKeeperName), const_cast<char*>(parent_pid.c_str()),
+                   const_cast<char*>(lease_ms.c_str())};
     keeper_argv.insert(keeper_argv.end(), argv.begin(), argv.end());  // (with its null)
     absl::StatusOr<UniqueFd> env = EnvironmentFile(spec.env);
     if (!env.ok()) return env.status();

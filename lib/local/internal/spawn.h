@@ -33,7 +33,8 @@ struct SpawnSpec {
   std::string cwd;
   int output_fd = -1;  // becomes the child's stdout and stderr; stdin is /dev/null
   // fds[i] becomes the child's descriptor 3 + i (at most kMaxSpawnFds); no
-  // other descriptor of this process reaches it.
+  // other descriptor of this process reaches it. With `keeper`, they are the
+  // keeper's, from descriptor 5 (process_keeper.h), and never the program's.
   std::vector<int> fds;
   int netns_fd = -1;  // when >= 0, the child joins this network namespace first
   // When set, the child drops to this user and group (no supplementary
@@ -52,9 +53,12 @@ struct SpawnSpec {
   // 128 + the signal that ended it), and which kills the child's whole
   // process group when the forking thread exits, or this process dies,
   // before the program ends. Where the keeper cannot run (memory files not
-  // executable here), the program runs directly, as without it. Not with
-  // fds (the keeper uses descriptor 3).
+  // executable here), the program runs directly, as without it.
   bool keeper = false;
+  // The keeper's lease in milliseconds (process_keeper.h): 0, the container
+  // ends with this process; more, it outlives it for that long, and `fds`
+  // are the keeper's exit record, output and lease file.
+  int64_t keeper_lease_ms = 0;
 };
 
 // How this process can give a child a mount namespace of its own.
@@ -82,7 +86,7 @@ MountNamespaceSupport GetMountNamespaceSupport();
 // (the message names it), or the working directory cannot be entered (as
 // the run_as user: the message names the directory); PermissionDenied when
 // the child cannot take on run_as; Internal for a failed fork or namespace
-// join; InvalidArgument for keeper with fds, or more than kMaxSpawnFds fds;
+// join; InvalidArgument for more than kMaxSpawnFds fds;
 // FailedPrecondition when `readonly_paths` is set and this process cannot
 // make mount namespaces (GetMountNamespaceSupport() is kNone), or a path
 // cannot be made read-only (the message names it).
