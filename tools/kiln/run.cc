@@ -385,6 +385,9 @@ int RunCommand(const std::vector<std::string>& args) {
   local_options.runtime = options.runtime;
   local_options.container_user = options.user;
   local_options.object_stores = &stores;
+  // The journal keeps the jobs; the containers outlive a crash for as long,
+  // for the next `kiln run` on the state directory to take them back.
+  local_options.reattach_lease = absl::Minutes(2);
   auto provider = local::NewLocalClusterProvider(*loop, local_options);
   if (!provider.ok()) {
     std::cerr << "kiln run: " << provider.status().message() << "\n";
