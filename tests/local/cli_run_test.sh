@@ -431,9 +431,9 @@ else
   echo "ok   Ctrl-C stops the running job and submits no more"
 fi
 
-# kiln run killed outright (a crash): no process of its job survives it,
-# not even one the entrypoint started in the background, nor one that left
-# its process group (setsid).
+# kiln run killed outright (a crash) with --reattach-lease 0: no process of
+# its job survives it, not even one the entrypoint started in the background,
+# nor one that left its process group (setsid).
 cat >"$tmp/ok-image/train" <<'EOF'
 #!/bin/sh
 sleep 300 &
@@ -447,7 +447,8 @@ rm -rf "$tmp/state"
 # (With a RetryStrategy: the run after the crash starts it again.)
 sed 's/"StoppingCondition"/"RetryStrategy": {"MaximumRetryAttempts": 1}, "StoppingCondition"/' \
   "$tmp/good.json" >"$tmp/retried.json"
-"$kiln" run --state-dir "$tmp/state" "$tmp/retried.json" >/dev/null 2>"$tmp/stderr" &
+"$kiln" run --state-dir "$tmp/state" --reattach-lease 0 "$tmp/retried.json" >/dev/null \
+  2>"$tmp/stderr" &
 kiln_pid=$!
 child_pids=""
 for _ in $(seq 100); do
@@ -507,5 +508,42 @@ elif [[ -n "$(ls "$tmp/state/instances")" ]]; then
   fail=1
 else
   echo "ok   the next kiln run deletes what the killed one left"
+fi
+
+# kiln run killed outright with its reattach lease (the default): the job's
+# container runs on, and the next kiln run takes it back. The job completes
+# in its first attempt, and its log stream holds every line once.
+cat >"$tmp/ok-image/train" <<'EOF'
+#!/bin/sh
+i=1
+while [ $i -le 30 ]; do echo "step $i"; sleep 0.1; i=$((i+1)); done
+echo trained >"$SM_MODEL_DIR/model.txt"
+EOF
+rm -rf "$tmp/state"
+"$kiln" run --state-dir "$tmp/state" "$tmp/good.json" >/dev/null 2>"$tmp/stderr" &
+kiln_pid=$!
+for _ in $(seq 100); do
+  grep -q "step 5$" "$tmp/stderr" && break
+  sleep 0.1
+done
+kill -9 "$kiln_pid"
+wait "$kiln_pid" 2>/dev/null
+sleep 0.5
+"$kiln" run --state-dir "$tmp/state" >"$tmp/stdout" 2>"$tmp/stderr"
+status=$?
+streams=("$tmp"/state/logs/good/algo-1-*)
+missing=""
+for i in $(seq 30); do
+  [[ "$(cat "${streams[@]}" | grep -c "^step $i$")" == 1 ]] || missing="$missing $i"
+done
+if [[ "$status" != 0 ]] ||
+   ! grep -q '"TrainingJobName":"good".*"TrainingJobStatus":"Completed"' "$tmp/stdout" ||
+   grep -q "controller restarted" "$tmp/stdout" || [[ "${#streams[@]}" != 1 ]] ||
+   [[ -n "$missing" ]] || ! grep -q "taken back by process" "${streams[@]}"; then
+  echo "FAIL kiln run takes back the job of a killed one: status $status; lines not once:$missing"
+  cat "$tmp/stdout" "$tmp/stderr" "${streams[@]}"
+  fail=1
+else
+  echo "ok   the next kiln run takes back the container of a killed one, every line once"
 fi
 exit $fail

@@ -34,7 +34,7 @@ constexpr char kUsage[] =
     "usage: kiln validate FILE.json...\n"
     "       kiln run [--state-dir DIR] [--runtime process|bwrap] [--grace SECONDS]\n"
     "                [--interrupt HOST@SECONDS]... [--file-root DIR]... [--user UID[:GID]]\n"
-    "                [JOB.json...]\n"
+    "                [--reattach-lease SECONDS] [JOB.json...]\n"
     "       kiln list [--state-dir DIR] [--status STATUS] [--name-contains TEXT]\n"
     "       kiln describe [--state-dir DIR] NAME\n"
     "       kiln logs [--state-dir DIR] [--host algo-K] [--follow] NAME\n"

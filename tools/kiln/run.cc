@@ -2,14 +2,18 @@
 //
 //   kiln run [--state-dir DIR] [--runtime process|bwrap] [--grace SECONDS]
 //            [--interrupt HOST@SECONDS]... [--file-root DIR]... [--user UID[:GID]]
-//            [JOB.json...]
+//            [--reattach-lease SECONDS] [JOB.json...]
 //
 // The state directory's journal (kiln/journal_sqlite) records every job:
 // a job name that the directory's journal holds is refused (ResourceInUse),
 // and a `kiln run` that starts on it first carries on with the jobs an
-// earlier one left unfinished (their instances are lost with it: each job's
-// RetryStrategy decides whether it starts again or fails) and follows them to
-// their end; with no job files, that is all it does. One `kiln run` at a
+// earlier one left unfinished and follows them to their end; with no job
+// files, that is all it does. The containers of a `kiln run` that dies
+// (a crash, kill -9) run on for --reattach-lease seconds (default 120;
+// process runtime), for the next `kiln run` on the state directory to take
+// them back; after that they are killed, and a job whose containers are gone
+// is one whose instances were lost: its RetryStrategy decides whether it
+// starts again or fails. With --reattach-lease 0 they end with `kiln run`. One `kiln run` at a
 // time per state directory: a second is refused, naming the first's pid.
 //
 // The jobs run in order in one engine, so a job can reuse the warm pool of the
@@ -81,8 +85,22 @@ struct RunOptions {
   std::vector<Interruption> interruptions;
   std::vector<std::string> file_roots;
   std::optional<local::ContainerUser> user;
+  absl::Duration reattach_lease = absl::Minutes(2);
   std::vector<std::string> files;
 };
+
+// An option whose value is a whole number of seconds, zero or more.
+Option SecondsOption(const std::string& name, absl::Duration& out) {
+  return {name, true, [name, &out](const std::string& v, std::string& err) {
+            int64_t seconds = 0;
+            if (!absl::SimpleAtoi(v, &seconds) || seconds < 0) {
+              err = name + " takes a number of seconds, not '" + InputForMessage(v) + "'";
+              return false;
+            }
+            out = absl::Seconds(seconds);
+            return true;
+          }};
+}
 
 bool ParseArgs(const std::vector<std::string>& args, RunOptions& o, std::string& error) {
   const std::vector<Option> options = {
@@ -112,16 +130,8 @@ bool ParseArgs(const std::vector<std::string>& args, RunOptions& o, std::string&
          o.user = local::ContainerUser{uid, colon == std::string::npos ? uid : gid};
          return true;
        }},
-      {"--grace", true,
-       [&o](const std::string& v, std::string& err) {
-         int64_t seconds = 0;
-         if (!absl::SimpleAtoi(v, &seconds) || seconds < 0) {
-           err = "--grace takes a number of seconds, not '" + InputForMessage(v) + "'";
-           return false;
-         }
-         o.grace = absl::Seconds(seconds);
-         return true;
-       }},
+      SecondsOption("--grace", o.grace),
+      SecondsOption("--reattach-lease", o.reattach_lease),
       {"--interrupt", true,
        [&o](const std::string& v, std::string& err) {
          const size_t at = v.find('@');
@@ -314,7 +324,8 @@ int RunCommand(const std::vector<std::string>& args) {
     std::cerr << "kiln run: " << error << "\n"
               << "usage: kiln run [--state-dir DIR] [--runtime process|bwrap] [--grace SECONDS]\n"
                  "                [--interrupt HOST@SECONDS]... [--file-root DIR]... "
-                 "[--user UID[:GID]] [JOB.json...]\n";
+                 "[--user UID[:GID]]\n"
+                 "                [--reattach-lease SECONDS] [JOB.json...]\n";
     return 1;
   }
   std::vector<v1::CreateTrainingJobRequest> jobs;
@@ -385,9 +396,9 @@ int RunCommand(const std::vector<std::string>& args) {
   local_options.runtime = options.runtime;
   local_options.container_user = options.user;
   local_options.object_stores = &stores;
-  // The journal keeps the jobs; the containers outlive a crash for as long,
+  // The journal keeps the jobs; the containers outlive a crash for a while,
   // for the next `kiln run` on the state directory to take them back.
-  local_options.reattach_lease = absl::Minutes(2);
+  local_options.reattach_lease = options.reattach_lease;
   auto provider = local::NewLocalClusterProvider(*loop, local_options);
   if (!provider.ok()) {
     std::cerr << "kiln run: " << provider.status().message() << "\n";
