@@ -103,7 +103,6 @@ struct NetnsGuard {
   ~NetnsGuard() { internal::StopNetnsHolder(holder); }
 };
 
-
 // Where a job's checkpoints go: its store and the path the container sees
 // them at (CheckpointConfig.LocalPath, cleaned); no store without a
 // CheckpointConfig.
@@ -1002,9 +1001,9 @@ absl::Status LocalClusterProvider::Reattach(const JobContext& job, ContainerEven
     }
   }
   if (!found.has_value()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "no container of local cluster '", job.cluster.id,
-        "' still runs on this state directory (they ended, or their lease ran out)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("no container of local cluster '", job.cluster.id,
+                     "' still runs on this state directory (they ended, or their lease ran out)"));
   }
   absl::StatusOr<CheckpointPlace> checkpoints = CheckpointPlaceOf(job.request);
   auto c = std::make_unique<LocalCluster>();
@@ -1079,14 +1078,14 @@ absl::Status LocalClusterProvider::Reattach(const JobContext& job, ContainerEven
   for (size_t i = 0; i < c->instances.size(); ++i) {
     LocalInstance& inst = c->instances[i];
     ContainerProc* raw = inst.current.get();
-    auto reporter = std::make_unique<Reporter>(this, c->cluster.id, c->run, i,
-                                               inst.info.host_name, nullptr);
-    raw->thread = std::thread([runtime = runtime_, views = views_, ls = std::move(specs[i]), raw,
-                               reporter = std::move(reporter),
-                               guard = loop_.AcquireWork()]() mutable {
-      internal::Supervise(*runtime, views, std::move(ls), *raw, *reporter);
-      guard.Reset();
-    });
+    auto reporter =
+        std::make_unique<Reporter>(this, c->cluster.id, c->run, i, inst.info.host_name, nullptr);
+    raw->thread =
+        std::thread([runtime = runtime_, views = views_, ls = std::move(specs[i]), raw,
+                     reporter = std::move(reporter), guard = loop_.AcquireWork()]() mutable {
+          internal::Supervise(*runtime, views, std::move(ls), *raw, *reporter);
+          guard.Reset();
+        });
   }
   instances_in_use_ += static_cast<int64_t>(c->instances.size());
   clusters_[c->cluster.id] = std::move(c);

@@ -22,9 +22,9 @@ std::string RunDir(const std::string& cluster_dir, const std::string& host) {
 }
 
 absl::Status WriteRunRecord(const std::string& run_dir, const RunRecord& record) {
-  return WriteFileAtomic(absl::StrCat(run_dir, "/", kRunRecordFile),
-                         absl::StrCat(record.keeper, " ", record.start_time, "\n", record.stream,
-                                      "\n"));
+  return WriteFileAtomic(
+      absl::StrCat(run_dir, "/", kRunRecordFile),
+      absl::StrCat(record.keeper, " ", record.start_time, "\n", record.stream, "\n"));
 }
 
 absl::StatusOr<RunRecord> ReadRunRecord(const std::string& run_dir) {

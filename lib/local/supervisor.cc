@@ -250,8 +250,8 @@ class Supervisor {
       absl::Status s = PrepareLease(keeper_files);
       if (!s.ok()) {
         keeper_files.clear();
-        log_platform(absl::StrCat(
-            "the container cannot outlive this process (it ends with it): ", s.message()));
+        log_platform(absl::StrCat("the container cannot outlive this process (it ends with it): ",
+                                  s.message()));
       }
     }
     spec_.keeper_fds.clear();
@@ -269,11 +269,10 @@ class Supervisor {
     }
     if (!keeper_files.empty() && kept) {
       absl::Status s = WriteRunRecord(
-          spec_.run_dir,
-          RunRecord{started_.pid, ProcessStartTime(started_.pid), log_.path()});
+          spec_.run_dir, RunRecord{started_.pid, ProcessStartTime(started_.pid), log_.path()});
       if (!s.ok()) {
-        log_platform(absl::StrCat(
-            "the container cannot be taken back by a later process: ", s.message()));
+        log_platform(
+            absl::StrCat("the container cannot be taken back by a later process: ", s.message()));
       }
     }
     return absl::OkStatus();
@@ -409,7 +408,8 @@ class Supervisor {
     std::optional<ExitRecord> record;
     if (exit_record_.valid()) record = ReadExitRecord(exit_record_.get());
     if (!record.has_value()) {
-      log_platform(absl::StrCat(spec_.host, ": the container's keeper ended without saying how "
+      log_platform(absl::StrCat(spec_.host,
+                                ": the container's keeper ended without saying how "
                                 "the container ended; taken as killed"));
       return 128 + SIGKILL;
     }

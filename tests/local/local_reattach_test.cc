@@ -69,8 +69,7 @@ class LocalReattachTest : public ::testing::Test {
   // of `hosts` instances, waits until `ready` says so about the lines it has
   // seen, writes the cluster to <tmp>/cluster, and is killed (SIGKILL).
   // Returns the cluster as the child held it, or nullopt (with a failure).
-  std::optional<Cluster> StartAndCrash(const std::string& program, int hosts,
-                                       absl::Duration lease,
+  std::optional<Cluster> StartAndCrash(const std::string& program, int hosts, absl::Duration lease,
                                        const std::function<bool(const Recorder&)>& ready) {
     const std::string cluster_file = tmp_.path() + "/cluster";
     const pid_t child = fork();
@@ -92,8 +91,8 @@ class LocalReattachTest : public ::testing::Test {
       const v1::CreateTrainingJobRequest request = Request(program);
       JobContext job{"job", kArn, request, **cluster, 1};
       provider->StartContainers(job, events, [&](absl::Status s) { started = s; });
-      if (!RunUntil(*loop, [&] { return started.has_value() && ready(events); },
-                    absl::Seconds(20)) ||
+      if (!RunUntil(
+              *loop, [&] { return started.has_value() && ready(events); }, absl::Seconds(20)) ||
           !started->ok()) {
         _exit(5);
       }
@@ -162,7 +161,8 @@ TEST_F(LocalReattachTest, ARunOutlivesACrashAndIsTakenBackWithEveryLineOnce) {
   const v1::CreateTrainingJobRequest request = Request("count.sh");
   JobContext job{"job", kArn, request, *cluster, 1};
   ASSERT_TRUE(provider->Reattach(job, events).ok());
-  ASSERT_TRUE(RunUntil(*loop, [&] { return events.exit_calls == 2; }, absl::Seconds(20)))
+  ASSERT_TRUE(RunUntil(
+      *loop, [&] { return events.exit_calls == 2; }, absl::Seconds(20)))
       << events.AllLines();
   EXPECT_EQ(events.exits["algo-1"].exit_code, 7);
   EXPECT_EQ(events.exits["algo-2"].exit_code, 7);
@@ -185,9 +185,9 @@ TEST_F(LocalReattachTest, ARunThatEndsWhileNoProcessHoldsItIsReportedWhole) {
             "echo first; sleep 0.5\n"
             "i=1; while [ $i -le 200 ]; do echo \"after $i\"; i=$((i+1)); done\n"
             "exit 3\n");
-  std::optional<Cluster> cluster = StartAndCrash(
-      "quick.sh", 1, absl::Seconds(30),
-      [](const Recorder& r) { return r.HasLine("algo-1", "first"); });
+  std::optional<Cluster> cluster =
+      StartAndCrash("quick.sh", 1, absl::Seconds(30),
+                    [](const Recorder& r) { return r.HasLine("algo-1", "first"); });
   ASSERT_TRUE(cluster.has_value());
   absl::SleepFor(absl::Seconds(1));  // it has ended meanwhile
 
@@ -198,7 +198,8 @@ TEST_F(LocalReattachTest, ARunThatEndsWhileNoProcessHoldsItIsReportedWhole) {
   const v1::CreateTrainingJobRequest request = Request("quick.sh");
   JobContext job{"job", kArn, request, *cluster, 1};
   ASSERT_TRUE(provider->Reattach(job, events).ok());
-  ASSERT_TRUE(RunUntil(*loop, [&] { return events.exit_calls == 1; }, absl::Seconds(20)));
+  ASSERT_TRUE(RunUntil(
+      *loop, [&] { return events.exit_calls == 1; }, absl::Seconds(20)));
   EXPECT_EQ(events.exits["algo-1"].exit_code, 3);
   EXPECT_EQ(events.lines.size(), 200u) << events.AllLines();
   EXPECT_TRUE(events.HasLine("algo-1", "after 200"));
@@ -207,9 +208,9 @@ TEST_F(LocalReattachTest, ARunThatEndsWhileNoProcessHoldsItIsReportedWhole) {
 
 TEST_F(LocalReattachTest, ALeaseThatRunsOutEndsTheContainerAndItsCluster) {
   AddScript("sleep.sh", "echo $$ > \"$SM_MODEL_DIR/pid\"; echo started; exec sleep 300\n");
-  std::optional<Cluster> cluster = StartAndCrash(
-      "sleep.sh", 1, absl::Seconds(1),
-      [](const Recorder& r) { return r.HasLine("algo-1", "started"); });
+  std::optional<Cluster> cluster =
+      StartAndCrash("sleep.sh", 1, absl::Seconds(1),
+                    [](const Recorder& r) { return r.HasLine("algo-1", "started"); });
   ASSERT_TRUE(cluster.has_value());
   const std::string pid_file =
       absl::StrCat(state_dir_, "/instances/", cluster->instances[0].id, "/ml/model/pid");
@@ -234,8 +235,9 @@ TEST_F(LocalReattachTest, ALeaseThatRunsOutEndsTheContainerAndItsCluster) {
   EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr(cluster->id));
   // What the crashed process left is deleted.
-  EXPECT_TRUE(RunUntil(*loop, [&] { return testing::ListDir(state_dir_ + "/instances").empty(); },
-                       absl::Seconds(5)));
+  EXPECT_TRUE(RunUntil(
+      *loop, [&] { return testing::ListDir(state_dir_ + "/instances").empty(); },
+      absl::Seconds(5)));
 }
 
 TEST_F(LocalReattachTest, WithoutALeaseNothingIsTakenBack) {

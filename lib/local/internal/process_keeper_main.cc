@@ -25,6 +25,8 @@
 
 namespace {
 
+using kiln::local::internal::KeeperEndSignal;
+using kiln::local::internal::KeeperReleaseSignal;
 using kiln::local::internal::kKeeperEnvFd;
 using kiln::local::internal::kKeeperErrorFd;
 using kiln::local::internal::kKeeperExecFailed;
@@ -32,8 +34,6 @@ using kiln::local::internal::kKeeperExitFd;
 using kiln::local::internal::kKeeperLeaseFd;
 using kiln::local::internal::kKeeperOutputFd;
 using kiln::local::internal::kKeeperUsage;
-using kiln::local::internal::KeeperEndSignal;
-using kiln::local::internal::KeeperReleaseSignal;
 
 // With a lease: the parent-death signal, caught (the parent is gone; the
 // lease runs).
@@ -279,8 +279,8 @@ int main(int argc, char** argv) {
   sigemptyset(&sa.sa_mask);
   for (int sig = 1; sig <= SIGRTMAX; ++sig) {
     if (LeftAlone(sig)) continue;
-    sa.sa_handler = sig == end_signal                      ? EndNow
-                    : lease_ms > 0 && sig == OrphanSignal() ? Orphaned
+    sa.sa_handler = sig == end_signal                              ? EndNow
+                    : lease_ms > 0 && sig == OrphanSignal()        ? Orphaned
                     : lease_ms > 0 && sig == KeeperReleaseSignal() ? Released
                                                                    : Survive;
     sigaction(sig, &sa, nullptr);  // (glibc's own real-time signals refuse: fine)
