@@ -12,6 +12,9 @@
 // queued in one transaction. Target: >= 20,000 jobs/s journaled at 100,000
 // jobs (docs/performance.md).
 //
+// BM_JournalDescribe: DescribeTrainingJob of a finished job without a
+// journal, with one, and after recovery. Target: as fast with the journal.
+//
 // BM_JournalRecover: the time NewEngine takes to rebuild N finished jobs from
 // the journal (opening it included), after a run like the one above (not
 // timed). Target: under 10 s for 1,000,000 jobs.
@@ -22,6 +25,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
@@ -126,6 +130,67 @@ void BM_JournalRecover(benchmark::State& state) {
   state.counters["jobs_per_s"] = benchmark::Counter(static_cast<double>(state.iterations() * jobs),
                                                     benchmark::Counter::kIsRate);
 }
+// DescribeTrainingJob of finished jobs (10,000 of them, each described in
+// turn), on an engine without a journal, on one with the SQLite journal that
+// ran the jobs, and on one that recovered them from that journal.
+enum class DescribeOn { kNoJournal, kJournal, kRecovered };
+
+void BM_JournalDescribe(benchmark::State& state, DescribeOn on) {
+  constexpr int kJobs = 10000;
+  char pattern[] = "/tmp/kiln-journal-bench-XXXXXX";
+  const std::string dir = mkdtemp(pattern);
+  const kiln::v1::CreateTrainingJobRequest request = Template();
+  std::unique_ptr<kiln::Journal> journal;
+  if (on != DescribeOn::kNoJournal) {
+    journal = kiln::journal_sqlite::OpenSqliteJournal({.state_dir = dir}).value();
+  }
+  auto loop = kiln::NewVirtualEventLoop();
+  auto provider = kiln::sim::NewSimClusterProvider(*loop);
+  kiln::EngineOptions options;
+  options.loop = loop.get();
+  options.cluster_provider = provider.get();
+  options.journal = journal.get();
+  auto engine = kiln::NewEngine(options).value();
+  const kiln::PreparedTrainingJob prepared = engine->PrepareTrainingJob(request).value();
+  for (int i = 0; i < kJobs; ++i) {
+    loop->ScheduleAfter(absl::Seconds(i), [&engine, &prepared, &state, i] {
+      if (!engine->CreateTrainingJob(prepared, absl::StrCat("job-", i)).ok()) {
+        state.SkipWithError("CreateTrainingJob failed");
+      }
+    });
+  }
+  loop->RunUntilIdle();
+  if (on == DescribeOn::kRecovered) {
+    engine.reset();
+    if (!journal->Flush().ok()) state.SkipWithError("journal failed");
+    journal.reset();
+    journal = kiln::journal_sqlite::OpenSqliteJournal({.state_dir = dir}).value();
+    options.journal = journal.get();
+    engine = kiln::NewEngine(options).value();
+  }
+  std::vector<kiln::v1::DescribeTrainingJobRequest> names(kJobs);
+  for (int i = 0; i < kJobs; ++i) {
+    names[i].set_training_job_name(absl::StrCat("job-", (i * 7919) % kJobs));
+  }
+  size_t next = 0;
+  for (auto _ : state) {
+    absl::StatusOr<kiln::v1::DescribeTrainingJobResponse> d =
+        engine->DescribeTrainingJob(names[next]);
+    if (!d.ok() || d->training_job_status() != "Completed") state.SkipWithError("not Completed");
+    benchmark::DoNotOptimize(d);
+    next = next + 1 == names.size() ? 0 : next + 1;
+  }
+  state.counters["describes_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  engine.reset();
+  journal.reset();
+  std::filesystem::remove_all(dir);
+}
+
+BENCHMARK_CAPTURE(BM_JournalDescribe, no_journal, DescribeOn::kNoJournal)->UseRealTime();
+BENCHMARK_CAPTURE(BM_JournalDescribe, sqlite, DescribeOn::kJournal)->UseRealTime();
+BENCHMARK_CAPTURE(BM_JournalDescribe, recovered, DescribeOn::kRecovered)->UseRealTime();
+
 BENCHMARK_CAPTURE(BM_JournalLifecycle, off, false)
     ->Arg(100000)
     ->Arg(10000)
