@@ -118,6 +118,9 @@ struct JobContext {
   // state per job can key it by this number instead of hashing names. 0 when
   // the caller is not an engine and gives none.
   uint64_t job_id = 0;
+  // Reattach only: `cluster` is one a warm pool kept after the job ended
+  // (ClusterProvider::Recycle); no container of the job runs on it.
+  bool warm_pool = false;
 };
 
 // Receives what happens to the containers of one StartContainers call. Loop
@@ -226,7 +229,10 @@ class ClusterProvider {
   // engine's again (Signal, UploadArtifacts, Release). Any error means it
   // cannot (FailedPrecondition by default, which every provider may return):
   // the engine counts the attempt's instances as lost and never uses the
-  // cluster. Loop thread only; must not block.
+  // cluster. With job.warm_pool, the engine asks for the cluster of a warm
+  // pool that was Available: OK means the cluster is the engine's again, as
+  // after Recycle (PrepareImage, StartContainers or Release come next), and
+  // `events` is never called. Loop thread only; must not block.
   virtual absl::Status Reattach(const JobContext& job, ContainerEvents& events) {
     return absl::FailedPreconditionError(
         "this ClusterProvider cannot take back the containers of an earlier engine");

@@ -7,8 +7,14 @@
 //   * every accepted CreateTrainingJob (its request), every change of a job's
 //     status, secondary status or status message, UpdateTrainingJob, the job's
 //     end (what Describe shows: times, FailureReason, billable time, final
-//     metrics) and the instance time its attempts held (billing marks) are
-//     recorded as a JobRecord: the job as it stands, whole;
+//     metrics), the instance time its attempts held (billing marks) and its
+//     warm pool (WarmPoolStatus, and an Available pool's cluster and
+//     keep-alive) are recorded as a JobRecord: the job as it stands, whole;
+//   * while jobs hold instances, every billing_mark_period() the record of
+//     each is written again with held_until set to then (one batch for all
+//     of them): a job whose instances are lost with its engine is billed
+//     until its last such mark, so at most one period (plus the journal's
+//     write latency) short of the time it really held them, never beyond;
 //   * DeleteTrainingJob is recorded as an erasure of the job's id;
 //   * CreateTrainingJob, StopTrainingJob, UpdateTrainingJob and
 //     DeleteTrainingJob return success only once the record of what they did
@@ -17,9 +23,15 @@
 //     since the loop would stall: its record is durable once any later
 //     waiting call, or a Flush(), has returned OK;
 //   * NewEngine rebuilds every job the journal holds (Journal::Recover)
-//     before it returns, see EngineOptions::journal.
-// What warm pools hold is not recorded yet: a retained cluster does not
-// outlive its engine.
+//     before it returns, see EngineOptions::journal. A warm pool that was
+//     Available stays Available for the rest of its keep-alive once the
+//     cluster provider takes its cluster back (ClusterProvider::Reattach);
+//     when it cannot, the pool ends Terminated, billed until the restart; a
+//     pool whose keep-alive ran out while no engine ran ends Terminated,
+//     billed until its end. This needs a WarmPoolManager that saves and
+//     restores its records (the default one does; see
+//     WarmPoolManager::Restore): with one that does not, a recovered job
+//     shows no WarmPoolStatus and its pool is gone.
 //
 // Records are plain data: the engine never shows a journal its internals, and
 // a journal never reads the engine's. Kiln ships one journal, SQLite in a
@@ -45,6 +57,7 @@
 #include "absl/time/time.h"
 #include "kiln/cluster_provider.h"
 #include "kiln/v1/sagemaker.pb.h"
+#include "kiln/warm_pool.h"
 
 namespace kiln {
 
@@ -90,6 +103,10 @@ struct JobRecord {
   // none held).
   absl::Duration held;
   absl::Time held_since = absl::InfinitePast();
+  // While instances are held: when this record was made (the last billing
+  // mark). A new engine that cannot take the attempt back bills it until
+  // then. InfinitePast: none held, or a journal written before marks were.
+  absl::Time held_until = absl::InfinitePast();
   // Attempts and their budgets.
   int32_t attempt = 1;
   int32_t spot_interruptions = 0;
@@ -103,6 +120,9 @@ struct JobRecord {
   // containers run (Training): what ClusterProvider::Reattach is given.
   std::optional<Cluster> cluster;
   bool containers_running = false;
+  // The job's record in the warm-pool manager (WarmPoolManager::Save), when
+  // it takes part in warm pools and the manager saves records.
+  std::optional<WarmPoolRecord> pool;
 };
 
 class Journal {
@@ -140,6 +160,12 @@ class Journal {
   virtual absl::Status Wait(Ticket ticket) = 0;
   // Wait for everything queued so far. Thread-safe.
   virtual absl::Status Flush() = 0;
+
+  // How often an engine writes billing marks (JobRecord::held_until) for
+  // the jobs that hold instances; zero or less: never (a lost attempt is
+  // then billed until its last record of any kind). Read once, by NewEngine.
+  // Default: 10 seconds.
+  virtual absl::Duration billing_mark_period() const { return absl::Seconds(10); }
 
   // Whether the journal was opened for reading only: Recover works, Append
   // and Erase may not be called. An engine over such a journal shows the

@@ -39,6 +39,7 @@
 #define KILN_WARM_POOL_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -211,6 +212,27 @@ struct WarmPoolJob {
   const v1::CreateTrainingJobRequest& request;
 };
 
+// A job's record in a WarmPoolManager as plain data (WarmPoolManager::Save),
+// for a journal (kiln/journal.h) to keep and a later engine to restore
+// (WarmPoolManager::Restore).
+struct WarmPoolRecord {
+  std::string status;  // WarmPoolStatus.Status: InUse, Available, Reused or Terminated
+  // ResourceRetainedBillableTimeInSeconds, once Reused or Terminated.
+  std::optional<int32_t> retained_seconds;
+  std::string reused_by;        // ReusedByJob
+  std::string not_kept_reason;  // NotKeptReason
+  // When the cluster the job holds or held was launched cold (the start of
+  // its WarmPoolOptions::max_chain_life); InfinitePast: not launched yet.
+  absl::Time chain_start = absl::InfinitePast();
+  // Available only: the retained cluster, when it became Available, when its
+  // keep-alive ends, and whether that end was set by UpdateKeepAlive (then
+  // the policy does not review it).
+  std::optional<Cluster> cluster;
+  absl::Time available_since = absl::InfinitePast();
+  absl::Time expires_at = absl::InfinitePast();
+  bool keep_alive_updated = false;
+};
+
 // Holds retained clusters. The engine calls it at each step of a job; a
 // custom orchestrator may call it directly, in any order.
 //
@@ -286,6 +308,38 @@ class WarmPoolManager {
 
   // Releases every retained cluster (engine shutdown).
   virtual void ReleaseAll() = 0;
+
+  // Durable warm pools (an engine with a journal, kiln/journal.h). A manager
+  // that does not support them keeps the defaults: Save gives nothing,
+  // Restore is Unimplemented, and its pools do not outlive its engine.
+
+  // The job's record as plain data, or nullopt when it has none.
+  virtual std::optional<WarmPoolRecord> Save(std::string_view job) const { return std::nullopt; }
+
+  // Takes back the record `record` of job `job` that an earlier manager
+  // saved (Save), without asking the policy (the job arrived before). An
+  // Available record with its cluster becomes an Available pool again: the
+  // cluster is the manager's (the caller has taken it back from the
+  // provider, ClusterProvider::Reattach), matched and expired as before,
+  // ending at record.expires_at; if that is not after now, it ends at once,
+  // Terminated, billed until record.expires_at, and the cluster is released.
+  // An Available record without a cluster (its instances could not be taken
+  // back) ends Terminated at once, as after OnClusterLost: billed until now,
+  // or until record.expires_at when that is earlier. Other records are kept
+  // as they are. Pools restored in the order they became Available are
+  // matched as if they had never left (the caller restores them so).
+  // Errors: AlreadyExists as OnJobCreated; InvalidArgument for a status this
+  // manager does not know; Unimplemented by default. Nothing changes on error.
+  virtual absl::Status Restore(const WarmPoolJob& job, WarmPoolRecord record) {
+    return absl::UnimplementedError("this WarmPoolManager does not restore warm pools");
+  }
+
+  // Sets the function called with a job's name each time its record changes
+  // in a way Save shows, other than through OnJobCreated or Restore (e.g. a
+  // pool expires on a timer, or another job reuses it); null stops it. Called
+  // on the loop thread, from inside the manager's call or timer: it must not
+  // call the manager. Default: the manager never calls it.
+  virtual void SetChangeListener(std::function<void(std::string_view job)> listener) {}
 };
 
 struct WarmPoolOptions {

@@ -134,6 +134,7 @@ JobRecord EngineImpl::MakeRecord(Job& job) {
   }
   r.held = job.held_;
   r.held_since = OrPast(job.held_since_);
+  if (job.held_since_) r.held_until = Now();
   r.attempt = job.attempt_;
   r.spot_interruptions = job.spot_interruptions_;
   r.infrastructure_failures = job.infrastructure_failures_;
@@ -142,7 +143,29 @@ JobRecord EngineImpl::MakeRecord(Job& job) {
   r.stop_cause = StopCauseName(job.stop_cause_);
   r.cluster = job.cluster_;
   r.containers_running = job.phase_ == Phase::kTraining && job.containers_running_ > 0;
+  if (job.warm_pool_) r.pool = pools().Save(job.name());
   return r;
+}
+
+void EngineImpl::PoolChanged(std::string_view name) {
+  const Step step(*this);
+  if (Job* job = FindJob(name)) Journaled(*job);
+}
+
+void EngineImpl::ArmBillingMark() {
+  if (billing_mark_period_ <= absl::ZeroDuration()) return;
+  billing_mark_armed_ = true;
+  billing_mark_ = loop_.ScheduleAfter(billing_mark_period_, [this] { WriteBillingMarks(); });
+}
+
+void EngineImpl::WriteBillingMarks() {
+  const Step step(*this);  // one batch of records, appended when it ends
+  billing_mark_armed_ = false;
+  if (cluster_owners_.empty()) return;
+  for (const auto& [cluster, seq] : cluster_owners_) {
+    if (Job* job = by_seq_.Find(seq)) Journaled(*job);
+  }
+  ArmBillingMark();
 }
 
 void EngineImpl::RecordDirtyJobs() {
@@ -176,8 +199,58 @@ const char* EngineImpl::InternText(const std::string& text) {
 }
 
 absl::Status EngineImpl::RecoverJobs() {
-  return options_.journal->Recover(
-      [this](JobRecord&& record) { return RecoverJob(std::move(record)); });
+  KILN_RETURN_IF_ERROR(options_.journal->Recover(
+      [this](JobRecord&& record) { return RecoverJob(std::move(record)); }));
+  return RestorePools();
+}
+
+namespace {
+// Receives nothing: a warm pool's cluster runs no container.
+class NoContainerEvents final : public ContainerEvents {
+ public:
+  void OnLogLine(const Instance&, std::string_view) override {}
+  void OnExit(const Instance&, const ContainerExit&) override {}
+};
+}  // namespace
+
+absl::Status EngineImpl::RestorePools() {
+  // Available pools in the order they became Available (ties: the older
+  // job's first), as the manager made them; the others in any order.
+  auto since = [](const WarmPoolRecord& r) {
+    return r.status == "Available" ? r.available_since : absl::InfinitePast();
+  };
+  std::stable_sort(pending_pools_.begin(), pending_pools_.end(),
+                   [&](const auto& a, const auto& b) { return since(a.second) < since(b.second); });
+  static NoContainerEvents no_events;
+  std::vector<std::pair<uint64_t, WarmPoolRecord>> pending;
+  pending.swap(pending_pools_);
+  v1::CreateTrainingJobRequest scratch;  // an ended job's request (Job::Keep)
+  for (auto& [seq, record] : pending) {
+    Job& job = *by_seq_.Find(seq);
+    const v1::CreateTrainingJobRequest& request = job.ReadRequest(scratch);
+    if (record.cluster && journal_ != nullptr) {
+      // The pool's cluster is taken back from the provider, or lost.
+      const ArnText arn = ContextArn(job);
+      JobContext context{job.name(), arn.view(), request, *record.cluster, job.attempt_, job.seq_};
+      context.warm_pool = true;
+      if (!provider_.Reattach(context, no_events).ok()) record.cluster.reset();
+    }
+    absl::Status restored = pools().Restore(WarmPoolJob{job.name(), request}, std::move(record));
+    if (absl::IsUnimplemented(restored)) {
+      // A manager that keeps no records across engines: a job that goes on
+      // is new to it; an ended one shows no WarmPoolStatus.
+      if (job.ended() || options_.journal->read_only()) continue;
+      absl::StatusOr<bool> pooled = pools().OnJobCreated(WarmPoolJob{job.name(), request});
+      job.warm_pool_ = pooled.ok() && *pooled;
+      continue;
+    }
+    if (!restored.ok()) {
+      return absl::DataLossError(
+          absl::StrCat("journal: job ", job.seq_, " ('", TextForMessage(job.name()),
+                       "'): its warm pool cannot be restored: ", restored.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status EngineImpl::RecoverJob(JobRecord&& r) {
@@ -230,6 +303,9 @@ absl::Status EngineImpl::RecoverJob(JobRecord&& r) {
   job.on_spot_ = r.on_spot;
   job.warm_pool_ = r.warm_pool;
   job.stop_cause_ = cause;
+  if (job.warm_pool_ && r.pool) {
+    pending_pools_.emplace_back(job.seq_, std::move(*r.pool));
+  }
 
   if (job.ended() || options_.journal->read_only()) {
     // Shown as recorded: the metrics that had values, nothing running.
@@ -269,9 +345,9 @@ absl::Status EngineImpl::RecoverJob(JobRecord&& r) {
     job.extras().metrics.push_back(std::move(m));
   }
   job.next_retry_delay_ = options_.capacity_retry_initial;
-  if (job.warm_pool_) {
-    // The manager hears of the job again (its pools did not outlive the
-    // engine that recorded it).
+  if (job.warm_pool_ && !r.pool) {
+    // Recorded without its warm-pool record (a manager that saves none): the
+    // manager hears of the job again.
     absl::StatusOr<bool> pooled = pools().OnJobCreated(WarmPoolJob{job.name(), request});
     job.warm_pool_ = pooled.ok() && *pooled;
   }
@@ -287,16 +363,16 @@ absl::Status EngineImpl::RecoverJob(JobRecord&& r) {
   if (job.on_spot_ && review_period_ > absl::ZeroDuration()) ScheduleReview(job);
   loop_.ScheduleAfter(absl::ZeroDuration(),
                       [this, token = TokenOf(job), cluster = std::move(r.cluster),
-                       running = r.containers_running]() mutable {
+                       running = r.containers_running, until = r.held_until]() mutable {
                         const Step step(*this);
                         if (Job* j = Resume(token))
-                          ResumeRecovered(*j, std::move(cluster), running);
+                          ResumeRecovered(*j, std::move(cluster), running, until);
                       });
   return absl::OkStatus();
 }
 
-void EngineImpl::ResumeRecovered(Job& job, std::optional<Cluster> cluster,
-                                 bool containers_running) {
+void EngineImpl::ResumeRecovered(Job& job, std::optional<Cluster> cluster, bool containers_running,
+                                 absl::Time held_until) {
   if (job.phase_ != Phase::kProvisioning || job.cluster_) return;  // moved on meanwhile
   if (cluster && containers_running) {
     const ArnText arn = ContextArn(job);
@@ -325,7 +401,14 @@ void EngineImpl::ResumeRecovered(Job& job, std::optional<Cluster> cluster,
     }
   }
   // The attempt's instances are lost with the engine that held them: billed
-  // until now (ReturnCluster), then the job goes on as after a lost instance.
+  // until its last billing mark (or until now, for a record without one),
+  // then the job goes on as after a lost instance.
+  if (job.held_since_ && held_until != absl::InfinitePast()) {
+    const absl::Time until = std::clamp(held_until, *job.held_since_, Now());
+    job.held_ = internal::Plus(job.held_, internal::Minus(until, *job.held_since_));
+    job.held_since_.reset();
+    Journaled(job);
+  }
   if (job.status_ == kStopping) {
     job.interrupting_ = true;  // EndInterruption ends a stopping job Stopped
   } else {

@@ -437,6 +437,10 @@ void EngineImpl::ReturnCluster(Job& job, bool healthy, bool job_ended) {
     job.held_since_.reset();
   }
   if (job.cluster_) cluster_owners_.erase(job.cluster_->id);
+  if (billing_mark_armed_ && cluster_owners_.empty()) {
+    loop_.Cancel(billing_mark_);  // no instances held: nothing to bill
+    billing_mark_armed_ = false;
+  }
   Journaled(job);
   // A kept cluster is the manager's now (it recycles it with the provider).
   const bool kept =

@@ -322,12 +322,19 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     loop_.Cancel(best->review);
     s->chain_start = best->chain_start;
     Cluster cluster = std::move(best->cluster);
+    if (listener_) {
+      listener_(best->owner_job);
+      listener_(job);
+    }
     ErasePool(best->id);
     return cluster;
   }
 
   void OnClusterLaunched(std::string_view job, const Cluster& cluster) override {
-    if (JobState* s = FindInUse(job)) s->chain_start = loop_.Now();
+    if (JobState* s = FindInUse(job)) {
+      s->chain_start = loop_.Now();
+      if (listener_) listener_(job);
+    }
   }
 
   bool OnJobEnded(std::string_view job, std::optional<Cluster>& cluster, bool healthy) override {
@@ -338,6 +345,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
       s->status = kTerminated;
       s->retained_seconds = 0;
       s->not_kept_reason = std::move(reason);
+      if (listener_) listener_(job);
       return false;
     };
     if (!cluster || !healthy) return terminate("");
@@ -381,6 +389,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     ScheduleReview(pool);
     provider_.Recycle(pool.cluster);
     options_.policy->OnPoolAvailable(shape, now);
+    if (listener_) listener_(job);
     return true;
   }
 
@@ -411,7 +420,9 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     }
     loop_.Cancel(pool.expiry);
     loop_.Cancel(pool.review);  // the user's keep-alive is not revised
+    pool.keep_alive_updated = true;
     Schedule(pool, expires);
+    if (listener_) listener_(job);
     return absl::OkStatus();
   }
 
@@ -453,6 +464,103 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     for (uint64_t id : ids) Expire(id);
   }
 
+  std::optional<WarmPoolRecord> Save(std::string_view job) const override {
+    auto it = jobs_.find(Key(job));
+    if (it == jobs_.end()) return std::nullopt;
+    const JobState& s = it->second;
+    WarmPoolRecord r;
+    r.status = s.status;
+    r.retained_seconds = s.retained_seconds;
+    r.reused_by = s.reused_by;
+    r.not_kept_reason = s.not_kept_reason;
+    r.chain_start = s.chain_start;
+    if (s.status == kAvailable) {
+      const Pool& pool = pools_.at(s.pool_id);
+      r.cluster = pool.cluster;
+      r.available_since = pool.available_since;
+      r.expires_at = pool.expires_at;
+      r.keep_alive_updated = pool.keep_alive_updated;
+    }
+    return r;
+  }
+
+  absl::Status Restore(const WarmPoolJob& job, WarmPoolRecord r) override {
+    if (auto it = jobs_.find(Key(job.name)); it != jobs_.end()) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("the warm-pool manager already holds a record of training job '",
+                       std::string(job.name), "' (", it->second.status, ")"));
+    }
+    const char* status = nullptr;
+    for (const char* known : {kInUse, kAvailable, kReused, kTerminated}) {
+      if (r.status == known) status = known;
+    }
+    if (status == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("warm pool of training job '",
+                                                     std::string(job.name), "': unknown status '",
+                                                     r.status, "'"));
+    }
+    if (job.request.resource_config().instance_groups_size() > 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "warm pool of training job '", std::string(job.name),
+          "': a heterogeneous cluster (InstanceGroups) never takes part in warm pools"));
+    }
+    Shape shape = nullptr;
+    if (const std::optional<ShapeView> view = ViewOf(job.request); view && !shapes_.empty()) {
+      auto found = shapes_.find(*view);
+      if (found != shapes_.end()) shape = Retain(&*found);
+    }
+    if (shape == nullptr) shape = InternShape(PoolShape::Of(job.request));
+    const std::string name(job.name);
+    JobState& s = jobs_[name];
+    s.shape = shape;
+    s.requested = absl::Seconds(job.request.resource_config().keep_alive_period_in_seconds());
+    s.status = status;
+    s.retained_seconds = r.retained_seconds;
+    s.reused_by = std::move(r.reused_by);
+    s.not_kept_reason = std::move(r.not_kept_reason);
+    s.chain_start = r.chain_start;
+    if (status != kAvailable) return absl::OkStatus();
+    const absl::Time now = loop_.Now();
+    if (!r.cluster) {
+      // Its instances are gone: ended as a lost cluster ends.
+      s.status = kTerminated;
+      s.retained_seconds =
+          RetainedSeconds(internal::Minus(std::min(now, r.expires_at), r.available_since));
+      if (listener_) listener_(name);
+      return absl::OkStatus();
+    }
+    const uint64_t id = ++next_pool_;
+    Pool& pool = pools_[id];
+    pool.id = id;
+    pool.cluster = std::move(*r.cluster);
+    pool.shape = shape;
+    pool.owner_job = name;
+    pool.available_since = r.available_since;
+    pool.chain_start = r.chain_start;
+    pool.keep_alive_updated = r.keep_alive_updated;
+    available_[shape].push_back(id);  // ids ascend: the list stays sorted
+    s.pool_id = id;
+    s.retained_seconds.reset();
+    Schedule(pool, r.expires_at);
+    if (r.expires_at <= now) {
+      Expire(id);  // its keep-alive ran out meanwhile: billed until then
+      return absl::OkStatus();
+    }
+    if (!pool.keep_alive_updated && review_period_ > absl::ZeroDuration()) {
+      // The next review of its cadence, counted from when it became Available.
+      const int64_t periods = (now - pool.available_since) / review_period_ + 1;
+      const absl::Time at = internal::Plus(pool.available_since, review_period_ * periods);
+      if (at < pool.expires_at) {
+        pool.review = loop_.ScheduleAt(at, [this, id] { Review(id); });
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  void SetChangeListener(std::function<void(std::string_view job)> listener) override {
+    listener_ = std::move(listener);
+  }
+
  private:
   // An interned shape: its entry in shapes_ (the shape, and how many jobs in
   // jobs_ have it).
@@ -476,6 +584,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     absl::Time available_since;
     absl::Time expires_at;
     absl::Time chain_start;
+    bool keep_alive_updated = false;  // by UpdateKeepAlive: not reviewed
     TimerHandle expiry;
     TimerHandle review;  // the next review, if the policy reviews
   };
@@ -559,6 +668,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
       if (expires != pool.expires_at) {
         loop_.Cancel(pool.expiry);
         Schedule(pool, expires);
+        if (listener_) listener_(pool.owner_job);
       }
     }
     ScheduleReview(pool);
@@ -575,6 +685,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
     if (JobState* owner = Find(pool.owner_job)) {
       owner->status = kTerminated;
       owner->retained_seconds = RetainedSeconds(end - pool.available_since);
+      if (listener_) listener_(pool.owner_job);
     }
     provider_.Release(pool.cluster);
     ErasePool(id);
@@ -595,6 +706,7 @@ class DefaultWarmPoolManager final : public WarmPoolManager {
   // Per shape, the ids of its pools in pools_, ascending.
   absl::flat_hash_map<Shape, std::vector<uint64_t>> available_;
   uint64_t next_pool_ = 0;
+  std::function<void(std::string_view job)> listener_;  // SetChangeListener
 };
 
 }  // namespace

@@ -35,7 +35,12 @@
 namespace kiln::journal_sqlite {
 namespace {
 
-constexpr int64_t kSchemaVersion = 1;
+// 2: job states carry billing marks and warm-pools (record_codec.h's state
+// version 2). A version 1 journal is read as it is and, opened for writing,
+// marked version 2 before anything is written to it (an older Kiln then
+// refuses it, naming the version, rather than failing on a state it cannot
+// read).
+constexpr int64_t kSchemaVersion = 2;
 
 // The status for SQLite's result `rc` on `db`, naming `file` and what was
 // being done.
@@ -388,6 +393,11 @@ class SqliteJournal final : public Journal {
     if (*version < 1) {
       return absl::DataLossError(
           absl::StrCat("journal ", file_, ": corrupt (schema version ", *version, ")"));
+    }
+    if (*version < kSchemaVersion && !read_only_) {
+      return Exec(
+          absl::StrCat("UPDATE kiln_schema SET version = ", kSchemaVersion),
+          absl::StrCat("cannot migrate it from schema version ", *version, " to ", kSchemaVersion));
     }
     return absl::OkStatus();
   }

@@ -28,6 +28,11 @@ class ReattachingProvider : public ForwardingProvider {
       : ForwardingProvider(to, loop), loop_(loop) {}
 
   absl::Status Reattach(const JobContext& job, ContainerEvents& events) override {
+    if (job.warm_pool) {
+      if (!reattach_pools) return absl::FailedPreconditionError("the pool's instances are gone");
+      reattached_pools.push_back(std::string(job.job_name));
+      return absl::OkStatus();
+    }
     reattached.push_back(std::string(job.job_name));
     cluster_id_ = job.cluster.id;
     for (const Instance& instance : job.cluster.instances) {
@@ -42,11 +47,20 @@ class ReattachingProvider : public ForwardingProvider {
     loop_.Post([done = std::move(done)]() mutable { done(ArtifactsResult{"s3://bucket/out/m"}); });
   }
   void Release(const Cluster& cluster) override {
+    if (crashed) {
+      // A controller that crashes releases nothing: its pools' clusters stay.
+      for (const Cluster& kept : recycled) {
+        if (kept.id == cluster.id) return;
+      }
+    }
     if (cluster.id != cluster_id_) ForwardingProvider::Release(cluster);
   }
 
   absl::Duration remaining = absl::Minutes(3);
   std::vector<std::string> reattached;
+  std::vector<std::string> reattached_pools;  // owners of the pools taken back
+  bool reattach_pools = true;
+  bool crashed = false;
 
  private:
   EventLoop& loop_;
@@ -99,6 +113,19 @@ class EngineJournalTest : public testing::Test {
   }
   void Create(const v1::CreateTrainingJobRequest& request) {
     ASSERT_TRUE(engine_->CreateTrainingJob(request).ok());
+  }
+  // Ends the engine as a crash would (its pools' clusters are not released)
+  // and starts a new one on the same journal, as Start does.
+  absl::Status Restart(bool plain = false) {
+    provider_->crashed = true;
+    engine_.reset();
+    provider_->crashed = false;
+    return Start(/*read_only=*/false, plain);
+  }
+  static v1::CreateTrainingJobRequest Pooled(const std::string& name, int keep_alive_seconds) {
+    v1::CreateTrainingJobRequest r = tests::MinimalRequest(name);
+    r.mutable_resource_config()->set_keep_alive_period_in_seconds(keep_alive_seconds);
+    return r;
   }
   // Runs the loop until `when` after now.
   void RunFor(absl::Duration d) { loop_->RunUntil(loop_->Now() + d); }
@@ -292,6 +319,132 @@ TEST_F(EngineJournalTest, JournalThatCannotBeReadFailsNewEngine) {
   absl::Status started = Start();
   EXPECT_TRUE(absl::IsDataLoss(started)) << started;
   EXPECT_NE(started.message().find("Exploded"), std::string::npos);
+}
+
+TEST_F(EngineJournalTest, JobsWithWarmPoolsAreDescribedAsBeforeTheRestart) {
+  Create(Pooled("first", 600));
+  ASSERT_TRUE(engine_->WaitForAllTrainingJobs().ok());
+  RunFor(absl::Minutes(2));
+  Create(Pooled("reuser", 3600));  // takes first's pool
+  ASSERT_TRUE(engine_->WaitForAllTrainingJobs().ok());
+  v1::CreateTrainingJobRequest other = Pooled("brief", 60);
+  other.mutable_resource_config()->set_instance_count(2);
+  Create(other);
+  ASSERT_TRUE(engine_->WaitForAllTrainingJobs().ok());
+  RunFor(absl::Minutes(2));  // brief's pool expires
+  ASSERT_EQ(Describe("first").warm_pool_status().status(), "Reused");
+  ASSERT_EQ(Describe("reuser").warm_pool_status().status(), "Available");
+  ASSERT_EQ(Describe("brief").warm_pool_status().status(), "Terminated");
+  ASSERT_EQ(Describe("brief").warm_pool_status().resource_retained_billable_time_in_seconds(), 60);
+  std::map<std::string, std::string> before;
+  for (const char* name : {"first", "reuser", "brief"}) before[name] = DescribeJson(name);
+  const std::string list_before = ListJson();
+
+  ASSERT_TRUE(Restart().ok());
+  for (const auto& [name, json] : before) EXPECT_EQ(DescribeJson(name), json) << name;
+  EXPECT_EQ(ListJson(), list_before);
+  EXPECT_EQ(provider_->reattached_pools, std::vector<std::string>{"reuser"});
+}
+
+TEST_F(EngineJournalTest, AvailablePoolSurvivesTheRestartAndIsReused) {
+  Create(Pooled("first", 600));
+  ASSERT_TRUE(engine_->WaitForAllTrainingJobs().ok());
+  RunFor(absl::Minutes(2));
+  ASSERT_TRUE(Restart().ok());
+  RunFor(absl::Minutes(3));
+  EXPECT_EQ(Describe("first").warm_pool_status().status(), "Available");
+  EXPECT_EQ(provider_->reattached_pools, std::vector<std::string>{"first"});
+
+  const int started = provider_->containers_started;
+  const size_t recycled = provider_->recycled.size();
+  Create(Pooled("second", 600));
+  ASSERT_TRUE(engine_->WaitForAllTrainingJobs().ok());
+  const v1::DescribeTrainingJobResponse first = Describe("first");
+  EXPECT_EQ(first.warm_pool_status().status(), "Reused");
+  EXPECT_EQ(first.warm_pool_status().reused_by_job(), "second");
+  // Billed for the time it was Available, across the restart.
+  EXPECT_EQ(first.warm_pool_status().resource_retained_billable_time_in_seconds(), 5 * 60);
+  EXPECT_EQ(Describe("second").training_job_status(), "Completed");
+  EXPECT_EQ(provider_->containers_started, started + 1);
+  // The second job ran on the first's cluster, which the pool then kept again.
+  ASSERT_EQ(provider_->recycled.size(), recycled + 1);
+  EXPECT_EQ(provider_->recycled.back().id, provider_->recycled.front().id);
+  EXPECT_EQ(Describe("second").warm_pool_status().status(), "Available");
+}
+
+TEST_F(EngineJournalTest, PoolWhoseKeepAliveRanOutDuringTheOutageIsBilledToItsEnd) {
+  Create(Pooled("expired", 300));
+  ASSERT_TRUE(engine_->WaitForAllTrainingJobs().ok());
+  RunFor(absl::Minutes(1));
+  provider_->crashed = true;
+  engine_.reset();
+  provider_->crashed = false;
+  RunFor(absl::Minutes(30));  // no controller runs
+  ASSERT_TRUE(Start().ok());
+  const v1::WarmPoolStatus pool = Describe("expired").warm_pool_status();
+  EXPECT_EQ(pool.status(), "Terminated");
+  EXPECT_EQ(pool.resource_retained_billable_time_in_seconds(), 300);
+  // Recorded so: the next engine shows the same.
+  ASSERT_TRUE(Start().ok());
+  EXPECT_EQ(Describe("expired").warm_pool_status().resource_retained_billable_time_in_seconds(),
+            300);
+}
+
+TEST_F(EngineJournalTest, PoolWhoseClusterCannotBeTakenBackEndsTerminatedAtTheRestart) {
+  Create(Pooled("lost", 600));
+  ASSERT_TRUE(engine_->WaitForAllTrainingJobs().ok());
+  RunFor(absl::Minutes(2));
+  provider_->reattach_pools = false;
+  ASSERT_TRUE(Restart().ok());
+  const v1::WarmPoolStatus pool = Describe("lost").warm_pool_status();
+  EXPECT_EQ(pool.status(), "Terminated");
+  EXPECT_EQ(pool.resource_retained_billable_time_in_seconds(), 120);
+  // A later matching job provisions a cluster of its own.
+  Create(Pooled("later", 600));
+  ASSERT_TRUE(engine_->WaitForAllTrainingJobs().ok());
+  EXPECT_EQ(Describe("lost").warm_pool_status().status(), "Terminated");
+  EXPECT_FALSE(Describe("lost").warm_pool_status().has_reused_by_job());
+}
+
+TEST_F(EngineJournalTest, LostAttemptIsBilledUntilItsLastBillingMark) {
+  behaviors_["long"].run_duration = absl::Hours(2);
+  Create(tests::MinimalRequest("long"));
+  RunFor(absl::Minutes(30) + absl::Seconds(7));
+  const JobRecord* record = journal_.Find(1);
+  ASSERT_NE(record, nullptr);
+  const absl::Time held_since = record->held_since;
+  ASSERT_NE(held_since, absl::InfinitePast());
+  const absl::Time crash = loop_->Now();
+  // Marked within the last period.
+  EXPECT_GT(record->held_until, crash - journal_.billing_mark_period());
+  EXPECT_LE(record->held_until, crash);
+  engine_.reset();
+  RunFor(absl::Hours(1));  // no controller runs
+  ASSERT_TRUE(Start(/*read_only=*/false, /*plain=*/true).ok());
+  const v1::DescribeTrainingJobResponse ended = engine_->WaitForTrainingJob("long").value();
+  ASSERT_EQ(ended.training_job_status(), "Failed");
+  // Billed to the last mark: within one period of the crash, never past it.
+  const int64_t held = absl::ToInt64Seconds(absl::Ceil(crash - held_since, absl::Seconds(1)));
+  EXPECT_LE(ended.billable_time_in_seconds(), held);
+  EXPECT_GE(ended.billable_time_in_seconds(),
+            held - absl::ToInt64Seconds(journal_.billing_mark_period()));
+}
+
+TEST_F(EngineJournalTest, BillingMarksAreOneBatchPerPeriodForTheJobsHoldingInstances) {
+  for (const char* name : {"a", "b", "c"}) {
+    behaviors_[name].run_duration = absl::Hours(1);
+    Create(tests::MinimalRequest(name));
+  }
+  RunFor(absl::Minutes(5));
+  const int appended = journal_.appended;
+  RunFor(absl::Seconds(60));
+  // Six marks of three records each (nothing else changes meanwhile).
+  EXPECT_EQ(journal_.appended - appended, 18);
+  ASSERT_TRUE(engine_->WaitForAllTrainingJobs().ok());
+  // None once no instances are held.
+  const int after = journal_.appended;
+  RunFor(absl::Minutes(5));
+  EXPECT_EQ(journal_.appended, after);
 }
 
 }  // namespace

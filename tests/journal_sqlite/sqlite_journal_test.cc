@@ -85,14 +85,33 @@ TEST_F(SqliteJournalTest, RecordsComeBackWholeAfterReopening) {
   full.cluster =
       Cluster{"c-1", {Instance{"i-1", "algo-1", "homogeneousCluster", "ml.m5.xlarge"}}, true};
   full.containers_running = true;
+  full.held_until = full.creation_time + absl::Seconds(60) + absl::Nanoseconds(7);
+  full.warm_pool = true;
+  full.pool.emplace();
+  full.pool->status = "Terminated";
+  full.pool->retained_seconds = 0;
+  full.pool->not_kept_reason = "the warm-pool quota for ml.m5.xlarge (2 instances) is in use";
+  full.pool->chain_start = full.creation_time + absl::Seconds(3);
+  JobRecord pooled = Record(8, "pooled");
+  pooled.status = "Completed";
+  pooled.warm_pool = true;
+  pooled.pool.emplace();
+  pooled.pool->status = "Available";
+  pooled.pool->chain_start = pooled.creation_time;
+  pooled.pool->cluster =
+      Cluster{"c-2", {Instance{"i-2", "algo-1", "homogeneousCluster", "ml.m5.xlarge"}}, false};
+  pooled.pool->available_since = pooled.creation_time + absl::Seconds(100);
+  pooled.pool->expires_at = pooled.creation_time + absl::Seconds(700);
+  pooled.pool->keep_alive_updated = true;
   {
     std::unique_ptr<Journal> j = Open();
     j->Append(full);
+    j->Append(pooled);
     ASSERT_TRUE(j->Flush().ok());
   }
   std::unique_ptr<Journal> j = Open();
   std::map<uint64_t, JobRecord> back = RecoverAll(*j);
-  ASSERT_EQ(back.size(), 1u);
+  ASSERT_EQ(back.size(), 2u);
   const JobRecord& r = back[7];
   EXPECT_EQ(r.name, "full");
   EXPECT_EQ(r.request->SerializeAsString(), full.request->SerializeAsString());
@@ -113,6 +132,101 @@ TEST_F(SqliteJournalTest, RecordsComeBackWholeAfterReopening) {
   EXPECT_EQ(r.cluster->instances[0].host_name, "algo-1");
   EXPECT_TRUE(r.cluster->spot);
   EXPECT_TRUE(r.containers_running);
+  EXPECT_EQ(r.held_until, full.held_until);
+  EXPECT_TRUE(r.warm_pool);
+  ASSERT_TRUE(r.pool.has_value());
+  EXPECT_EQ(r.pool->status, "Terminated");
+  EXPECT_EQ(r.pool->retained_seconds, std::optional<int32_t>(0));
+  EXPECT_EQ(r.pool->reused_by, "");
+  EXPECT_EQ(r.pool->not_kept_reason, full.pool->not_kept_reason);
+  EXPECT_EQ(r.pool->chain_start, full.pool->chain_start);
+  EXPECT_FALSE(r.pool->cluster.has_value());
+
+  const JobRecord& p = back[8];
+  EXPECT_EQ(p.held_until, absl::InfinitePast());
+  ASSERT_TRUE(p.pool.has_value());
+  EXPECT_EQ(p.pool->status, "Available");
+  EXPECT_FALSE(p.pool->retained_seconds.has_value());
+  ASSERT_TRUE(p.pool->cluster.has_value());
+  EXPECT_EQ(p.pool->cluster->id, "c-2");
+  EXPECT_EQ(p.pool->cluster->instances[0].id, "i-2");
+  EXPECT_FALSE(p.pool->cluster->spot);
+  EXPECT_EQ(p.pool->available_since, pooled.pool->available_since);
+  EXPECT_EQ(p.pool->expires_at, pooled.pool->expires_at);
+  EXPECT_TRUE(p.pool->keep_alive_updated);
+}
+
+// The schema version of the journal in `dir`.
+int64_t SchemaVersion(const std::string& dir) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open((dir + "/journal.sqlite").c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* s = nullptr;
+  EXPECT_EQ(sqlite3_prepare_v2(db, "SELECT max(version) FROM kiln_schema", -1, &s, nullptr),
+            SQLITE_OK);
+  EXPECT_EQ(sqlite3_step(s), SQLITE_ROW);
+  const int64_t version = sqlite3_column_int64(s, 0);
+  sqlite3_finalize(s);
+  sqlite3_close(db);
+  return version;
+}
+
+TEST_F(SqliteJournalTest, JournalOfTheFirstVersionIsReadAndMigratedWhenWritten) {
+  JobRecord old = Record(3, "old");
+  old.status = "Completed";
+  old.training_start_time = old.creation_time + absl::Seconds(1);
+  old.training_end_time = old.creation_time + absl::Seconds(2);
+  old.held = absl::Seconds(1);
+  {
+    std::unique_ptr<Journal> j = Open();
+    j->Append(old);
+    ASSERT_TRUE(j->Flush().ok());
+  }
+  // Rewritten as the first version wrote it: state version 1, without the
+  // billing mark (the second of two InfinitePast times: held_since,
+  // held_until), and schema version 1.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir_ + "/journal.sqlite").c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* select = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "SELECT state FROM jobs WHERE id = 3", -1, &select, nullptr),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(select), SQLITE_ROW);
+  std::string state(static_cast<const char*>(sqlite3_column_blob(select, 0)),
+                    sqlite3_column_bytes(select, 0));
+  sqlite3_finalize(select);
+  ASSERT_EQ(state[0], 2);
+  const std::string past("\0\0\0\0\0\0\0\x80", 8);
+  const size_t at = state.find(past + past);
+  ASSERT_NE(at, std::string::npos);
+  ASSERT_EQ(state.find(past + past, at + 1), std::string::npos);
+  state.erase(at + 8, 8);
+  state[0] = 1;
+  sqlite3_stmt* update = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "UPDATE jobs SET state = ?1 WHERE id = 3", -1, &update, nullptr),
+            SQLITE_OK);
+  sqlite3_bind_blob(update, 1, state.data(), static_cast<int>(state.size()), SQLITE_STATIC);
+  ASSERT_EQ(sqlite3_step(update), SQLITE_DONE);
+  sqlite3_finalize(update);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE kiln_schema SET version = 1", nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+
+  // Read as it is, read-only, leaving it at version 1.
+  {
+    std::unique_ptr<Journal> reader = Open(/*read_only=*/true);
+    std::map<uint64_t, JobRecord> back = RecoverAll(*reader);
+    ASSERT_EQ(back.size(), 1u);
+    EXPECT_EQ(back[3].status, "Completed");
+    EXPECT_EQ(back[3].held, absl::Seconds(1));
+    EXPECT_EQ(back[3].held_until, absl::InfinitePast());
+    EXPECT_FALSE(back[3].pool.has_value());
+  }
+  EXPECT_EQ(SchemaVersion(dir_), 1);
+  // Opened for writing, it becomes version 2, and still reads.
+  std::unique_ptr<Journal> j = Open();
+  EXPECT_EQ(SchemaVersion(dir_), 2);
+  std::map<uint64_t, JobRecord> back = RecoverAll(*j);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[3].training_end_time, old.training_end_time);
 }
 
 TEST_F(SqliteJournalTest, LatestRecordWinsAndKeepsTheRequestOfTheFirst) {
@@ -185,7 +299,7 @@ TEST_F(SqliteJournalTest, JournalOfANewerKilnIsRefused) {
   Open().reset();
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open((dir_ + "/journal.sqlite").c_str(), &db), SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(db, "UPDATE kiln_schema SET version = 2", nullptr, nullptr, nullptr),
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE kiln_schema SET version = 3", nullptr, nullptr, nullptr),
             SQLITE_OK);
   sqlite3_close(db);
   absl::StatusOr<std::unique_ptr<Journal>> j = OpenSqliteJournal({.state_dir = dir_});
@@ -227,10 +341,15 @@ TEST_F(SqliteJournalTest, EngineRecoversFinishedJobsDescribedByteForByte) {
     options.cluster_provider = provider.get();
     options.journal = journal.get();
     std::unique_ptr<Engine> engine = NewEngine(options).value();
+    // With warm pools: "one" keeps its cluster, "two" reuses it and keeps it
+    // until its keep-alive ends.
     for (const char* name : {"one", "two"}) {
-      ASSERT_TRUE(engine->CreateTrainingJob(tests::MinimalRequest(name)).ok());
+      v1::CreateTrainingJobRequest request = tests::MinimalRequest(name);
+      request.mutable_resource_config()->set_keep_alive_period_in_seconds(60);
+      ASSERT_TRUE(engine->CreateTrainingJob(request).ok());
+      ASSERT_TRUE(engine->WaitForAllTrainingJobs().ok());
     }
-    ASSERT_TRUE(engine->WaitForAllTrainingJobs().ok());
+    loop->RunUntil(loop->Now() + absl::Minutes(2));
     for (const char* name : {"one", "two"}) {
       v1::DescribeTrainingJobRequest d;
       d.set_training_job_name(name);
@@ -249,6 +368,9 @@ TEST_F(SqliteJournalTest, EngineRecoversFinishedJobsDescribedByteForByte) {
     d.set_training_job_name(name);
     EXPECT_EQ(ToJson(engine->DescribeTrainingJob(d).value()), json);
   }
+  EXPECT_NE(before["one"].find("\"ReusedByJob\":\"two\""), std::string::npos) << before["one"];
+  EXPECT_NE(before["two"].find("\"ResourceRetainedBillableTimeInSeconds\":60"), std::string::npos)
+      << before["two"];
   EXPECT_TRUE(
       absl::IsAlreadyExists(engine->CreateTrainingJob(tests::MinimalRequest("one")).status()));
 }

@@ -521,14 +521,24 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
     }
     review_period_ = options_.spot_handler->ReviewPeriod();
     // (A read-only journal gets no records: the engine changes nothing.)
-    if (options_.journal != nullptr && !options_.journal->read_only()) journal_ = options_.journal;
+    if (options_.journal != nullptr && !options_.journal->read_only()) {
+      journal_ = options_.journal;
+      billing_mark_period_ = journal_->billing_mark_period();
+      // A pool that changes on its own (expires, is reused) is recorded too.
+      pools().SetChangeListener([this](std::string_view job) { PoolChanged(job); });
+    }
     provider_.SetListener(this);
     if (options_.data_channel != nullptr) options_.data_channel->SetListener(this);
   }
 
   ~EngineImpl() override {
     // Give back every cluster still held (nothing is waited for); the engine's
-    // own warm-pool manager releases its pools as it goes.
+    // own warm-pool manager releases its pools as it goes (unrecorded: they
+    // outlive this engine in its journal).
+    if (journal_ != nullptr) {
+      pools().SetChangeListener(nullptr);
+      loop_.Cancel(billing_mark_);
+    }
     provider_.SetListener(nullptr);
     if (options_.data_channel != nullptr) options_.data_channel->SetListener(nullptr);
     for (Job& job : jobs_) {
@@ -679,13 +689,23 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   }
   // Appends the record of every job changed in the step that ends.
   void RecordDirtyJobs();
+  // The warm-pool manager changed job `name`'s record (SetChangeListener).
+  void PoolChanged(std::string_view name);
+  // Billing marks: while jobs hold instances, every billing_mark_period_ each
+  // one's record is written again (JobRecord::held_until).
+  void ArmBillingMark();
+  void WriteBillingMarks();
   JobRecord MakeRecord(Job& job);
   // NewEngine's recovery: rebuilds every job of the journal.
   absl::Status RecoverJobs();
   absl::Status RecoverJob(JobRecord&& record);
   // Carries on with a job that was InProgress or Stopping when the engine
   // that recorded it ended: reattaches its containers, or ends the attempt.
-  void ResumeRecovered(Job& job, std::optional<Cluster> cluster, bool containers_running);
+  void ResumeRecovered(Job& job, std::optional<Cluster> cluster, bool containers_running,
+                       absl::Time held_until);
+  // Gives the warm-pool manager back the records of the recovered jobs
+  // (pending_pools_), Available pools in the order they became Available.
+  absl::Status RestorePools();
   // A status, secondary status or message as the engine's constant, or kept
   // in interned_ (a wording this engine does not use).
   const char* InternText(const std::string& text);
@@ -871,6 +891,7 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
     job.cluster_ = std::move(cluster);
     job.held_since_ = Now();
     Journaled(job);
+    if (journal_ != nullptr && !billing_mark_armed_) ArmBillingMark();
   }
   void Interrupt(Job& job, const std::string& host, bool preempted);
   // Ends the attempt of a job that holds instances, for an interruption
@@ -952,6 +973,13 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   std::vector<uint64_t> journal_dirty_;
   Journal::Ticket journal_ticket_ = 0;
   std::vector<std::unique_ptr<std::string>> interned_;
+  // Billing marks (ArmBillingMark): the period, and the timer while armed.
+  absl::Duration billing_mark_period_;
+  TimerHandle billing_mark_;
+  bool billing_mark_armed_ = false;
+  // Recovery: the warm-pool records of the recovered jobs, by job seq, until
+  // RestorePools.
+  std::vector<std::pair<uint64_t, WarmPoolRecord>> pending_pools_;
   const uint64_t id_ = next_engine_id.fetch_add(1, std::memory_order_relaxed);
 };
 

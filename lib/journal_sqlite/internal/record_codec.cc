@@ -113,7 +113,38 @@ enum Flags : unsigned char {
   kContainersRunning = 4,
   kHasCluster = 8,
   kClusterSpot = 16,
+  kHasPool = 32,
 };
+
+// A warm-pool record's flags.
+enum PoolFlags : unsigned char {
+  kPoolHasCluster = 1,
+  kPoolClusterSpot = 2,
+  kPoolKeepAliveUpdated = 4,
+  kPoolHasRetained = 8,
+};
+
+void EncodeCluster(Writer& w, const Cluster& c) {
+  w.Str(c.id);
+  w.Size(c.instances.size());
+  for (const Instance& i : c.instances) {
+    w.Str(i.id);
+    w.Str(i.host_name);
+    w.Str(i.group_name);
+    w.Str(i.instance_type);
+  }
+}
+
+void DecodeCluster(Reader& in, Cluster& c) {
+  c.id = in.Str();
+  c.instances.resize(in.Count(/*min_bytes=*/4));
+  for (Instance& i : c.instances) {
+    i.id = in.Str();
+    i.host_name = in.Str();
+    i.group_name = in.Str();
+    i.instance_type = in.Str();
+  }
+}
 
 }  // namespace
 
@@ -142,28 +173,35 @@ void EncodeState(const JobRecord& r, std::string& out) {
   }
   w.I64(absl::ToInt64Nanoseconds(r.held));
   w.Time(r.held_since);
+  w.Time(r.held_until);
   w.I64(r.attempt);
   w.I64(r.spot_interruptions);
   w.I64(r.infrastructure_failures);
   w.U8((r.on_spot ? kOnSpot : 0) | (r.warm_pool ? kWarmPool : 0) |
        (r.containers_running ? kContainersRunning : 0) | (r.cluster ? kHasCluster : 0) |
-       (r.cluster && r.cluster->spot ? kClusterSpot : 0));
+       (r.cluster && r.cluster->spot ? kClusterSpot : 0) | (r.pool ? kHasPool : 0));
   w.Str(r.stop_cause);
-  if (r.cluster) {
-    w.Str(r.cluster->id);
-    w.Size(r.cluster->instances.size());
-    for (const Instance& i : r.cluster->instances) {
-      w.Str(i.id);
-      w.Str(i.host_name);
-      w.Str(i.group_name);
-      w.Str(i.instance_type);
-    }
+  if (r.cluster) EncodeCluster(w, *r.cluster);
+  if (r.pool) {
+    const WarmPoolRecord& p = *r.pool;
+    w.U8((p.cluster ? kPoolHasCluster : 0) | (p.cluster && p.cluster->spot ? kPoolClusterSpot : 0) |
+         (p.keep_alive_updated ? kPoolKeepAliveUpdated : 0) |
+         (p.retained_seconds ? kPoolHasRetained : 0));
+    w.Str(p.status);
+    w.I64(p.retained_seconds.value_or(0));
+    w.Str(p.reused_by);
+    w.Str(p.not_kept_reason);
+    w.Time(p.chain_start);
+    w.Time(p.available_since);
+    w.Time(p.expires_at);
+    if (p.cluster) EncodeCluster(w, *p.cluster);
   }
 }
 
 bool DecodeState(std::string_view bytes, JobRecord& r) {
   Reader in(bytes);
-  if (in.U8() != kStateVersion) return false;
+  const unsigned char version = in.U8();
+  if (version < 1 || version > kStateVersion) return false;
   r.creation_time = in.Time();
   r.last_modified_time = in.Time();
   r.status = in.Str();
@@ -186,6 +224,7 @@ bool DecodeState(std::string_view bytes, JobRecord& r) {
   }
   r.held = absl::Nanoseconds(in.I64());
   r.held_since = in.Time();
+  r.held_until = version >= 2 ? in.Time() : absl::InfinitePast();
   r.attempt = static_cast<int32_t>(in.I64());
   r.spot_interruptions = static_cast<int32_t>(in.I64());
   r.infrastructure_failures = static_cast<int32_t>(in.I64());
@@ -198,13 +237,26 @@ bool DecodeState(std::string_view bytes, JobRecord& r) {
   if (flags & kHasCluster) {
     Cluster& c = r.cluster.emplace();
     c.spot = flags & kClusterSpot;
-    c.id = in.Str();
-    c.instances.resize(in.Count(/*min_bytes=*/4));
-    for (Instance& i : c.instances) {
-      i.id = in.Str();
-      i.host_name = in.Str();
-      i.group_name = in.Str();
-      i.instance_type = in.Str();
+    DecodeCluster(in, c);
+  }
+  r.pool.reset();
+  if (flags & kHasPool) {
+    if (version < 2) return false;
+    WarmPoolRecord& p = r.pool.emplace();
+    const unsigned char pool_flags = in.U8();
+    p.status = in.Str();
+    const int64_t retained = in.I64();
+    if (pool_flags & kPoolHasRetained) p.retained_seconds = static_cast<int32_t>(retained);
+    p.reused_by = in.Str();
+    p.not_kept_reason = in.Str();
+    p.chain_start = in.Time();
+    p.available_since = in.Time();
+    p.expires_at = in.Time();
+    p.keep_alive_updated = pool_flags & kPoolKeepAliveUpdated;
+    if (pool_flags & kPoolHasCluster) {
+      Cluster& c = p.cluster.emplace();
+      c.spot = pool_flags & kPoolClusterSpot;
+      DecodeCluster(in, c);
     }
   }
   return in.ok() && in.done();

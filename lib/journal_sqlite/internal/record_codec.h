@@ -12,15 +12,17 @@
 
 namespace kiln::journal_sqlite::internal {
 
-// The format's version: the first byte of every state.
-inline constexpr unsigned char kStateVersion = 1;
+// The format's version: the first byte of every state. Version 2 added the
+// billing mark (JobRecord::held_until) and the warm-pool record
+// (JobRecord::pool); states of version 1 are read too, without them.
+inline constexpr unsigned char kStateVersion = 2;
 
 // Appends the state of `record` to `out`.
 void EncodeState(const JobRecord& record, std::string& out);
 
 // Fills the state fields of `record` from `bytes`. Returns false when the
-// bytes are not a state of this version (truncated, trailing bytes, unknown
-// version).
+// bytes are not a state of this version or an older one (truncated, trailing
+// bytes, unknown version).
 bool DecodeState(std::string_view bytes, JobRecord& record);
 
 }  // namespace kiln::journal_sqlite::internal
