@@ -10,11 +10,11 @@
 //     metrics), the instance time its attempts held (billing marks) and its
 //     warm pool (WarmPoolStatus, and an Available pool's cluster and
 //     keep-alive) are recorded as a JobRecord: the job as it stands, whole;
-//   * while jobs hold instances, every billing_mark_period() the record of
-//     each is written again with held_until set to then (one batch for all
-//     of them): a job whose instances are lost with its engine is billed
-//     until its last such mark, so at most one period (plus the journal's
-//     write latency) short of the time it really held them, never beyond;
+//   * while jobs hold instances, every billing_mark_period() the engine
+//     calls Mark(now), once for all of them: a job whose instances are lost
+//     with its engine is billed until the last durable mark (or its last
+//     record, if later), so at most one period (plus the journal's commit
+//     latency) short of the time it really held them, never beyond;
 //   * DeleteTrainingJob is recorded as an erasure of the job's id;
 //   * CreateTrainingJob, StopTrainingJob, UpdateTrainingJob and
 //     DeleteTrainingJob return success only once the record of what they did
@@ -103,9 +103,11 @@ struct JobRecord {
   // none held).
   absl::Duration held;
   absl::Time held_since = absl::InfinitePast();
-  // While instances are held: when this record was made (the last billing
-  // mark). A new engine that cannot take the attempt back bills it until
-  // then. InfinitePast: none held, or a journal written before marks were.
+  // While instances are held: until when they were held for certain, as
+  // the engine appends it, when the record was made; as Recover gives it,
+  // the latest of that and the last durable Mark. A new engine that cannot
+  // take the attempt back bills it until then. InfinitePast: none held, or
+  // a journal written before billing marks were.
   absl::Time held_until = absl::InfinitePast();
   // Attempts and their budgets.
   int32_t attempt = 1;
@@ -161,10 +163,17 @@ class Journal {
   // Wait for everything queued so far. Thread-safe.
   virtual absl::Status Flush() = 0;
 
-  // How often an engine writes billing marks (JobRecord::held_until) for
-  // the jobs that hold instances; zero or less: never (a lost attempt is
-  // then billed until its last record of any kind). Read once, by NewEngine.
-  // Default: 10 seconds.
+  // A billing mark: every job whose latest record appended before this
+  // call has held_since set still held its instances at `time`. Queued like
+  // Append and durable with the next commit, but never waited for, and only
+  // the latest mark matters (a journal keeps one). Recover gives each record
+  // with held_since set a held_until of at least the last durable mark.
+  // Loop thread only; never blocks on I/O. REQUIRES: not read_only().
+  // Default: marks are dropped (a lost attempt is then billed until its
+  // last record).
+  virtual void Mark(absl::Time time) {}
+  // How often an engine calls Mark while jobs hold instances; zero or less:
+  // never. Read once, by NewEngine. Default: 10 seconds.
   virtual absl::Duration billing_mark_period() const { return absl::Seconds(10); }
 
   // Whether the journal was opened for reading only: Recover works, Append

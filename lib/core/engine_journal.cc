@@ -159,12 +159,11 @@ void EngineImpl::ArmBillingMark() {
 }
 
 void EngineImpl::WriteBillingMarks() {
-  const Step step(*this);  // one batch of records, appended when it ends
   billing_mark_armed_ = false;
   if (cluster_owners_.empty()) return;
-  for (const auto& [cluster, seq] : cluster_owners_) {
-    if (Job* job = by_seq_.Find(seq)) Journaled(*job);
-  }
+  // (A timer runs between steps: every change is appended already, so each
+  // job that holds instances per its latest record holds them now.)
+  journal_->Mark(Now());
   ArmBillingMark();
 }
 

@@ -2,8 +2,9 @@
 //
 // One table holds the latest record of each job: jobs(id, name, request,
 // state), the request as the API's protobuf bytes and the rest as
-// internal/record_codec.h encodes it. kiln_schema(version) says which Kiln
-// wrote it. The loop thread only queues records; the writer thread takes
+// internal/record_codec.h encodes it; kiln_mark(id = 1, time) the last
+// billing mark (Journal::Mark, Unix nanoseconds). kiln_schema(version) says
+// which Kiln wrote it. The loop thread only queues records; the writer thread takes
 // everything queued, keeps the latest record of each job, writes them in one
 // transaction and commits it (WAL, synchronous=FULL: synced before commit
 // returns), then tells the waiters.
@@ -15,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -35,12 +37,14 @@
 namespace kiln::journal_sqlite {
 namespace {
 
-// 2: job states carry billing marks and warm-pools (record_codec.h's state
-// version 2). A version 1 journal is read as it is and, opened for writing,
-// marked version 2 before anything is written to it (an older Kiln then
-// refuses it, naming the version, rather than failing on a state it cannot
-// read).
+// 2: job states carry billing marks and warm pools (record_codec.h's state
+// version 2), and kiln_mark holds the last Mark. A version 1 journal is read
+// as it is and, opened for writing, gets kiln_mark and is marked version 2
+// before anything is written to it (an older Kiln then refuses it, naming
+// the version, rather than failing on a state it cannot read).
 constexpr int64_t kSchemaVersion = 2;
+constexpr char kCreateMarkTable[] =
+    "CREATE TABLE IF NOT EXISTS kiln_mark(id INTEGER PRIMARY KEY, time INTEGER NOT NULL);";
 
 // The status for SQLite's result `rc` on `db`, naming `file` and what was
 // being done.
@@ -123,7 +127,8 @@ class LockFile {
 
 class SqliteJournal final : public Journal {
  public:
-  SqliteJournal(std::string file, bool read_only) : file_(std::move(file)), read_only_(read_only) {}
+  SqliteJournal(std::string file, bool read_only, absl::Duration billing_mark_period)
+      : file_(std::move(file)), read_only_(read_only), billing_mark_period_(billing_mark_period) {}
 
   ~SqliteJournal() override {
     if (writer_.joinable()) {
@@ -137,6 +142,7 @@ class SqliteJournal final : public Journal {
     insert_.reset();
     update_.reset();
     erase_.reset();
+    mark_.reset();
     sqlite3_close_v2(db_);
   }
 
@@ -174,6 +180,8 @@ class SqliteJournal final : public Journal {
           *insert_));
       KILN_RETURN_IF_ERROR(Prepare("UPDATE jobs SET state = ?2 WHERE id = ?1", *update_));
       KILN_RETURN_IF_ERROR(Prepare("DELETE FROM jobs WHERE id = ?1", *erase_));
+      KILN_RETURN_IF_ERROR(
+          Prepare("INSERT OR REPLACE INTO kiln_mark(id, time) VALUES(1, ?1)", *mark_));
     }
     return absl::OkStatus();
   }
@@ -184,6 +192,21 @@ class SqliteJournal final : public Journal {
   }
 
   absl::Status Recover(absl::FunctionRef<absl::Status(JobRecord&&)> job) override {
+    // The last billing mark (a version 1 journal has none).
+    absl::Time mark = absl::InfinitePast();
+    absl::StatusOr<int64_t> has_mark =
+        QueryInt("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = 'kiln_mark'");
+    if (!has_mark.ok()) return has_mark.status();
+    if (*has_mark != 0) {
+      Statement read_mark;
+      KILN_RETURN_IF_ERROR(Prepare("SELECT time FROM kiln_mark WHERE id = 1", read_mark));
+      const int rc = sqlite3_step(read_mark.get());
+      if (rc == SQLITE_ROW) {
+        mark = absl::FromUnixNanos(sqlite3_column_int64(read_mark.get(), 0));
+      } else if (rc != SQLITE_DONE) {
+        return SqliteError(db_, rc, file_, "cannot read the billing mark");
+      }
+    }
     Statement select;
     KILN_RETURN_IF_ERROR(Prepare("SELECT id, name, request, state FROM jobs ORDER BY id", select));
     int rc;
@@ -208,6 +231,9 @@ class SqliteJournal final : public Journal {
                                                 ": its state cannot be read (corrupt, or "
                                                 "written in a format this Kiln does not know)"));
       }
+      if (record.held_since != absl::InfinitePast()) {
+        record.held_until = std::max(record.held_until, mark);
+      }
       KILN_RETURN_IF_ERROR(job(std::move(record)));
     }
     if (rc != SQLITE_DONE) return SqliteError(db_, rc, file_, "cannot read the jobs");
@@ -216,6 +242,17 @@ class SqliteJournal final : public Journal {
 
   Ticket Append(JobRecord record) override { return Queue(Op{0, std::move(record)}); }
   Ticket Erase(uint64_t id) override { return Queue(Op{id, std::nullopt}); }
+
+  void Mark(absl::Time time) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!failed_.ok()) return;
+    mark_time_ = time;  // only the latest is written
+    if (writer_idle_) {
+      writer_idle_ = false;
+      work_cv_.notify_one();
+    }
+  }
+  absl::Duration billing_mark_period() const override { return billing_mark_period_; }
 
   absl::Status Wait(Ticket ticket) override {
     std::unique_lock<std::mutex> lock(mu_);
@@ -271,14 +308,15 @@ class SqliteJournal final : public Journal {
     std::vector<Op> batch;
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-      writer_idle_ = queue_.empty();
-      work_cv_.wait(lock, [&] { return !queue_.empty() || stop_; });
-      if (queue_.empty()) return;  // stopping, and everything is written
+      writer_idle_ = queue_.empty() && !mark_time_;
+      work_cv_.wait(lock, [&] { return !queue_.empty() || mark_time_ || stop_; });
+      if (queue_.empty() && !mark_time_) return;  // stopping, and everything is written
       batch.swap(queue_);
       queued_at_.clear();
+      const std::optional<absl::Time> mark = std::exchange(mark_time_, std::nullopt);
       const Ticket last = queued_;
       lock.unlock();
-      absl::Status written = Write(batch);
+      absl::Status written = Write(batch, mark);
       batch.clear();
       lock.lock();
       if (written.ok()) {
@@ -286,6 +324,7 @@ class SqliteJournal final : public Journal {
       } else {
         failed_ = std::move(written);
         queue_.clear();
+        mark_time_.reset();
         queued_at_.clear();
       }
       done_cv_.notify_all();
@@ -300,8 +339,8 @@ class SqliteJournal final : public Journal {
 
   // Writes `batch` in one transaction: for each job its latest record (with
   // the latest request any of its records in the batch carries), or its
-  // erasure.
-  absl::Status Write(std::vector<Op>& batch) {
+  // erasure; then `mark`, if any (it came after the batch's records).
+  absl::Status Write(std::vector<Op>& batch, std::optional<absl::Time> mark) {
     absl::flat_hash_map<uint64_t, size_t> latest;  // job id -> index in batch
     latest.reserve(batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
@@ -350,6 +389,14 @@ class SqliteJournal final : public Journal {
       sqlite3_reset(s);
       sqlite3_clear_bindings(s);
     }
+    if (status.ok() && mark) {
+      sqlite3_stmt* s = mark_->get();
+      sqlite3_bind_int64(s, 1, absl::ToUnixNanos(*mark));
+      const int rc = sqlite3_step(s);
+      if (rc != SQLITE_DONE) status = SqliteError(db_, rc, file_, "cannot write a billing mark");
+      sqlite3_reset(s);
+      sqlite3_clear_bindings(s);
+    }
     if (!status.ok()) {
       sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
       return status;
@@ -379,8 +426,8 @@ class SqliteJournal final : public Journal {
                                kSchemaVersion,
                                ");"
                                "CREATE TABLE jobs(id INTEGER PRIMARY KEY, name TEXT NOT NULL, "
-                               "request BLOB NOT NULL, state BLOB NOT NULL);"
-                               "COMMIT"),
+                               "request BLOB NOT NULL, state BLOB NOT NULL);",
+                               kCreateMarkTable, "COMMIT"),
                   "cannot create the journal's tables");
     }
     absl::StatusOr<int64_t> version = QueryInt("SELECT max(version) FROM kiln_schema");
@@ -396,7 +443,8 @@ class SqliteJournal final : public Journal {
     }
     if (*version < kSchemaVersion && !read_only_) {
       return Exec(
-          absl::StrCat("UPDATE kiln_schema SET version = ", kSchemaVersion),
+          absl::StrCat("BEGIN IMMEDIATE;", kCreateMarkTable,
+                       "UPDATE kiln_schema SET version = ", kSchemaVersion, ";COMMIT"),
           absl::StrCat("cannot migrate it from schema version ", *version, " to ", kSchemaVersion));
     }
     return absl::OkStatus();
@@ -431,6 +479,8 @@ class SqliteJournal final : public Journal {
   std::unique_ptr<Statement> insert_ = std::make_unique<Statement>();
   std::unique_ptr<Statement> update_ = std::make_unique<Statement>();
   std::unique_ptr<Statement> erase_ = std::make_unique<Statement>();
+  std::unique_ptr<Statement> mark_ = std::make_unique<Statement>();
+  const absl::Duration billing_mark_period_;
 
   std::mutex mu_;
   std::condition_variable work_cv_;  // the writer waits for work (or stop_)
@@ -438,6 +488,7 @@ class SqliteJournal final : public Journal {
   std::vector<Op> queue_;            // guarded by mu_
   // guarded by mu_: job id -> the index of its record (or erasure) in queue_
   absl::flat_hash_map<uint64_t, size_t> queued_at_;
+  std::optional<absl::Time> mark_time_;  // guarded by mu_: the mark to write
   Ticket queued_ = 0;         // guarded by mu_: the last ticket given
   Ticket durable_ = 0;        // guarded by mu_: the last ticket committed
   absl::Status failed_;       // guarded by mu_: the write that failed, for good
@@ -456,6 +507,8 @@ class LockedJournal final : public Journal {
   }
   Ticket Append(JobRecord record) override { return journal_->Append(std::move(record)); }
   Ticket Erase(uint64_t id) override { return journal_->Erase(id); }
+  void Mark(absl::Time time) override { journal_->Mark(time); }
+  absl::Duration billing_mark_period() const override { return journal_->billing_mark_period(); }
   absl::Status Wait(Ticket ticket) override { return journal_->Wait(ticket); }
   absl::Status Flush() override { return journal_->Flush(); }
   bool read_only() const override { return journal_->read_only(); }
@@ -474,7 +527,8 @@ absl::StatusOr<std::unique_ptr<Journal>> OpenSqliteJournal(const SqliteJournalOp
   const std::string dir(absl::StripSuffix(options.state_dir, "/"));
   const std::string file = dir + "/journal.sqlite";
   if (options.read_only) {
-    auto journal = std::make_unique<SqliteJournal>(file, /*read_only=*/true);
+    auto journal =
+        std::make_unique<SqliteJournal>(file, /*read_only=*/true, options.billing_mark_period);
     KILN_RETURN_IF_ERROR(journal->Open(options));
     return std::unique_ptr<Journal>(std::move(journal));
   }
@@ -484,7 +538,8 @@ absl::StatusOr<std::unique_ptr<Journal>> OpenSqliteJournal(const SqliteJournalOp
   }
   auto lock = std::make_unique<LockFile>();
   KILN_RETURN_IF_ERROR(lock->Take(dir + "/journal.lock"));
-  auto journal = std::make_unique<SqliteJournal>(file, /*read_only=*/false);
+  auto journal =
+      std::make_unique<SqliteJournal>(file, /*read_only=*/false, options.billing_mark_period);
   KILN_RETURN_IF_ERROR(journal->Open(options));
   journal->Start();
   return std::unique_ptr<Journal>(

@@ -156,6 +156,32 @@ TEST_F(SqliteJournalTest, RecordsComeBackWholeAfterReopening) {
   EXPECT_TRUE(p.pool->keep_alive_updated);
 }
 
+TEST_F(SqliteJournalTest, LastBillingMarkComesBackOnTheRecordsThatHoldInstances) {
+  JobRecord holding = Record(1, "holding");
+  holding.held_since = holding.creation_time + absl::Seconds(2);
+  holding.held_until = holding.creation_time + absl::Seconds(10);
+  JobRecord later = Record(2, "later");  // recorded after the mark
+  later.held_since = later.creation_time + absl::Seconds(200);
+  later.held_until = later.creation_time + absl::Seconds(200);
+  JobRecord idle = Record(3, "idle");
+  {
+    std::unique_ptr<Journal> j = Open();
+    EXPECT_EQ(j->billing_mark_period(), absl::Seconds(10));
+    j->Append(holding);
+    j->Append(idle);
+    j->Mark(holding.creation_time + absl::Seconds(50));
+    j->Mark(holding.creation_time + absl::Seconds(100));  // only the latest counts
+    j->Append(later);
+    ASSERT_TRUE(j->Flush().ok());
+  }
+  std::unique_ptr<Journal> j = Open(/*read_only=*/true);
+  std::map<uint64_t, JobRecord> back = RecoverAll(*j);
+  ASSERT_EQ(back.size(), 3u);
+  EXPECT_EQ(back[1].held_until, holding.creation_time + absl::Seconds(100));
+  EXPECT_EQ(back[2].held_until, later.held_until);
+  EXPECT_EQ(back[3].held_until, absl::InfinitePast());
+}
+
 // The schema version of the journal in `dir`.
 int64_t SchemaVersion(const std::string& dir) {
   sqlite3* db = nullptr;
@@ -227,6 +253,10 @@ TEST_F(SqliteJournalTest, JournalOfTheFirstVersionIsReadAndMigratedWhenWritten) 
   std::map<uint64_t, JobRecord> back = RecoverAll(*j);
   ASSERT_EQ(back.size(), 1u);
   EXPECT_EQ(back[3].training_end_time, old.training_end_time);
+  // And takes billing marks.
+  j->Mark(old.creation_time + absl::Seconds(9));
+  j->Append(Record(4, "new"));
+  EXPECT_TRUE(j->Flush().ok());
 }
 
 TEST_F(SqliteJournalTest, LatestRecordWinsAndKeepsTheRequestOfTheFirst) {

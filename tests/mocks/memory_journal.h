@@ -1,10 +1,12 @@
 // A Journal for engine tests: keeps the latest record of each job in memory,
-// as a database would, so that a second engine can recover from it. It can
-// be made to fail its writes, and counts the waits callers make.
+// as a database would, so that a second engine can recover from it, and the
+// last billing mark. It can be made to fail its writes, and counts the waits
+// callers make.
 // Thread-safe.
 #ifndef KILN_TESTS_MOCKS_MEMORY_JOURNAL_H_
 #define KILN_TESTS_MOCKS_MEMORY_JOURNAL_H_
 
+#include <algorithm>
 #include <map>
 #include <mutex>
 #include <utility>
@@ -18,11 +20,16 @@ class MemoryJournal : public Journal {
  public:
   absl::Status Recover(absl::FunctionRef<absl::Status(JobRecord&&)> job) override {
     std::map<uint64_t, JobRecord> copy;
+    absl::Time mark;
     {
       std::lock_guard<std::mutex> lock(mu_);
       copy = jobs_;
+      mark = mark_;
     }
     for (auto& [id, record] : copy) {
+      if (record.held_since != absl::InfinitePast()) {
+        record.held_until = std::max(record.held_until, mark);
+      }
       if (absl::Status s = job(std::move(record)); !s.ok()) return s;
     }
     return absl::OkStatus();
@@ -40,6 +47,11 @@ class MemoryJournal : public Journal {
     std::lock_guard<std::mutex> lock(mu_);
     if (failure_.ok()) jobs_.erase(id);
     return ++ticket_;
+  }
+  void Mark(absl::Time time) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++marks;
+    if (failure_.ok()) mark_ = time;
   }
   absl::Status Wait(Ticket ticket) override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -68,11 +80,18 @@ class MemoryJournal : public Journal {
 
   int waits = 0;     // Wait and Flush calls
   int appended = 0;  // Append calls
+  int marks = 0;     // Mark calls
+  // The last mark.
+  absl::Time mark() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return mark_;
+  }
 
  private:
   std::mutex mu_;
   std::map<uint64_t, JobRecord> jobs_;
   Ticket ticket_ = 0;
+  absl::Time mark_ = absl::InfinitePast();
   absl::Status failure_;
   bool read_only_ = false;
 };

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "kiln/journal.h"
 
 namespace kiln::journal_sqlite {
@@ -34,6 +35,10 @@ struct SqliteJournalOptions {
   // The most bytes the journal's database may grow to; 0: no limit. A write
   // beyond it fails as one on a full disk does.
   int64_t max_bytes = 0;
+  // Journal::billing_mark_period(): how often an engine marks the instance
+  // time of the jobs that hold instances (one small write, whatever their
+  // number); zero or less: never.
+  absl::Duration billing_mark_period = absl::Seconds(10);
 };
 
 // Opens (or, for writing, creates) the journal of `options.state_dir`.

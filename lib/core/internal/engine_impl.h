@@ -691,8 +691,8 @@ class EngineImpl final : public Engine, public ClusterListener, public DataChann
   void RecordDirtyJobs();
   // The warm-pool manager changed job `name`'s record (SetChangeListener).
   void PoolChanged(std::string_view name);
-  // Billing marks: while jobs hold instances, every billing_mark_period_ each
-  // one's record is written again (JobRecord::held_until).
+  // Billing marks: while jobs hold instances, Journal::Mark every
+  // billing_mark_period_.
   void ArmBillingMark();
   void WriteBillingMarks();
   JobRecord MakeRecord(Job& job);
