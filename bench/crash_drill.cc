@@ -140,9 +140,7 @@ bool WriteWhole(const std::string& path, const std::string& text, mode_t mode) {
   return chmod(tmp.c_str(), mode) == 0 && rename(tmp.c_str(), path.c_str()) == 0;
 }
 
-bool MakeDir(const std::string& path) {
-  return mkdir(path.c_str(), 0755) == 0 || errno == EEXIST;
-}
+bool MakeDir(const std::string& path) { return mkdir(path.c_str(), 0755) == 0 || errno == EEXIST; }
 
 std::string Script(const PlannedJob& j) {
   std::string s = absl::StrCat("#!/bin/sh\njob=", j.name, "\nsteps=", j.steps, "\nk=1\n");
@@ -183,8 +181,7 @@ kiln::v1::CreateTrainingJobRequest Request(const std::string& work, const Planne
   kiln::v1::CreateTrainingJobRequest r;
   r.set_training_job_name(j.name);
   r.set_role_arn("arn:aws:iam::000000000000:role/drill");
-  r.mutable_algorithm_specification()->set_training_image(
-      absl::StrCat(work, "/images/", j.name));
+  r.mutable_algorithm_specification()->set_training_image(absl::StrCat(work, "/images/", j.name));
   r.mutable_algorithm_specification()->set_training_input_mode("File");
   auto* channel = r.add_input_data_config();
   channel->set_channel_name("train");
@@ -197,7 +194,8 @@ kiln::v1::CreateTrainingJobRequest Request(const std::string& work, const Planne
   r.mutable_resource_config()->set_volume_size_in_gb(1);
   r.mutable_stopping_condition()->set_max_runtime_in_seconds(600);
   r.mutable_retry_strategy()->set_maximum_retry_attempts(30);
-  if (j.kind == Kind::kPoolHolder) r.mutable_resource_config()->set_keep_alive_period_in_seconds(60);
+  if (j.kind == Kind::kPoolHolder)
+    r.mutable_resource_config()->set_keep_alive_period_in_seconds(60);
   if (j.kind == Kind::kSpot) {
     r.set_enable_managed_spot_training(true);
     r.mutable_stopping_condition()->set_max_wait_time_in_seconds(1200);
