@@ -34,11 +34,15 @@
 //   recovered <job> <status>             a job the journal held unfinished
 //   accepted <job> / exists <job>        CreateTrainingJob OK / ResourceInUse
 //   event <unix ns> <job> <status>|<secondary>|<message>   a status event
+//   pool <holder> <follow-up> <status> <reused by> <message>   when a follow-up
+//       starts training: the WarmPoolStatus of the job whose pool it could
+//       reuse, and the last status message of that job
 //   first-line <unix ns> <job> resumed|new   the first log line this process
 //       got for the job: "resumed" for a job that was unfinished at recovery
 //       and had no status event in this process before the line (its run was
 //       taken back), "new" otherwise
-//   job <name> <status> <billable s> <attempts> <start ns> <end ns>  at the end
+//   job <name> <status> <billable s> <attempts> <start ns> <end ns> <pool>  at
+//       the end; <pool>: WarmPoolStatus.Status as this engine describes it, or -
 // Exit status: 0 when every job ended, 1 on an error (named on stderr).
 #include <signal.h>
 #include <sys/stat.h>
@@ -194,8 +198,11 @@ kiln::v1::CreateTrainingJobRequest Request(const std::string& work, const Planne
   r.mutable_resource_config()->set_volume_size_in_gb(1);
   r.mutable_stopping_condition()->set_max_runtime_in_seconds(600);
   r.mutable_retry_strategy()->set_maximum_retry_attempts(30);
+  // A follow-up asks for a pool too: only a job that takes part in warm pools
+  // reuses one.
   if (j.kind == Kind::kPoolHolder)
     r.mutable_resource_config()->set_keep_alive_period_in_seconds(60);
+  if (j.kind == Kind::kFollowUp) r.mutable_resource_config()->set_keep_alive_period_in_seconds(1);
   if (j.kind == Kind::kSpot) {
     r.set_enable_managed_spot_training(true);
     r.mutable_stopping_condition()->set_max_wait_time_in_seconds(1200);
@@ -204,17 +211,35 @@ kiln::v1::CreateTrainingJobRequest Request(const std::string& work, const Planne
   return r;
 }
 
+std::string LastMessage(const kiln::v1::DescribeTrainingJobResponse& d) {
+  const int n = d.secondary_status_transitions_size();
+  return n == 0 ? std::string() : d.secondary_status_transitions(n - 1).status_message();
+}
+
 // Prints status events and each job's first log line in this process.
 class DrillObserver : public kiln::JobObserver {
  public:
-  explicit DrillObserver(absl::flat_hash_set<std::string> recovered)
-      : recovered_(std::move(recovered)) {}
+  DrillObserver(kiln::Engine& engine, absl::flat_hash_set<std::string> recovered,
+                absl::flat_hash_map<std::string, std::string> pool_of)
+      : engine_(engine), recovered_(std::move(recovered)), pool_of_(std::move(pool_of)) {}
 
   void OnStatusChange(const kiln::StatusEvent& e) override {
     const std::string job(e.job_name);
     had_event_.insert(job);
     Out(absl::StrCat("event ", UnixNanos(e.time), " ", job, " ", std::string(e.status), "|",
                      std::string(e.secondary_status), "|", std::string(e.message)));
+    // A follow-up that trains: what became of the pool it could reuse.
+    auto holder = pool_of_.find(job);
+    if (holder == pool_of_.end() || e.secondary_status != "Training") return;
+    kiln::v1::DescribeTrainingJobRequest d;
+    d.set_training_job_name(holder->second);
+    auto described = engine_.DescribeTrainingJob(d);
+    if (!described.ok()) return;
+    const auto& pool = described->warm_pool_status();
+    Out(absl::StrCat("pool ", holder->second, " ", job, " ",
+                     described->has_warm_pool_status() ? pool.status() : std::string("-"), " ",
+                     pool.reused_by_job().empty() ? std::string("-") : pool.reused_by_job(), " ",
+                     LastMessage(*described)));
   }
 
   void OnLogLine(std::string_view job_name, std::string_view, std::string_view,
@@ -226,8 +251,10 @@ class DrillObserver : public kiln::JobObserver {
   }
 
  private:
+  kiln::Engine& engine_;
   // Loop thread only.
   const absl::flat_hash_set<std::string> recovered_;
+  const absl::flat_hash_map<std::string, std::string> pool_of_;  // follow-up -> pool holder
   absl::flat_hash_set<std::string> had_event_;
   absl::flat_hash_set<std::string> seen_line_;
 };
@@ -334,7 +361,11 @@ int main(int argc, char** argv) {
       Out(absl::StrCat("recovered ", j.name, " ", status));
     }
   }
-  DrillObserver observer(recovered);
+  absl::flat_hash_map<std::string, std::string> pool_of;
+  for (const PlannedJob& j : plan) {
+    if (j.kind == Kind::kFollowUp) pool_of[j.name] = j.after;
+  }
+  DrillObserver observer(engine, recovered, std::move(pool_of));
   engine.AddObserver(&observer);
   std::thread loop_thread([&] { loop->Run(); });
 
@@ -386,7 +417,9 @@ int main(int argc, char** argv) {
     Out(absl::StrCat("job ", j.name, " ", described->training_job_status(), " ",
                      described->billable_time_in_seconds(), " ", Attempts(*described), " ",
                      nanos(described->training_start_time()), " ",
-                     nanos(described->training_end_time())));
+                     nanos(described->training_end_time()), " ",
+                     described->has_warm_pool_status() ? described->warm_pool_status().status()
+                                                       : std::string("-")));
   }
   loop->Stop();
   loop_thread.join();

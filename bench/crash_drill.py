@@ -56,7 +56,7 @@ def percentile(values, p):
 def parse_run(path):
     """What one controller run printed."""
     run = {"start": None, "plan": [], "recovered": [], "accepted": [], "events": [],
-           "first_lines": [], "jobs": {}}
+           "first_lines": [], "jobs": {}, "pools": []}
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
             line = line.rstrip("\n")
@@ -74,12 +74,15 @@ def parse_run(path):
                 t, job, what = rest.split(" ", 2)
                 status, secondary, message = (what.split("|", 2) + ["", ""])[:3]
                 run["events"].append((int(t), job, status, secondary, message))
+            elif word == "pool":
+                run["pools"].append(tuple(rest.split(" ", 4)[:4]))
             elif word == "first-line":
                 t, job, how = rest.split(" ")
                 run["first_lines"].append((int(t), job, how))
             elif word == "job":
-                name, status, billable, attempts, start, end = rest.split(" ")
-                run["jobs"][name] = (status, int(billable), int(attempts), int(start), int(end))
+                name, status, billable, attempts, start, end, pool = rest.split(" ")
+                run["jobs"][name] = (status, int(billable), int(attempts), int(start), int(end),
+                                     pool)
     return run
 
 
@@ -321,6 +324,10 @@ def main():
                 failures.append(f"{name}: billed {billable} s, held {held / 1e9:.2f} s "
                                 f"({restarts} restarts in its life)")
 
+        pools = [name for name, (kind, _) in planned.items() if kind == "pool"]
+        reused = {holder for r in parsed for holder, follow_up, status, by in r["pools"]
+                  if status == "Reused" and by == follow_up}
+
         # Reattach latency: each restart's first log line of a run taken back.
         latencies = []
         for r in parsed[1:]:
@@ -339,6 +346,7 @@ def main():
         print(f"  lines checked: {totals['lines']}; duplicates: {totals['duplicates']}; "
               f"lost: {totals['lost']}; steps in no stream (checkpoint ahead of a lost run): "
               f"{totals['uncovered']}")
+        print(f"  warm pools reused by their follow-up: {len(reused)} of {len(pools)}")
         if billing_errors:
             print(f"  billing error: max {max(billing_errors):.2f} s; beyond rounding, per "
                   f"restart in the job's life: max {max(billing_excess):.2f} s")
