@@ -25,3 +25,5 @@ find_package(CURL REQUIRED)            # CMake's FindCURL (CURL::libcurl)
 find_package(OpenSSL REQUIRED)         # CMake's FindOpenSSL (OpenSSL::Crypto)
 # SQLite: kiln::journal_sqlite keeps the engine's journal in one database.
 find_package(SQLite3 REQUIRED)         # CMake's FindSQLite3 (SQLite::SQLite3)
+# Boost (headers only): kiln::serve answers HTTP with Boost.Beast on Boost.Asio.
+find_package(Boost 1.74 REQUIRED)

@@ -27,6 +27,7 @@ KILN_DEBIAN_PACKAGES=(
   libarchive-dev
   zlib1g-dev
   libsqlite3-dev
+  libboost-dev
   libfuse3-dev
   libseccomp-dev
   fuse3

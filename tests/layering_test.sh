@@ -35,6 +35,9 @@ for backend in sim local aws journal_sqlite; do
   check "lib/$backend" "^(kiln/|base/|$backend/)" \
     "a backend uses include/kiln, lib/base and its own internals only"
 done
+# (kiln::serve checks signatures with kiln::aws's SigV4 code.)
+check lib/serve '^(kiln/|base/|serve/|aws/internal/sigv4\.h$)' \
+  "the server uses include/kiln, lib/base, its own internals and SigV4"
 check examples '^kiln/' "an example uses the public API only"
 check tools/kiln '^(kiln/|tools/kiln/)' "the kiln program uses the public API only"
 

@@ -22,6 +22,7 @@ int RunCommand(const std::vector<std::string>& args);       // run.cc
 int ListCommand(const std::vector<std::string>& args);      // jobs.cc
 int DescribeCommand(const std::vector<std::string>& args);  // jobs.cc
 int LogsCommand(const std::vector<std::string>& args);      // logs.cc
+int ServeCommand(const std::vector<std::string>& args);     // serve.cc
 
 // A file name from the command line as the messages show it (kiln.cc).
 std::string ShownPath(std::string_view path);

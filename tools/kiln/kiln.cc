@@ -38,6 +38,9 @@ constexpr char kUsage[] =
     "       kiln list [--state-dir DIR] [--status STATUS] [--name-contains TEXT]\n"
     "       kiln describe [--state-dir DIR] NAME\n"
     "       kiln logs [--state-dir DIR] [--host algo-K] [--follow] NAME\n"
+    "       kiln serve --credentials FILE [--listen HOST:PORT] [--state-dir DIR] [--region R]\n"
+    "                  [--runtime process|bwrap] [--grace SECONDS] [--reattach-lease SECONDS]\n"
+    "                  [--file-root DIR]...\n"
     "       kiln simulate SCENARIO.json [--format table|json|csv] [--report FILE.html] [--seed N]\n"
     "                     [--jobs N]\n"
     "\n"
@@ -80,6 +83,10 @@ constexpr char kUsage[] =
     "             host (--host algo-K: that host's only). --follow shows lines as\n"
     "             they come until the job has ended.\n"
     "             These three read only, also while a `kiln run` uses the directory.\n"
+    "  serve      the SageMaker Training API over HTTP (boto3, the aws CLI) on the\n"
+    "             local backend; requests signed by a key of the credentials file\n"
+    "             (ACCESS_KEY_ID SECRET ACCOUNT_ID a line); prints 'listening on\n"
+    "             http://HOST:PORT'; SIGTERM stops it, the jobs stay in the journal.\n"
     "  simulate   run a scenario's policies through the engine in virtual time and\n"
     "             print one row per policy (see examples/scenarios/README.md).\n";
 
@@ -144,6 +151,7 @@ int main(int argc, char** argv) {
   if (command == "list") return kiln::cli::ListCommand(args);
   if (command == "describe") return kiln::cli::DescribeCommand(args);
   if (command == "logs") return kiln::cli::LogsCommand(args);
+  if (command == "serve") return kiln::cli::ServeCommand(args);
   if (command == "simulate") return RunSimulateCommand(args);
   std::cerr << "kiln: unknown command '" << kiln::InputForMessage(command) << "'\n" << kUsage;
   return kError;

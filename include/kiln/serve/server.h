@@ -1,0 +1,111 @@
+// The SageMaker Training API over HTTP: a server that answers what boto3, the
+// aws CLI and the SageMaker SDK send to SageMaker (botocore's model: the JSON
+// 1.1 protocol, POST /, X-Amz-Target "SageMaker.<Operation>", requests signed
+// with AWS Signature Version 4), driving Kiln engines. `kiln serve` is this
+// server with the local backend.
+//
+//   kiln::serve::ServerOptions options;
+//   options.accounts = kiln::serve::ReadCredentialsFile("keys").value();
+//   options.engines["123456789012"] = engine.get();
+//   auto server = kiln::serve::StartServer(std::move(options)).value();
+//   // ... server->port() ...
+//   server->Shutdown();
+//
+// Operations: CreateTrainingJob, DescribeTrainingJob, ListTrainingJobs,
+// StopTrainingJob, UpdateTrainingJob, DeleteTrainingJob, with the service's
+// JSON and errors ({"__type": "ValidationException", "message": ...}, with
+// the HTTP status kiln/service_error.h gives). Another operation:
+// UnknownOperationException.
+//
+// Authentication: every request must carry a SigV4 Authorization header
+// signed by a key of `accounts`, for service "sagemaker" and the server's
+// region, dated within 5 minutes of the server's clock, over the whole body.
+// Refusals, before the body is parsed (HTTP 400, as the service's JSON
+// protocol sends them): MissingAuthenticationTokenException (no
+// Authorization), UnrecognizedClientException (a key the server does not
+// have), InvalidSignatureException (a signature that does not match, or a
+// date too far off: "Signature expired"), IncompleteSignatureException (an
+// Authorization header that is not SigV4's).
+//
+// Isolation: each account has its own engine (`engines`): a caller sees,
+// stops, updates and deletes only its account's jobs, and a name is unique
+// per account, as on the service.
+//
+// Limits: a body over `max_body_bytes` is refused (413) without being read
+// whole; a request that has not arrived whole within `request_timeout` closes
+// its connection; waiting clients hold no thread.
+//
+// Threading: StartServer and Shutdown from any thread; the server runs on
+// threads of its own.
+#ifndef KILN_SERVE_SERVER_H_
+#define KILN_SERVE_SERVER_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kiln/engine.h"
+
+namespace kiln::serve {
+
+// A key that may call the server, and the account whose jobs it reaches.
+struct Account {
+  std::string access_key_id;
+  std::string secret_access_key;
+  std::string account_id;  // 12 digits
+};
+
+// Reads a credentials file: one key a line, "ACCESS_KEY_ID SECRET_ACCESS_KEY
+// ACCOUNT_ID" separated by spaces or tabs; '#' starts a comment; blank lines
+// are skipped. Errors: NotFound / PermissionDenied naming the file;
+// InvalidArgument naming the file and the line ("keys:3: ...") for a line
+// that is not three fields, an account id that is not 12 digits, or a key id
+// given twice.
+absl::StatusOr<std::vector<Account>> ReadCredentialsFile(const std::string& path);
+
+struct ServerOptions {
+  // Where to listen: an IPv4 or IPv6 address (loopback by default) and a
+  // port (0: a free one, see Server::port).
+  std::string host = "127.0.0.1";
+  uint16_t port = 8080;
+  // The keys that may call, and each account's engine (every account of
+  // `accounts` must have one; each engine's EngineOptions::account_id should
+  // be its account, for its ARNs). The engines must outlive the server.
+  std::vector<Account> accounts;
+  std::map<std::string, Engine*> engines;
+  // The region requests are signed for.
+  std::string region = "us-east-1";
+  // The largest body accepted.
+  size_t max_body_bytes = size_t{8} << 20;
+  // How long a request may take to arrive whole, and how long an idle
+  // connection is kept.
+  absl::Duration request_timeout = absl::Seconds(30);
+  // Threads that read and write connections, and threads that call the
+  // engines (CreateTrainingJob may wait for the journal).
+  int io_threads = 2;
+  int worker_threads = 4;
+};
+
+class Server {
+ public:
+  virtual ~Server() = default;  // Shutdown, if not done
+  // The port it listens on.
+  virtual uint16_t port() const = 0;
+  // Stops accepting, lets requests in flight finish, closes the connections
+  // and returns. Idempotent.
+  virtual void Shutdown() = 0;
+};
+
+// Starts a server. Errors: InvalidArgument naming the option (no account, an
+// account without an engine, a host that is not an address); the system's
+// error when the address cannot be bound (e.g. in use).
+absl::StatusOr<std::unique_ptr<Server>> StartServer(ServerOptions options);
+
+}  // namespace kiln::serve
+
+#endif  // KILN_SERVE_SERVER_H_

@@ -1,0 +1,58 @@
+// What the server answers, independent of the transport: an HTTP request in,
+// an HTTP response out. Authentication (SigV4), then the operation named by
+// X-Amz-Target on the caller's account's engine.
+//
+// Internal to kiln::serve: never installed. Thread-safe (Handle may run on
+// several threads at once; the engines are).
+#ifndef KILN_LIB_SERVE_API_H_
+#define KILN_LIB_SERVE_API_H_
+
+#include <map>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "kiln/engine.h"
+#include "kiln/serve/server.h"
+
+namespace kiln::serve::internal {
+
+struct HttpRequest {
+  std::string method;
+  std::string target;  // path and query, as sent
+  std::vector<std::pair<std::string, std::string>> headers;  // as sent
+  std::string body;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/x-amz-json-1.1";
+  std::string body;
+};
+
+// The error body of the JSON protocol.
+HttpResponse ErrorResponse(int status, std::string_view type, std::string_view message);
+
+class Api {
+ public:
+  Api(std::vector<Account> accounts, std::map<std::string, Engine*> engines, std::string region);
+
+  // Answers `request` as of `now` (the server's clock, for the signature's
+  // date).
+  HttpResponse Handle(const HttpRequest& request, absl::Time now) const;
+
+ private:
+  // The account of a correctly signed request, or the refusal.
+  const Account* Authenticate(const HttpRequest& request, absl::Time now,
+                              HttpResponse& refusal) const;
+
+  std::map<std::string, Account> by_key_;
+  std::map<std::string, Engine*> engines_;
+  std::string region_;
+};
+
+}  // namespace kiln::serve::internal
+
+#endif  // KILN_LIB_SERVE_API_H_

@@ -1,0 +1,190 @@
+// kiln::serve's server from many connections at once (a TSan target): signed
+// requests over raw sockets, keep-alive, against a simulated engine on a
+// real-time loop run by a thread of its own; and shutdown with requests in
+// flight.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "aws/internal/sigv4.h"
+#include "core/requests.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kiln/engine.h"
+#include "kiln/json.h"
+#include "kiln/serve/server.h"
+#include "kiln/sim/sim.h"
+
+namespace kiln::serve {
+namespace {
+
+using ::testing::HasSubstr;
+
+// One keep-alive connection to the server, sending signed JSON requests.
+class Connection {
+ public:
+  explicit Connection(uint16_t port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ok_ = connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~Connection() { close(fd_); }
+
+  // Sends operation `op` with `body`, signed by AKID/secret; returns the HTTP
+  // status and sets `response` to the body (status 0: the connection failed).
+  int Call(const std::string& op, const std::string& body, std::string& response) {
+    if (!ok_) return 0;
+    namespace sig = ::kiln::aws::internal;
+    const std::string date = sig::AmzDate(absl::Now());
+    sig::SigV4Request r;
+    r.method = "POST";
+    r.canonical_uri = "/";
+    r.headers = {{"host", "127.0.0.1"},
+                 {"x-amz-date", date},
+                 {"x-amz-target", "SageMaker." + op}};
+    r.payload_hash = sig::Sha256Hex(body);
+    const sig::SigV4Result s =
+        sig::SignV4(r, sig::Credentials{"AKID", "secret", ""}, "us-east-1", "sagemaker", date);
+    const std::string request = absl::StrCat(
+        "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Amz-Date: ", date, "\r\nX-Amz-Target: SageMaker.",
+        op, "\r\nContent-Type: application/x-amz-json-1.1\r\nAuthorization: ", s.authorization,
+        "\r\nContent-Length: ", body.size(), "\r\n\r\n", body);
+    if (write(fd_, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
+      return 0;
+    }
+    // The response: headers, then Content-Length bytes.
+    while (true) {
+      const size_t end = buffer_.find("\r\n\r\n");
+      if (end != std::string::npos) {
+        const std::string head = buffer_.substr(0, end);
+        const size_t cl = head.find("Content-Length: ");
+        size_t length = 0;
+        if (cl == std::string::npos ||
+            !absl::SimpleAtoi(head.substr(cl + 16, head.find("\r\n", cl) - cl - 16), &length)) {
+          return 0;
+        }
+        if (buffer_.size() >= end + 4 + length) {
+          int status = 0;
+          if (!absl::SimpleAtoi(head.substr(9, 3), &status)) return 0;
+          response = buffer_.substr(end + 4, length);
+          buffer_.erase(0, end + 4 + length);
+          return status;
+        }
+      }
+      char chunk[4096];
+      const ssize_t n = read(fd_, chunk, sizeof(chunk));
+      if (n <= 0) return 0;
+      buffer_.append(chunk, static_cast<size_t>(n));
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  bool ok_ = false;
+  std::string buffer_;
+};
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    loop_ = NewRealTimeEventLoop();
+    provider_ = sim::NewSimClusterProvider(*loop_);
+    EngineOptions options;
+    options.loop = loop_.get();
+    options.cluster_provider = provider_.get();
+    options.account_id = "111122223333";
+    engine_ = NewEngine(std::move(options)).value();
+    loop_thread_ = std::thread([this] { loop_->Run(); });
+    ServerOptions server;
+    server.port = 0;
+    server.accounts = {Account{"AKID", "secret", "111122223333"}};
+    server.engines["111122223333"] = engine_.get();
+    server.max_body_bytes = 64 << 10;
+    auto started = StartServer(std::move(server));
+    ASSERT_TRUE(started.ok()) << started.status();
+    server_ = *std::move(started);
+  }
+
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+    loop_->Stop();
+    if (loop_thread_.joinable()) loop_thread_.join();
+    engine_.reset();
+    provider_.reset();
+  }
+
+  std::unique_ptr<EventLoop> loop_;
+  std::unique_ptr<ClusterProvider> provider_;
+  std::unique_ptr<Engine> engine_;
+  std::thread loop_thread_;
+  std::unique_ptr<Server> server_;
+};
+
+TEST_F(ServerTest, ManyConnectionsCreateDescribeAndListAtOnce) {
+  constexpr int kThreads = 8;
+  constexpr int kJobsEach = 10;
+  std::atomic<int> failures{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      Connection c(server_->port());
+      std::string body;
+      for (int i = 0; i < kJobsEach; ++i) {
+        const std::string name = absl::StrCat("job-", t, "-", i);
+        if (c.Call("CreateTrainingJob", ToJson(tests::MinimalRequest(name)), body) != 200) {
+          ++failures;
+        }
+        if (c.Call("DescribeTrainingJob", absl::StrCat("{\"TrainingJobName\":\"", name, "\"}"),
+                   body) != 200 ||
+            body.find("\"TrainingJobStatus\":\"InProgress\"") == std::string::npos) {
+          ++failures;
+        }
+        if (c.Call("ListTrainingJobs", "{\"MaxResults\":5}", body) != 200) ++failures;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  Connection c(server_->port());
+  std::string body;
+  ASSERT_EQ(c.Call("ListTrainingJobs", "{\"MaxResults\":100}", body), 200);
+  size_t count = 0;
+  for (size_t at = body.find("\"TrainingJobName\""); at != std::string::npos;
+       at = body.find("\"TrainingJobName\"", at + 1)) {
+    ++count;
+  }
+  EXPECT_EQ(count, size_t{kThreads * kJobsEach});
+}
+
+TEST_F(ServerTest, AnEngineErrorTravelsWithItsCodeAndStatus) {
+  Connection c(server_->port());
+  std::string body;
+  EXPECT_EQ(c.Call("StopTrainingJob", "{\"TrainingJobName\":\"nobody\"}", body), 400);
+  EXPECT_THAT(body, HasSubstr("\"__type\":\"ResourceNotFound\""));
+  EXPECT_EQ(c.Call("CreateTrainingJob", std::string(70 << 10, ' '), body), 413);
+}
+
+TEST_F(ServerTest, ShutdownWithConnectionsOpenReturns) {
+  std::vector<std::unique_ptr<Connection>> idle;
+  for (int i = 0; i < 4; ++i) idle.push_back(std::make_unique<Connection>(server_->port()));
+  std::string body;
+  ASSERT_EQ(idle[0]->Call("ListTrainingJobs", "{}", body), 200);
+  server_->Shutdown();
+  server_->Shutdown();  // (idempotent)
+  EXPECT_EQ(idle[1]->Call("ListTrainingJobs", "{}", body), 0);
+}
+
+}  // namespace
+}  // namespace kiln::serve
