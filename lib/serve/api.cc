@@ -185,16 +185,16 @@ const Account* Api::Authenticate(const HttpRequest& request, absl::Time now,
                                  HttpResponse& refusal) const {
   const std::string_view authorization = Header(request, "Authorization");
   if (authorization.empty()) {
-    refusal = ErrorResponse(400, "MissingAuthenticationTokenException",
-                            "Missing Authentication Token");
+    refusal =
+        ErrorResponse(400, "MissingAuthenticationTokenException", "Missing Authentication Token");
     return nullptr;
   }
   Authorization auth;
   if (!ParseAuthorization(authorization, auth)) {
-    refusal = ErrorResponse(
-        400, "IncompleteSignatureException",
-        "Authorization header requires 'Credential', 'Signature' and 'SignedHeaders' "
-        "parameters of the AWS4-HMAC-SHA256 algorithm");
+    refusal =
+        ErrorResponse(400, "IncompleteSignatureException",
+                      "Authorization header requires 'Credential', 'Signature' and 'SignedHeaders' "
+                      "parameters of the AWS4-HMAC-SHA256 algorithm");
     return nullptr;
   }
   auto it = by_key_.find(auth.key_id);
@@ -225,8 +225,8 @@ const Account* Api::Authenticate(const HttpRequest& request, absl::Time now,
   if (auth.service != kService || auth.region != region_) {
     refusal = ErrorResponse(
         400, "InvalidSignatureException",
-        absl::StrCat("Credential should be scoped to a valid region and service: '", region_,
-                     "/", kService, "', not '", auth.region, "/", auth.service, "'"));
+        absl::StrCat("Credential should be scoped to a valid region and service: '", region_, "/",
+                     kService, "', not '", auth.region, "/", auth.service, "'"));
     return nullptr;
   }
   // The request as the client signed it: the headers it names, the whole
@@ -253,8 +253,7 @@ const Account* Api::Authenticate(const HttpRequest& request, absl::Time now,
       sig::SignV4(sr, sig::Credentials{account.access_key_id, account.secret_access_key, ""},
                   auth.region, auth.service, amz_date);
   if (expected.signature.size() != auth.signature.size() ||
-      CRYPTO_memcmp(expected.signature.data(), auth.signature.data(), auth.signature.size()) !=
-          0) {
+      CRYPTO_memcmp(expected.signature.data(), auth.signature.data(), auth.signature.size()) != 0) {
     refusal = ErrorResponse(
         400, "InvalidSignatureException",
         "The request signature we calculated does not match the signature you provided. Check "

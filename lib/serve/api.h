@@ -21,7 +21,7 @@ namespace kiln::serve::internal {
 
 struct HttpRequest {
   std::string method;
-  std::string target;  // path and query, as sent
+  std::string target;                                        // path and query, as sent
   std::vector<std::pair<std::string, std::string>> headers;  // as sent
   std::string body;
 };

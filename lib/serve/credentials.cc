@@ -31,9 +31,9 @@ absl::StatusOr<std::vector<Account>> ReadCredentialsFile(const std::string& path
     if (fields.empty()) continue;
     const std::string where = absl::StrCat(path, ":", number, ": ");
     if (fields.size() != 3) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where, "want ACCESS_KEY_ID SECRET_ACCESS_KEY ACCOUNT_ID, found ", fields.size(),
-          fields.size() == 1 ? " field" : " fields"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "want ACCESS_KEY_ID SECRET_ACCESS_KEY ACCOUNT_ID, found ",
+                       fields.size(), fields.size() == 1 ? " field" : " fields"));
     }
     if (fields[2].size() != 12 ||
         !std::all_of(fields[2].begin(), fields[2].end(), absl::ascii_isdigit)) {

@@ -4,14 +4,9 @@
 // handed to a pool of worker threads, which call the engine (a
 // CreateTrainingJob may wait for the journal), and the response goes back to
 // the connection's strand.
-#include <atomic>
-#include <memory>
-#include <optional>
-#include <string>
-#include <thread>
-#include <utility>
-#include <vector>
+#include "kiln/serve/server.h"
 
+#include <atomic>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -20,10 +15,15 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "kiln/serve/server.h"
 #include "serve/api.h"
 
 namespace kiln::serve {
@@ -84,8 +84,8 @@ class ServerImpl final : public Server {
     beast::error_code ec;
     const net::ip::address address = net::ip::make_address(options_.host, ec);
     if (ec) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ServerOptions.host '", options_.host, "' is not an IPv4 or IPv6 address"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("ServerOptions.host '", options_.host, "' is not an IPv4 or IPv6 address"));
     }
     const tcp::endpoint endpoint(address, options_.port);
     acceptor_->open(endpoint.protocol(), ec);
@@ -93,8 +93,8 @@ class ServerImpl final : public Server {
     if (!ec) acceptor_->bind(endpoint, ec);
     if (!ec) acceptor_->listen(net::socket_base::max_listen_connections, ec);
     if (ec) {
-      return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.host, ":",
-                                                 options_.port, ": ", ec.message()));
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen on ", options_.host, ":", options_.port, ": ", ec.message()));
     }
     port_ = acceptor_->local_endpoint().port();
     Accept();
@@ -181,18 +181,17 @@ void Session::Read() {
   parser_.emplace();
   parser_->body_limit(server_.options().max_body_bytes);
   parser_->header_limit(16 * 1024);
-  stream_.expires_after(std::chrono::milliseconds(
-      absl::ToInt64Milliseconds(server_.options().request_timeout)));
+  stream_.expires_after(
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(server_.options().request_timeout)));
   http::async_read(stream_, buffer_, *parser_,
                    [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
 }
 
 void Session::OnRead(beast::error_code ec) {
   if (ec == http::error::body_limit) {
-    Write(internal::ErrorResponse(
-              413, "ValidationException",
-              absl::StrCat("the request body is larger than ", server_.options().max_body_bytes,
-                           " bytes")),
+    Write(internal::ErrorResponse(413, "ValidationException",
+                                  absl::StrCat("the request body is larger than ",
+                                               server_.options().max_body_bytes, " bytes")),
           /*close=*/true, /*answered=*/false);
     return;
   }
@@ -227,18 +226,18 @@ void Session::Write(HttpResponse response, bool close, bool answered) {
   res->keep_alive(!close);
   res->body() = std::move(response.body);
   res->prepare_payload();
-  stream_.expires_after(std::chrono::milliseconds(
-      absl::ToInt64Milliseconds(server_.options().request_timeout)));
-  http::async_write(stream_, *res,
-                    [self = shared_from_this(), res, close, answered](beast::error_code ec,
-                                                                      size_t) {
-                      if (answered) self->server_.Answered();
-                      if (ec || close) {
-                        self->Close();
-                        return;
-                      }
-                      self->Read();
-                    });
+  stream_.expires_after(
+      std::chrono::milliseconds(absl::ToInt64Milliseconds(server_.options().request_timeout)));
+  http::async_write(
+      stream_, *res,
+      [self = shared_from_this(), res, close, answered](beast::error_code ec, size_t) {
+        if (answered) self->server_.Answered();
+        if (ec || close) {
+          self->Close();
+          return;
+        }
+        self->Read();
+      });
 }
 
 }  // namespace
@@ -250,9 +249,9 @@ absl::StatusOr<std::unique_ptr<Server>> StartServer(ServerOptions options) {
   for (const Account& a : options.accounts) {
     auto it = options.engines.find(a.account_id);
     if (it == options.engines.end() || it->second == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "ServerOptions.engines: no engine for account ", a.account_id, " (key ",
-          a.access_key_id, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("ServerOptions.engines: no engine for account ", a.account_id, " (key ",
+                       a.access_key_id, ")"));
     }
   }
   auto server = std::make_unique<ServerImpl>(std::move(options));

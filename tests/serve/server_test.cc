@@ -2,6 +2,8 @@
 // requests over raw sockets, keep-alive, against a simulated engine on a
 // real-time loop run by a thread of its own; and shutdown with requests in
 // flight.
+#include "kiln/serve/server.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -21,7 +23,6 @@
 #include "gtest/gtest.h"
 #include "kiln/engine.h"
 #include "kiln/json.h"
-#include "kiln/serve/server.h"
 #include "kiln/sim/sim.h"
 
 namespace kiln::serve {
@@ -51,9 +52,7 @@ class Connection {
     sig::SigV4Request r;
     r.method = "POST";
     r.canonical_uri = "/";
-    r.headers = {{"host", "127.0.0.1"},
-                 {"x-amz-date", date},
-                 {"x-amz-target", "SageMaker." + op}};
+    r.headers = {{"host", "127.0.0.1"}, {"x-amz-date", date}, {"x-amz-target", "SageMaker." + op}};
     r.payload_hash = sig::Sha256Hex(body);
     const sig::SigV4Result s =
         sig::SignV4(r, sig::Credentials{"AKID", "secret", ""}, "us-east-1", "sagemaker", date);

@@ -19,10 +19,10 @@
 
 #include <filesystem>
 #include <iostream>
-#include <system_error>
 #include <map>
 #include <memory>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -118,8 +118,7 @@ int ServeCommand(const std::vector<std::string>& args) {
     error = "unexpected argument '" + InputForMessage(operands[0]) + "'";
   }
   if (error.empty() && o.credentials.empty()) error = "--credentials FILE is required";
-  if (error.empty() &&
-      !SplitListen(o.listen, server_options.host, server_options.port)) {
+  if (error.empty() && !SplitListen(o.listen, server_options.host, server_options.port)) {
     error = "--listen takes HOST:PORT, not '" + InputForMessage(o.listen) + "'";
   }
   if (!error.empty()) {
