@@ -35,9 +35,10 @@ for backend in sim local aws journal_sqlite; do
   check "lib/$backend" "^(kiln/|base/|$backend/)" \
     "a backend uses include/kiln, lib/base and its own internals only"
 done
-# (kiln::serve checks signatures with kiln::aws's SigV4 code.)
-check lib/serve '^(kiln/|base/|serve/|aws/internal/sigv4\.h$)' \
-  "the server uses include/kiln, lib/base, its own internals and SigV4"
+# (kiln::serve signs and checks signatures with kiln::aws's SigV4 code, and
+# its client speaks HTTP through kiln::aws's.)
+check lib/serve '^(kiln/|base/|serve/|aws/internal/(sigv4|http)\.h$)' \
+  "kiln::serve uses include/kiln, lib/base, its own internals and kiln::aws's SigV4 and HTTP"
 check examples '^kiln/' "an example uses the public API only"
 check tools/kiln '^(kiln/|tools/kiln/)' "the kiln program uses the public API only"
 

@@ -281,6 +281,51 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(out.returncode, 0, out.stderr)
         self.assertEqual(json.loads(out.stdout)["TrainingJobStatus"], "Completed")
 
+    # --- kiln's own verbs over the API
+
+    def kiln(self, *args, key="AKIDONE"):
+        env = dict(os.environ, AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=KEYS[key][0],
+                   AWS_DEFAULT_REGION="us-east-1", AWS_CONFIG_FILE="/dev/null",
+                   AWS_SHARED_CREDENTIALS_FILE="/dev/null", KILN_ENDPOINT=self.server.endpoint)
+        return subprocess.run([KILN] + list(args), env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    def test_kilns_verbs_talk_to_the_server(self):
+        path = os.path.join(self.work, "verbs.json")
+        with open(path, "w") as f:
+            json.dump(self.request("verbs-job", ResourceConfig={
+                "InstanceType": "ml.m5.large", "InstanceCount": 1, "VolumeSizeInGB": 1,
+                "KeepAlivePeriodInSeconds": 60}), f)
+        out = self.kiln("submit", "--wait", path)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        arn, described = out.stdout.splitlines()
+        self.assertTrue(arn.endswith(":111122223333:training-job/verbs-job"), arn)
+        self.assertEqual(json.loads(described)["TrainingJobStatus"], "Completed")
+        out = self.kiln("list", "--name-contains", "verbs-")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(out.stdout.split("\t")[:3], ["verbs-job", "Completed", "Completed"])
+        out = self.kiln("update", "--keep-alive", "90", "verbs-job")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        out = self.kiln("describe", "verbs-job")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(json.loads(out.stdout)["ResourceConfig"]["KeepAlivePeriodInSeconds"], 90)
+        out = self.kiln("stop", "verbs-job")
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("ValidationException: ", out.stderr)
+        out = self.kiln("describe", "verbs-nobody")
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("ValidationException: ", out.stderr)
+        out = self.kiln("describe", "verbs-job", key="AKIDTWO")
+        self.assertEqual(out.returncode, 1)
+        # Its pool is Available: the service refuses, so does kiln delete.
+        out = self.kiln("delete", "verbs-job")
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("ResourceInUse: ", out.stderr)
+        self.assertEqual(self.kiln("update", "--keep-alive", "0", "verbs-job").returncode, 0)
+        out = self.kiln("delete", "verbs-job")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(self.kiln("describe", "verbs-job").returncode, 1)
+
     # --- raw HTTP: what boto3 would never send
 
     def raw(self, body, headers, key="AKIDONE", secret=None, when=None, tamper=None,

@@ -24,7 +24,22 @@ std::string DefaultStateDir() {
 }
 
 std::string ServiceErrorText(std::string_view operation, const absl::Status& status) {
-  return std::string(ToServiceError(operation, status).code) + ": " + std::string(status.message());
+  // (A server's answer carries its own code.)
+  std::string code = serve::ServiceErrorCode(status);
+  if (code.empty()) code = std::string(ToServiceError(operation, status).code);
+  return code + ": " + std::string(status.message());
+}
+
+std::string EndpointOr(const std::string& endpoint) {
+  if (!endpoint.empty()) return endpoint;
+  const char* env = std::getenv("KILN_ENDPOINT");
+  return env != nullptr ? env : "";
+}
+
+absl::StatusOr<std::unique_ptr<serve::Client>> ClientFor(const std::string& endpoint) {
+  absl::StatusOr<serve::ClientOptions> options = serve::ResolveClientOptions(endpoint);
+  if (!options.ok()) return options.status();
+  return serve::NewClient(*std::move(options));
 }
 
 absl::StatusOr<JournalView> OpenJournalView(const std::string& state_dir) {

@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kiln/engine.h"
+#include "kiln/serve/client.h"
 #include "kiln/journal.h"
 
 namespace kiln::cli {
@@ -23,6 +24,10 @@ int ListCommand(const std::vector<std::string>& args);      // jobs.cc
 int DescribeCommand(const std::vector<std::string>& args);  // jobs.cc
 int LogsCommand(const std::vector<std::string>& args);      // logs.cc
 int ServeCommand(const std::vector<std::string>& args);     // serve.cc
+int StopCommand(const std::vector<std::string>& args);      // remote.cc
+int DeleteCommand(const std::vector<std::string>& args);    // remote.cc
+int UpdateCommand(const std::vector<std::string>& args);    // remote.cc
+int SubmitCommand(const std::vector<std::string>& args);    // remote.cc
 
 // A file name from the command line as the messages show it (kiln.cc).
 std::string ShownPath(std::string_view path);
@@ -55,6 +60,14 @@ Option FlagOption(std::string name, bool& out);
 // "unknown option --y" (arguments shown escaped), or an option's own.
 bool ParseOptions(const std::vector<std::string>& args, const std::vector<Option>& options,
                   std::vector<std::string>& operands, std::string& error);
+
+// The server to talk to: `endpoint` when given (--endpoint), else
+// KILN_ENDPOINT, else "" (none: the state directory).
+std::string EndpointOr(const std::string& endpoint);
+
+// A client of the server at `endpoint`, with the region and credentials found
+// the AWS way (AWS_REGION, AWS_ACCESS_KEY_ID, AWS_PROFILE, ...).
+absl::StatusOr<std::unique_ptr<serve::Client>> ClientFor(const std::string& endpoint);
 
 // An engine that shows the jobs of a state directory's journal as last
 // recorded, read-only (while a `kiln run` may write the directory).

@@ -35,12 +35,15 @@ constexpr char kUsage[] =
     "       kiln run [--state-dir DIR] [--runtime process|bwrap] [--grace SECONDS]\n"
     "                [--interrupt HOST@SECONDS]... [--file-root DIR]... [--user UID[:GID]]\n"
     "                [--reattach-lease SECONDS] [JOB.json...]\n"
-    "       kiln list [--state-dir DIR] [--status STATUS] [--name-contains TEXT]\n"
-    "       kiln describe [--state-dir DIR] NAME\n"
+    "       kiln list [--state-dir DIR | --endpoint URL] [--status STATUS] [--name-contains TEXT]\n"
+    "       kiln describe [--state-dir DIR | --endpoint URL] NAME\n"
     "       kiln logs [--state-dir DIR] [--host algo-K] [--follow] NAME\n"
     "       kiln serve --credentials FILE [--listen HOST:PORT] [--state-dir DIR] [--region R]\n"
     "                  [--runtime process|bwrap] [--grace SECONDS] [--reattach-lease SECONDS]\n"
     "                  [--file-root DIR]...\n"
+    "       kiln submit [--endpoint URL] [--wait] JOB.json\n"
+    "       kiln stop|delete [--endpoint URL] NAME\n"
+    "       kiln update [--endpoint URL] --keep-alive SECONDS NAME\n"
     "       kiln simulate SCENARIO.json [--format table|json|csv] [--report FILE.html] [--seed N]\n"
     "                     [--jobs N]\n"
     "\n"
@@ -87,6 +90,9 @@ constexpr char kUsage[] =
     "             local backend; requests signed by a key of the credentials file\n"
     "             (ACCESS_KEY_ID SECRET ACCOUNT_ID a line); prints 'listening on\n"
     "             http://HOST:PORT'; SIGTERM stops it, the jobs stay in the journal.\n"
+    "  submit, stop, update, delete\n"
+    "             a job on a server (--endpoint URL or KILN_ENDPOINT; credentials\n"
+    "             the AWS way); list and describe ask it too when given one.\n"
     "  simulate   run a scenario's policies through the engine in virtual time and\n"
     "             print one row per policy (see examples/scenarios/README.md).\n";
 
@@ -152,6 +158,10 @@ int main(int argc, char** argv) {
   if (command == "describe") return kiln::cli::DescribeCommand(args);
   if (command == "logs") return kiln::cli::LogsCommand(args);
   if (command == "serve") return kiln::cli::ServeCommand(args);
+  if (command == "submit") return kiln::cli::SubmitCommand(args);
+  if (command == "stop") return kiln::cli::StopCommand(args);
+  if (command == "update") return kiln::cli::UpdateCommand(args);
+  if (command == "delete") return kiln::cli::DeleteCommand(args);
   if (command == "simulate") return RunSimulateCommand(args);
   std::cerr << "kiln: unknown command '" << kiln::InputForMessage(command) << "'\n" << kUsage;
   return kError;

@@ -1,0 +1,83 @@
+// A client of the SageMaker Training API over HTTP: of `kiln serve`, or of
+// any endpoint that speaks the service's JSON protocol. Each call is signed
+// with SigV4 and typed as the engine's own calls are (kiln/engine.h), so a
+// program can drive a remote server as it drives an engine in its process.
+//
+//   auto options = kiln::serve::ResolveClientOptions("http://127.0.0.1:8080").value();
+//   auto client = kiln::serve::NewClient(options).value();
+//   auto described = client->DescribeTrainingJob(request);
+//
+// Errors of a call: the service's error as an absl::Status whose code stands
+// for the service's (as kiln/service_error.h maps them: ValidationException
+// is InvalidArgument, ResourceNotFound NotFound, ResourceInUse AlreadyExists,
+// ResourceLimitExceeded ResourceExhausted, a refused signature or key
+// Unauthenticated, a 5xx Unavailable), with the service's message, and the
+// service's own code in the payload kServiceErrorPayload (ServiceErrorCode);
+// Unavailable when the exchange itself fails (no server, a timeout).
+//
+// Threading: a client may be used from several threads at once.
+#ifndef KILN_SERVE_CLIENT_H_
+#define KILN_SERVE_CLIENT_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "kiln/aws/s3.h"
+#include "kiln/v1/sagemaker.pb.h"
+
+namespace kiln::serve {
+
+struct ClientOptions {
+  // http://HOST:PORT (or https://...), the server's root.
+  std::string endpoint;
+  std::string region = "us-east-1";
+  aws::AwsCredentials credentials;
+  // A call that has not completed within this long fails (Unavailable).
+  absl::Duration timeout = absl::Seconds(30);
+};
+
+// `endpoint`, with the region and credentials found the AWS way (AWS_REGION,
+// AWS_ACCESS_KEY_ID ..., AWS_PROFILE and the shared files; see
+// kiln::aws::S3Options). Errors: FailedPrecondition when no credentials are
+// found, saying where they were looked for; InvalidArgument for an endpoint
+// that is not http:// or https://.
+absl::StatusOr<ClientOptions> ResolveClientOptions(std::string endpoint);
+
+// The payload of a failed call's status holding the service's error code
+// ("ValidationException", ...).
+inline constexpr char kServiceErrorPayload[] = "kiln.serve/service-error";
+
+// The service's error code of a status a call returned, "" when it has none.
+std::string ServiceErrorCode(const absl::Status& status);
+
+class Client {
+ public:
+  virtual ~Client() = default;
+
+  // Sends `operation` ("DescribeTrainingJob") with the JSON `body` and
+  // returns the response's JSON.
+  virtual absl::StatusOr<std::string> Call(std::string_view operation, std::string_view body) = 0;
+
+  absl::StatusOr<v1::CreateTrainingJobResponse> CreateTrainingJob(
+      const v1::CreateTrainingJobRequest& request);
+  absl::StatusOr<v1::DescribeTrainingJobResponse> DescribeTrainingJob(
+      const v1::DescribeTrainingJobRequest& request);
+  absl::StatusOr<v1::ListTrainingJobsResponse> ListTrainingJobs(
+      const v1::ListTrainingJobsRequest& request);
+  absl::Status StopTrainingJob(const v1::StopTrainingJobRequest& request);
+  absl::StatusOr<v1::UpdateTrainingJobResponse> UpdateTrainingJob(
+      const v1::UpdateTrainingJobRequest& request);
+  absl::Status DeleteTrainingJob(const v1::DeleteTrainingJobRequest& request);
+};
+
+// Errors: InvalidArgument naming the option (an endpoint that is not
+// http:// or https://, no credentials).
+absl::StatusOr<std::unique_ptr<Client>> NewClient(ClientOptions options);
+
+}  // namespace kiln::serve
+
+#endif  // KILN_SERVE_CLIENT_H_
