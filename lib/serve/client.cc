@@ -51,8 +51,7 @@ aws_internal::HttpOptions HttpOptionsFor(absl::Duration timeout) {
 class HttpApiClient final : public Client {
  public:
   explicit HttpApiClient(ClientOptions options)
-      : options_(std::move(options)),
-        http_(HttpOptionsFor(options_.timeout)) {
+      : options_(std::move(options)), http_(HttpOptionsFor(options_.timeout)) {
     while (!options_.endpoint.empty() && options_.endpoint.back() == '/') {
       options_.endpoint.pop_back();
     }
@@ -62,7 +61,8 @@ class HttpApiClient final : public Client {
 
   absl::StatusOr<std::string> Call(std::string_view operation, std::string_view body) override {
     const std::string date = aws_internal::AmzDate(absl::Now());
-    const std::string target = absl::StrCat("SageMaker.", absl::string_view(operation.data(), operation.size()));
+    const std::string target =
+        absl::StrCat("SageMaker.", absl::string_view(operation.data(), operation.size()));
     // (Built whole: assigning literals to its strings trips GCC 12's
     // -Wrestrict false positive, bug 105329.)
     aws_internal::SigV4Request sr{std::string("POST"),
@@ -76,12 +76,12 @@ class HttpApiClient final : public Client {
     if (!options_.credentials.session_token.empty()) {
       sr.headers.emplace_back("x-amz-security-token", options_.credentials.session_token);
     }
-    const aws_internal::SigV4Result signature = aws_internal::SignV4(
-        sr,
-        aws_internal::Credentials{options_.credentials.access_key_id,
-                                  options_.credentials.secret_access_key,
-                                  options_.credentials.session_token},
-        options_.region, "sagemaker", date);
+    const aws_internal::SigV4Result signature =
+        aws_internal::SignV4(sr,
+                             aws_internal::Credentials{options_.credentials.access_key_id,
+                                                       options_.credentials.secret_access_key,
+                                                       options_.credentials.session_token},
+                             options_.region, "sagemaker", date);
     aws_internal::HttpRequest request;
     request.method = "POST";
     request.url = absl::StrCat(options_.endpoint, "/");
@@ -97,8 +97,8 @@ class HttpApiClient final : public Client {
     // {"__type": "...", "message": "..."}
     std::string type = absl::StrCat("HTTP ", response->status);
     std::string message = response->body;
-    if (absl::StatusOr<JsonValue> error = ParseJsonValue(response->body); error.ok() &&
-                                                                          error->is_object()) {
+    if (absl::StatusOr<JsonValue> error = ParseJsonValue(response->body);
+        error.ok() && error->is_object()) {
       if (const JsonValue* t = error->Find("__type"); t != nullptr && t->is_string()) {
         type = t->string_value();
         // (A qualified code: "com.amazonaws.sagemaker#ValidationException".)
@@ -169,7 +169,8 @@ absl::StatusOr<std::unique_ptr<Client>> NewClient(ClientOptions options) {
     return absl::InvalidArgumentError(absl::StrCat("ClientOptions.endpoint: ", s.message()));
   }
   if (options.credentials.access_key_id.empty() || options.credentials.secret_access_key.empty()) {
-    return absl::InvalidArgumentError("ClientOptions.credentials: a key id and a secret are needed");
+    return absl::InvalidArgumentError(
+        "ClientOptions.credentials: a key id and a secret are needed");
   }
   return std::unique_ptr<Client>(new HttpApiClient(std::move(options)));
 }

@@ -14,8 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kiln/engine.h"
-#include "kiln/serve/client.h"
 #include "kiln/journal.h"
+#include "kiln/serve/client.h"
 
 namespace kiln::cli {
 
