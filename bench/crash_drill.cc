@@ -387,16 +387,27 @@ int main(int argc, char** argv) {
   for (const PlannedJob& j : plan) {
     if (j.kind != Kind::kFollowUp && !create(j)) rc = 1;
   }
+  // Each follow-up once its pool's holder has ended (looked at ten times a
+  // second, whatever order the holders end in).
+  std::vector<const PlannedJob*> follow_ups;
   for (const PlannedJob& j : plan) {
-    if (j.kind != Kind::kFollowUp || held.contains(j.name)) continue;
-    auto ended = engine.WaitForTrainingJob(j.after);
-    if (!ended.ok()) {
-      std::fprintf(stderr, "crash_drill: waiting for %s: %s\n", j.after.c_str(),
-                   ended.status().ToString().c_str());
-      rc = 1;
-      continue;
+    if (j.kind == Kind::kFollowUp && !held.contains(j.name)) follow_ups.push_back(&j);
+  }
+  while (!follow_ups.empty()) {
+    std::vector<const PlannedJob*> waiting;
+    for (const PlannedJob* j : follow_ups) {
+      kiln::v1::DescribeTrainingJobRequest d;
+      d.set_training_job_name(j->after);
+      auto described = engine.DescribeTrainingJob(d);
+      const std::string status = described.ok() ? described->training_job_status() : "";
+      if (status == "InProgress" || status == "Stopping") {
+        waiting.push_back(j);
+      } else if (!create(*j)) {
+        rc = 1;
+      }
     }
-    if (!create(j)) rc = 1;
+    follow_ups.swap(waiting);
+    if (!follow_ups.empty()) absl::SleepFor(absl::Milliseconds(100));
   }
   if (absl::Status s = engine.WaitForAllTrainingJobs(); !s.ok()) {
     std::fprintf(stderr, "crash_drill: waiting for the jobs: %s\n", s.ToString().c_str());
