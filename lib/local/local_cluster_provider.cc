@@ -261,6 +261,9 @@ class LocalClusterProvider final : public ClusterProvider {
   void KeepAdoptable(std::vector<internal::StaleFiles::Cluster> live);
   // Ends the containers of such a cluster and deletes it. Blocking.
   static void Discard(internal::StaleFiles::Cluster cluster);
+  // Reattach of a warm pool's cluster (JobContext::warm_pool): its instances
+  // again, for PrepareImage or Release next.
+  absl::Status TakeBackPool(const JobContext& job, internal::StaleFiles::Cluster found);
 
   void LoseInstance(const std::string& cluster_id, size_t index);
 
@@ -608,6 +611,8 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
   const bool isolated = request.enable_network_isolation();
 
   c->run++;
+  // (No longer a pool's: its runs say what may be taken back.)
+  if (LeaseMs() > 0) unlink(absl::StrCat(c->dir, "/", internal::kRetainedFile).c_str());
   c->events = &events;
   auto start = std::make_shared<StartState>();
   {
@@ -847,6 +852,12 @@ void LocalClusterProvider::LoseInstance(const std::string& cluster_id, size_t in
 void LocalClusterProvider::Recycle(const Cluster& cluster) {
   LocalCluster* c = Find(cluster.id);
   if (c == nullptr) return;
+  // With a lease, a provider made later may take the pool back (Reattach).
+  if (LeaseMs() > 0) {
+    const std::string marker = absl::StrCat(c->dir, "/", internal::kRetainedFile);
+    const int fd = open(marker.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd >= 0) close(fd);
+  }
   for (LocalInstance& inst : c->instances) {
     if (inst.scrub != nullptr || inst.lost) continue;
     auto scrub = std::make_shared<Scrub>();
@@ -983,6 +994,31 @@ void LocalClusterProvider::Discard(internal::StaleFiles::Cluster cluster) {
   cluster.lock.reset();
 }
 
+absl::Status LocalClusterProvider::TakeBackPool(const JobContext& job,
+                                                internal::StaleFiles::Cluster found) {
+  auto c = std::make_unique<LocalCluster>();
+  c->cluster = job.cluster;
+  c->dir = found.dir;
+  for (const Instance& info : job.cluster.instances) {
+    LocalInstance inst;
+    inst.info = info;
+    inst.paths = internal::InstancePaths::Of(options_.state_dir, info.id);
+    if (!internal::IsDirectory(inst.paths.dir) ||
+        access(absl::StrCat(c->dir, "/", internal::kRetainedFile).c_str(), F_OK) != 0) {
+      tasks_.Run([cluster = std::make_shared<internal::StaleFiles::Cluster>(std::move(found))] {
+        Discard(std::move(*cluster));
+      });
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot take back local cluster '", job.cluster.id, "': it is not a warm pool's"));
+    }
+    c->instances.push_back(std::move(inst));
+  }
+  c->lock = std::move(found.lock);
+  instances_in_use_ += static_cast<int64_t>(c->instances.size());
+  clusters_[c->cluster.id] = std::move(c);
+  return absl::OkStatus();
+}
+
 absl::Status LocalClusterProvider::Reattach(const JobContext& job, ContainerEvents& events) {
   if (LeaseMs() == 0) {
     return absl::FailedPreconditionError(
@@ -1005,6 +1041,7 @@ absl::Status LocalClusterProvider::Reattach(const JobContext& job, ContainerEven
         absl::StrCat("no container of local cluster '", job.cluster.id,
                      "' still runs on this state directory (they ended, or their lease ran out)"));
   }
+  if (job.warm_pool) return TakeBackPool(job, std::move(*found));
   absl::StatusOr<CheckpointPlace> checkpoints = CheckpointPlaceOf(job.request);
   auto c = std::make_unique<LocalCluster>();
   c->cluster = job.cluster;

@@ -83,6 +83,11 @@ bool HasLiveRuns(const std::string& cluster_dir) {
   return live;
 }
 
+bool MayBeTakenBack(const std::string& cluster_dir) {
+  return access(absl::StrCat(cluster_dir, "/", kRetainedFile).c_str(), F_OK) == 0 ||
+         HasLiveRuns(cluster_dir);
+}
+
 std::optional<ExitRecord> ReadExitRecord(int fd) {
   char text[128];
   const ssize_t n = pread(fd, text, sizeof(text) - 1, 0);

@@ -1,6 +1,7 @@
 // What a container run started with a lease (LocalOptions::reattach_lease)
 // leaves on disk, so that a provider made later on the state directory can
 // take the run back (Reattach) after the process that started it is gone:
+// <cluster dir>/retained, while the cluster is a warm pool's, and
 // <cluster dir>/runs/<host>/
 //   run    its process keeper (pid and start time) and its log stream's path,
 //          written by the supervisor once the container runs;
@@ -30,6 +31,10 @@ std::string RunDir(const std::string& cluster_dir, const std::string& host);
 inline constexpr char kRunRecordFile[] = "run";
 inline constexpr char kExitRecordFile[] = "exit";
 inline constexpr char kLeaseFile[] = "lease";
+// <cluster dir>/retained: the cluster is a warm pool's (Recycle), kept for
+// the next job; a provider made later on the state directory keeps it for
+// Reattach like a cluster whose containers run.
+inline constexpr char kRetainedFile[] = "retained";
 
 struct RunRecord {
   pid_t keeper = -1;
@@ -55,6 +60,10 @@ UniqueFd OpenKeeper(const RunRecord& record);
 
 // Whether a keeper of a run below `cluster_dir` (runs/*/run) still runs.
 bool HasLiveRuns(const std::string& cluster_dir);
+
+// Whether `cluster_dir` is a warm pool's (kRetainedFile), or has a run whose
+// keeper still runs: what a provider made later may take back.
+bool MayBeTakenBack(const std::string& cluster_dir);
 
 struct ExitRecord {
   int exit_code = 0;

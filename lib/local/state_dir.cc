@@ -132,7 +132,7 @@ StaleFiles StaleFiles::Claim(const std::string& state_dir, bool keep_live) {
       std::unique_ptr<ClusterLock> lock = ClusterLock::TryTake(ClusterLockPath(state_dir, id));
       if (lock == nullptr) continue;
       Cluster c{std::string(id), ClusterDir(state_dir, id), std::move(lock)};
-      (keep_live && HasLiveRuns(c.dir) ? stale.live_ : stale.clusters_).push_back(std::move(c));
+      (keep_live && MayBeTakenBack(c.dir) ? stale.live_ : stale.clusters_).push_back(std::move(c));
     }
     closedir(d);
   }

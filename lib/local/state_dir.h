@@ -98,9 +98,10 @@ class StaleFiles {
   };
 
   // Claims what is stale in `state_dir` now. Never fails: what cannot be
-  // looked at is left for a later provider. With `keep_live`, a cluster with
-  // a container whose keeper still runs (run_record.h) is set apart
-  // (TakeLive), claimed, rather than deleted.
+  // looked at is left for a later provider. With `keep_live`, a cluster that
+  // may be taken back (run_record.h: a warm pool's, or one with a container
+  // whose keeper still runs) is set apart (TakeLive), claimed, rather than
+  // deleted.
   static StaleFiles Claim(const std::string& state_dir, bool keep_live = false);
 
   // The clusters set apart by Claim, with their locks.

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -69,8 +70,12 @@ class LocalReattachTest : public ::testing::Test {
   // of `hosts` instances, waits until `ready` says so about the lines it has
   // seen, writes the cluster to <tmp>/cluster, and is killed (SIGKILL).
   // Returns the cluster as the child held it, or nullopt (with a failure).
-  std::optional<Cluster> StartAndCrash(const std::string& program, int hosts, absl::Duration lease,
-                                       const std::function<bool(const Recorder&)>& ready) {
+  // `then`, when given, runs after `ready` in the child (false: a failure).
+  std::optional<Cluster> StartAndCrash(
+      const std::string& program, int hosts, absl::Duration lease,
+      const std::function<bool(const Recorder&)>& ready,
+      const std::function<bool(EventLoop&, ClusterProvider&, const Cluster&, Recorder&)>& then =
+          nullptr) {
     const std::string cluster_file = tmp_.path() + "/cluster";
     const pid_t child = fork();
     if (child == 0) {
@@ -96,6 +101,7 @@ class LocalReattachTest : public ::testing::Test {
           !started->ok()) {
         _exit(5);
       }
+      if (then && !then(*loop, *provider, **cluster, events)) _exit(7);
       std::string text = (*cluster)->id + "\n";
       for (const Instance& i : (*cluster)->instances) {
         absl::StrAppend(&text, i.host_name, " ", i.id, "\n");
@@ -238,6 +244,48 @@ TEST_F(LocalReattachTest, ALeaseThatRunsOutEndsTheContainerAndItsCluster) {
   EXPECT_TRUE(RunUntil(
       *loop, [&] { return testing::ListDir(state_dir_ + "/instances").empty(); },
       absl::Seconds(5)));
+}
+
+TEST_F(LocalReattachTest, AWarmPoolsClusterIsTakenBackAndRunsTheNextJob) {
+  AddScript("quick.sh", "echo \"run of $TRAINING_JOB_NAME\"\n");
+  // The first job ends; its cluster is kept for a warm pool (Recycle); then
+  // the process dies.
+  std::optional<Cluster> cluster = StartAndCrash(
+      "quick.sh", 1, absl::Seconds(30), [](const Recorder&) { return true; },
+      [](EventLoop& loop, ClusterProvider& provider, const Cluster& c, Recorder& events) {
+        if (!RunUntil(loop, [&] { return events.exit_calls == 1; }, absl::Seconds(20))) {
+          return false;
+        }
+        provider.Recycle(c);
+        return true;
+      });
+  ASSERT_TRUE(cluster.has_value());
+
+  std::unique_ptr<EventLoop> loop = NewRealTimeEventLoop();
+  std::unique_ptr<ClusterProvider> provider = MakeProvider(*loop, absl::Seconds(30));
+  ASSERT_NE(provider, nullptr);
+  Recorder unused;
+  const v1::CreateTrainingJobRequest first = Request("quick.sh");
+  JobContext pool{"job", kArn, first, *cluster, 1};
+  pool.warm_pool = true;
+  ASSERT_TRUE(provider->Reattach(pool, unused).ok());
+  // The next job runs on it.
+  std::optional<absl::Status> prepared;
+  provider->PrepareImage(*cluster, image_dir_, [&](absl::Status s) { prepared = s; });
+  ASSERT_TRUE(RunUntil(*loop, [&] { return prepared.has_value(); }));
+  ASSERT_TRUE(prepared->ok()) << *prepared;
+  Recorder events;
+  v1::CreateTrainingJobRequest next = Request("quick.sh");
+  next.set_training_job_name("next");
+  JobContext job{"next", kArn, next, *cluster, 1};
+  std::optional<absl::Status> started;
+  provider->StartContainers(job, events, [&](absl::Status s) { started = s; });
+  ASSERT_TRUE(RunUntil(*loop, [&] { return events.exit_calls == 1; }, absl::Seconds(20)));
+  EXPECT_TRUE(started.has_value() && started->ok());
+  EXPECT_EQ(events.exits["algo-1"].exit_code, 0);
+  EXPECT_TRUE(events.HasLine("algo-1", "run of next")) << events.AllLines();
+  EXPECT_EQ(unused.exit_calls, 0);
+  provider->Release(*cluster);
 }
 
 TEST_F(LocalReattachTest, WithoutALeaseNothingIsTakenBack) {

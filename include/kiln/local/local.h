@@ -62,7 +62,9 @@
 // takes back the containers of a cluster that a process now gone started
 // (JobContext::cluster names it), when their keepers still run: log lines
 // and OnExit reach the new `events`, the log stream goes on in the same file
-// (no line lost or repeated), checkpoints are synced on. FailedPrecondition
+// (no line lost or repeated), checkpoints are synced on; a warm pool's
+// cluster (JobContext::warm_pool, kept by Recycle) is the engine's again for
+// its next job. FailedPrecondition
 // when it cannot (no lease, the bwrap runtime, a cluster it does not have,
 // an instance whose container is gone). The clusters of processes that are
 // gone that no Reattach takes within the lease are deleted then.
