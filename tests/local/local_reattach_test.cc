@@ -253,7 +253,8 @@ TEST_F(LocalReattachTest, AWarmPoolsClusterIsTakenBackAndRunsTheNextJob) {
   std::optional<Cluster> cluster = StartAndCrash(
       "quick.sh", 1, absl::Seconds(30), [](const Recorder&) { return true; },
       [](EventLoop& loop, ClusterProvider& provider, const Cluster& c, Recorder& events) {
-        if (!RunUntil(loop, [&] { return events.exit_calls == 1; }, absl::Seconds(20))) {
+        if (!RunUntil(
+                loop, [&] { return events.exit_calls == 1; }, absl::Seconds(20))) {
           return false;
         }
         provider.Recycle(c);
@@ -280,7 +281,8 @@ TEST_F(LocalReattachTest, AWarmPoolsClusterIsTakenBackAndRunsTheNextJob) {
   JobContext job{"next", kArn, next, *cluster, 1};
   std::optional<absl::Status> started;
   provider->StartContainers(job, events, [&](absl::Status s) { started = s; });
-  ASSERT_TRUE(RunUntil(*loop, [&] { return events.exit_calls == 1; }, absl::Seconds(20)));
+  ASSERT_TRUE(RunUntil(
+      *loop, [&] { return events.exit_calls == 1; }, absl::Seconds(20)));
   EXPECT_TRUE(started.has_value() && started->ok());
   EXPECT_EQ(events.exits["algo-1"].exit_code, 0);
   EXPECT_TRUE(events.HasLine("algo-1", "run of next")) << events.AllLines();
