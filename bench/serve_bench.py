@@ -87,6 +87,8 @@ def main():
         if not os.access(path, os.X_OK):
             sys.exit(f"serve_bench: {path} is not built")
 
+    # SIGTERM as SIGINT: the servers are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = tempfile.mkdtemp(prefix="kiln-serve-bench-")
     os.chmod(work, 0o755)  # as root, the containers run as nobody
     procs = []

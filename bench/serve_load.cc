@@ -327,7 +327,11 @@ int main(int argc, char** argv) {
         c.in.erase(0, static_cast<size_t>(length));
         const int64_t done = NowNs();
         last_answer = done;
-        if (c.started >= measure_from && (o.once || c.started < end)) {
+        // Closed loop: the answers that arrive in the measured window (a
+        // slow server's long requests count too); open loop: the requests
+        // due in it.
+        if (open_loop ? c.started >= measure_from && c.started < end
+                      : done >= measure_from && (o.once || done < end)) {
           latencies.push_back(done - c.started);
         }
         c.busy = false;
