@@ -165,7 +165,8 @@ def main():
         for what, res in rows:
             for name, r in res.items():
                 ratio = ""
-                if name == "kiln" and "moto" in res and res["moto"]["rps"] > 0:
+                if (name == "kiln" and "moto" in res and res["moto"]["rps"] > 0
+                        and not what.endswith("/s")):
                     ratio = f"{r['rps'] / res['moto']['rps']:.1f}x"
                 if what.endswith("/s") and r["rps"] < 0.95 * args.rate:
                     # Behind its schedule: latency from the due time grows
