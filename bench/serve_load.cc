@@ -20,7 +20,8 @@
 //
 // FILE holds one JSON body a line; connections take them round-robin. Prints
 // one line of key=value: requests, seconds, rps, errors (non-200 answers),
-// p50/p90/p99/max latency in microseconds.
+// p50/p90/p99/max latency in microseconds, reconnects (new connections after
+// a Connection: close).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -375,6 +376,7 @@ int main(int argc, char** argv) {
       "requests=%zu seconds=%.3f rps=%.1f errors=%zu p50_us=%.1f p90_us=%.1f p99_us=%.1f "
       "max_us=%.1f reconnects=%zu\n",
       latencies.size(), secs, static_cast<double>(latencies.size()) / secs, errors, pct(0.50),
-      pct(0.90), pct(0.99), latencies.empty() ? 0.0 : static_cast<double>(latencies.back()) / 1e3, reconnects);
+      pct(0.90), pct(0.99), latencies.empty() ? 0.0 : static_cast<double>(latencies.back()) / 1e3,
+      reconnects);
   return errors == 0 ? 0 : 3;
 }
