@@ -246,6 +246,29 @@ TEST_F(LocalReattachTest, ALeaseThatRunsOutEndsTheContainerAndItsCluster) {
       absl::Seconds(5)));
 }
 
+TEST_F(LocalReattachTest, ARunWhoseClusterIsDeletedEndsWithoutWaitingForItsLease) {
+  AddScript("sleep.sh", "echo $$ > \"$SM_MODEL_DIR/pid\"; echo started; exec sleep 300\n");
+  std::optional<Cluster> cluster = StartAndCrash(
+      "sleep.sh", 1, absl::Seconds(60),
+      [](const Recorder& r) { return r.HasLine("algo-1", "started"); });
+  ASSERT_TRUE(cluster.has_value());
+  const std::string pid_file =
+      absl::StrCat(state_dir_, "/instances/", cluster->instances[0].id, "/ml/model/pid");
+  const int pid = std::atoi(ReadFile(pid_file).c_str());
+  ASSERT_GT(pid, 0);
+  const auto alive = [&] {
+    const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+    return !stat.empty() && !absl::StrContains(stat, ") Z");
+  };
+  ASSERT_TRUE(alive());
+  // As a provider does with a cluster it cannot take back (a run whose
+  // record was never written): the cluster's files go.
+  ASSERT_EQ(unlink(absl::StrCat(state_dir_, "/instances/", cluster->id, "/runs/algo-1/lease").c_str()),
+            0);
+  for (int i = 0; i < 40 && alive(); ++i) absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(alive()) << "the container waited for its 60 s lease";
+}
+
 TEST_F(LocalReattachTest, AWarmPoolsClusterIsTakenBackAndRunsTheNextJob) {
   AddScript("quick.sh", "echo \"run of $TRAINING_JOB_NAME\"\n");
   // The first job ends; its cluster is kept for a warm pool (Recycle); then

@@ -67,7 +67,8 @@ inline int KeeperEndSignal() { return SIGRTMAX; }
 // provider's Reattach) renews the lease by touching the lease file
 // (kKeeperLeaseFd), as the parent does while it lives. The keeper ends the
 // container when both its parent's death and the lease file's last change
-// are more than L ago. Meanwhile:
+// are more than L ago, or, its parent gone, when the lease file is deleted (a
+// provider made later deleted the run's cluster: nobody can take it back). Meanwhile:
 //   * the keeper holds a copy of the output pipe's read end
 //     (kKeeperOutputFd), so that the container's writes wait in the pipe
 //     rather than fail; a process that takes the run back gets it with

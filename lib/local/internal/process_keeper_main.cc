@@ -223,7 +223,8 @@ bool ParseCount(const char* text, long* out) {
 }
 
 // With a lease: whether it has run out (the parent gone, and neither its
-// death nor the lease file's last change within `lease_ms`). `orphaned_at`:
+// death nor the lease file's last change within `lease_ms`, or the lease file
+// deleted). `orphaned_at`:
 // when the keeper first saw its parent gone (0: not yet; set here).
 bool LeaseRunOut(long lease_ms, time_t* orphaned_at) {
   if (!orphaned) return false;
@@ -232,7 +233,12 @@ bool LeaseRunOut(long lease_ms, time_t* orphaned_at) {
   if (*orphaned_at == 0) *orphaned_at = now.tv_sec;
   time_t last = *orphaned_at;
   struct stat st;
-  if (fstat(kKeeperLeaseFd, &st) == 0 && st.st_mtim.tv_sec > last) last = st.st_mtim.tv_sec;
+  if (fstat(kKeeperLeaseFd, &st) == 0) {
+    // The lease file deleted: a provider made later found the run's cluster
+    // unclaimable and deleted it. Nobody can take the run back: it ends now.
+    if (st.st_nlink == 0) return true;
+    if (st.st_mtim.tv_sec > last) last = st.st_mtim.tv_sec;
+  }
   return (now.tv_sec - last) * 1000 > lease_ms;
 }
 
