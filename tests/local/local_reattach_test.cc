@@ -248,9 +248,9 @@ TEST_F(LocalReattachTest, ALeaseThatRunsOutEndsTheContainerAndItsCluster) {
 
 TEST_F(LocalReattachTest, ARunWhoseClusterIsDeletedEndsWithoutWaitingForItsLease) {
   AddScript("sleep.sh", "echo $$ > \"$SM_MODEL_DIR/pid\"; echo started; exec sleep 300\n");
-  std::optional<Cluster> cluster = StartAndCrash(
-      "sleep.sh", 1, absl::Seconds(60),
-      [](const Recorder& r) { return r.HasLine("algo-1", "started"); });
+  std::optional<Cluster> cluster =
+      StartAndCrash("sleep.sh", 1, absl::Seconds(60),
+                    [](const Recorder& r) { return r.HasLine("algo-1", "started"); });
   ASSERT_TRUE(cluster.has_value());
   const std::string pid_file =
       absl::StrCat(state_dir_, "/instances/", cluster->instances[0].id, "/ml/model/pid");
@@ -263,8 +263,9 @@ TEST_F(LocalReattachTest, ARunWhoseClusterIsDeletedEndsWithoutWaitingForItsLease
   ASSERT_TRUE(alive());
   // As a provider does with a cluster it cannot take back (a run whose
   // record was never written): the cluster's files go.
-  ASSERT_EQ(unlink(absl::StrCat(state_dir_, "/instances/", cluster->id, "/runs/algo-1/lease").c_str()),
-            0);
+  ASSERT_EQ(
+      unlink(absl::StrCat(state_dir_, "/instances/", cluster->id, "/runs/algo-1/lease").c_str()),
+      0);
   for (int i = 0; i < 40 && alive(); ++i) absl::SleepFor(absl::Milliseconds(100));
   EXPECT_FALSE(alive()) << "the container waited for its 60 s lease";
 }
