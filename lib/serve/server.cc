@@ -42,9 +42,9 @@ class ServerImpl;
 
 // One connection: requests read one at a time, each answered before the next
 // is read (HTTP/1.1 keep-alive; no pipelining).
-class Session : public std::enable_shared_from_this<Session> {
+class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Session(tcp::socket socket, ServerImpl& server);
+  Connection(tcp::socket socket, ServerImpl& server);
   void Start() {
     net::dispatch(stream_.get_executor(), [self = shared_from_this()] { self->Read(); });
   }
@@ -129,7 +129,7 @@ class ServerImpl final : public Server {
     ioc_.reset();
   }
 
-  // A request handed to a worker, and its answer back on `session`'s strand.
+  // A request handed to a worker, and its answer back on `connection`'s strand.
   template <typename Done>
   void Answer(HttpRequest request, Done done) {
     {
@@ -156,7 +156,7 @@ class ServerImpl final : public Server {
       if (ec) {
         if (ec == net::error::operation_aborted || !acceptor_->is_open()) return;
       } else {
-        std::make_shared<Session>(std::move(s), *this)->Start();
+        std::make_shared<Connection>(std::move(s), *this)->Start();
       }
       Accept();
     });
@@ -174,10 +174,10 @@ class ServerImpl final : public Server {
   int in_flight_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-Session::Session(tcp::socket socket, ServerImpl& server)
+Connection::Connection(tcp::socket socket, ServerImpl& server)
     : stream_(std::move(socket)), server_(server) {}
 
-void Session::Read() {
+void Connection::Read() {
   parser_.emplace();
   parser_->body_limit(server_.options().max_body_bytes);
   parser_->header_limit(16 * 1024);
@@ -187,7 +187,7 @@ void Session::Read() {
                    [self = shared_from_this()](beast::error_code ec, size_t) { self->OnRead(ec); });
 }
 
-void Session::OnRead(beast::error_code ec) {
+void Connection::OnRead(beast::error_code ec) {
   if (ec == http::error::body_limit) {
     Write(internal::ErrorResponse(413, "ValidationException",
                                   absl::StrCat("the request body is larger than ",
@@ -217,7 +217,7 @@ void Session::OnRead(beast::error_code ec) {
   });
 }
 
-void Session::Write(HttpResponse response, bool close, bool answered) {
+void Connection::Write(HttpResponse response, bool close, bool answered) {
   auto res = std::make_shared<http::response<http::string_body>>(
       static_cast<http::status>(response.status), version_);
   res->set(http::field::content_type, response.content_type);
