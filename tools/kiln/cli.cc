@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "kiln/journal_sqlite/sqlite_journal.h"
 #include "kiln/json.h"
 #include "kiln/service_error.h"
@@ -28,6 +29,33 @@ std::string ServiceErrorText(std::string_view operation, const absl::Status& sta
   std::string code = serve::ServiceErrorCode(status);
   if (code.empty()) code = std::string(ToServiceError(operation, status).code);
   return code + ": " + std::string(status.message());
+}
+
+Option SecondsOption(std::string name, absl::Duration& out) {
+  return {name, true, [name, &out](const std::string& v, std::string& err) {
+            int64_t seconds = 0;
+            if (!absl::SimpleAtoi(v, &seconds) || seconds < 0) {
+              err = name + " takes a number of seconds, not '" + InputForMessage(v) + "'";
+              return false;
+            }
+            out = absl::Seconds(seconds);
+            return true;
+          }};
+}
+
+Option RuntimeOption(std::string name, local::LocalRuntime& out) {
+  return {name, true, [name, &out](const std::string& v, std::string& err) {
+            if (v == "process") {
+              out = local::LocalRuntime::kProcess;
+            } else if (v == "bwrap") {
+              out = local::LocalRuntime::kBwrap;
+            } else {
+              // Values are shown escaped: none can add a line to the message.
+              err = name + " must be process or bwrap, not '" + InputForMessage(v) + "'";
+              return false;
+            }
+            return true;
+          }};
 }
 
 std::string EndpointOr(const std::string& endpoint) {

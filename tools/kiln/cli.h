@@ -13,8 +13,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "kiln/engine.h"
 #include "kiln/journal.h"
+#include "kiln/local/local.h"
 #include "kiln/serve/client.h"
 
 namespace kiln::cli {
@@ -53,6 +55,10 @@ Option ValueOption(std::string name, std::string& out);
 Option RepeatedOption(std::string name, std::vector<std::string>& out);
 // An option without a value, which sets `out`.
 Option FlagOption(std::string name, bool& out);
+// An option whose value is a whole number of seconds, zero or more.
+Option SecondsOption(std::string name, absl::Duration& out);
+// An option whose value is a local runtime: process or bwrap.
+Option RuntimeOption(std::string name, local::LocalRuntime& out);
 
 // Goes through `args` in order, applying each option of `options` it finds;
 // every other argument that does not start with '-' goes to `operands`.

@@ -89,35 +89,11 @@ struct RunOptions {
   std::vector<std::string> files;
 };
 
-// An option whose value is a whole number of seconds, zero or more.
-Option SecondsOption(const std::string& name, absl::Duration& out) {
-  return {name, true, [name, &out](const std::string& v, std::string& err) {
-            int64_t seconds = 0;
-            if (!absl::SimpleAtoi(v, &seconds) || seconds < 0) {
-              err = name + " takes a number of seconds, not '" + InputForMessage(v) + "'";
-              return false;
-            }
-            out = absl::Seconds(seconds);
-            return true;
-          }};
-}
 
 bool ParseArgs(const std::vector<std::string>& args, RunOptions& o, std::string& error) {
   const std::vector<Option> options = {
       ValueOption("--state-dir", o.state_dir),
-      {"--runtime", true,
-       [&o](const std::string& v, std::string& err) {
-         if (v == "process") {
-           o.runtime = local::LocalRuntime::kProcess;
-         } else if (v == "bwrap") {
-           o.runtime = local::LocalRuntime::kBwrap;
-         } else {
-           // Values are shown escaped: none can add a line to the message.
-           err = "--runtime must be process or bwrap, not '" + InputForMessage(v) + "'";
-           return false;
-         }
-         return true;
-       }},
+      RuntimeOption("--runtime", o.runtime),
       {"--user", true,
        [&o](const std::string& v, std::string& err) {
          const size_t colon = v.find(':');

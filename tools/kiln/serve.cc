@@ -60,17 +60,6 @@ struct AccountEngine {
   std::unique_ptr<Engine> engine;
 };
 
-Option SecondsOption(const std::string& name, absl::Duration& out) {
-  return {name, true, [name, &out](const std::string& v, std::string& err) {
-            int64_t seconds = 0;
-            if (!absl::SimpleAtoi(v, &seconds) || seconds < 0) {
-              err = name + " takes a number of seconds, not '" + InputForMessage(v) + "'";
-              return false;
-            }
-            out = absl::Seconds(seconds);
-            return true;
-          }};
-}
 
 // "HOST:PORT" or "[V6]:PORT".
 bool SplitListen(const std::string& text, std::string& host, uint16_t& port) {
@@ -97,18 +86,7 @@ int ServeCommand(const std::vector<std::string>& args) {
       ValueOption("--state-dir", o.state_dir),
       ValueOption("--credentials", o.credentials),
       ValueOption("--region", o.region),
-      {"--runtime", true,
-       [&o](const std::string& v, std::string& err) {
-         if (v == "process") {
-           o.runtime = local::LocalRuntime::kProcess;
-         } else if (v == "bwrap") {
-           o.runtime = local::LocalRuntime::kBwrap;
-         } else {
-           err = "--runtime must be process or bwrap, not '" + InputForMessage(v) + "'";
-           return false;
-         }
-         return true;
-       }},
+      RuntimeOption("--runtime", o.runtime),
       SecondsOption("--grace", o.grace),
       SecondsOption("--reattach-lease", o.reattach_lease),
       RepeatedOption("--file-root", o.file_roots),
