@@ -89,7 +89,6 @@ struct RunOptions {
   std::vector<std::string> files;
 };
 
-
 bool ParseArgs(const std::vector<std::string>& args, RunOptions& o, std::string& error) {
   const std::vector<Option> options = {
       ValueOption("--state-dir", o.state_dir),

@@ -60,7 +60,6 @@ struct AccountEngine {
   std::unique_ptr<Engine> engine;
 };
 
-
 // "HOST:PORT" or "[V6]:PORT".
 bool SplitListen(const std::string& text, std::string& host, uint16_t& port) {
   const size_t colon = text.rfind(':');
