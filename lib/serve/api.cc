@@ -15,6 +15,7 @@
 #include "absl/time/civil_time.h"
 #include "aws/internal/sigv4.h"
 #include "kiln/json.h"
+#include "kiln/plugin/json_value.h"
 #include "kiln/service_error.h"
 #include "kiln/v1/sagemaker.pb.h"
 
@@ -24,6 +25,7 @@ namespace {
 namespace sig = ::kiln::aws::internal;
 
 constexpr char kTargetPrefix[] = "SageMaker.";
+constexpr char kKilnTargetPrefix[] = "Kiln.";
 constexpr char kService[] = "sagemaker";
 constexpr absl::Duration kMaxSkew = absl::Minutes(5);
 
@@ -173,8 +175,11 @@ HttpResponse ErrorResponse(int status, std::string_view type, std::string_view m
   return r;
 }
 
-Api::Api(std::vector<Account> accounts, std::map<std::string, Engine*> engines, std::string region)
-    : engines_(std::move(engines)), region_(std::move(region)) {
+Api::Api(std::vector<Account> accounts, std::map<std::string, Engine*> engines, std::string region,
+         bool allow_fault_injection)
+    : engines_(std::move(engines)),
+      region_(std::move(region)),
+      allow_fault_injection_(allow_fault_injection) {
   for (Account& a : accounts) {
     std::string key = a.access_key_id;
     by_key_.emplace(std::move(key), std::move(a));
@@ -269,7 +274,8 @@ HttpResponse Api::Handle(const HttpRequest& request, absl::Time now) const {
   const Account* account = Authenticate(request, now, refusal);
   if (account == nullptr) return refusal;
   absl::string_view target = Av(Header(request, "X-Amz-Target"));
-  if (request.method != "POST" || !absl::ConsumePrefix(&target, kTargetPrefix)) {
+  const bool kiln_op = absl::ConsumePrefix(&target, kKilnTargetPrefix);
+  if (request.method != "POST" || (!kiln_op && !absl::ConsumePrefix(&target, kTargetPrefix))) {
     return ErrorResponse(400, "UnknownOperationException", "");
   }
   auto engine_it = engines_.find(account->account_id);
@@ -277,6 +283,7 @@ HttpResponse Api::Handle(const HttpRequest& request, absl::Time now) const {
     return ErrorResponse(500, "InternalFailure", "no engine serves this account");
   }
   Engine& engine = *engine_it->second;
+  if (kiln_op) return HandleKiln(request, Sv(target), engine);
   const std::string_view op = Sv(target);
   if (op == "CreateTrainingJob") {
     return Call<v1::CreateTrainingJobRequest>(request, op, [&](const auto& r) {
@@ -313,6 +320,99 @@ HttpResponse Api::Handle(const HttpRequest& request, absl::Time now) const {
       absl::Status s = engine.DeleteTrainingJob(r);
       return s.ok() ? HttpResponse{200, "application/x-amz-json-1.1", "{}"} : Failure(op, s);
     });
+  }
+  return ErrorResponse(400, "UnknownOperationException", "");
+}
+
+// --- Kiln's own operations (server.h)
+
+namespace {
+
+// The body of InjectSpotInterruption: {"TrainingJobName": ..., "Host": ...,
+// "NoticeInSeconds": ...}, with the JSON protocol's wording for what is wrong.
+struct InjectRequest {
+  std::string job_name;
+  std::string host = "algo-1";
+  int64_t notice_seconds = 120;
+};
+
+absl::Status ParseInjectRequest(std::string_view body, InjectRequest& out) {
+  absl::StatusOr<JsonValue> doc = ParseJsonValue(body.empty() ? std::string_view("{}") : body);
+  if (!doc.ok())
+    return absl::InvalidArgumentError(absl::StrCat("Invalid JSON: ", doc.status().message()));
+  if (!doc->is_object())
+    return absl::InvalidArgumentError("Invalid JSON: the body must be an object");
+  bool named = false;
+  for (const auto& [key, value] : doc->members()) {
+    if (key == "TrainingJobName" || key == "Host") {
+      if (!value.is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Invalid type for parameter ", key, ", value type: ", Av(JsonKindName(value.kind())),
+            ", valid types: string"));
+      }
+      if (key == "Host") {
+        out.host = value.string_value();
+      } else {
+        out.job_name = value.string_value();
+        named = true;
+      }
+    } else if (key == "NoticeInSeconds") {
+      absl::StatusOr<int64_t> n = value.AsInt64();
+      if (!n.ok() || *n < 0 || *n > 3600) {
+        return absl::InvalidArgumentError(
+            "Invalid value for parameter NoticeInSeconds: a whole number of seconds from 0 to "
+            "3600");
+      }
+      out.notice_seconds = *n;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Unknown parameter in input: \"", InputForMessage(key),
+                       "\", must be one of: TrainingJobName, Host, NoticeInSeconds"));
+    }
+  }
+  if (!named || out.job_name.empty()) {
+    return absl::InvalidArgumentError("Missing required parameter in input: \"TrainingJobName\"");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InjectSpotInterruption(Engine& engine, const InjectRequest& r) {
+  v1::DescribeTrainingJobRequest describe;
+  describe.set_training_job_name(r.job_name);
+  absl::StatusOr<v1::DescribeTrainingJobResponse> d = engine.DescribeTrainingJob(describe);
+  if (!d.ok()) return d.status();  // (NotFound: ResourceNotFound, as StopTrainingJob answers)
+  const std::string shown = InputForMessage(r.job_name);
+  if (!d->enable_managed_spot_training()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("TrainingJobName: training job '", shown,
+                     "' is not a spot job (EnableManagedSpotTraining is not set)"));
+  }
+  if (d->training_job_status() != "InProgress") {
+    return absl::FailedPreconditionError(absl::StrCat("TrainingJobName: training job '", shown,
+                                                      "' is not running (status ",
+                                                      d->training_job_status(), ")"));
+  }
+  absl::Status s = engine.InjectInterruption(r.job_name, r.host, InterruptionKind::kSpotNotice,
+                                             absl::Seconds(r.notice_seconds));
+  if (absl::IsNotFound(s)) {
+    // The job was there a moment ago: the host is what is not.
+    return absl::InvalidArgumentError(absl::StrCat("Host: ", s.message()));
+  }
+  if (absl::IsFailedPrecondition(s)) {
+    return absl::FailedPreconditionError(absl::StrCat("TrainingJobName: ", s.message()));
+  }
+  return s;
+}
+
+}  // namespace
+
+HttpResponse Api::HandleKiln(const HttpRequest& request, std::string_view op,
+                             Engine& engine) const {
+  if (op == "InjectSpotInterruption" && allow_fault_injection_) {
+    InjectRequest r;
+    absl::Status s = ParseInjectRequest(request.body, r);
+    if (s.ok()) s = InjectSpotInterruption(engine, r);
+    return s.ok() ? HttpResponse{200, "application/x-amz-json-1.1", "{}"} : Failure(op, s);
   }
   return ErrorResponse(400, "UnknownOperationException", "");
 }

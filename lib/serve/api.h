@@ -37,7 +37,8 @@ HttpResponse ErrorResponse(int status, std::string_view type, std::string_view m
 
 class Api {
  public:
-  Api(std::vector<Account> accounts, std::map<std::string, Engine*> engines, std::string region);
+  Api(std::vector<Account> accounts, std::map<std::string, Engine*> engines, std::string region,
+      bool allow_fault_injection = false);
 
   // Answers `request` as of `now` (the server's clock, for the signature's
   // date).
@@ -48,9 +49,14 @@ class Api {
   const Account* Authenticate(const HttpRequest& request, absl::Time now,
                               HttpResponse& refusal) const;
 
+  // Kiln's own operations (X-Amz-Target "Kiln.<op>"): `op` without the
+  // prefix, on the caller's engine.
+  HttpResponse HandleKiln(const HttpRequest& request, std::string_view op, Engine& engine) const;
+
   std::map<std::string, Account> by_key_;
   std::map<std::string, Engine*> engines_;
   std::string region_;
+  bool allow_fault_injection_ = false;
 };
 
 }  // namespace kiln::serve::internal

@@ -61,8 +61,9 @@ class HttpApiClient final : public Client {
 
   absl::StatusOr<std::string> Call(std::string_view operation, std::string_view body) override {
     const std::string date = aws_internal::AmzDate(absl::Now());
+    const absl::string_view op(operation.data(), operation.size());
     const std::string target =
-        absl::StrCat("SageMaker.", absl::string_view(operation.data(), operation.size()));
+        absl::StrContains(op, '.') ? std::string(op) : absl::StrCat("SageMaker.", op);
     // (Built whole: assigning literals to its strings trips GCC 12's
     // -Wrestrict false positive, bug 105329.)
     aws_internal::SigV4Request sr{std::string("POST"),
@@ -196,6 +197,14 @@ absl::StatusOr<v1::UpdateTrainingJobResponse> Client::UpdateTrainingJob(
 }
 absl::Status Client::DeleteTrainingJob(const v1::DeleteTrainingJobRequest& request) {
   return Call("DeleteTrainingJob", ToJson(request)).status();
+}
+absl::Status Client::InjectSpotInterruption(std::string_view job_name, std::string_view host,
+                                            absl::Duration notice) {
+  JsonValue body = JsonValue::Object();
+  body.Set("TrainingJobName", JsonValue::String(std::string(job_name)))
+      .Set("Host", JsonValue::String(std::string(host)))
+      .Set("NoticeInSeconds", JsonValue::Int(absl::ToInt64Seconds(notice)));
+  return Call("Kiln.InjectSpotInterruption", WriteJson(body)).status();
 }
 
 }  // namespace kiln::serve

@@ -73,7 +73,8 @@ class ServerImpl final : public Server {
  public:
   explicit ServerImpl(ServerOptions options)
       : options_(options),
-        api_(std::move(options.accounts), std::move(options.engines), std::move(options.region)),
+        api_(std::move(options.accounts), std::move(options.engines), std::move(options.region),
+             options.allow_fault_injection),
         ioc_(std::make_unique<net::io_context>(options_.io_threads)),
         acceptor_(std::make_unique<tcp::acceptor>(net::make_strand(*ioc_))),
         workers_(static_cast<size_t>(std::max(1, options_.worker_threads))) {}

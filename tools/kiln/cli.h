@@ -21,15 +21,16 @@
 
 namespace kiln::cli {
 
-int RunCommand(const std::vector<std::string>& args);       // run.cc
-int ListCommand(const std::vector<std::string>& args);      // jobs.cc
-int DescribeCommand(const std::vector<std::string>& args);  // jobs.cc
-int LogsCommand(const std::vector<std::string>& args);      // logs.cc
-int ServeCommand(const std::vector<std::string>& args);     // serve.cc
-int StopCommand(const std::vector<std::string>& args);      // remote.cc
-int DeleteCommand(const std::vector<std::string>& args);    // remote.cc
-int UpdateCommand(const std::vector<std::string>& args);    // remote.cc
-int SubmitCommand(const std::vector<std::string>& args);    // remote.cc
+int RunCommand(const std::vector<std::string>& args);        // run.cc
+int ListCommand(const std::vector<std::string>& args);       // jobs.cc
+int DescribeCommand(const std::vector<std::string>& args);   // jobs.cc
+int LogsCommand(const std::vector<std::string>& args);       // logs.cc
+int ServeCommand(const std::vector<std::string>& args);      // serve.cc
+int StopCommand(const std::vector<std::string>& args);       // remote.cc
+int DeleteCommand(const std::vector<std::string>& args);     // remote.cc
+int UpdateCommand(const std::vector<std::string>& args);     // remote.cc
+int SubmitCommand(const std::vector<std::string>& args);     // remote.cc
+int InterruptCommand(const std::vector<std::string>& args);  // remote.cc
 
 // A file name from the command line as the messages show it (kiln.cc).
 std::string ShownPath(std::string_view path);

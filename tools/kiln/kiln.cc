@@ -40,10 +40,11 @@ constexpr char kUsage[] =
     "       kiln logs [--state-dir DIR] [--host algo-K] [--follow] NAME\n"
     "       kiln serve --credentials FILE [--listen HOST:PORT] [--state-dir DIR] [--region R]\n"
     "                  [--runtime process|bwrap] [--grace SECONDS] [--reattach-lease SECONDS]\n"
-    "                  [--file-root DIR]...\n"
+    "                  [--file-root DIR]... [--allow-fault-injection]\n"
     "       kiln submit [--endpoint URL] [--wait] JOB.json\n"
     "       kiln stop|delete [--endpoint URL] NAME\n"
     "       kiln update [--endpoint URL] --keep-alive SECONDS NAME\n"
+    "       kiln interrupt [--endpoint URL] [--host algo-K] NAME\n"
     "       kiln simulate SCENARIO.json [--format table|json|csv] [--report FILE.html] [--seed N]\n"
     "                     [--jobs N]\n"
     "\n"
@@ -90,7 +91,9 @@ constexpr char kUsage[] =
     "             local backend; requests signed by a key of the credentials file\n"
     "             (ACCESS_KEY_ID SECRET ACCOUNT_ID a line); prints 'listening on\n"
     "             http://HOST:PORT'; SIGTERM stops it, the jobs stay in the journal.\n"
-    "  submit, stop, update, delete\n"
+    "             --allow-fault-injection  answer Kiln.InjectSpotInterruption\n"
+    "                               (`kiln interrupt`), for tests and drills\n"
+    "  submit, stop, update, delete, interrupt\n"
     "             a job on a server (--endpoint URL or KILN_ENDPOINT; credentials\n"
     "             the AWS way); list and describe ask it too when given one.\n"
     "  simulate   run a scenario's policies through the engine in virtual time and\n"
@@ -162,6 +165,7 @@ int main(int argc, char** argv) {
   if (command == "stop") return kiln::cli::StopCommand(args);
   if (command == "update") return kiln::cli::UpdateCommand(args);
   if (command == "delete") return kiln::cli::DeleteCommand(args);
+  if (command == "interrupt") return kiln::cli::InterruptCommand(args);
   if (command == "simulate") return RunSimulateCommand(args);
   std::cerr << "kiln: unknown command '" << kiln::InputForMessage(command) << "'\n" << kUsage;
   return kError;

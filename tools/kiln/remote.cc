@@ -6,7 +6,11 @@
 //   kiln stop [--endpoint URL] NAME
 //   kiln update [--endpoint URL] --keep-alive SECONDS NAME
 //   kiln delete [--endpoint URL] NAME
+//   kiln interrupt [--endpoint URL] [--host algo-K] NAME
 //
+// interrupt gives a running spot job's instance (default algo-1) a spot
+// interruption notice, on a server that allows it (`kiln serve
+// --allow-fault-injection`).
 // submit prints the job's ARN (with --wait: then waits until the job has
 // ended and prints its DescribeTrainingJob JSON; exit 0 when Completed).
 // Errors are shown with the server's code ("ValidationException: ...").
@@ -35,16 +39,18 @@ struct RemoteArgs {
   std::string endpoint;
   bool wait = false;
   std::string keep_alive;
+  std::string host = "algo-1";
   std::vector<std::string> operands;
 };
 
 // Parses `args` for verb `verb` (with --wait for submit, --keep-alive for
-// update) and makes the client; prints the error and returns null on failure.
+// update, --host for interrupt) and makes the client; prints the error and returns null on failure.
 std::unique_ptr<serve::Client> Open(const std::string& verb, const std::vector<std::string>& args,
                                     const std::string& usage, RemoteArgs& o) {
   std::vector<Option> options = {ValueOption("--endpoint", o.endpoint)};
   if (verb == "submit") options.push_back(FlagOption("--wait", o.wait));
   if (verb == "update") options.push_back(ValueOption("--keep-alive", o.keep_alive));
+  if (verb == "interrupt") options.push_back(ValueOption("--host", o.host));
   std::string error;
   if (ParseOptions(args, options, o.operands, error) && o.operands.size() != 1) {
     error = verb == "submit" ? "give one job file" : "give one job name";
@@ -148,6 +154,15 @@ int UpdateCommand(const std::vector<std::string>& args) {
   if (!updated.ok()) return Failed("update", "UpdateTrainingJob", updated.status());
   std::cout << updated->training_job_arn() << std::endl;
   return 0;
+}
+
+int InterruptCommand(const std::vector<std::string>& args) {
+  RemoteArgs o;
+  std::unique_ptr<serve::Client> client =
+      Open("interrupt", args, "kiln interrupt [--endpoint URL] [--host algo-K] NAME", o);
+  if (client == nullptr) return kError;
+  absl::Status s = client->InjectSpotInterruption(o.operands[0], o.host);
+  return s.ok() ? 0 : Failed("interrupt", "InjectSpotInterruption", s);
 }
 
 }  // namespace kiln::cli

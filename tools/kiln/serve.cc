@@ -4,6 +4,7 @@
 //   kiln serve --credentials FILE [--listen HOST:PORT] [--state-dir DIR]
 //              [--region R] [--runtime process|bwrap] [--grace SECONDS]
 //              [--reattach-lease SECONDS] [--file-root DIR]...
+//              [--allow-fault-injection]
 //
 // Each account of the credentials file gets its own engine, journal and local
 // backend in <state-dir>/accounts/<account-id>/, so accounts never see each
@@ -11,7 +12,8 @@
 // http://HOST:PORT" on stdout (port 0 picks a free one). SIGINT or SIGTERM:
 // it stops accepting, answers the requests in flight, and exits 0, leaving
 // the jobs in the journals and the running containers for the next start to
-// take back (within --reattach-lease).
+// take back (within --reattach-lease). --allow-fault-injection answers
+// Kiln.InjectSpotInterruption (kiln/serve/server.h), for tests and drills.
 //
 // Public headers only.
 #include <pthread.h>
@@ -50,6 +52,7 @@ struct ServeOptions {
   absl::Duration grace = absl::Seconds(120);
   absl::Duration reattach_lease = absl::Minutes(2);
   std::vector<std::string> file_roots;
+  bool allow_fault_injection = false;
 };
 
 // One account's engine and what it runs on.
@@ -89,6 +92,7 @@ int ServeCommand(const std::vector<std::string>& args) {
       SecondsOption("--grace", o.grace),
       SecondsOption("--reattach-lease", o.reattach_lease),
       RepeatedOption("--file-root", o.file_roots),
+      FlagOption("--allow-fault-injection", o.allow_fault_injection),
   };
   serve::ServerOptions server_options;
   if (ParseOptions(args, options, operands, error) && !operands.empty()) {
@@ -102,7 +106,8 @@ int ServeCommand(const std::vector<std::string>& args) {
     std::cerr << "kiln serve: " << error << "\n"
               << "usage: kiln serve --credentials FILE [--listen HOST:PORT] [--state-dir DIR]\n"
                  "                  [--region R] [--runtime process|bwrap] [--grace SECONDS]\n"
-                 "                  [--reattach-lease SECONDS] [--file-root DIR]...\n";
+                 "                  [--reattach-lease SECONDS] [--file-root DIR]...\n"
+                 "                  [--allow-fault-injection]\n";
     return 1;
   }
   if (o.state_dir.empty()) o.state_dir = DefaultStateDir();
@@ -186,6 +191,7 @@ int ServeCommand(const std::vector<std::string>& args) {
   }
   server_options.accounts = *std::move(accounts);
   server_options.region = o.region;
+  server_options.allow_fault_injection = o.allow_fault_injection;
 
   std::thread loop_thread([&loop] { loop->Run(); });
   absl::StatusOr<std::unique_ptr<serve::Server>> server =

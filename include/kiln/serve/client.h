@@ -58,8 +58,10 @@ class Client {
  public:
   virtual ~Client() = default;
 
-  // Sends `operation` ("DescribeTrainingJob") with the JSON `body` and
-  // returns the response's JSON.
+  // Sends `operation` with the JSON `body` and returns the response's JSON.
+  // `operation` is a SageMaker operation ("DescribeTrainingJob", sent as
+  // X-Amz-Target "SageMaker.DescribeTrainingJob"), or a whole target with its
+  // prefix when it has a '.' ("Kiln.InjectSpotInterruption").
   virtual absl::StatusOr<std::string> Call(std::string_view operation, std::string_view body) = 0;
 
   absl::StatusOr<v1::CreateTrainingJobResponse> CreateTrainingJob(
@@ -72,6 +74,14 @@ class Client {
   absl::StatusOr<v1::UpdateTrainingJobResponse> UpdateTrainingJob(
       const v1::UpdateTrainingJobRequest& request);
   absl::Status DeleteTrainingJob(const v1::DeleteTrainingJobRequest& request);
+
+  // Kiln.InjectSpotInterruption (kiln/serve/server.h): a spot interruption
+  // notice to instance `host` ("algo-1") of the running spot job `job_name`,
+  // `notice` (whole seconds) before the instance is taken back. Errors as
+  // any call's; Unimplemented (UnknownOperationException) when the server
+  // does not allow fault injection.
+  absl::Status InjectSpotInterruption(std::string_view job_name, std::string_view host,
+                                      absl::Duration notice = absl::Seconds(120));
 };
 
 // Errors: InvalidArgument naming the option (an endpoint that is not

@@ -17,6 +17,21 @@
 // the HTTP status kiln/service_error.h gives). Another operation:
 // UnknownOperationException.
 //
+// Kiln's own operation, only when `allow_fault_injection` is set (otherwise,
+// and for any other "Kiln." target, UnknownOperationException): X-Amz-Target
+// "Kiln.InjectSpotInterruption", body {"TrainingJobName": "NAME", "Host":
+// "algo-K", "NoticeInSeconds": N}, signed and account-scoped as every call.
+// It gives instance Host (default algo-1) of a running spot job a spot
+// interruption notice N seconds (0 to 3600, default 120) before the instance
+// is taken back, as the platform does (Engine::InjectInterruption): the job
+// shows SecondaryStatus Interrupted, its containers get SIGTERM and sync
+// their checkpoints, and a new attempt resumes from them. Answers {} (200);
+// errors, each naming the field: ValidationException for a body without
+// TrainingJobName or with another field, a job that is not InProgress, one
+// without EnableManagedSpotTraining, a Host the job does not have, or a job
+// that holds no instances yet; ResourceNotFound for a job the caller's
+// account does not have (also another account's).
+//
 // Authentication: every request must carry a SigV4 Authorization header
 // signed by a key of `accounts`, for service "sagemaker" and the server's
 // region, dated within 5 minutes of the server's clock, over the whole body.
@@ -89,6 +104,10 @@ struct ServerOptions {
   // engines (CreateTrainingJob may wait for the journal).
   int io_threads = 2;
   int worker_threads = 4;
+  // Whether Kiln.InjectSpotInterruption is answered (see above); off, it is
+  // an unknown operation. For tests and chaos drills, never for a server
+  // whose callers should not be able to interrupt their own jobs.
+  bool allow_fault_injection = false;
 };
 
 class Server {
