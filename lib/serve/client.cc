@@ -2,6 +2,10 @@
 // kiln::aws's HTTP client, SigV4 through its signer.
 #include "kiln/serve/client.h"
 
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <utility>
@@ -41,17 +45,18 @@ absl::StatusCode CodeOf(std::string_view type, int http_status) {
   return http_status >= 500 ? absl::StatusCode::kUnavailable : absl::StatusCode::kUnknown;
 }
 
-aws_internal::HttpOptions HttpOptionsFor(absl::Duration timeout) {
+aws_internal::HttpOptions HttpOptionsFor(const ClientOptions& options) {
   aws_internal::HttpOptions o;
-  o.request_timeout = timeout;
-  o.stall_timeout = timeout;
+  o.request_timeout = options.timeout;
+  o.stall_timeout = options.timeout;
+  o.ca_bundle = options.ca_bundle;
   return o;
 }
 
 class HttpApiClient final : public Client {
  public:
   explicit HttpApiClient(ClientOptions options)
-      : options_(std::move(options)), http_(HttpOptionsFor(options_.timeout)) {
+      : options_(std::move(options)), http_(HttpOptionsFor(options_)) {
     while (!options_.endpoint.empty() && options_.endpoint.back() == '/') {
       options_.endpoint.pop_back();
     }
@@ -162,6 +167,16 @@ absl::StatusOr<ClientOptions> ResolveClientOptions(std::string endpoint) {
   options.endpoint = std::move(endpoint);
   options.region = resolved->region;
   options.credentials = *resolved->credentials;
+  if (const char* bundle = std::getenv("AWS_CA_BUNDLE"); bundle != nullptr && *bundle != '\0') {
+    std::ifstream in(bundle);
+    if (!in) {
+      const int err = errno;
+      const std::string why =
+          absl::StrCat("AWS_CA_BUNDLE '", PathForMessage(bundle), "': ", std::strerror(err));
+      return err == EACCES ? absl::PermissionDeniedError(why) : absl::NotFoundError(why);
+    }
+    options.ca_bundle = bundle;
+  }
   return options;
 }
 

@@ -38,13 +38,20 @@ struct ClientOptions {
   aws::AwsCredentials credentials;
   // A call that has not completed within this long fails (Unavailable).
   absl::Duration timeout = absl::Seconds(30);
+  // https://: a PEM file of the certificates to trust instead of the
+  // system's (a `kiln serve --tls-cert` certificate that no authority
+  // signed, say). "": the system's.
+  std::string ca_bundle;
 };
 
 // `endpoint`, with the region and credentials found the AWS way (AWS_REGION,
 // AWS_ACCESS_KEY_ID ..., AWS_PROFILE and the shared files; see
-// kiln::aws::S3Options). Errors: FailedPrecondition when no credentials are
-// found, saying where they were looked for; InvalidArgument for an endpoint
-// that is not http:// or https://.
+// kiln::aws::S3Options), and the certificates to trust from AWS_CA_BUNDLE
+// when it is set, as boto3 and the aws CLI take them. Errors:
+// FailedPrecondition when no credentials are found, saying where they were
+// looked for; InvalidArgument for an endpoint that is not http:// or
+// https://; NotFound or PermissionDenied naming AWS_CA_BUNDLE's file when it
+// cannot be read.
 absl::StatusOr<ClientOptions> ResolveClientOptions(std::string endpoint);
 
 // The payload of a failed call's status holding the service's error code
@@ -85,7 +92,9 @@ class Client {
 };
 
 // Errors: InvalidArgument naming the option (an endpoint that is not
-// http:// or https://, no credentials).
+// http:// or https://, no credentials). A ca_bundle that cannot be read or
+// does not verify the server fails each call (Unavailable, with libcurl's
+// reason).
 absl::StatusOr<std::unique_ptr<Client>> NewClient(ClientOptions options);
 
 }  // namespace kiln::serve

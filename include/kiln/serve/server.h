@@ -46,6 +46,12 @@
 // stops, updates and deletes only its account's jobs, and a name is unique
 // per account, as on the service.
 //
+// TLS: with a certificate and its key (ServerOptions::tls_certificate_file),
+// every connection is HTTPS (TLS 1.2 or later) and plain HTTP is refused. A
+// connection whose handshake fails (a client that does not trust the
+// certificate, plain HTTP, no handshake within `request_timeout`) is closed;
+// the server goes on.
+//
 // Limits: a body over `max_body_bytes` is refused (413) without being read
 // whole; a request that has not arrived whole within `request_timeout` closes
 // its connection; waiting clients hold no thread.
@@ -108,6 +114,11 @@ struct ServerOptions {
   // an unknown operation. For tests and chaos drills, never for a server
   // whose callers should not be able to interrupt their own jobs.
   bool allow_fault_injection = false;
+  // HTTPS: the server's certificate (PEM, the server's first, then any
+  // intermediates) and its private key (PEM, not encrypted). Both or
+  // neither; neither: plain HTTP.
+  std::string tls_certificate_file;
+  std::string tls_private_key_file;
 };
 
 class Server {
@@ -121,8 +132,11 @@ class Server {
 };
 
 // Starts a server. Errors: InvalidArgument naming the option (no account, an
-// account without an engine, a host that is not an address); the system's
-// error when the address cannot be bound (e.g. in use).
+// account without an engine, a host that is not an address, one of the two
+// TLS files without the other, a TLS file that is not PEM, a key that is not
+// the certificate's); NotFound or PermissionDenied naming a TLS file that
+// cannot be read; the system's error when the address cannot be bound (e.g.
+// in use).
 absl::StatusOr<std::unique_ptr<Server>> StartServer(ServerOptions options);
 
 }  // namespace kiln::serve

@@ -137,6 +137,9 @@ absl::StatusOr<HttpResponse> HttpClient::Send(const HttpRequest& request, const 
   const long stall_s = std::max<long>(1, absl::ToInt64Seconds(options_.stall_timeout));
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
   curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME, stall_s);
+  if (!options_.ca_bundle.empty()) {
+    curl_easy_setopt(curl, CURLOPT_CAINFO, options_.ca_bundle.c_str());
+  }
   if (sink == nullptr && options_.request_timeout > absl::ZeroDuration()) {
     curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS,
                      static_cast<long>(absl::ToInt64Milliseconds(options_.request_timeout)));

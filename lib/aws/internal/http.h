@@ -32,6 +32,9 @@ struct HttpOptions {
   absl::Duration request_timeout = absl::Minutes(5);
   // libcurl's receive buffer: the largest chunk a body sink gets.
   int32_t receive_buffer = 512 * 1024;
+  // HTTPS: a PEM file of the certificates to trust instead of the system's
+  // ("": the system's).
+  std::string ca_bundle;
 };
 
 struct HttpRequest {
