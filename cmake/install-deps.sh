@@ -24,6 +24,9 @@ KILN_DEBIAN_PACKAGES=(
   libsimgrid-dev
   libcurl4-openssl-dev
   libssl-dev
+  # The openssl command: tests/serve/serve_tls_test.py makes its certificate
+  # with it.
+  openssl
   libarchive-dev
   zlib1g-dev
   libsqlite3-dev

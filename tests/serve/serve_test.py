@@ -46,10 +46,12 @@ KEYS = {
 
 
 class Server:
-    """A `kiln serve` on a state directory, started and stopped."""
+    """A `kiln serve` on a state directory, started and stopped; `flags` are
+    more of its flags (--tls-cert ...)."""
 
-    def __init__(self, work):
+    def __init__(self, work, flags=()):
         self.work = work
+        self.flags = list(flags)
         self.proc = None
         self.endpoint = None
 
@@ -57,10 +59,11 @@ class Server:
         self.stderr = open(os.path.join(self.work, "serve.stderr"), "ab")
         self.proc = subprocess.Popen(
             [KILN, "serve", "--credentials", os.path.join(self.work, "keys"), "--listen",
-             "127.0.0.1:0", "--state-dir", os.path.join(self.work, "state"), "--grace", "2"],
+             "127.0.0.1:0", "--state-dir", os.path.join(self.work, "state"), "--grace", "2"]
+            + self.flags,
             stdout=subprocess.PIPE, stderr=self.stderr, text=True)
         line = self.proc.stdout.readline()
-        if not line.startswith("listening on http://"):
+        if not line.startswith(("listening on http://", "listening on https://")):
             self.proc.kill()
             raise RuntimeError(f"kiln serve did not start: {line!r}; see {self.stderr.name}")
         self.endpoint = line.split()[-1]

@@ -5,15 +5,18 @@
 //              [--region R] [--runtime process|bwrap] [--grace SECONDS]
 //              [--reattach-lease SECONDS] [--file-root DIR]...
 //              [--allow-fault-injection]
+//              [--tls-cert FILE --tls-key FILE]
 //
 // Each account of the credentials file gets its own engine, journal and local
 // backend in <state-dir>/accounts/<account-id>/, so accounts never see each
 // other's jobs. Once it accepts requests it prints "listening on
-// http://HOST:PORT" on stdout (port 0 picks a free one). SIGINT or SIGTERM:
-// it stops accepting, answers the requests in flight, and exits 0, leaving
-// the jobs in the journals and the running containers for the next start to
-// take back (within --reattach-lease). --allow-fault-injection answers
-// Kiln.InjectSpotInterruption (kiln/serve/server.h), for tests and drills.
+// http://HOST:PORT" on stdout (port 0 picks a free one), or https:// with
+// --tls-cert and --tls-key (a PEM certificate and its unencrypted key).
+// SIGINT or SIGTERM: it stops accepting, answers the requests in flight, and
+// exits 0, leaving the jobs in the journals and the running containers for
+// the next start to take back (within --reattach-lease).
+// --allow-fault-injection answers Kiln.InjectSpotInterruption
+// (kiln/serve/server.h), for tests and drills.
 //
 // Public headers only.
 #include <pthread.h>
@@ -30,6 +33,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "cli.h"
 #include "kiln/aws/s3.h"
 #include "kiln/engine.h"
@@ -53,6 +57,8 @@ struct ServeOptions {
   absl::Duration reattach_lease = absl::Minutes(2);
   std::vector<std::string> file_roots;
   bool allow_fault_injection = false;
+  std::string tls_cert;
+  std::string tls_key;
 };
 
 // One account's engine and what it runs on.
@@ -93,6 +99,8 @@ int ServeCommand(const std::vector<std::string>& args) {
       SecondsOption("--reattach-lease", o.reattach_lease),
       RepeatedOption("--file-root", o.file_roots),
       FlagOption("--allow-fault-injection", o.allow_fault_injection),
+      ValueOption("--tls-cert", o.tls_cert),
+      ValueOption("--tls-key", o.tls_key),
   };
   serve::ServerOptions server_options;
   if (ParseOptions(args, options, operands, error) && !operands.empty()) {
@@ -102,14 +110,20 @@ int ServeCommand(const std::vector<std::string>& args) {
   if (error.empty() && !SplitListen(o.listen, server_options.host, server_options.port)) {
     error = "--listen takes HOST:PORT, not '" + InputForMessage(o.listen) + "'";
   }
+  if (error.empty() && o.tls_cert.empty() != o.tls_key.empty()) {
+    error =
+        o.tls_cert.empty() ? "--tls-key needs --tls-cert FILE" : "--tls-cert needs --tls-key FILE";
+  }
   if (!error.empty()) {
     std::cerr << "kiln serve: " << error << "\n"
               << "usage: kiln serve --credentials FILE [--listen HOST:PORT] [--state-dir DIR]\n"
                  "                  [--region R] [--runtime process|bwrap] [--grace SECONDS]\n"
                  "                  [--reattach-lease SECONDS] [--file-root DIR]...\n"
-                 "                  [--allow-fault-injection]\n";
+                 "                  [--allow-fault-injection] [--tls-cert FILE --tls-key FILE]\n";
     return 1;
   }
+  server_options.tls_certificate_file = o.tls_cert;
+  server_options.tls_private_key_file = o.tls_key;
   if (o.state_dir.empty()) o.state_dir = DefaultStateDir();
   absl::StatusOr<std::vector<serve::Account>> accounts = serve::ReadCredentialsFile(o.credentials);
   if (!accounts.ok()) {
@@ -197,13 +211,19 @@ int ServeCommand(const std::vector<std::string>& args) {
   absl::StatusOr<std::unique_ptr<serve::Server>> server =
       serve::StartServer(std::move(server_options));
   if (!server.ok()) {
-    std::cerr << "kiln serve: " << server.status().message() << "\n";
+    // (The TLS options' errors under the flags' names.)
+    std::cerr << "kiln serve: "
+              << absl::StrReplaceAll(server.status().message(),
+                                     {{"ServerOptions.tls_certificate_file", "--tls-cert"},
+                                      {"ServerOptions.tls_private_key_file", "--tls-key"}})
+              << "\n";
     loop->Stop();
     loop_thread.join();
     return 1;
   }
   const std::string shown_host = o.listen.substr(0, o.listen.rfind(':'));
-  std::cout << "listening on http://" << shown_host << ":" << (*server)->port() << std::endl;
+  std::cout << "listening on " << (o.tls_cert.empty() ? "http" : "https") << "://" << shown_host
+            << ":" << (*server)->port() << std::endl;
 
   int sig = 0;
   while (sig != SIGINT && sig != SIGTERM) sigwait(&signals, &sig);
