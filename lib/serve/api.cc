@@ -338,10 +338,12 @@ struct InjectRequest {
 
 absl::Status ParseInjectRequest(std::string_view body, InjectRequest& out) {
   absl::StatusOr<JsonValue> doc = ParseJsonValue(body.empty() ? std::string_view("{}") : body);
-  if (!doc.ok())
+  if (!doc.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("Invalid JSON: ", doc.status().message()));
-  if (!doc->is_object())
+  }
+  if (!doc->is_object()) {
     return absl::InvalidArgumentError("Invalid JSON: the body must be an object");
+  }
   bool named = false;
   for (const auto& [key, value] : doc->members()) {
     if (key == "TrainingJobName" || key == "Host") {
