@@ -97,7 +97,9 @@ constexpr char kUsage[] =
     "                               (`kiln interrupt`), for tests and drills\n"
     "  submit, stop, update, delete, interrupt\n"
     "             a job on a server (--endpoint URL or KILN_ENDPOINT; credentials\n"
-    "             the AWS way); list and describe ask it too when given one.\n"
+    "             the AWS way; AWS_CA_BUNDLE, a PEM file, for an https:// server whose\n"
+    "             certificate the system does not trust); list and describe ask it\n"
+    "             too when given one.\n"
     "  simulate   run a scenario's policies through the engine in virtual time and\n"
     "             print one row per policy (see examples/scenarios/README.md).\n";
 
