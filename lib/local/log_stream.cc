@@ -113,6 +113,7 @@ std::string LogStream::Open() {
     } else {
       // (A note added after the run: never cut below what is there.)
       size_ = line_end_ = st.st_size;
+      index_.Open(path_, /*fresh=*/size_ == 0);
     }
   }
   if (s.ok()) {
@@ -143,8 +144,13 @@ std::string LogStream::Resume(std::string& partial) {
 
 std::string LogStream::AppendOutput(std::string_view data) {
   if (state_ != State::kOpen || data.empty()) return "";
+  const off_t line_end = line_end_;
   int err = 0;
-  return WriteAll(data, err) ? "" : Break(err);
+  if (!WriteAll(data, err)) return Break(err);
+  if (line_end_ != line_end || size_ - line_end_ >= static_cast<off_t>(kMaxLineBytes)) {
+    index_.Mark(size_);
+  }
+  return "";
 }
 
 std::string LogStream::AppendPlatformLine(std::string_view text) {
@@ -152,7 +158,9 @@ std::string LogStream::AppendPlatformLine(std::string_view text) {
   const std::string line = absl::StrCat(AtLineStart() ? "" : "\n", "[kiln] ",
                                         Av(text), "\n");
   int err = 0;
-  return WriteAll(line, err) ? "" : Break(err);
+  if (!WriteAll(line, err)) return Break(err);
+  index_.Mark(size_);
+  return "";
 }
 
 std::string LogStream::Close() {
@@ -160,6 +168,8 @@ std::string LogStream::Close() {
   const int err = fd_.Close();
   if (err == 0) {
     state_ = State::kClosed;
+    index_.Mark(size_, /*closed=*/true);
+    index_.Close();
     return "";
   }
   state_ = State::kBroken;
@@ -199,6 +209,8 @@ std::string LogStream::Break(int err) {
   if (!WriteAll(note, ignored) && size_ != before && ftruncate(fd_.get(), before) == 0) {
     size_ = before;
   }
+  index_.Mark(size_, /*closed=*/true);
+  index_.Close();
   fd_.reset();
   return absl::StrCat(kBrokenPrefix, "write '", path_, "': ", reason,
                       "; it ends with the last whole line that fit, and the rest of this "

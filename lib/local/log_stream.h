@@ -21,6 +21,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "local/internal/fs.h"
+#include "local/log_index.h"
 
 namespace kiln::local::internal {
 
@@ -88,7 +89,9 @@ class RunLog {
 };
 
 // The log stream of one container run (RunLog): the container's output as it
-// comes, and Kiln's own "[kiln] " lines.
+// comes, and Kiln's own "[kiln] " lines, with the stream's time index
+// (log_index.h): a record after each write that completes a line (or a piece
+// of kMaxLineBytes), and a closing one at Close.
 //
 // Every write is completed, or the stream breaks: on the first failure (a full
 // disk) the file is cut back to the end of its last whole line, a "[kiln] "
@@ -152,6 +155,7 @@ class LogStream {
   RunLog& run_;
   std::string path_;  // the file (set by Open)
   UniqueFd fd_;
+  TimeIndexWriter index_;
   State state_ = State::kNotOpen;
   off_t size_ = 0;      // bytes in the file (only this stream appends to it)
   off_t line_end_ = 0;  // size_ just after the last newline written

@@ -75,7 +75,8 @@
 // run, which also holds Kiln's own lines, prefixed "[kiln] ". A log stream
 // that cannot be written never fails the job: observers get every line, and
 // one line starting "[kiln] the log stream cannot be written: " naming the
-// file and the reason.
+// file and the reason. The time each line was written is kept beside it,
+// under <log_dir>/.times/ (NewLocalLogReader reads both).
 //
 // Checkpoints: with CheckpointConfig, LocalPath (default /opt/ml/checkpoints)
 // is restored from S3Uri before the entrypoint starts, synced every
@@ -98,6 +99,7 @@
 #include "absl/time/time.h"
 #include "kiln/cluster_provider.h"
 #include "kiln/data_channel.h"
+#include "kiln/log_reader.h"
 #include "kiln/event_loop.h"
 #include "kiln/object_store.h"
 
@@ -345,6 +347,15 @@ struct LocalBackend {
 // both. Errors: NewLocalClusterProvider's. Thread-safe.
 absl::StatusOr<LocalBackend> NewLocalBackend(EventLoop& loop, ObjectStores& stores,
                                              LocalOptions options, int32_t copy_threads = 4);
+
+// The log streams under `log_dir` (a provider's LocalOptions::log_dir) as
+// CloudWatch Logs shows them (kiln/log_reader.h): the stream
+// <log_dir>/<job>/algo-<k>-<epoch>[-<n>] is "<job>/algo-<k>-<epoch>[-<n>]",
+// created at <epoch>, each line an event with the time it was written (a
+// stream written without its times, or lines written after them, take the
+// file's modification time). Streams of providers in other processes are
+// read too, also while they are written. Thread-safe.
+std::unique_ptr<LogReader> NewLocalLogReader(std::string log_dir);
 
 }  // namespace kiln::local
 
