@@ -18,6 +18,7 @@
 #include "kiln/plugin/json_value.h"
 #include "kiln/service_error.h"
 #include "kiln/v1/sagemaker.pb.h"
+#include "serve/logs_api.h"
 
 namespace kiln::serve::internal {
 namespace {
@@ -175,9 +176,11 @@ HttpResponse ErrorResponse(int status, std::string_view type, std::string_view m
   return r;
 }
 
-Api::Api(std::vector<Account> accounts, std::map<std::string, Engine*> engines, std::string region,
+Api::Api(std::vector<Account> accounts, std::map<std::string, Engine*> engines,
+         std::map<std::string, const LogReader*> logs, std::string region,
          bool allow_fault_injection)
     : engines_(std::move(engines)),
+      logs_(std::move(logs)),
       region_(std::move(region)),
       allow_fault_injection_(allow_fault_injection) {
   for (Account& a : accounts) {
@@ -186,8 +189,8 @@ Api::Api(std::vector<Account> accounts, std::map<std::string, Engine*> engines, 
   }
 }
 
-const Account* Api::Authenticate(const HttpRequest& request, absl::Time now,
-                                 HttpResponse& refusal) const {
+const Account* Api::Authenticate(const HttpRequest& request, std::string_view service,
+                                 absl::Time now, HttpResponse& refusal) const {
   const std::string_view authorization = Header(request, "Authorization");
   if (authorization.empty()) {
     refusal =
@@ -227,11 +230,11 @@ const Account* Api::Authenticate(const HttpRequest& request, absl::Time now,
                            sig::AmzDate(now + kMaxSkew), " (", now_text, " + 5 min.)"));
     return nullptr;
   }
-  if (auth.service != kService || auth.region != region_) {
+  if (auth.service != service || auth.region != region_) {
     refusal = ErrorResponse(
         400, "InvalidSignatureException",
         absl::StrCat("Credential should be scoped to a valid region and service: '", region_, "/",
-                     kService, "', not '", auth.region, "/", auth.service, "'"));
+                     Av(service), "', not '", auth.region, "/", auth.service, "'"));
     return nullptr;
   }
   // The request as the client signed it: the headers it names, the whole
@@ -270,10 +273,16 @@ const Account* Api::Authenticate(const HttpRequest& request, absl::Time now,
 }
 
 HttpResponse Api::Handle(const HttpRequest& request, absl::Time now) const {
-  HttpResponse refusal;
-  const Account* account = Authenticate(request, now, refusal);
-  if (account == nullptr) return refusal;
   absl::string_view target = Av(Header(request, "X-Amz-Target"));
+  const bool logs = absl::ConsumePrefix(&target, kLogsTargetPrefix);
+  HttpResponse refusal;
+  const Account* account = Authenticate(request, logs ? kLogsService : kService, now, refusal);
+  if (account == nullptr) return refusal;
+  if (request.method == "POST" && logs) {
+    const auto reader = logs_.find(account->account_id);
+    return HandleLogs(Sv(target), request.body, reader == logs_.end() ? nullptr : reader->second,
+                      region_, account->account_id);
+  }
   const bool kiln_op = absl::ConsumePrefix(&target, kKilnTargetPrefix);
   if (request.method != "POST" || (!kiln_op && !absl::ConsumePrefix(&target, kTargetPrefix))) {
     return ErrorResponse(400, "UnknownOperationException", "");

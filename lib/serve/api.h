@@ -15,6 +15,7 @@
 
 #include "absl/time/time.h"
 #include "kiln/engine.h"
+#include "kiln/log_reader.h"
 #include "kiln/serve/server.h"
 
 namespace kiln::serve::internal {
@@ -37,7 +38,8 @@ HttpResponse ErrorResponse(int status, std::string_view type, std::string_view m
 
 class Api {
  public:
-  Api(std::vector<Account> accounts, std::map<std::string, Engine*> engines, std::string region,
+  Api(std::vector<Account> accounts, std::map<std::string, Engine*> engines,
+      std::map<std::string, const LogReader*> logs, std::string region,
       bool allow_fault_injection = false);
 
   // Answers `request` as of `now` (the server's clock, for the signature's
@@ -45,9 +47,10 @@ class Api {
   HttpResponse Handle(const HttpRequest& request, absl::Time now) const;
 
  private:
-  // The account of a correctly signed request, or the refusal.
-  const Account* Authenticate(const HttpRequest& request, absl::Time now,
-                              HttpResponse& refusal) const;
+  // The account of a request correctly signed for `service`, or the
+  // refusal.
+  const Account* Authenticate(const HttpRequest& request, std::string_view service,
+                              absl::Time now, HttpResponse& refusal) const;
 
   // Kiln's own operations (X-Amz-Target "Kiln.<op>"): `op` without the
   // prefix, on the caller's engine.
@@ -55,6 +58,7 @@ class Api {
 
   std::map<std::string, Account> by_key_;
   std::map<std::string, Engine*> engines_;
+  std::map<std::string, const LogReader*> logs_;
   std::string region_;
   bool allow_fault_injection_ = false;
 };

@@ -67,6 +67,7 @@ struct AccountEngine {
   std::unique_ptr<ClusterProvider> provider;
   std::unique_ptr<DataChannel> channel;
   std::unique_ptr<Engine> engine;
+  std::unique_ptr<LogReader> logs;
 };
 
 // "HOST:PORT" or "[V6]:PORT".
@@ -201,7 +202,9 @@ int ServeCommand(const std::vector<std::string>& args) {
       return 1;
     }
     a.engine = *std::move(engine);
+    a.logs = local::NewLocalLogReader(absl::StrCat(dir, "/logs"));
     server_options.engines[account.account_id] = a.engine.get();
+    server_options.logs[account.account_id] = a.logs.get();
   }
   server_options.accounts = *std::move(accounts);
   server_options.region = o.region;

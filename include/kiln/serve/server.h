@@ -17,6 +17,19 @@
 // the HTTP status kiln/service_error.h gives). Another operation:
 // UnknownOperationException.
 //
+// Logs: CloudWatch Logs' read API (X-Amz-Target "Logs_20140328.<Operation>",
+// signed for service "logs") on the log group /aws/sagemaker/TrainingJobs of
+// the caller's account (`logs`): DescribeLogStreams (by name or by last event
+// time, with a name prefix, pages of up to 50), GetLogEvents (forward from the
+// head or back from the end, within startTime/endTime, pages of up to 10,000
+// events or 1 MiB, with the service's f/ and b/ tokens: a forward read that
+// finds nothing new gives back its token) and FilterLogEvents (events of
+// several streams in time order, by names or a name prefix, with a filter
+// pattern of terms: words or "quoted phrases" that must all appear, ?terms of
+// which one must, -terms that must not; JSON, space-delimited and regular-
+// expression patterns are refused with InvalidParameterException). Another
+// log group, or a stream that does not exist: ResourceNotFoundException.
+//
 // Kiln's own operation, only when `allow_fault_injection` is set (otherwise,
 // and for any other "Kiln." target, UnknownOperationException): X-Amz-Target
 // "Kiln.InjectSpotInterruption", body {"TrainingJobName": "NAME", "Host":
@@ -71,6 +84,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kiln/engine.h"
+#include "kiln/log_reader.h"
 
 namespace kiln::serve {
 
@@ -99,6 +113,10 @@ struct ServerOptions {
   // be its account, for its ARNs). The engines must outlive the server.
   std::vector<Account> accounts;
   std::map<std::string, Engine*> engines;
+  // Each account's training logs, for CloudWatch Logs' read API (optional:
+  // an account without one has no log group). The readers must outlive the
+  // server.
+  std::map<std::string, const LogReader*> logs;
   // The region requests are signed for.
   std::string region = "us-east-1";
   // The largest body accepted.
