@@ -72,8 +72,7 @@ class LogReader {
 
   // The streams whose names start with `prefix` ("" for all), sorted by
   // name. Errors: the system's, when the streams cannot be read.
-  virtual absl::StatusOr<std::vector<LogStreamInfo>> ListStreams(
-      std::string_view prefix) const = 0;
+  virtual absl::StatusOr<std::vector<LogStreamInfo>> ListStreams(std::string_view prefix) const = 0;
 
   // The first events of `range` in stream `name`, in order (forward == true),
   // or its last ones, still in order (forward == false). Errors: NotFound

@@ -59,9 +59,8 @@ constexpr size_t kBlockRecords = 512;
 
 std::string TimeIndexPath(std::string_view stream_path) {
   const size_t name = stream_path.rfind('/');
-  const size_t job = name == 0 || name == std::string_view::npos
-                         ? std::string_view::npos
-                         : stream_path.rfind('/', name - 1);
+  const size_t job = name == 0 || name == std::string_view::npos ? std::string_view::npos
+                                                                 : stream_path.rfind('/', name - 1);
   if (job == std::string_view::npos) return absl::StrCat(kTimeIndexDir, "/", Av(stream_path));
   return absl::StrCat(Av(stream_path.substr(0, job + 1)), kTimeIndexDir,
                       Av(stream_path.substr(job)));
@@ -72,9 +71,9 @@ void TimeIndexWriter::Open(const std::string& stream_path, bool fresh) {
   last_micros_ = 0;
   const std::string path = TimeIndexPath(stream_path);
   if (!MakeDirs(DirName(path)).ok()) return;
-  fd_ = UniqueFd(open(path.c_str(),
-                      O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC | (fresh ? O_TRUNC : 0),
-                      0644));
+  fd_ = UniqueFd(
+      open(path.c_str(),
+           O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_CLOEXEC | (fresh ? O_TRUNC : 0), 0644));
   if (!fd_.valid() || fresh) return;
   // Going on with an index: its times never go back.
   const int64_t n = RecordCount(fd_.get());

@@ -215,8 +215,7 @@ class LocalLogReader final : public LogReader {
       }
       bytes += e.message.size();
       kept.push_back(std::move(e));
-      while (!forward && kept.size() > 1 &&
-             (kept.size() > max_events || bytes > range.max_bytes)) {
+      while (!forward && kept.size() > 1 && (kept.size() > max_events || bytes > range.max_bytes)) {
         bytes -= kept.front().message.size();
         kept.pop_front();
       }

@@ -49,8 +49,8 @@ class Api {
  private:
   // The account of a request correctly signed for `service`, or the
   // refusal.
-  const Account* Authenticate(const HttpRequest& request, std::string_view service,
-                              absl::Time now, HttpResponse& refusal) const;
+  const Account* Authenticate(const HttpRequest& request, std::string_view service, absl::Time now,
+                              HttpResponse& refusal) const;
 
   // Kiln's own operations (X-Amz-Target "Kiln.<op>"): `op` without the
   // prefix, on the caller's engine.

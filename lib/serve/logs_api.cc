@@ -129,8 +129,9 @@ class Members {
 
  private:
   static HttpResponse TypeError(std::string_view name, std::string_view want, const JsonValue& v) {
-    return ErrorResponse(400, "SerializationException",
-                         absl::StrCat(Av(name), " must be ", Av(want), ", not ", JsonForMessage(v)));
+    return ErrorResponse(
+        400, "SerializationException",
+        absl::StrCat(Av(name), " must be ", Av(want), ", not ", JsonForMessage(v)));
   }
 
   JsonValue value_;
@@ -246,9 +247,8 @@ HttpResponse DescribeLogStreams(std::string_view body, const LogReader* reader,
   if (!streams.ok()) return ReaderFailure(streams.status());
   // The order, and each stream's place in it as a token says it.
   auto key = [&](const LogStreamInfo& s) {
-    return by_time ? absl::StrFormat("%020d\t%s", Millis(s.last_event_time) < 0
-                                                       ? 0
-                                                       : Millis(s.last_event_time),
+    return by_time ? absl::StrFormat("%020d\t%s",
+                                     Millis(s.last_event_time) < 0 ? 0 : Millis(s.last_event_time),
                                      s.name)
                    : s.name;
   };
@@ -452,8 +452,8 @@ bool DecodeFilterToken(std::string_view token, std::map<std::string, int64_t>& p
   if (!absl::WebSafeBase64Unescape(Av(token), &raw) || !absl::StartsWith(raw, "v1\n")) {
     return false;
   }
-  for (absl::string_view line : absl::StrSplit(absl::string_view(raw).substr(3), '\n',
-                                               absl::SkipEmpty())) {
+  for (absl::string_view line :
+       absl::StrSplit(absl::string_view(raw).substr(3), '\n', absl::SkipEmpty())) {
     const size_t tab = line.find('\t');
     int64_t position = 0;
     if (tab == absl::string_view::npos || !absl::SimpleAtoi(line.substr(0, tab), &position) ||
@@ -468,11 +468,11 @@ bool DecodeFilterToken(std::string_view token, std::map<std::string, int64_t>& p
 HttpResponse FilterLogEvents(std::string_view body, const LogReader* reader,
                              std::string_view region, std::string_view account) {
   std::optional<HttpResponse> error;
-  const Members m(body,
-                  {"logGroupName", "logGroupIdentifier", "logStreamNames", "logStreamNamePrefix",
-                   "startTime", "endTime", "filterPattern", "nextToken", "limit", "interleaved",
-                   "unmask"},
-                  error);
+  const Members m(
+      body,
+      {"logGroupName", "logGroupIdentifier", "logStreamNames", "logStreamNamePrefix", "startTime",
+       "endTime", "filterPattern", "nextToken", "limit", "interleaved", "unmask"},
+      error);
   if (error) return *error;
   if (!CheckGroup(m, reader, region, account, error)) return *error;
   std::vector<std::string> names;
@@ -521,8 +521,7 @@ HttpResponse FilterLogEvents(std::string_view body, const LogReader* reader,
     search.scanned_to = search.from;
     // (A stream whose events all lie outside the times has nothing to give.)
     search.exhausted = s.first_event_time == absl::InfinitePast() ||
-                       s.last_event_time < times.start_time ||
-                       s.first_event_time >= times.end_time;
+                       s.last_event_time < times.start_time || s.first_event_time >= times.end_time;
     while (!search.exhausted && search.matches.size() < static_cast<size_t>(limit)) {
       if (scanned >= kMaxFilterScanBytes) break;
       LogRange range = times;
@@ -589,7 +588,7 @@ HttpResponse FilterLogEvents(std::string_view body, const LogReader* reader,
   for (size_t i = 0; i < searches.size(); ++i) {
     Search& s = searches[i];
     const bool all_taken = taken[i] == s.matches.size();
-    const int64_t next = all_taken ? s.scanned_to
+    const int64_t next = all_taken      ? s.scanned_to
                          : taken[i] > 0 ? s.matches[taken[i] - 1].end
                                         : s.from;
     if (next > 0) positions[s.info->name] = next;

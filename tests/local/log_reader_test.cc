@@ -12,8 +12,8 @@
 #include "gtest/gtest.h"
 #include "kiln/local/local.h"
 #include "local/internal/fs.h"
-#include "local/log_stream.h"
 #include "local/local_test_util.h"
+#include "local/log_stream.h"
 
 namespace kiln::local {
 namespace {

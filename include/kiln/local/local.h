@@ -99,8 +99,8 @@
 #include "absl/time/time.h"
 #include "kiln/cluster_provider.h"
 #include "kiln/data_channel.h"
-#include "kiln/log_reader.h"
 #include "kiln/event_loop.h"
+#include "kiln/log_reader.h"
 #include "kiln/object_store.h"
 
 namespace kiln::local {
