@@ -46,8 +46,9 @@
 // account does not have (also another account's).
 //
 // Authentication: every request must carry a SigV4 Authorization header
-// signed by a key of `accounts`, for service "sagemaker" and the server's
-// region, dated within 5 minutes of the server's clock, over the whole body.
+// signed by a key of `accounts`, for service "sagemaker" ("logs" for the
+// Logs operations) and the server's region, dated within 5 minutes of the
+// server's clock, over the whole body.
 // Refusals, before the body is parsed (HTTP 400, as the service's JSON
 // protocol sends them): MissingAuthenticationTokenException (no
 // Authorization), UnrecognizedClientException (a key the server does not
