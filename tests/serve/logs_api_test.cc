@@ -70,8 +70,10 @@ class MemoryLogReader final : public LogReader {
 class LogsApiTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (int i = 0; i < 5; ++i) reader_.Add("job/algo-1-10", 100 + 2 * i, "one " + std::to_string(i));
-    for (int i = 0; i < 3; ++i) reader_.Add("job/algo-2-10", 101 + 2 * i, "two " + std::to_string(i));
+    for (int i = 0; i < 5; ++i)
+      reader_.Add("job/algo-1-10", 100 + 2 * i, "one " + std::to_string(i));
+    for (int i = 0; i < 3; ++i)
+      reader_.Add("job/algo-2-10", 101 + 2 * i, "two " + std::to_string(i));
     reader_.Add("other/algo-1-20", 500, "other");
   }
 
@@ -174,15 +176,15 @@ TEST_F(LogsApiTest, BadRequestsNameTheMemberAndTheRule) {
   EXPECT_THAT(message, HasSubstr("LogGroupName or LogGroupIdentifier"));
   std::tie(type, message) = Error("DescribeLogStreams", R"({"logGroupName": "/aws/lambda/f"})");
   EXPECT_EQ(type, "ResourceNotFoundException");
-  std::tie(type, message) = Error(
-      "GetLogEvents",
-      R"({"logGroupName": "/aws/sagemaker/TrainingJobs", "logStreamName": "job/algo-9-1"})");
+  std::tie(type, message) =
+      Error("GetLogEvents",
+            R"({"logGroupName": "/aws/sagemaker/TrainingJobs", "logStreamName": "job/algo-9-1"})");
   EXPECT_EQ(type, "ResourceNotFoundException");
   EXPECT_EQ(message, "The specified log stream does not exist.");
   // Without a reader, no group.
-  const HttpResponse r = HandleLogs("DescribeLogStreams",
-                                    R"({"logGroupName": "/aws/sagemaker/TrainingJobs"})",
-                                    nullptr, "us-east-1", "111122223333");
+  const HttpResponse r =
+      HandleLogs("DescribeLogStreams", R"({"logGroupName": "/aws/sagemaker/TrainingJobs"})",
+                 nullptr, "us-east-1", "111122223333");
   EXPECT_EQ(r.status, 400);
   EXPECT_THAT(r.body, HasSubstr("ResourceNotFoundException"));
   EXPECT_THAT(HandleLogs("PutLogEvents", "{}", &reader_, "us-east-1", "1").body,
@@ -234,8 +236,8 @@ TEST_F(LogsApiTest, FilterLogEventsInterleavesStreamsOnceEachAcrossPages) {
     token = a.Find("nextToken") ? Str(a, "nextToken") : "";
     ++pages;
   } while (!token.empty() && pages < 10);
-  EXPECT_THAT(seen, ElementsAre("one 0", "two 0", "one 1", "two 1", "one 2", "two 2", "one 3",
-                                "one 4"));
+  EXPECT_THAT(seen,
+              ElementsAre("one 0", "two 0", "one 1", "two 1", "one 2", "two 2", "one 3", "one 4"));
 
   const JsonValue found = Call("FilterLogEvents", R"({"logGroupName":
       "/aws/sagemaker/TrainingJobs", "filterPattern": "?one ?other -3", "startTime": 104000})");
