@@ -87,7 +87,9 @@ class HttpApiClient final : public Client {
                              aws_internal::Credentials{options_.credentials.access_key_id,
                                                        options_.credentials.secret_access_key,
                                                        options_.credentials.session_token},
-                             options_.region, "sagemaker", date);
+                             options_.region,
+                             absl::StartsWith(target, "Logs_20140328.") ? "logs" : "sagemaker",
+                             date);
     aws_internal::HttpRequest request;
     request.method = "POST";
     request.url = absl::StrCat(options_.endpoint, "/");

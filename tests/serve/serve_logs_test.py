@@ -276,6 +276,36 @@ class ServeLogsTest(unittest.TestCase):
                                                  descending=True, limit=1)["logStreams"]
         self.assertEqual(len(by_time), 1)
 
+    # --- kiln logs over the API
+
+    def kiln(self, *args, key="AKIDONE"):
+        env = dict(os.environ, AWS_ACCESS_KEY_ID=key, AWS_SECRET_ACCESS_KEY=serve_test.KEYS[key][0],
+                   AWS_DEFAULT_REGION="us-east-1", AWS_CONFIG_FILE="/dev/null",
+                   AWS_SHARED_CREDENTIALS_FILE="/dev/null", KILN_ENDPOINT=self.server.endpoint)
+        return subprocess.run([serve_test.KILN] + list(args), env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    def test_kiln_logs_follows_a_job_on_the_server(self):
+        self.create("logs-verb", lines=6, pause=0.2, count=2)
+        out = self.kiln("logs", "--follow", "--host", "algo-2", "logs-verb")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        container = self.container_lines(out.stdout.splitlines())
+        self.assertEqual([m.split(" host")[0] for m in container[:6]],
+                         [f"epoch {i}" for i in range(1, 7)])
+        self.assertEqual(container[6:], ["ERROR nothing wrong, just a word to find", "the end"])
+        # Both hosts: each line says its stream.
+        out = self.kiln("logs", "logs-verb")
+        self.assertEqual(out.returncode, 0, out.stderr)
+        lines = out.stdout.splitlines()
+        self.assertEqual(len([l for l in lines if " epoch " in l]), 12)
+        self.assertTrue(all(l.startswith("logs-verb/algo-") for l in lines), lines)
+        out = self.kiln("logs", "--host", "algo-3", "logs-verb")
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("has no host 'algo-3'", out.stderr)
+        out = self.kiln("logs", "logs-verb", key="AKIDTWO")
+        self.assertEqual(out.returncode, 1)
+        self.assertIn("ValidationException", out.stderr)
+
     # --- the aws CLI
 
     def test_the_aws_cli_reads_the_logs(self):

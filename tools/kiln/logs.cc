@@ -1,9 +1,12 @@
 // `kiln logs`: the log lines of a job that `kiln run` ran on a state
 // directory, from the job's log streams there (kiln/local/local.h:
 // <state-dir>/logs/<job>/algo-<k>-<epoch>[-<n>], one per host and run),
-// read-only, also while a `kiln run` writes the directory.
+// read-only, also while a `kiln run` writes the directory; or, with
+// --endpoint URL (or KILN_ENDPOINT), of a job of a server (`kiln serve`),
+// through its CloudWatch Logs API (kiln/serve/server.h), with credentials
+// the AWS way.
 //
-//   kiln logs [--state-dir DIR] [--host algo-K] [--follow] NAME
+//   kiln logs [--state-dir DIR | --endpoint URL] [--host algo-K] [--follow] NAME
 //
 // The streams are shown in the order they started (hosts in order within a
 // start), each stream's lines in order. When the job has more than one host
@@ -31,6 +34,8 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -38,6 +43,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -48,11 +54,15 @@
 #include "cli.h"
 #include "kiln/engine.h"
 #include "kiln/json.h"
+#include "kiln/log_reader.h"
+#include "kiln/plugin/json_value.h"
+#include "kiln/serve/client.h"
 
 namespace kiln::cli {
 namespace {
 
-constexpr char kUsage[] = "usage: kiln logs [--state-dir DIR] [--host algo-K] [--follow] NAME\n";
+constexpr char kUsage[] =
+    "usage: kiln logs [--state-dir DIR | --endpoint URL] [--host algo-K] [--follow] NAME\n";
 
 // The longest line shown in one piece (observers get the same; local.h).
 constexpr size_t kMaxLineBytes = 64 * 1024;
@@ -60,6 +70,8 @@ constexpr size_t kMaxLineBytes = 64 * 1024;
 // readings of the job's status.
 constexpr absl::Duration kPollPeriod = absl::Milliseconds(100);
 constexpr int kPollsPerStatus = 3;
+// How often --follow asks a server (the job's status, then its streams).
+constexpr absl::Duration kRemotePollPeriod = absl::Milliseconds(500);
 
 volatile sig_atomic_t interrupted = 0;
 void OnInterrupt(int) { interrupted = 1; }
@@ -80,6 +92,7 @@ struct Stream {
   // at each look, as a stream that breaks cuts it off (kiln/local/local.h).
   off_t offset = 0;
   std::string partial;  // what this look read after the last newline
+  std::string token;    // (from a server) where its next read starts
 
   auto Key() const { return std::tie(epoch, n, host); }
 };
@@ -228,6 +241,118 @@ class Tail {
   absl::flat_hash_set<std::string> known_;
 };
 
+// The job's log streams on a server, through its CloudWatch Logs API: finds
+// new ones and prints what they gained (as Tail does with files; the server
+// holds a line back until its newline or the end of its run).
+class RemoteTail {
+ public:
+  RemoteTail(serve::Client& client, std::string job, int64_t host, bool label)
+      : client_(client), job_(std::move(job)), host_(host), label_(label) {}
+
+  bool Poll(std::string& error) {
+    if (!FindStreams(error)) return false;
+    std::string out;
+    for (Stream& s : streams_) {
+      if (!Read(s, out, error)) return false;
+    }
+    if (out.empty()) return true;
+    if (std::fwrite(out.data(), 1, out.size(), stdout) != out.size() || std::fflush(stdout) != 0) {
+      error = "cannot write the output";
+      return false;
+    }
+    return true;
+  }
+
+ private:
+  // Calls Logs_20140328.`operation` with `request`; the answer, or null with
+  // `error` set.
+  std::optional<JsonValue> Call(const std::string& operation, const JsonValue& request,
+                                std::string& error) {
+    absl::StatusOr<std::string> answer =
+        client_.Call(absl::StrCat("Logs_20140328.", operation), WriteJson(request));
+    if (!answer.ok()) {
+      error = ServiceErrorText(operation, answer.status());
+      return std::nullopt;
+    }
+    absl::StatusOr<JsonValue> parsed = ParseJsonValue(*answer);
+    if (!parsed.ok() || !parsed->is_object()) {
+      error = absl::StrCat(operation, ": the server's answer is not a JSON object");
+      return std::nullopt;
+    }
+    return *std::move(parsed);
+  }
+
+  static std::string StringMember(const JsonValue& v, std::string_view name) {
+    const JsonValue* m = v.Find(name);
+    return m != nullptr && m->is_string() ? m->string_value() : "";
+  }
+
+  bool FindStreams(std::string& error) {
+    bool added = false;
+    std::string token;
+    do {
+      JsonValue request = JsonValue::Object()
+                              .Set("logGroupName", JsonValue::String(kTrainingLogGroup))
+                              .Set("logStreamNamePrefix", JsonValue::String(job_ + "/"));
+      if (!token.empty()) request.Set("nextToken", JsonValue::String(token));
+      std::optional<JsonValue> page = Call("DescribeLogStreams", request, error);
+      if (!page) return false;
+      const JsonValue* streams = page->Find("logStreams");
+      if (streams != nullptr && streams->is_array()) {
+        for (const JsonValue& e : streams->elements()) {
+          const std::string full = StringMember(e, "logStreamName");
+          Stream s;
+          if (!absl::StartsWith(full, job_ + "/") ||
+              !ParseStreamName(absl::string_view(full).substr(job_.size() + 1), s) ||
+              (host_ != 0 && s.host != host_) || !known_.insert(full).second) {
+            continue;
+          }
+          s.name = full.substr(job_.size() + 1);
+          streams_.push_back(std::move(s));
+          added = true;
+        }
+      }
+      token = StringMember(*page, "nextToken");
+    } while (!token.empty());
+    if (added) {
+      std::stable_sort(streams_.begin(), streams_.end(),
+                       [](const Stream& a, const Stream& b) { return a.Key() < b.Key(); });
+    }
+    return true;
+  }
+
+  // Reads the stream from its token on until the server gives the token
+  // back (nothing more for now).
+  bool Read(Stream& s, std::string& out, std::string& error) {
+    for (;;) {
+      JsonValue request = JsonValue::Object()
+                              .Set("logGroupName", JsonValue::String(kTrainingLogGroup))
+                              .Set("logStreamName", JsonValue::String(job_ + "/" + s.name))
+                              .Set("startFromHead", JsonValue::Bool(true));
+      if (!s.token.empty()) request.Set("nextToken", JsonValue::String(s.token));
+      std::optional<JsonValue> page = Call("GetLogEvents", request, error);
+      if (!page) return false;
+      const JsonValue* events = page->Find("events");
+      if (events != nullptr && events->is_array()) {
+        for (const JsonValue& e : events->elements()) {
+          if (label_) absl::StrAppend(&out, job_, "/", s.name, " ");
+          absl::StrAppend(&out, StringMember(e, "message"), "\n");
+        }
+      }
+      const std::string next = StringMember(*page, "nextForwardToken");
+      if (next.empty() || next == s.token) return true;
+      s.token = next;
+    }
+  }
+
+  serve::Client& client_;
+  const std::string job_;
+  const int64_t host_;
+  const bool label_;
+  std::vector<Stream> streams_;  // in the order they started
+  absl::flat_hash_set<std::string> known_;
+};
+
 // Sets `job` to the job `name` as the journal of `state_dir` now holds it.
 // Returns what is wrong when it cannot, else "".
 std::string Describe(const std::string& state_dir, const std::string& name,
@@ -263,24 +388,49 @@ int HostCount(const v1::DescribeTrainingJobResponse& job) {
 }  // namespace
 
 int LogsCommand(const std::vector<std::string>& args) {
-  std::string state_dir, host;
+  std::string state_dir, endpoint, host;
   bool follow = false;
   std::vector<std::string> names;
   std::string error;
-  const bool parsed = ParseOptions(args,
-                                   {ValueOption("--state-dir", state_dir),
-                                    ValueOption("--host", host), FlagOption("--follow", follow)},
-                                   names, error);
+  const bool parsed = ParseOptions(
+      args,
+      {ValueOption("--state-dir", state_dir), ValueOption("--endpoint", endpoint),
+       ValueOption("--host", host), FlagOption("--follow", follow)},
+      names, error);
   if (parsed && names.size() != 1) error = "give one job name";
-  if (!parsed || names.size() != 1) {
+  if (parsed && !state_dir.empty() && !endpoint.empty()) {
+    error = "give --state-dir or --endpoint, not both";
+  }
+  if (!error.empty()) {
     std::cerr << "kiln logs: " << error << "\n" << kUsage;
     return 1;
   }
-  if (state_dir.empty()) state_dir = DefaultStateDir();
   const std::string& name = names[0];
+  // A server's job (--endpoint, KILN_ENDPOINT), or one of the state directory.
+  std::unique_ptr<serve::Client> client;
+  if (state_dir.empty()) endpoint = EndpointOr(endpoint);
+  if (!endpoint.empty()) {
+    absl::StatusOr<std::unique_ptr<serve::Client>> made = ClientFor(endpoint);
+    if (!made.ok()) {
+      std::cerr << "kiln logs: " << made.status().message() << "\n";
+      return 1;
+    }
+    client = *std::move(made);
+  } else if (state_dir.empty()) {
+    state_dir = DefaultStateDir();
+  }
+  auto describe = [&](v1::DescribeTrainingJobResponse& job) -> std::string {
+    if (client == nullptr) return Describe(state_dir, name, job);
+    v1::DescribeTrainingJobRequest request;
+    request.set_training_job_name(name);
+    absl::StatusOr<v1::DescribeTrainingJobResponse> d = client->DescribeTrainingJob(request);
+    if (!d.ok()) return ServiceErrorText("DescribeTrainingJob", d.status());
+    job = *std::move(d);
+    return "";
+  };
 
   v1::DescribeTrainingJobResponse job;
-  error = Describe(state_dir, name, job);
+  error = describe(job);
   if (!error.empty()) {
     std::cerr << "kiln logs: " << error << "\n";
     return 1;
@@ -306,14 +456,18 @@ int LogsCommand(const std::vector<std::string>& args) {
     sigemptyset(&action.sa_mask);
     sigaction(SIGINT, &action, nullptr);
   }
-  Tail tail(name, absl::StrCat(state_dir, "/logs/", name), host_number,
-            host_number == 0 && hosts > 1);
+  const bool label = host_number == 0 && hosts > 1;
+  Tail tail(name, absl::StrCat(state_dir, "/logs/", name), host_number, label);
+  std::optional<RemoteTail> remote;
+  if (client != nullptr) remote.emplace(*client, name, host_number, label);
+  // (A server is asked less often.)
+  const absl::Duration period = remote ? kRemotePollPeriod : kPollPeriod;
   bool ended = Ended(job);
   for (int poll = 1;; ++poll) {
     // The status first: every line written before the job ended is then in
-    // the files this poll reads.
-    if (!ended && follow && poll % kPollsPerStatus == 0) {
-      error = Describe(state_dir, name, job);
+    // the streams this poll reads.
+    if (!ended && follow && (remote || poll % kPollsPerStatus == 0)) {
+      error = describe(job);
       if (!error.empty()) {
         std::cerr << "kiln logs: " << error << "\n";
         return 1;
@@ -321,13 +475,13 @@ int LogsCommand(const std::vector<std::string>& args) {
       ended = Ended(job);
     }
     if (interrupted) return 130;
-    if (!tail.Poll(ended, error)) {
+    if (!(remote ? remote->Poll(error) : tail.Poll(ended, error))) {
       std::cerr << "kiln logs: " << error << "\n";
       return 1;
     }
     if (ended || !follow) return 0;
-    const timespec period = absl::ToTimespec(kPollPeriod);
-    nanosleep(&period, nullptr);
+    const timespec wait = absl::ToTimespec(period);
+    nanosleep(&wait, nullptr);
     if (interrupted) return 130;
   }
 }

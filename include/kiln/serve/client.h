@@ -68,7 +68,8 @@ class Client {
   // Sends `operation` with the JSON `body` and returns the response's JSON.
   // `operation` is a SageMaker operation ("DescribeTrainingJob", sent as
   // X-Amz-Target "SageMaker.DescribeTrainingJob"), or a whole target with its
-  // prefix when it has a '.' ("Kiln.InjectSpotInterruption").
+  // prefix when it has a '.' ("Kiln.InjectSpotInterruption", or a CloudWatch
+  // Logs operation, "Logs_20140328.GetLogEvents", signed for service "logs").
   virtual absl::StatusOr<std::string> Call(std::string_view operation, std::string_view body) = 0;
 
   absl::StatusOr<v1::CreateTrainingJobResponse> CreateTrainingJob(
