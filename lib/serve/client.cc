@@ -82,14 +82,12 @@ class HttpApiClient final : public Client {
     if (!options_.credentials.session_token.empty()) {
       sr.headers.emplace_back("x-amz-security-token", options_.credentials.session_token);
     }
-    const aws_internal::SigV4Result signature =
-        aws_internal::SignV4(sr,
-                             aws_internal::Credentials{options_.credentials.access_key_id,
-                                                       options_.credentials.secret_access_key,
-                                                       options_.credentials.session_token},
-                             options_.region,
-                             absl::StartsWith(target, "Logs_20140328.") ? "logs" : "sagemaker",
-                             date);
+    const aws_internal::SigV4Result signature = aws_internal::SignV4(
+        sr,
+        aws_internal::Credentials{options_.credentials.access_key_id,
+                                  options_.credentials.secret_access_key,
+                                  options_.credentials.session_token},
+        options_.region, absl::StartsWith(target, "Logs_20140328.") ? "logs" : "sagemaker", date);
     aws_internal::HttpRequest request;
     request.method = "POST";
     request.url = absl::StrCat(options_.endpoint, "/");

@@ -392,11 +392,11 @@ int LogsCommand(const std::vector<std::string>& args) {
   bool follow = false;
   std::vector<std::string> names;
   std::string error;
-  const bool parsed = ParseOptions(
-      args,
-      {ValueOption("--state-dir", state_dir), ValueOption("--endpoint", endpoint),
-       ValueOption("--host", host), FlagOption("--follow", follow)},
-      names, error);
+  const bool parsed =
+      ParseOptions(args,
+                   {ValueOption("--state-dir", state_dir), ValueOption("--endpoint", endpoint),
+                    ValueOption("--host", host), FlagOption("--follow", follow)},
+                   names, error);
   if (parsed && names.size() != 1) error = "give one job name";
   if (parsed && !state_dir.empty() && !endpoint.empty()) {
     error = "give --state-dir or --endpoint, not both";
