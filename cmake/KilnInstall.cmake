@@ -29,6 +29,7 @@ list(APPEND KILN_INSTALL_TARGETS kiln_local)     # kiln::local
 list(APPEND KILN_INSTALL_TARGETS kiln_aws)       # kiln::aws
 list(APPEND KILN_INSTALL_TARGETS kiln_journal_sqlite)  # kiln::journal_sqlite
 list(APPEND KILN_INSTALL_TARGETS kiln_serve)     # kiln::serve
+list(APPEND KILN_INSTALL_TARGETS kiln_agent)     # kiln::agent
 if(TARGET kiln)
   list(APPEND KILN_INSTALL_TARGETS kiln)         # the kiln program, kiln::kiln
 endif()

@@ -39,6 +39,8 @@ done
 # its client speaks HTTP through kiln::aws's.)
 check lib/serve '^(kiln/|base/|serve/|aws/internal/(sigv4|http)\.h$)' \
   "kiln::serve uses include/kiln, lib/base, its own internals and kiln::aws's SigV4 and HTTP"
+check lib/agent '^(kiln/|base/|agent/)' \
+  "kiln::agent uses include/kiln, lib/base and its own internals only"
 check examples '^kiln/' "an example uses the public API only"
 check tools/kiln '^(kiln/|tools/kiln/)' "the kiln program uses the public API only"
 
