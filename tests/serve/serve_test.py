@@ -11,6 +11,7 @@ import datetime
 import http.client
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -49,11 +50,17 @@ class Server:
     """A `kiln serve` on a state directory, started and stopped; `flags` are
     more of its flags (--tls-cert ...)."""
 
-    def __init__(self, work, flags=()):
+    def __init__(self, work, flags=(), open_files=None):
         self.work = work
         self.flags = list(flags)
+        self.open_files = open_files  # a soft limit to start it with
         self.proc = None
         self.endpoint = None
+
+    def _limit(self):
+        if self.open_files is not None:
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, hard))
 
     def start(self):
         self.stderr = open(os.path.join(self.work, "serve.stderr"), "ab")
@@ -61,7 +68,7 @@ class Server:
             [KILN, "serve", "--credentials", os.path.join(self.work, "keys"), "--listen",
              "127.0.0.1:0", "--state-dir", os.path.join(self.work, "state"), "--grace", "2"]
             + self.flags,
-            stdout=subprocess.PIPE, stderr=self.stderr, text=True)
+            stdout=subprocess.PIPE, stderr=self.stderr, text=True, preexec_fn=self._limit)
         line = self.proc.stdout.readline()
         if not line.startswith(("listening on http://", "listening on https://")):
             self.proc.kill()
@@ -398,6 +405,21 @@ class ServeTest(unittest.TestCase):
         self.assertEqual(response.status, 413)
         self.assertEqual(json.loads(response.read())["__type"], "ValidationException")
         conn.close()
+
+    def test_the_open_files_limit_is_raised_for_many_jobs(self):
+        work = tempfile.mkdtemp(prefix="kiln-serve-files-")
+        os.chmod(work, 0o755)  # (the containers run as nobody)
+        shutil.copy(os.path.join(self.work, "keys"), work)
+        server = Server(work, open_files=256)
+        try:
+            server.start()
+            with open(f"/proc/{server.proc.pid}/limits") as f:
+                soft = [line.split()[3] for line in f if line.startswith("Max open files")][0]
+            hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+            self.assertEqual(int(soft), min(65536, hard))
+        finally:
+            server.stop()
+            shutil.rmtree(work, ignore_errors=True)
 
     # --- last: a restart keeps the jobs (the journal)
 

@@ -21,7 +21,9 @@
 // Public headers only.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -62,6 +64,10 @@ struct ServeOptions {
 };
 
 // One account's engine and what it runs on.
+// The soft limit of open files `kiln serve` runs with (when the hard limit
+// allows): enough for thousands of running jobs.
+constexpr rlim_t kOpenFiles = 65536;
+
 struct AccountEngine {
   std::unique_ptr<Journal> journal;
   std::unique_ptr<ClusterProvider> provider;
@@ -130,6 +136,15 @@ int ServeCommand(const std::vector<std::string>& args) {
   if (!accounts.ok()) {
     std::cerr << "kiln serve: " << accounts.status().message() << "\n";
     return 1;
+  }
+
+  // Each running job holds a few descriptors (its output pipe, its log
+  // stream, its keeper): the soft limit many systems start with (1,024)
+  // would refuse jobs after a few hundred, so it is raised, as far as the
+  // hard limit allows, to kOpenFiles (the containers inherit it).
+  if (struct rlimit files; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < kOpenFiles) {
+    files.rlim_cur = std::min<rlim_t>(kOpenFiles, files.rlim_max);
+    setrlimit(RLIMIT_NOFILE, &files);
   }
 
   sigset_t signals;
