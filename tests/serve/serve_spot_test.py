@@ -14,7 +14,6 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -27,6 +26,7 @@ import botocore.awsrequest
 import botocore.credentials
 import botocore.exceptions
 
+import serve_test
 from serve_test import KEYS, client
 
 KILN = None
@@ -46,44 +46,6 @@ while true; do sleep 0.05; done
 """
 
 
-class Server:
-    """A `kiln serve` on a state directory, started and stopped."""
-
-    def __init__(self, work, name, *flags):
-        self.work = work
-        self.name = name
-        self.flags = list(flags)
-        self.proc = None
-        self.endpoint = None
-
-    def start(self):
-        self.stderr = open(os.path.join(self.work, f"{self.name}.stderr"), "ab")
-        self.proc = subprocess.Popen(
-            [KILN, "serve", "--credentials", os.path.join(self.work, "keys"), "--listen",
-             "127.0.0.1:0", "--state-dir", os.path.join(self.work, self.name), "--grace", "5"]
-            + self.flags,
-            stdout=subprocess.PIPE, stderr=self.stderr, text=True)
-        line = self.proc.stdout.readline()
-        if not line.startswith("listening on http://"):
-            self.stop()
-            raise RuntimeError(f"kiln serve did not start: {line!r}; see {self.stderr.name}")
-        self.endpoint = line.split()[-1]
-
-    def stop(self):
-        if self.proc is None:
-            return None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            status = self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            status = self.proc.wait()
-        self.proc.stdout.close()
-        self.proc = None
-        self.stderr.close()
-        return status
-
-
 class ServeSpotTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -100,7 +62,7 @@ class ServeSpotTest(unittest.TestCase):
         os.makedirs(os.path.join(cls.work, "data"))
         with open(os.path.join(cls.work, "data", "a.csv"), "w") as f:
             f.write("1\n")
-        cls.server = Server(cls.work, "state", "--allow-fault-injection")
+        cls.server = serve_test.Server(cls.work, ["--allow-fault-injection"], grace=5)
         cls.server.start()
         cls.sm = client(cls.server.endpoint)
 
@@ -244,7 +206,7 @@ class ServeSpotTest(unittest.TestCase):
             self.assertEqual(self.wait(name)["TrainingJobStatus"], "Stopped")
 
     def test_without_the_flag_the_operation_does_not_exist(self):
-        plain = Server(self.work, "plain")
+        plain = serve_test.Server(self.work, state="plain", grace=5)
         plain.start()
         try:
             status, body = self.inject({"TrainingJobName": "spot-any"}, endpoint=plain.endpoint)
@@ -261,5 +223,5 @@ class ServeSpotTest(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    KILN = os.path.abspath(sys.argv.pop(1))
+    KILN = serve_test.KILN = os.path.abspath(sys.argv.pop(1))
     unittest.main(verbosity=2)

@@ -47,11 +47,13 @@ KEYS = {
 
 
 class Server:
-    """A `kiln serve` on a state directory, started and stopped; `flags` are
-    more of its flags (--tls-cert ...)."""
+    """A `kiln serve` on the state directory `state` of `work`, started and
+    stopped; `flags` are more of its flags (--tls-cert ...)."""
 
-    def __init__(self, work, flags=(), open_files=None):
+    def __init__(self, work, flags=(), open_files=None, state="state", grace=2):
         self.work = work
+        self.state = state
+        self.grace = grace
         self.flags = list(flags)
         self.open_files = open_files  # a soft limit to start it with
         self.proc = None
@@ -63,11 +65,11 @@ class Server:
             resource.setrlimit(resource.RLIMIT_NOFILE, (self.open_files, hard))
 
     def start(self):
-        self.stderr = open(os.path.join(self.work, "serve.stderr"), "ab")
+        self.stderr = open(os.path.join(self.work, f"{self.state}.stderr"), "ab")
         self.proc = subprocess.Popen(
             [KILN, "serve", "--credentials", os.path.join(self.work, "keys"), "--listen",
-             "127.0.0.1:0", "--state-dir", os.path.join(self.work, "state"), "--grace", "2"]
-            + self.flags,
+             "127.0.0.1:0", "--state-dir", os.path.join(self.work, self.state),
+             "--grace", str(self.grace)] + self.flags,
             stdout=subprocess.PIPE, stderr=self.stderr, text=True, preexec_fn=self._limit)
         line = self.proc.stdout.readline()
         if not line.startswith(("listening on http://", "listening on https://")):
