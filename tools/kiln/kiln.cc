@@ -46,6 +46,7 @@ constexpr char kUsage[] =
     "       kiln stop|delete [--endpoint URL] NAME\n"
     "       kiln update [--endpoint URL] --keep-alive SECONDS NAME\n"
     "       kiln interrupt [--endpoint URL] [--host algo-K] NAME\n"
+    "       kiln token create --pki DIR [--ttl SECONDS] [--controller-name NAME]...\n"
     "       kiln simulate SCENARIO.json [--format table|json|csv] [--report FILE.html] [--seed N]\n"
     "                     [--jobs N]\n"
     "\n"
@@ -102,6 +103,12 @@ constexpr char kUsage[] =
     "             the AWS way; AWS_CA_BUNDLE, a PEM file, for an https:// server whose\n"
     "             certificate the system does not trust); list and describe ask it\n"
     "             too when given one.\n"
+    "  token create\n"
+    "             a one-time join token for an agent (printed on stdout), valid\n"
+    "             --ttl seconds (default 3600); the controller's PKI (CA,\n"
+    "             its certificate, the tokens) is kept in --pki DIR, made on first\n"
+    "             use for --controller-name (default this host's name, localhost,\n"
+    "             127.0.0.1).\n"
     "  simulate   run a scenario's policies through the engine in virtual time and\n"
     "             print one row per policy (see examples/scenarios/README.md).\n";
 
@@ -172,6 +179,7 @@ int main(int argc, char** argv) {
   if (command == "update") return kiln::cli::UpdateCommand(args);
   if (command == "delete") return kiln::cli::DeleteCommand(args);
   if (command == "interrupt") return kiln::cli::InterruptCommand(args);
+  if (command == "token") return kiln::cli::TokenCommand(args);
   if (command == "simulate") return RunSimulateCommand(args);
   std::cerr << "kiln: unknown command '" << kiln::InputForMessage(command) << "'\n" << kUsage;
   return kError;
