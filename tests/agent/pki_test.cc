@@ -10,11 +10,13 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -198,6 +200,33 @@ TEST_F(PkiTest, TokenRedeemsOnceForACertificateOfTheHost) {
   auto again = Open(dir_)->RedeemJoinToken(*token, mine->csr_pem, "host-7.example");
   EXPECT_EQ(again.status().code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(again.status().message(), HasSubstr("already used"));
+}
+
+TEST_F(PkiTest, RacingRedemptionsFromSeparateOpensGiveOneCertificate) {
+  ASSERT_NE(Open(dir_), nullptr);
+  auto token = Open(dir_)->CreateJoinToken(absl::Hours(1));
+  ASSERT_TRUE(token.ok());
+  auto mine = MakeKeyAndCsr("host-1");
+  ASSERT_TRUE(mine.ok());
+  constexpr int kRacers = 8;
+  std::vector<std::unique_ptr<Pki>> pkis;
+  for (int i = 0; i < kRacers; ++i) pkis.push_back(Open(dir_));
+  std::atomic<int> granted{0};
+  std::atomic<int> refused{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kRacers; ++i) {
+    threads.emplace_back([&, i] {
+      auto cert = pkis[i]->RedeemJoinToken(*token, mine->csr_pem, "host-1");
+      if (cert.ok()) {
+        ++granted;
+      } else if (absl::IsPermissionDenied(cert.status())) {
+        ++refused;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(granted.load(), 1);
+  EXPECT_EQ(refused.load(), kRacers - 1);
 }
 
 TEST_F(PkiTest, ExpiredTokenIsRefused) {
