@@ -258,8 +258,9 @@ const Account* Api::Authenticate(const HttpRequest& request, std::string_view se
   sr.payload_hash = sig::Sha256Hex(request.body);
   const Account& account = it->second;
   const sig::SigV4Result expected =
-      sig::SignV4(sr, sig::Credentials{account.access_key_id, account.secret_access_key, ""},
-                  auth.region, auth.service, amz_date);
+      sig::SignV4WithKey(sr, account.access_key_id,
+                         SigningKey(account, auth.date, auth.region, auth.service), auth.region,
+                         auth.service, amz_date);
   if (expected.signature.size() != auth.signature.size() ||
       CRYPTO_memcmp(expected.signature.data(), auth.signature.data(), auth.signature.size()) != 0) {
     refusal = ErrorResponse(
@@ -270,6 +271,32 @@ const Account* Api::Authenticate(const HttpRequest& request, std::string_view se
     return nullptr;
   }
   return &account;
+}
+
+std::string Api::SigningKey(const Account& account, std::string_view date,
+                            std::string_view region, std::string_view service) const {
+  constexpr size_t kMaxSigningKeys = 1024;
+  std::string id = absl::StrCat(account.access_key_id, "/", Av(date), "/", Av(region), "/",
+                                Av(service));
+  {
+    absl::ReaderMutexLock lock(&signing_keys_mu_);
+    if (auto it = signing_keys_.find(id); it != signing_keys_.end()) return it->second;
+  }
+  std::string key = sig::SigningKey(account.secret_access_key, date, region, service);
+  absl::MutexLock lock(&signing_keys_mu_);
+  if (signing_keys_.size() >= kMaxSigningKeys) signing_keys_.clear();
+  signing_keys_.emplace(std::move(id), key);
+  return key;
+}
+
+bool Api::MayWait(const HttpRequest& request) {
+  absl::string_view target = Av(Header(request, "X-Amz-Target"));
+  // (FilterLogEvents may read every stream of the group.)
+  if (absl::ConsumePrefix(&target, kLogsTargetPrefix)) return target == "FilterLogEvents";
+  if (absl::ConsumePrefix(&target, kTargetPrefix)) {
+    return target != "DescribeTrainingJob" && target != "ListTrainingJobs";
+  }
+  return absl::StartsWith(target, kKilnTargetPrefix);
 }
 
 HttpResponse Api::Handle(const HttpRequest& request, absl::Time now) const {

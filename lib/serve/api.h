@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "kiln/engine.h"
 #include "kiln/log_reader.h"
@@ -42,6 +44,13 @@ class Api {
       std::map<std::string, const LogReader*> logs, std::string region,
       bool allow_fault_injection = false);
 
+  // Whether answering `request` may take long or wait for more than a step
+  // of the engine's loop: a call that changes a job (it waits for the
+  // journal), FilterLogEvents (it may read every stream), Kiln's own
+  // operations. Describe, List, the other Logs reads and requests refused as
+  // they stand do not.
+  static bool MayWait(const HttpRequest& request);
+
   // Answers `request` as of `now` (the server's clock, for the signature's
   // date).
   HttpResponse Handle(const HttpRequest& request, absl::Time now) const;
@@ -56,7 +65,18 @@ class Api {
   // prefix, on the caller's engine.
   HttpResponse HandleKiln(const HttpRequest& request, std::string_view op, Engine& engine) const;
 
+  // The SigV4 signing key of (access key, date, region, service), derived
+  // once a day rather than once a request (four HMACs). Entries are only made
+  // for a known key, today's or yesterday's date (within the allowed clock
+  // skew) and this server's region, so the map stays small; it is emptied
+  // when it grows past a bound all the same.
+  std::string SigningKey(const Account& account, std::string_view date, std::string_view region,
+                         std::string_view service) const;
+
   std::map<std::string, Account> by_key_;
+  mutable absl::Mutex signing_keys_mu_;
+  mutable absl::flat_hash_map<std::string, std::string> signing_keys_
+      ABSL_GUARDED_BY(signing_keys_mu_);
   std::map<std::string, Engine*> engines_;
   std::map<std::string, const LogReader*> logs_;
   std::string region_;

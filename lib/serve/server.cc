@@ -161,7 +161,17 @@ class ServerImpl final : public Server {
     ioc_.reset();
   }
 
-  // A request handed to a worker, and its answer back on `connection`'s strand.
+  // Answers `request` on the calling thread (an I/O thread: the request must
+  // not wait, see Api::MayWait).
+  HttpResponse AnswerHere(const HttpRequest& request) {
+    {
+      absl::MutexLock lock(&mu_);
+      ++in_flight_;
+    }
+    return api_.Handle(request, absl::Now());
+  }
+
+  // A request handed to a worker; `done` gets the answer there.
   template <typename Done>
   void Answer(HttpRequest request, Done done) {
     {
@@ -290,6 +300,10 @@ void Connection<Stream>::OnRead(beast::error_code ec) {
     request.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
   }
   request.body = std::move(req.body());
+  if (!Api::MayWait(request)) {
+    Write(server_.AnswerHere(request), !keep_alive_, /*answered=*/true);
+    return;
+  }
   beast::get_lowest_layer(stream_).expires_never();  // (the worker's time is not the client's)
   server_.Answer(std::move(request), [self = this->shared_from_this()](HttpResponse response) {
     net::post(self->stream_.get_executor(), [self, response = std::move(response)]() mutable {

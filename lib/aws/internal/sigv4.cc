@@ -150,6 +150,15 @@ std::string SigningKey(std::string_view secret, std::string_view date, std::stri
 
 SigV4Result SignV4(const SigV4Request& request, const Credentials& credentials,
                    std::string_view region, std::string_view service, std::string_view amz_date) {
+  const std::string key = SigningKey(credentials.secret_access_key,
+                                     amz_date.substr(0, std::min<size_t>(8, amz_date.size())),
+                                     region, service);
+  return SignV4WithKey(request, credentials.access_key_id, key, region, service, amz_date);
+}
+
+SigV4Result SignV4WithKey(const SigV4Request& request, std::string_view access_key_id,
+                          std::string_view signing_key, std::string_view region,
+                          std::string_view service, std::string_view amz_date) {
   // Query: encoded names and values, sorted by name then value.
   std::vector<std::pair<std::string, std::string>> query;
   query.reserve(request.query.size());
@@ -197,12 +206,11 @@ SigV4Result SignV4(const SigV4Request& request, const Credentials& credentials,
   result.string_to_sign =
       absl::StrCat("AWS4-HMAC-SHA256\n", absl::string_view(amz_date.data(), amz_date.size()),
                    "\n", scope, "\n", Sha256Hex(result.canonical_request));
-  std::string key = SigningKey(credentials.secret_access_key,
-                               std::string_view(date.data(), date.size()), region, service);
-  std::string sig = HmacSha256(key, result.string_to_sign);
+  std::string sig = HmacSha256(signing_key, result.string_to_sign);
   result.signature = ToHex(reinterpret_cast<const unsigned char*>(sig.data()), sig.size());
   result.signed_headers = signed_headers;
-  result.authorization = absl::StrCat("AWS4-HMAC-SHA256 Credential=", credentials.access_key_id,
+  result.authorization = absl::StrCat("AWS4-HMAC-SHA256 Credential=",
+                                      absl::string_view(access_key_id.data(), access_key_id.size()),
                                       "/", scope, ", SignedHeaders=", signed_headers,
                                       ", Signature=", result.signature);
   return result;

@@ -89,6 +89,13 @@ std::string SigningKey(std::string_view secret, std::string_view date, std::stri
 SigV4Result SignV4(const SigV4Request& request, const Credentials& credentials,
                    std::string_view region, std::string_view service, std::string_view amz_date);
 
+// SignV4 with the signing key given (SigningKey() of the secret, the date of
+// `amz_date`, `region` and `service`), for a caller that keeps it: the key
+// changes only with the day.
+SigV4Result SignV4WithKey(const SigV4Request& request, std::string_view access_key_id,
+                          std::string_view signing_key, std::string_view region,
+                          std::string_view service, std::string_view amz_date);
+
 }  // namespace kiln::aws::internal
 
 #endif  // KILN_LIB_AWS_INTERNAL_SIGV4_H_
