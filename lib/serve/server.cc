@@ -1,9 +1,10 @@
 // The server's transport (kiln/serve/server.h): HTTP/1.1 with Boost.Beast on
 // Boost.Asio. Connections are read and written asynchronously on a few I/O
-// threads, so a slow or idle client holds no thread; each whole request is
-// handed to a pool of worker threads, which call the engine (a
-// CreateTrainingJob may wait for the journal), and the response goes back to
-// the connection's strand. With a certificate, every connection is TLS
+// threads, so a slow or idle client holds no thread. A whole request that
+// waits for at most a step of the engine's loop (Describe, List, most Logs
+// reads: Api::MayWait) is answered on its I/O thread; any other is handed to
+// a pool of worker threads (a CreateTrainingJob may wait for the journal),
+// and the response goes back to the connection's strand. With a certificate, every connection is TLS
 // (Boost.Asio's OpenSSL stream under Beast's ssl_stream): the same connection
 // code on another stream type, with a handshake before the first read.
 #include "kiln/serve/server.h"
