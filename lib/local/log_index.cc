@@ -144,6 +144,24 @@ absl::Time TimeIndexReader::TimeAt(int64_t end) {
   return records_[at_].time;
 }
 
+int64_t TimeIndexReader::EndBefore(absl::Time time) {
+  if (!fd_.valid()) return 0;
+  // The first record at `time` or later, by bisection (times never go back).
+  int64_t lo = 0, hi = RecordCount(fd_.get());
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    const std::vector<TimeRecord> r = ReadRecords(fd_.get(), mid, 1);
+    if (!r.empty() && r[0].time < time) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  if (lo == 0) return 0;
+  const std::vector<TimeRecord> r = ReadRecords(fd_.get(), lo - 1, 1);
+  return r.empty() ? 0 : r[0].end;
+}
+
 bool TimeIndexReader::ClosedAt(int64_t size) {
   if (!fd_.valid()) return false;
   const int64_t n = RecordCount(fd_.get());

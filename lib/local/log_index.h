@@ -75,6 +75,10 @@ class TimeIndexReader {
   // decrease.
   absl::Time TimeAt(int64_t end);
 
+  // Where the lines written before `time` end: the end of the last record
+  // before it (0 when none is). Independent of TimeAt's calls.
+  int64_t EndBefore(absl::Time time);
+
   // Whether the stream was closed at `size` or later (its last line is whole
   // without a newline).
   bool ClosedAt(int64_t size);

@@ -198,12 +198,62 @@ class LocalLogReader final : public LogReader {
     }
     if (!S_ISREG(st.st_mode)) return absl::NotFoundError(absl::StrCat("no log stream ", Av(name)));
     const absl::Time mtime = absl::TimeFromTimespec(st.st_mtim);
-    TimeIndexReader index(path, mtime);
     const int64_t size = std::min<int64_t>(st.st_size, range.to);
-    EventScanner scanner(fd.get(), std::clamp<int64_t>(range.from, 0, size), size);
+    int64_t from = std::clamp<int64_t>(range.from, 0, size);
+    // Lines that end before the first written at start_time are skipped
+    // unread (the index says where they end).
+    if (range.start_time != absl::InfinitePast()) {
+      TimeIndexReader index(path, mtime);
+      const int64_t before = index.EndBefore(range.start_time);
+      if (before > from) from = LineStartBefore(fd.get(), std::min(before, size), from);
+    }
+    if (forward) return Scan(fd.get(), path, mtime, from, size, st.st_size, range, true);
+    // Backward: a window at the end first, larger until it holds enough.
+    for (int64_t window = std::max<int64_t>(2 * static_cast<int64_t>(range.max_bytes), 1 << 16);;
+         window *= 4) {
+      const int64_t at = size - window <= from ? from : LineStartBefore(fd.get(), size - window, from);
+      bool enough = false;
+      absl::StatusOr<std::vector<LogEvent>> events =
+          Scan(fd.get(), path, mtime, at, size, st.st_size, range, false, &enough);
+      if (!events.ok() || enough || at == from) return events;
+    }
+  }
 
+ private:
+  // Where the line that holds position `p` begins (just after a newline
+  // before it), looking back no further than kMaxSeekBack nor `floor`;
+  // `floor` when no newline is found there.
+  static int64_t LineStartBefore(int fd, int64_t p, int64_t floor) {
+    constexpr int64_t kMaxSeekBack = int64_t{1} << 20;
+    char buf[16 * 1024];
+    for (int64_t end = p; end > floor && p - end < kMaxSeekBack;) {
+      const int64_t begin = std::max<int64_t>(floor, end - static_cast<int64_t>(sizeof buf));
+      ssize_t got;
+      do {
+        got = pread(fd, buf, static_cast<size_t>(end - begin), static_cast<off_t>(begin));
+      } while (got < 0 && errno == EINTR);
+      if (got != end - begin) return floor;
+      for (int64_t i = got - 1; i >= 0; --i) {
+        if (buf[i] == '\n') return begin + i + 1;
+      }
+      end = begin;
+    }
+    return floor;
+  }
+
+  // The events of `range` among those that begin at `from` (a line's start)
+  // and end by `size` (`file_size`: the stream's size now), the first ones
+  // (`forward`) or the last ones. `enough`: whether more events than were
+  // kept lay there (so a larger window would give the same).
+  static absl::StatusOr<std::vector<LogEvent>> Scan(int fd, const std::string& path,
+                                                    absl::Time mtime, int64_t from, int64_t size,
+                                                    int64_t file_size, const LogRange& range,
+                                                    bool forward, bool* enough = nullptr) {
+    TimeIndexReader index(path, mtime);
+    EventScanner scanner(fd, from, size);
     std::deque<LogEvent> kept;
     size_t bytes = 0;
+    bool dropped = false;
     const size_t max_events = std::max<size_t>(range.max_events, 1);
     // Keeps `e` when it is in the range; false once no later event can be.
     auto keep = [&](LogEvent e) {
@@ -218,6 +268,7 @@ class LocalLogReader final : public LogReader {
       while (!forward && kept.size() > 1 && (kept.size() > max_events || bytes > range.max_bytes)) {
         bytes -= kept.front().message.size();
         kept.pop_front();
+        dropped = true;
       }
       return true;
     };
@@ -230,7 +281,7 @@ class LocalLogReader final : public LogReader {
     }
     if (!scanner.status().ok()) return scanner.status();
     // A last line without its newline is whole once its run has ended.
-    if (more && !rest.empty() && size == st.st_size && index.ClosedAt(size)) {
+    if (more && !rest.empty() && size == file_size && index.ClosedAt(size)) {
       e.begin = scanner.position();
       e.end = size;
       e.message = rest;
@@ -238,11 +289,11 @@ class LocalLogReader final : public LogReader {
       e.timestamp = index.TimeAt(e.end);
       keep(std::move(e));
     }
+    if (enough != nullptr) *enough = dropped || kept.size() == max_events;
     return std::vector<LogEvent>(std::make_move_iterator(kept.begin()),
                                  std::make_move_iterator(kept.end()));
   }
 
- private:
   // Fills `info` for the stream file `path`; false when it is gone.
   static bool Describe(const std::string& path, int64_t epoch, LogStreamInfo& info) {
     struct stat st;

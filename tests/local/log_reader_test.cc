@@ -140,6 +140,69 @@ TEST_F(LogReaderTest, TimesSelectEvents) {
   EXPECT_THAT(Messages("job-c/algo-1-5", range, false), ElementsAre("middle"));
 }
 
+// Reads that skip ahead (a window at the end for the last events, the time
+// index for a start time) give what reading every event would.
+TEST_F(LogReaderTest, SkippingAheadGivesWhatReadingEverythingGives) {
+  internal::RunLog run;
+  run.Name(logs_ + "/big/algo-1-1");
+  internal::LogStream stream(run);
+  ASSERT_EQ(stream.Open(), "");
+  for (int i = 0; i < 20000; ++i) stream.AppendOutput("line number " + std::to_string(i) + "\n");
+  absl::SleepFor(absl::Milliseconds(5));
+  for (int i = 0; i < 3000; ++i) stream.AppendOutput("later " + std::to_string(i) + "\n");
+  LogRange everything;
+  everything.max_events = 1 << 20;
+  everything.max_bytes = size_t{1} << 30;
+  const std::vector<LogEvent> all = Events("big/algo-1-1", everything);
+  ASSERT_EQ(all.size(), 23000u);
+
+  // The last events of a range, read one by one: as many as fit.
+  auto last_of = [&](const LogRange& r) {
+    std::vector<int64_t> begins;
+    size_t bytes = 0;
+    for (auto e = all.rbegin(); e != all.rend(); ++e) {
+      if (e->end > r.to || e->timestamp >= r.end_time || e->timestamp < r.start_time) continue;
+      if (begins.size() == r.max_events ||
+          (!begins.empty() && bytes + e->message.size() > r.max_bytes)) {
+        break;
+      }
+      bytes += e->message.size();
+      begins.insert(begins.begin(), e->begin);
+    }
+    return begins;
+  };
+  LogRange r;
+  r.max_bytes = 40000;  // (a window of 80,000 bytes at the end first)
+  for (const size_t n : {size_t{1}, size_t{3}, size_t{5000}}) {
+    for (const absl::Time end : {absl::InfiniteFuture(), all[20000].timestamp, all[500].timestamp}) {
+      r.max_events = n;
+      r.end_time = end;
+      std::vector<int64_t> got;
+      const absl::StatusOr<std::vector<LogEvent>> read = reader_->ReadEvents("big/algo-1-1", r, false);
+      ASSERT_TRUE(read.ok()) << read.status();
+      for (const LogEvent& e : *read) got.push_back(e.begin);
+      EXPECT_EQ(got, last_of(r)) << n << " " << end;
+      EXPECT_FALSE(got.empty());
+    }
+  }
+  LogRange before = everything;
+  before.max_events = 4;
+  before.to = all[10000].begin;
+  EXPECT_THAT(Messages("big/algo-1-1", before, false),
+              ElementsAre("line number 9996", "line number 9997", "line number 9998",
+                          "line number 9999"));
+
+  LogRange later = everything;
+  later.start_time = all[20000].timestamp;
+  ASSERT_GT(later.start_time, all[19999].timestamp);
+  const std::vector<LogEvent> after = Events("big/algo-1-1", later);
+  ASSERT_EQ(after.size(), 3000u);
+  EXPECT_EQ(after.front().message, "later 0");
+  EXPECT_EQ(after.front().begin, all[20000].begin);
+  later.max_events = 2;
+  EXPECT_THAT(Messages("big/algo-1-1", later, false), ElementsAre("later 2998", "later 2999"));
+}
+
 TEST_F(LogReaderTest, LongLinesComeInPiecesAsObserversGetThem) {
   internal::RunLog run;
   run.Name(logs_ + "/job-d/algo-1-9");
