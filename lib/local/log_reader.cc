@@ -211,7 +211,8 @@ class LocalLogReader final : public LogReader {
     // Backward: a window at the end first, larger until it holds enough.
     for (int64_t window = std::max<int64_t>(2 * static_cast<int64_t>(range.max_bytes), 1 << 16);;
          window *= 4) {
-      const int64_t at = size - window <= from ? from : LineStartBefore(fd.get(), size - window, from);
+      const int64_t at =
+          size - window <= from ? from : LineStartBefore(fd.get(), size - window, from);
       bool enough = false;
       absl::StatusOr<std::vector<LogEvent>> events =
           Scan(fd.get(), path, mtime, at, size, st.st_size, range, false, &enough);

@@ -174,11 +174,13 @@ TEST_F(LogReaderTest, SkippingAheadGivesWhatReadingEverythingGives) {
   LogRange r;
   r.max_bytes = 40000;  // (a window of 80,000 bytes at the end first)
   for (const size_t n : {size_t{1}, size_t{3}, size_t{5000}}) {
-    for (const absl::Time end : {absl::InfiniteFuture(), all[20000].timestamp, all[500].timestamp}) {
+    for (const absl::Time end :
+         {absl::InfiniteFuture(), all[20000].timestamp, all[500].timestamp}) {
       r.max_events = n;
       r.end_time = end;
       std::vector<int64_t> got;
-      const absl::StatusOr<std::vector<LogEvent>> read = reader_->ReadEvents("big/algo-1-1", r, false);
+      const absl::StatusOr<std::vector<LogEvent>> read =
+          reader_->ReadEvents("big/algo-1-1", r, false);
       ASSERT_TRUE(read.ok()) << read.status();
       for (const LogEvent& e : *read) got.push_back(e.begin);
       EXPECT_EQ(got, last_of(r)) << n << " " << end;
@@ -188,9 +190,9 @@ TEST_F(LogReaderTest, SkippingAheadGivesWhatReadingEverythingGives) {
   LogRange before = everything;
   before.max_events = 4;
   before.to = all[10000].begin;
-  EXPECT_THAT(Messages("big/algo-1-1", before, false),
-              ElementsAre("line number 9996", "line number 9997", "line number 9998",
-                          "line number 9999"));
+  EXPECT_THAT(
+      Messages("big/algo-1-1", before, false),
+      ElementsAre("line number 9996", "line number 9997", "line number 9998", "line number 9999"));
 
   LogRange later = everything;
   later.start_time = all[20000].timestamp;
