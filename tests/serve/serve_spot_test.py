@@ -72,18 +72,7 @@ class ServeSpotTest(unittest.TestCase):
         shutil.rmtree(cls.work, ignore_errors=True)
 
     def request(self, name, spot=True):
-        r = {
-            "TrainingJobName": name,
-            "RoleArn": "arn:aws:iam::111122223333:role/test",
-            "AlgorithmSpecification": {"TrainingImage": os.path.join(self.work, "image"),
-                                       "TrainingInputMode": "File"},
-            "InputDataConfig": [{"ChannelName": "train", "DataSource": {"S3DataSource": {
-                "S3DataType": "S3Prefix", "S3Uri": f"file://{self.work}/data/"}}}],
-            "OutputDataConfig": {"S3OutputPath": f"file://{self.work}/out"},
-            "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1,
-                               "VolumeSizeInGB": 1},
-            "StoppingCondition": {"MaxRuntimeInSeconds": 120},
-        }
+        r = serve_test.job_request(self.work, name)
         if spot:
             r["EnableManagedSpotTraining"] = True
             r["StoppingCondition"]["MaxWaitTimeInSeconds"] = 300

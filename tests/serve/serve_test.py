@@ -99,6 +99,25 @@ def client(endpoint, key="AKIDONE", secret=None, service="sagemaker"):
         config=botocore.config.Config(retries={"max_attempts": 1}))
 
 
+def job_request(work, name, image="image", **extra):
+    """A CreateTrainingJob request for image `image` of `work`, reading
+    work/data/ and writing work/out; `extra` replaces members."""
+    r = {
+        "TrainingJobName": name,
+        "RoleArn": "arn:aws:iam::111122223333:role/test",
+        "AlgorithmSpecification": {"TrainingImage": os.path.join(work, image),
+                                   "TrainingInputMode": "File"},
+        "InputDataConfig": [{"ChannelName": "train", "DataSource": {"S3DataSource": {
+            "S3DataType": "S3Prefix", "S3Uri": f"file://{work}/data/"}}}],
+        "OutputDataConfig": {"S3OutputPath": f"file://{work}/out"},
+        "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1,
+                           "VolumeSizeInGB": 1},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 120},
+    }
+    r.update(extra)
+    return r
+
+
 class ServeTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -127,20 +146,7 @@ class ServeTest(unittest.TestCase):
         shutil.rmtree(cls.work, ignore_errors=True)
 
     def request(self, name, image="image", **extra):
-        r = {
-            "TrainingJobName": name,
-            "RoleArn": "arn:aws:iam::111122223333:role/test",
-            "AlgorithmSpecification": {"TrainingImage": os.path.join(self.work, image),
-                                       "TrainingInputMode": "File"},
-            "InputDataConfig": [{"ChannelName": "train", "DataSource": {"S3DataSource": {
-                "S3DataType": "S3Prefix", "S3Uri": f"file://{self.work}/data/"}}}],
-            "OutputDataConfig": {"S3OutputPath": f"file://{self.work}/out"},
-            "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1,
-                               "VolumeSizeInGB": 1},
-            "StoppingCondition": {"MaxRuntimeInSeconds": 120},
-        }
-        r.update(extra)
-        return r
+        return job_request(self.work, name, image, **extra)
 
     def wait(self, name, sm=None):
         (sm or self.sm).get_waiter("training_job_completed_or_stopped").wait(

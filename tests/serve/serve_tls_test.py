@@ -94,18 +94,7 @@ class ServeTlsTest(unittest.TestCase):
         shutil.rmtree(cls.work, ignore_errors=True)
 
     def request(self, name):
-        return {
-            "TrainingJobName": name,
-            "RoleArn": "arn:aws:iam::111122223333:role/test",
-            "AlgorithmSpecification": {"TrainingImage": os.path.join(self.work, "image"),
-                                       "TrainingInputMode": "File"},
-            "InputDataConfig": [{"ChannelName": "train", "DataSource": {"S3DataSource": {
-                "S3DataType": "S3Prefix", "S3Uri": f"file://{self.work}/data/"}}}],
-            "OutputDataConfig": {"S3OutputPath": f"file://{self.work}/out"},
-            "ResourceConfig": {"InstanceType": "ml.m5.large", "InstanceCount": 1,
-                               "VolumeSizeInGB": 1},
-            "StoppingCondition": {"MaxRuntimeInSeconds": 120},
-        }
+        return serve_test.job_request(self.work, name)
 
     def created_job(self):
         """One job made over HTTPS and run to its end (made once)."""
