@@ -37,6 +37,16 @@ struct ChannelDelivery {
   const v1::Channel& channel;
   std::string_view input_mode;                // effective: File, Pipe or FastFile
   std::vector<const Instance*> instances;     // those that receive the channel
+  // ShardedByS3Key over a cluster that spans hosts, where `instances` are
+  // only some of those that receive the channel: how many receive it in the
+  // whole cluster (0: instances.size()), and, at the index of each of
+  // `instances`, its position among them (empty: 0 .. instances.size()-1).
+  // The instance at position p of n gets the objects p, p+n, ... of the
+  // channel's order. Positions must be distinct and below the count, one per
+  // instance; Deliver refuses others with InvalidArgument, whatever the
+  // channel's distribution (FullyReplicated gives every instance everything).
+  int32_t shard_count = 0;
+  std::vector<int32_t> shard_positions = {};
 };
 
 // Hears about failures of a channel after its delivery completed (a Pipe

@@ -21,6 +21,7 @@ absl::Status LocalDataChannel::PublishViews(std::string_view channel,
 
 absl::Status LocalDataChannel::MakeViews(const v1::Channel& channel,
                                          const std::vector<std::string>& instance_dirs,
+                                         size_t shard_count,
                                          const std::shared_ptr<JobViews>& job_views) {
   const std::string& name = channel.channel_name();
   const auto& s3 = channel.data_source().s3_data_source();
@@ -29,7 +30,7 @@ absl::Status LocalDataChannel::MakeViews(const v1::Channel& channel,
     return absl::InvalidArgumentError(absl::StrCat(
         "channel '", Shown(name), "': FastFile input mode supports only S3DataType S3Prefix"));
   }
-  if (s3.s3_data_distribution_type() == "ShardedByS3Key" && instance_dirs.size() > 1) {
+  if (s3.s3_data_distribution_type() == "ShardedByS3Key" && shard_count > 1) {
     return absl::UnimplementedError(absl::StrCat(
         "channel '", Shown(name),
         "': the local backend's FastFile view shows the whole folder to every instance; use File "

@@ -6,7 +6,7 @@ namespace kiln::local::channel {
 
 absl::Status LocalDataChannel::Copy(const v1::Channel& channel,
                                     const std::vector<std::string>& data_roots,
-                                    const std::atomic<bool>& cancelled) {
+                                    const Shards& shards, const std::atomic<bool>& cancelled) {
   const std::string& name = channel.channel_name();
   if (channel.data_source().s3_data_source().s3_data_type() == kAugmentedManifest) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -31,8 +31,8 @@ absl::Status LocalDataChannel::Copy(const v1::Channel& channel,
     // Pipe mode's first epoch.
     std::vector<const Source*> share;
     for (size_t j : internal::EpochOrder(sources->size(), channel.has_shuffle_config(),
-                                         channel.shuffle_config().seed(), 0, sharded, i,
-                                         data_roots.size())) {
+                                         channel.shuffle_config().seed(), 0, sharded,
+                                         shards.positions[i], shards.count)) {
       const Source& src = (*sources)[j];
       share.push_back(&src);
       items.push_back(

@@ -192,7 +192,7 @@ void LocalDataChannel::RunPipe(std::shared_ptr<const PipeSpec> spec, size_t inst
     }
     bool read_to_end = true;
     for (size_t j : internal::EpochOrder(s.sources.size(), s.has_seed, s.seed, epoch, s.sharded,
-                                         instance, s.data_roots.size())) {
+                                         s.shards.positions[instance], s.shards.count)) {
       const Source& source = s.sources[j];
       r = source.line > 0 ? StreamLine(writer, s, source) : StreamObject(writer, s, source.uri);
       if (!r.ok()) {

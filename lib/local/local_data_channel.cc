@@ -93,6 +93,8 @@ void LocalDataChannel::Deliver(const ChannelDelivery& delivery, DoneCallback don
   } else {
     error = CheckLayoutCollisions(delivery);
   }
+  absl::StatusOr<Shards> shards = ShardsOf(delivery);
+  if (error.ok() && !shards.ok()) error = shards.status();
   std::vector<std::string> instance_dirs;
   std::vector<std::string> data_roots;
   for (const Instance* instance : delivery.instances) {
@@ -112,8 +114,9 @@ void LocalDataChannel::Deliver(const ChannelDelivery& delivery, DoneCallback don
     return;
   }
   if (mode == "File") {
-    RunTask(std::move(done), [this, channel, data_roots = std::move(data_roots),
-                              cancelled = cancelled_] { return Copy(channel, data_roots, *cancelled); });
+    RunTask(std::move(done),
+            [this, channel, data_roots = std::move(data_roots), shards = *std::move(shards),
+             cancelled = cancelled_] { return Copy(channel, data_roots, shards, *cancelled); });
   } else if (mode == "FastFile") {
     std::shared_ptr<JobViews> job_views;
     {
@@ -123,8 +126,8 @@ void LocalDataChannel::Deliver(const ChannelDelivery& delivery, DoneCallback don
       job_views = slot;
     }
     RunTask(std::move(done), [this, channel, instance_dirs = std::move(instance_dirs),
-                              job_views = std::move(job_views)] {
-      return MakeViews(channel, instance_dirs, job_views);
+                              count = shards->count, job_views = std::move(job_views)] {
+      return MakeViews(channel, instance_dirs, count, job_views);
     });
   } else {
     auto spec = std::make_shared<PipeSpec>();
@@ -138,6 +141,7 @@ void LocalDataChannel::Deliver(const ChannelDelivery& delivery, DoneCallback don
     spec->sharded =
         channel.data_source().s3_data_source().s3_data_distribution_type() == "ShardedByS3Key";
     spec->data_roots = std::move(data_roots);
+    spec->shards = *std::move(shards);
     auto stop = std::make_shared<StopSignal>();
     {
       absl::MutexLock lock(&mu_);

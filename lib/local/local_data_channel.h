@@ -186,6 +186,61 @@ inline absl::Status CheckLayoutCollisions(const ChannelDelivery& delivery) {
   return absl::OkStatus();
 }
 
+// Where the instances of one delivery stand among every instance of the
+// cluster that receives the channel (ChannelDelivery::shard_count and
+// shard_positions, with their defaults filled in).
+struct Shards {
+  size_t count = 0;               // the receivers in the whole cluster
+  std::vector<size_t> positions;  // each delivered instance's, at its index
+};
+
+// The delivery's Shards, or InvalidArgument naming the channel, the field and
+// the rule: a negative shard_count, or one below the number of instances;
+// shard_positions of another size than instances; a position out of
+// [0, count); a position given twice.
+inline absl::StatusOr<Shards> ShardsOf(const ChannelDelivery& delivery) {
+  const std::string& name = delivery.channel.channel_name();
+  const size_t n = delivery.instances.size();
+  Shards shards;
+  if (delivery.shard_count < 0 ||
+      (delivery.shard_count > 0 && static_cast<size_t>(delivery.shard_count) < n)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "channel '", Shown(name), "': ChannelDelivery.shard_count ", delivery.shard_count,
+        " must be 0 or at least the number of instances (", n, ")"));
+  }
+  shards.count = delivery.shard_count == 0 ? n : static_cast<size_t>(delivery.shard_count);
+  if (delivery.shard_positions.empty()) {
+    for (size_t i = 0; i < n; ++i) shards.positions.push_back(i);
+    if (shards.count == n) return shards;
+    return absl::InvalidArgumentError(
+        absl::StrCat("channel '", Shown(name),
+                     "': ChannelDelivery.shard_positions must name the position of "
+                     "each of the ",
+                     n, " instances when shard_count (", shards.count, ") is not their number"));
+  }
+  if (delivery.shard_positions.size() != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("channel '", Shown(name), "': ChannelDelivery.shard_positions has ",
+                     delivery.shard_positions.size(), " positions for ", n, " instances"));
+  }
+  std::vector<bool> taken(shards.count, false);
+  for (int32_t p : delivery.shard_positions) {
+    if (p < 0 || static_cast<size_t>(p) >= shards.count) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("channel '", Shown(name), "': ChannelDelivery.shard_positions: position ", p,
+                       " is not in [0, ", shards.count, ")"));
+    }
+    if (taken[static_cast<size_t>(p)]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("channel '", Shown(name), "': ChannelDelivery.shard_positions: position ", p,
+                       " is given twice"));
+    }
+    taken[static_cast<size_t>(p)] = true;
+    shards.positions.push_back(static_cast<size_t>(p));
+  }
+  return shards;
+}
+
 // Why the relative key `rel` is not a path below a channel's directory, or ""
 // when it is one (IsSafeRelativePath). File and FastFile make one file per
 // object at its key, so a key the file system would read as another ("a//b"
@@ -236,6 +291,7 @@ struct PipeSpec {
   int64_t seed = 0;
   bool sharded = false;
   std::vector<std::string> data_roots;
+  Shards shards;  // data_roots[i] is at position shards.positions[i]
 };
 
 class LocalDataChannel final : public DataChannel {
@@ -328,13 +384,15 @@ class LocalDataChannel final : public DataChannel {
   // and the attribute.
   absl::StatusOr<std::vector<Source>> ListAugmentedManifest(const v1::Channel& channel,
                                                             ObjectStore& store);
+  // File: copies each instance's share (data_roots[i] is at position
+  // shards.positions[i]).
   absl::Status Copy(const v1::Channel& channel, const std::vector<std::string>& data_roots,
-                    const std::atomic<bool>& cancelled);
+                    const Shards& shards, const std::atomic<bool>& cancelled);
   // FastFile: shows the source read-only in the channel directory of each
-  // instance of `instance_dirs`, published in the view registry.
-  absl::Status MakeViews(const v1::Channel& channel,
-                         const std::vector<std::string>& instance_dirs,
-                         const std::shared_ptr<JobViews>& job_views);
+  // instance of `instance_dirs`, published in the view registry;
+  // `shard_count` receivers in the whole cluster.
+  absl::Status MakeViews(const v1::Channel& channel, const std::vector<std::string>& instance_dirs,
+                         size_t shard_count, const std::shared_ptr<JobViews>& job_views);
   // FastFile for a source that is not local: a FUSE view of the listing.
   absl::Status MountView(const v1::Channel& channel,
                          const std::vector<std::string>& instance_dirs,

@@ -1298,5 +1298,128 @@ TEST_F(LocalDataChannelTest, ViewsOfProcessesWithTheSamePidNeitherCollideNorOutl
   EXPECT_THAT(ListDir(fastfile), ElementsAre());
 }
 
+// --- A part of a cluster that spans hosts: algo-2 and algo-3 of this host
+// hold positions of a channel sharded over more instances than they are.
+
+absl::Status DeliverPart(DataChannel& channel, EventLoop& loop, const JobContext& job,
+                         const v1::Channel& c, std::string_view mode,
+                         std::vector<const Instance*> receivers, int32_t count,
+                         std::vector<int32_t> positions) {
+  ChannelDelivery delivery{job, c, mode, std::move(receivers)};
+  delivery.shard_count = count;
+  delivery.shard_positions = std::move(positions);
+  std::optional<absl::Status> result;
+  channel.Deliver(delivery, [&](absl::Status s) { result = s; });
+  if (!RunUntil(loop, [&] { return result.has_value(); })) {
+    return absl::DeadlineExceededError("Deliver did not complete");
+  }
+  return *result;
+}
+
+class LocalDataChannelPartTest : public LocalDataChannelTest {
+ protected:
+  absl::Status DeliverToPart(const v1::Channel& c, std::string_view mode,
+                             std::vector<int32_t> positions, int32_t count = 3,
+                             std::vector<std::string> hosts = {"algo-2", "algo-3"}) {
+    std::vector<const Instance*> receivers;
+    for (const std::string& h : hosts) {
+      for (const Instance& i : cluster_.instances) {
+        if (i.host_name == h) receivers.push_back(&i);
+      }
+    }
+    JobContext job{"data-job", "arn:aws:sagemaker:us-east-1:000000000000:training-job/data-job",
+                   request_, cluster_, 1};
+    return DeliverPart(*channel_, *loop_, job, c, mode, std::move(receivers), count,
+                       std::move(positions));
+  }
+};
+
+TEST_F(LocalDataChannelPartTest, FileModeGivesAPartExactlyItsPositionsShares) {
+  for (int i = 0; i < 7; ++i) WriteFile(absl::StrCat(src_, "/s/part-", i), "x");
+  const v1::Channel c = Channel("s", "S3Prefix", "file://" + src_ + "/s/", "ShardedByS3Key");
+  ASSERT_TRUE(DeliverToPart(c, "File", {1, 2}).ok());
+  EXPECT_THAT(ListDir(DataDir("c1/algo-1") + "/s"), ElementsAre());  // (elsewhere)
+  EXPECT_THAT(ListDir(DataDir("c1/algo-2") + "/s"), ElementsAre("part-1", "part-4"));
+  EXPECT_THAT(ListDir(DataDir("c1/algo-3") + "/s"), ElementsAre("part-2", "part-5"));
+  // Positions are not indices: algo-2 at position 2, algo-3 at 0.
+  const v1::Channel t = Channel("t", "S3Prefix", "file://" + src_ + "/s/", "ShardedByS3Key");
+  ASSERT_TRUE(DeliverToPart(t, "File", {2, 0}).ok());
+  EXPECT_THAT(ListDir(DataDir("c1/algo-2") + "/t"), ElementsAre("part-2", "part-5"));
+  EXPECT_THAT(ListDir(DataDir("c1/algo-3") + "/t"), ElementsAre("part-0", "part-3", "part-6"));
+  // FullyReplicated: everything, whatever the positions.
+  const v1::Channel f = Channel("f", "S3Prefix", "file://" + src_ + "/s/");
+  ASSERT_TRUE(DeliverToPart(f, "File", {1, 2}).ok());
+  EXPECT_EQ(ListDir(DataDir("c1/algo-2") + "/f").size(), 7u);
+  EXPECT_EQ(ListDir(DataDir("c1/algo-3") + "/f").size(), 7u);
+}
+
+TEST_F(LocalDataChannelPartTest, PipeModeGivesAPartTheSharesTheWholeClusterWouldGive) {
+  for (int i = 0; i < 7; ++i) {
+    WriteFile(absl::StrCat(src_, "/s/part-", i), absl::StrCat("p", i, "\n"));
+  }
+  v1::Channel plain = Channel("plain", "S3Prefix", "file://" + src_ + "/s/", "ShardedByS3Key");
+  ASSERT_TRUE(DeliverToPart(plain, "Pipe", {1, 2}).ok());
+  EXPECT_EQ(ReadFifo(Fifo("algo-2", "plain", 0)), "p1\np4\n");
+  EXPECT_EQ(ReadFifo(Fifo("algo-3", "plain", 0)), "p2\np5\n");
+  EXPECT_FALSE(internal::Exists(Fifo("algo-1", "plain", 0)));
+  // Shuffled per epoch: the part's streams are those of the same positions
+  // in a delivery to the whole cluster, epoch after epoch.
+  v1::Channel whole = Channel("whole", "S3Prefix", "file://" + src_ + "/s/", "ShardedByS3Key");
+  whole.mutable_shuffle_config()->set_seed(11);
+  v1::Channel part = whole;
+  part.set_channel_name("part");
+  ASSERT_TRUE(Deliver(whole, "Pipe").ok());
+  ASSERT_TRUE(DeliverToPart(part, "Pipe", {1, 2}).ok());
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    for (const char* host : {"algo-2", "algo-3"}) {
+      const std::string expected = ReadFifo(Fifo(host, "whole", epoch));
+      EXPECT_FALSE(expected.empty()) << host << " epoch " << epoch;
+      EXPECT_EQ(ReadFifo(Fifo(host, "part", epoch)), expected) << host << " epoch " << epoch;
+    }
+  }
+}
+
+TEST_F(LocalDataChannelPartTest, FastFileShardingCountsTheWholeCluster) {
+  WriteFile(src_ + "/d/a", "1");
+  const v1::Channel c = Channel("d", "S3Prefix", "file://" + src_ + "/d/", "ShardedByS3Key");
+  // One instance here, three in the cluster: a view cannot shard.
+  absl::Status s = DeliverToPart(c, "FastFile", {1}, 3, {"algo-2"});
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  // The only instance of the channel: its share is everything.
+  s = DeliverToPart(c, "FastFile", {0}, 1, {"algo-2"});
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+TEST_F(LocalDataChannelPartTest, BadShardsAreRefusedNamingTheFieldAndTheRule) {
+  WriteFile(src_ + "/s/a", "1");
+  const v1::Channel c = Channel("s", "S3Prefix", "file://" + src_ + "/s/", "ShardedByS3Key");
+  struct Case {
+    std::vector<int32_t> positions;
+    int32_t count;
+    const char* says;
+  };
+  for (const Case& bad : {
+           Case{{1}, 3, "shard_positions has 1 positions for 2 instances"},
+           Case{{1, 3}, 3, "position 3 is not in [0, 3)"},
+           Case{{-1, 0}, 3, "position -1 is not in [0, 3)"},
+           Case{{1, 1}, 3, "position 1 is given twice"},
+           Case{{0, 1}, 1, "shard_count 1 must be 0 or at least the number of instances (2)"},
+           Case{{0, 1}, -2, "shard_count -2"},
+           Case{{}, 3, "shard_positions must name the position of each of the 2 instances"},
+       }) {
+    for (const char* mode : {"File", "Pipe", "FastFile"}) {
+      absl::Status s = DeliverToPart(c, mode, bad.positions, bad.count);
+      EXPECT_TRUE(absl::IsInvalidArgument(s)) << mode << ": " << s;
+      EXPECT_THAT(s.message(), HasSubstr(bad.says)) << mode;
+      EXPECT_THAT(s.message(), HasSubstr("channel 's'")) << mode;
+    }
+  }
+  // Nothing was made.
+  EXPECT_THAT(ListDir(DataDir("c1/algo-2")), ElementsAre());
+  // The defaults are today's: positions 0 .. n-1 of n.
+  EXPECT_TRUE(DeliverToPart(c, "File", {}, 0).ok());
+  EXPECT_THAT(ListDir(DataDir("c1/algo-2") + "/s"), ElementsAre("a"));
+}
+
 }  // namespace
 }  // namespace kiln::local
