@@ -20,8 +20,8 @@ absl::StatusOr<LocalBackend> NewLocalBackend(EventLoop& loop, ObjectStores& stor
   LocalDataChannelOptions channel_options;
   channel_options.state_dir = options.state_dir;
   channel_options.copy_threads = copy_threads;
-  absl::StatusOr<std::unique_ptr<ClusterProvider>> provider =
-      NewLocalClusterProvider(loop, std::move(options));
+  absl::StatusOr<std::unique_ptr<LocalClusterProviderInterface>> provider =
+      NewLocalClusterProviderWithParts(loop, std::move(options));
   if (!provider.ok()) return provider.status();
   LocalBackend backend;
   backend.cluster_provider = *std::move(provider);

@@ -49,6 +49,7 @@
 #include "kiln/local/local.h"
 #include "kiln/plugin/json_value.h"
 #include "local/artifacts.h"
+#include "local/cluster_part.h"
 #include "local/container_runtime.h"
 #include "local/image_cache.h"
 #include "local/instance_tree.h"
@@ -162,9 +163,13 @@ struct LocalCluster {
   std::shared_ptr<NetnsGuard> netns;  // bwrap with a per-cluster network namespace
   bool host_network = false;          // bwrap without one: names via /etc/hosts only
   std::string hosts_file;
+  // A part of a cluster that spans hosts (ProvisionPart): the whole cluster,
+  // which the containers' configuration describes, and its hosts(5) text.
+  std::optional<Cluster> whole;
+  std::string part_hosts;
 };
 
-class LocalClusterProvider final : public ClusterProvider {
+class LocalClusterProvider final : public LocalClusterProviderInterface {
  public:
   // `runtime` starts the containers; `run_as` is the container user when it
   // is not this process's own.
@@ -203,6 +208,8 @@ class LocalClusterProvider final : public ClusterProvider {
   }
 
   void Provision(const ClusterSpec& spec, ClusterCallback done) override;
+  void ProvisionPart(const ClusterSpec& spec, const ClusterPart& part,
+                     ClusterCallback done) override;
   void PrepareImage(const Cluster& cluster, std::string_view image, DoneCallback done) override;
   void StartContainers(const JobContext& job, ContainerEvents& events,
                        DoneCallback started) override;
@@ -245,6 +252,24 @@ class LocalClusterProvider final : public ClusterProvider {
       if (alive.lock()) fn();
     });
   }
+
+  // Whether `count` more instances fit under max_instances; if not, `done`
+  // gets ResourceExhausted (later).
+  bool Admit(const std::string& job_name, int64_t count, ClusterCallback& done);
+  // A new cluster's id and directory.
+  std::unique_ptr<LocalCluster> NewCluster(bool spot);
+  // Adds a cluster's instance `host` (the next of `c`'s).
+  void AddInstance(LocalCluster& c, std::string host, const std::string& group,
+                   const std::string& type);
+  // Makes the files of an admitted cluster on a task, then hands it to
+  // `done`: its instances' trees, a network namespace (`want_netns`), and in
+  // its directory `hosts` (the hosts file, when not empty) and `part_record`
+  // (cluster_part.h, when not empty).
+  void MakeCluster(std::unique_ptr<LocalCluster> cluster, bool want_netns, std::string hosts,
+                   std::string part_record, ClusterCallback done);
+  // Gives a cluster taken back (Reattach) what its part record says, when it
+  // is a part's. Errors: the record's, naming it.
+  absl::Status LoadPart(LocalCluster& c);
 
   // Stops everything of a cluster taken out of clusters_ and cleans up after
   // it on a task: kills now, waits and removes files later.
@@ -356,6 +381,44 @@ class LocalClusterProvider final : public ClusterProvider {
   internal::TaskRunner tasks_;      // last: joined first on destruction
 };
 
+bool LocalClusterProvider::Admit(const std::string& job_name, int64_t count,
+                                 ClusterCallback& done) {
+  if (options_.max_instances > 0 && instances_in_use_ + count > options_.max_instances) {
+    PostIfAlive([done = std::move(done), job = job_name, count, in_use = instances_in_use_,
+                 max = options_.max_instances]() mutable {
+      done(absl::ResourceExhaustedError(
+          absl::StrCat("job '", job, "' needs ", count, " local instances; ", in_use, " of ", max,
+                       " are in use")));
+    });
+    return false;
+  }
+  instances_in_use_ += count;
+  return true;
+}
+
+std::unique_ptr<LocalCluster> LocalClusterProvider::NewCluster(bool spot) {
+  auto cluster = std::make_unique<LocalCluster>();
+  // Numbered per process, not per provider: providers of one process may share a state
+  // directory, where a second "cluster-<pid>-1" would wait for the first one's lock.
+  static std::atomic<uint64_t> next_cluster{0};
+  cluster->cluster.id = absl::StrCat("cluster-", getpid(), "-", next_cluster.fetch_add(1) + 1);
+  cluster->cluster.spot = spot;
+  cluster->dir = internal::ClusterDir(options_.state_dir, cluster->cluster.id);
+  return cluster;
+}
+
+void LocalClusterProvider::AddInstance(LocalCluster& c, std::string host, const std::string& group,
+                                       const std::string& type) {
+  LocalInstance inst;
+  inst.info.host_name = std::move(host);
+  inst.info.id = internal::InstanceId(c.cluster.id, inst.info.host_name);
+  inst.info.group_name = group;
+  inst.info.instance_type = type;
+  inst.paths = internal::InstancePaths::Of(options_.state_dir, inst.info.id);
+  c.cluster.instances.push_back(inst.info);
+  c.instances.push_back(std::move(inst));
+}
+
 void LocalClusterProvider::Provision(const ClusterSpec& spec, ClusterCallback done) {
   int64_t count = 0;
   for (const InstanceGroupSpec& g : spec.groups) count += std::max(0, g.count);
@@ -365,42 +428,58 @@ void LocalClusterProvider::Provision(const ClusterSpec& spec, ClusterCallback do
     });
     return;
   }
-  if (options_.max_instances > 0 && instances_in_use_ + count > options_.max_instances) {
-    PostIfAlive([done = std::move(done), job = spec.job_name, count,
-                 in_use = instances_in_use_, max = options_.max_instances]() mutable {
-      done(absl::ResourceExhaustedError(
-          absl::StrCat("job '", job, "' needs ", count, " local instances; ", in_use, " of ", max,
-                       " are in use")));
-    });
-    return;
-  }
-  instances_in_use_ += count;
-  auto cluster = std::make_unique<LocalCluster>();
-  // Numbered per process, not per provider: providers of one process may share a state
-  // directory, where a second "cluster-<pid>-1" would wait for the first one's lock.
-  static std::atomic<uint64_t> next_cluster{0};
-  cluster->cluster.id = absl::StrCat("cluster-", getpid(), "-", next_cluster.fetch_add(1) + 1);
-  cluster->cluster.spot = spec.spot;
-  cluster->dir = internal::ClusterDir(options_.state_dir, cluster->cluster.id);
+  if (!Admit(spec.job_name, count, done)) return;
+  std::unique_ptr<LocalCluster> cluster = NewCluster(spec.spot);
   int host = 0;
   for (const InstanceGroupSpec& g : spec.groups) {
     for (int i = 0; i < g.count; ++i) {
-      ++host;
-      LocalInstance inst;
-      inst.info.host_name = absl::StrCat("algo-", host);
-      inst.info.id = internal::InstanceId(cluster->cluster.id, inst.info.host_name);
-      inst.info.group_name = g.name;
-      inst.info.instance_type = g.instance_type;
-      inst.paths = internal::InstancePaths::Of(options_.state_dir, inst.info.id);
-      cluster->cluster.instances.push_back(inst.info);
-      cluster->instances.push_back(std::move(inst));
+      AddInstance(*cluster, absl::StrCat("algo-", ++host), g.name, g.instance_type);
     }
   }
-  const bool want_netns = options_.runtime == LocalRuntime::kBwrap && !netns_unavailable_;
+  const bool bwrap = options_.runtime == LocalRuntime::kBwrap;
+  std::string hosts;
+  if (bwrap) {
+    hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n";
+    for (size_t i = 0; i < cluster->instances.size(); ++i) {
+      absl::StrAppend(&hosts, "127.0.1.", (i % 250) + 1, "\t", cluster->instances[i].info.host_name,
+                      "\n");
+    }
+  }
+  MakeCluster(std::move(cluster), bwrap && !netns_unavailable_, std::move(hosts), "",
+              std::move(done));
+}
+
+void LocalClusterProvider::ProvisionPart(const ClusterSpec& spec, const ClusterPart& part,
+                                         ClusterCallback done) {
+  absl::StatusOr<internal::PartLayout> layout = internal::LayOutPart(spec, part);
+  if (!layout.ok()) {
+    PostIfAlive([done = std::move(done), job = spec.job_name, s = layout.status()]() mutable {
+      done(absl::InvalidArgumentError(absl::StrCat("job '", job, "': ", s.message())));
+    });
+    return;
+  }
+  if (!Admit(spec.job_name, static_cast<int64_t>(layout->here.size()), done)) return;
+  std::unique_ptr<LocalCluster> cluster = NewCluster(spec.spot);
+  for (size_t k : layout->here) {
+    const Instance& in = layout->whole.instances[k];
+    AddInstance(*cluster, in.host_name, in.group_name, in.instance_type);
+  }
+  cluster->part_hosts = layout->hosts;
+  cluster->whole = std::move(layout->whole);
+  // The peers are on other hosts: the host's network, never a namespace of
+  // the cluster's own.
+  MakeCluster(std::move(cluster), /*want_netns=*/false, std::move(layout->hosts),
+              internal::PartRecordText(part), std::move(done));
+}
+
+void LocalClusterProvider::MakeCluster(std::unique_ptr<LocalCluster> cluster, bool want_netns,
+                                       std::string hosts, std::string part_record,
+                                       ClusterCallback done) {
   const bool bwrap = options_.runtime == LocalRuntime::kBwrap;
   auto guard = std::make_shared<EventLoop::WorkGuard>(loop_.AcquireWork());
   tasks_.Run([this, cluster = std::move(cluster), done = std::move(done), want_netns, bwrap,
-              guard, alive = std::weak_ptr<Alive>(alive_)]() mutable {
+              hosts = std::move(hosts), part_record = std::move(part_record), guard,
+              alive = std::weak_ptr<Alive>(alive_)]() mutable {
     auto dirs = std::make_unique<internal::ProvisionedDirs>();
     dirs->dir = cluster->dir;
     absl::Status status;
@@ -427,14 +506,13 @@ void LocalClusterProvider::Provision(const ClusterSpec& spec, ClusterCallback do
         netns_denied = true;
       }
     }
-    if (status.ok() && bwrap) {
-      std::string hosts = "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n";
-      for (size_t i = 0; i < cluster->instances.size(); ++i) {
-        absl::StrAppend(&hosts, "127.0.1.", (i % 250) + 1, "\t",
-                        cluster->instances[i].info.host_name, "\n");
-      }
+    if (status.ok() && !hosts.empty()) {
       cluster->hosts_file = absl::StrCat(cluster->dir, "/hosts");
       status = internal::WriteFileAtomic(cluster->hosts_file, hosts);
+    }
+    if (status.ok() && !part_record.empty()) {
+      status = internal::WriteFileAtomic(absl::StrCat(cluster->dir, "/", internal::kPartRecordFile),
+                                         part_record);
     }
     cluster->netns = std::move(netns);
     cluster->host_network = bwrap && cluster->netns == nullptr;
@@ -666,13 +744,19 @@ void LocalClusterProvider::StartContainers(const JobContext& job, ContainerEvent
     in.request = &request;
     in.job_name = std::string(job.job_name);
     in.job_arn = std::string(job.job_arn);
-    in.cluster = &c->cluster;
+    // (A part's containers are told of the whole cluster.)
+    in.cluster = c->whole.has_value() ? &*c->whole : &c->cluster;
     in.instance = &inst.info;
     in.cpu_count = cpu_count_;
     in.network_interface_name = options_.network_interface_name;
     in.host_path = host_path_;
     runtime_->FillPaths(cmd, home_, in);
     ls.config = BuildContainerConfig(in);
+    if (!c->part_hosts.empty()) {
+      ls.config.hosts = c->part_hosts;
+      ls.config.env[internal::kHostsFileVariable] =
+          absl::StrCat(in.base_dir, "/", internal::kHostsFileRel);
+    }
     // The command line, as the container sees it.
     if (spec.container_entrypoint_size() > 0) {
       cmd.command.assign(spec.container_entrypoint().begin(), spec.container_entrypoint().end());
@@ -1013,9 +1097,38 @@ absl::Status LocalClusterProvider::TakeBackPool(const JobContext& job,
     }
     c->instances.push_back(std::move(inst));
   }
+  if (absl::Status s = LoadPart(*c); !s.ok()) {
+    tasks_.Run([cluster = std::make_shared<internal::StaleFiles::Cluster>(std::move(found))] {
+      Discard(std::move(*cluster));
+    });
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot take back local cluster '", job.cluster.id, "': ", s.message()));
+  }
   c->lock = std::move(found.lock);
   instances_in_use_ += static_cast<int64_t>(c->instances.size());
   clusters_[c->cluster.id] = std::move(c);
+  return absl::OkStatus();
+}
+
+absl::Status LocalClusterProvider::LoadPart(LocalCluster& c) {
+  const std::string path = absl::StrCat(c.dir, "/", internal::kPartRecordFile);
+  // (A record is a few hundred bytes an instance.)
+  absl::StatusOr<std::string> text = internal::ReadFilePrefix(path, size_t{16} << 20);
+  if (absl::IsNotFound(text.status())) return absl::OkStatus();  // not a part's
+  if (!text.ok()) return text.status();
+  absl::StatusOr<ClusterPart> part = internal::ParsePartRecord(*text);
+  absl::StatusOr<internal::PartLayout> layout =
+      part.ok() ? internal::LayOutPart(ClusterSpec{}, *part)
+                : absl::StatusOr<internal::PartLayout>(part.status());
+  if (!layout.ok()) {
+    return absl::Status(layout.status().code(),
+                        absl::StrCat(PathForMessage(path), ": ", layout.status().message()));
+  }
+  layout->whole.spot = c.cluster.spot;
+  c.part_hosts = layout->hosts;
+  c.whole = std::move(layout->whole);
+  c.hosts_file = absl::StrCat(c.dir, "/hosts");
+  c.host_network = options_.runtime == LocalRuntime::kBwrap;
   return absl::OkStatus();
 }
 
@@ -1051,6 +1164,7 @@ absl::Status LocalClusterProvider::Reattach(const JobContext& job, ContainerEven
   std::vector<RunSpec> specs;
   std::vector<internal::UniqueFd> keepers;
   absl::Status status = checkpoints.status();
+  if (status.ok()) status = LoadPart(*c);
   for (const Instance& info : job.cluster.instances) {
     if (!status.ok()) break;
     LocalInstance inst;
@@ -1133,6 +1247,14 @@ absl::Status LocalClusterProvider::Reattach(const JobContext& job, ContainerEven
 
 absl::StatusOr<std::unique_ptr<ClusterProvider>> NewLocalClusterProvider(EventLoop& loop,
                                                                          LocalOptions options) {
+  absl::StatusOr<std::unique_ptr<LocalClusterProviderInterface>> provider =
+      NewLocalClusterProviderWithParts(loop, std::move(options));
+  if (!provider.ok()) return provider.status();
+  return std::unique_ptr<ClusterProvider>(*std::move(provider));
+}
+
+absl::StatusOr<std::unique_ptr<LocalClusterProviderInterface>> NewLocalClusterProviderWithParts(
+    EventLoop& loop, LocalOptions options) {
   if (options.state_dir.empty()) {
     return absl::InvalidArgumentError("LocalOptions.state_dir is required");
   }
@@ -1187,7 +1309,7 @@ absl::StatusOr<std::unique_ptr<ClusterProvider>> NewLocalClusterProvider(EventLo
   } else {
     runtime = internal::NewProcessRuntime(run_as);
   }
-  return std::unique_ptr<ClusterProvider>(
+  return std::unique_ptr<LocalClusterProviderInterface>(
       new LocalClusterProvider(loop, std::move(options), std::move(runtime), run_as));
 }
 

@@ -94,6 +94,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -110,7 +111,8 @@ enum class LocalRuntime {
   // and the SM_* paths at the instance's tree on this host (arguments that
   // start with /opt/ml or /opt/program are rewritten to it). Not a sandbox:
   // the container sees the host as the container user does, and host names
-  // algo-<k> do not resolve. The image and FastFile channels are read-only
+  // algo-<k> do not resolve (a part of a cluster that spans hosts names a
+  // hosts file instead: ProvisionPart). The image and FastFile channels are read-only
   // to it where this process can make a mount namespace. The default.
   kProcess,
   // bubblewrap: a sandbox as the container user, the tree mounted at
@@ -191,6 +193,60 @@ struct LocalOptions {
 absl::StatusOr<std::unique_ptr<ClusterProvider>> NewLocalClusterProvider(EventLoop& loop,
                                                                          LocalOptions options);
 
+// A cluster spread over several hosts, of which one provider runs some
+// instances (each host's `kiln agent` runs its own this way).
+struct ClusterPart {
+  // Every instance of the whole cluster in host order: instances[k] has
+  // host_name "algo-<k+1>", its group_name and instance_type (ids are
+  // ignored), and addresses[k] is the IPv4 or IPv6 address of the host it
+  // runs on, where its peers reach it.
+  std::vector<Instance> instances;
+  std::vector<std::string> addresses;
+  // The host names (algo-<k>) of the instances this provider runs: at least
+  // one, each once.
+  std::vector<std::string> here;
+};
+
+// A local ClusterProvider that can also run a part of a cluster that spans
+// hosts.
+class LocalClusterProviderInterface : public ClusterProvider {
+ public:
+  // Provision for the instances `part.here` of the cluster `part` describes.
+  // `spec` gives the job's name and spot; its groups, when it has any, must
+  // be the whole cluster's (instances of each group in order, with their
+  // types and counts). The Cluster `done` gets lists only the part's
+  // instances (ids unique in the provider, host names those of `part`), and
+  // only they count against max_instances. It behaves as any local cluster
+  // (PrepareImage, StartContainers, Signal, UploadArtifacts of the part's
+  // instances, Recycle, Release, Reattach), except that:
+  // - each container's resourceconfig.json and SM_* variables (SM_HOSTS,
+  //   SM_CURRENT_HOST, SM_CURRENT_INSTANCE_GROUP_HOSTS, SM_INSTANCE_GROUPS,
+  //   ...) describe the whole cluster, and their interface is
+  //   LocalOptions::network_interface_name;
+  // - host names resolve to `addresses`: a hosts(5) file (localhost lines,
+  //   then "<address>\t<host>" for every instance of the whole cluster) is
+  //   /opt/ml/input/config/hosts in each instance's tree, and the variable
+  //   KILN_HOSTS_FILE names it as the container sees it (on the process
+  //   runtime, where names do not resolve by themselves, below the
+  //   instance's tree on this host). The bwrap runtime also binds it at
+  //   /etc/hosts, and runs the part on the host's network, not a private
+  //   one (its peers are on other hosts);
+  // - ShardedByS3Key channels are the data channel's to split over the whole
+  //   cluster: see ChannelDelivery::shard_count and shard_positions.
+  // Errors, before anything is made: InvalidArgument naming the field and
+  // the rule for a part whose instances are none or not algo-1 .. algo-N in
+  // order, without a group or type, of a number other than its addresses,
+  // with an address that is not IPv4 or IPv6, an empty `here`, a name in
+  // `here` that is not one of the instances or given twice, or groups that
+  // differ from `spec`'s; otherwise Provision's errors.
+  virtual void ProvisionPart(const ClusterSpec& spec, const ClusterPart& part,
+                             ClusterCallback done) = 0;
+};
+
+// NewLocalClusterProvider, as a provider that can also run parts.
+absl::StatusOr<std::unique_ptr<LocalClusterProviderInterface>> NewLocalClusterProviderWithParts(
+    EventLoop& loop, LocalOptions options);
+
 // The most bytes a ManifestFile or AugmentedManifestFile may hold: 256 MiB
 // (read whole before the channel is delivered). A larger one fails the
 // delivery with InvalidArgument.
@@ -220,7 +276,11 @@ struct LocalDataChannelOptions {
 // ShuffleConfig.Seed that order is shuffled (per epoch in Pipe mode, the same
 // for the same seed and epoch everywhere). ShardedByS3Key gives instance i of
 // n the positions i, i+n, ... of that order (disjoint shares, together every
-// object; with a seed the shares change every epoch). FullyReplicated gives
+// object; with a seed the shares change every epoch); i and n are
+// ChannelDelivery::shard_positions and shard_count when the delivery names
+// them (a part of a cluster that spans hosts), else the instance's index in
+// the delivery and their number. Deliver refuses positions that are out of
+// range, repeated or not one per instance with InvalidArgument. FullyReplicated gives
 // every instance everything. file:// paths are taken from the store
 // (ObjectStore::LocalPath), so a confined file store's roots apply to every
 // mode and to CheckChannel; a listing, or a manifest's keys, that lead through
@@ -247,14 +307,16 @@ struct LocalDataChannelOptions {
 //   the channel directory is a link to it (a read-only bind mount of it under
 //   bwrap). Start time grows with the number of objects, not their bytes: a
 //   read fetches what it touches with ObjectStore::ReadRange, writes fail
-//   with EROFS, a failed fetch is EIO. The view shows the listing of Deliver's time (an object changed
-//   later may read short). EndJob unmounts the job's views (lazily: a
+//   with EROFS, a failed fetch is EIO. The view shows the listing of
+//   Deliver's time (an object changed later may read short). EndJob unmounts
+//   the job's views (lazily: a
 //   process still holding a file open gets ENOTCONN), in the background; so
 //   does the channel's destruction, before it returns. FUSE needs /dev/fuse
 //   and the right to mount (root, or CAP_SYS_ADMIN): without them Deliver
 //   fails with FailedPrecondition naming the mount point.
-//   ShardedByS3Key over more than one instance: Unimplemented (a view cannot
-//   shard; a single instance sees the whole folder, its share). ManifestFile:
+//   ShardedByS3Key over more than one instance of the whole cluster
+//   (ChannelDelivery::shard_count): Unimplemented (a view cannot shard; a
+//   single instance sees the whole folder, its share). ManifestFile:
 //   InvalidArgument.
 // - Pipe: Deliver makes the FIFO /opt/ml/input/data/<channel>_0 on every
 //   instance; a writer thread per instance then streams the instance's
@@ -336,7 +398,7 @@ std::unique_ptr<DataChannel> NewLocalDataChannel(EventLoop& loop, ObjectStores& 
 // channel finds the provider's instances there, and the FastFile views it
 // publishes there are the ones the provider's containers see read-only.
 struct LocalBackend {
-  std::unique_ptr<ClusterProvider> cluster_provider;
+  std::unique_ptr<LocalClusterProviderInterface> cluster_provider;
   std::unique_ptr<DataChannel> data_channel;  // (destroyed first)
 };
 

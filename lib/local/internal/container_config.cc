@@ -350,7 +350,8 @@ absl::Status WriteConfigFiles(const ContainerConfig& config, const std::string& 
     absl::Status s = WriteFileAtomic(PathJoin(dir, name), *data);
     if (!s.ok()) return s;
   }
-  return absl::OkStatus();
+  if (config.hosts.empty()) return absl::OkStatus();
+  return WriteFileAtomic(PathJoin(dir, "hosts"), config.hosts);
 }
 
 std::string RegionOfArn(std::string_view arn) {

@@ -64,6 +64,9 @@ struct ContainerConfig {
   std::string hyperparameters_json;
   std::string inputdataconfig_json;
   std::string resourceconfig_json;
+  // The hosts(5) file of a part of a cluster that spans hosts, "" for none
+  // (set by the provider, not by BuildContainerConfig).
+  std::string hosts;
   // The channels this instance receives (InstanceGroupNames), sorted.
   std::vector<std::string> channels;
   // The complete environment of the entrypoint.
@@ -75,11 +78,11 @@ struct ContainerConfig {
 ContainerConfig BuildContainerConfig(const ContainerConfigInput& in);
 
 // Writes hyperparameters.json, inputdataconfig.json and resourceconfig.json
-// of `config` into the directory `dir`, each through a temporary file renamed
-// over it (internal::WriteFileAtomic). Errors: as ErrnoStatus, naming the
-// config file (never its temporary file) and the system's reason;
-// ResourceExhausted when the disk is full. A failed write leaves no temporary
-// file; the files written before it stay.
+// of `config`, and `hosts` when it is not empty, into the directory `dir`,
+// each through a temporary file renamed over it (internal::WriteFileAtomic).
+// Errors: as ErrnoStatus, naming the config file (never its temporary file)
+// and the system's reason; ResourceExhausted when the disk is full. A failed write leaves no
+// temporary file; the files written before it stay.
 absl::Status WriteConfigFiles(const ContainerConfig& config, const std::string& dir);
 
 // The region of an ARN ("arn:aws:sagemaker:us-west-2:..." -> "us-west-2"),
