@@ -3,7 +3,8 @@
 // docs/local-backend.md for how the backend works). It keeps the clusters
 // and their runs; the rooms do the work: state_dir.h, image_cache.h,
 // instance_tree.h, container_runtime.h (process or bwrap), supervisor.h,
-// artifacts.h, log_stream.h.
+// artifacts.h, log_stream.h, and cluster_part.h for a part of a cluster that
+// spans hosts.
 //
 // Threads. Every ClusterProvider method runs on the loop thread and only
 // starts work: Provision, PrepareImage, UploadArtifacts and the clean-up after

@@ -112,8 +112,9 @@ enum class LocalRuntime {
   // start with /opt/ml or /opt/program are rewritten to it). Not a sandbox:
   // the container sees the host as the container user does, and host names
   // algo-<k> do not resolve (a part of a cluster that spans hosts names a
-  // hosts file instead: ProvisionPart). The image and FastFile channels are read-only
-  // to it where this process can make a mount namespace. The default.
+  // hosts file instead: ProvisionPart). The image and FastFile channels are
+  // read-only to it where this process can make a mount namespace. The
+  // default.
   kProcess,
   // bubblewrap: a sandbox as the container user, the tree mounted at
   // /opt/ml, a read-only host root, the state directory hidden, host names
@@ -238,12 +239,15 @@ class LocalClusterProviderInterface : public ClusterProvider {
   // order, without a group or type, of a number other than its addresses,
   // with an address that is not IPv4 or IPv6, an empty `here`, a name in
   // `here` that is not one of the instances or given twice, or groups that
-  // differ from `spec`'s; otherwise Provision's errors.
+  // differ from `spec`'s; otherwise Provision's errors. Loop thread only,
+  // like every call of the provider; `done` runs later on the loop, never
+  // inline.
   virtual void ProvisionPart(const ClusterSpec& spec, const ClusterPart& part,
                              ClusterCallback done) = 0;
 };
 
-// NewLocalClusterProvider, as a provider that can also run parts.
+// NewLocalClusterProvider (same options, errors and ownership), as a provider
+// that can also run parts. Thread-safe.
 absl::StatusOr<std::unique_ptr<LocalClusterProviderInterface>> NewLocalClusterProviderWithParts(
     EventLoop& loop, LocalOptions options);
 
@@ -280,8 +284,8 @@ struct LocalDataChannelOptions {
 // ChannelDelivery::shard_positions and shard_count when the delivery names
 // them (a part of a cluster that spans hosts), else the instance's index in
 // the delivery and their number. Deliver refuses positions that are out of
-// range, repeated or not one per instance with InvalidArgument. FullyReplicated gives
-// every instance everything. file:// paths are taken from the store
+// range, repeated or not one per instance with InvalidArgument.
+// FullyReplicated gives every instance everything. file:// paths are taken from the store
 // (ObjectStore::LocalPath), so a confined file store's roots apply to every
 // mode and to CheckChannel; a listing, or a manifest's keys, that lead through
 // a symbolic link out of the source folder fail the delivery with
@@ -309,9 +313,9 @@ struct LocalDataChannelOptions {
 //   read fetches what it touches with ObjectStore::ReadRange, writes fail
 //   with EROFS, a failed fetch is EIO. The view shows the listing of
 //   Deliver's time (an object changed later may read short). EndJob unmounts
-//   the job's views (lazily: a
-//   process still holding a file open gets ENOTCONN), in the background; so
-//   does the channel's destruction, before it returns. FUSE needs /dev/fuse
+//   the job's views (lazily: a process still holding a file open gets
+//   ENOTCONN), in the background; so does the channel's destruction, before
+//   it returns. FUSE needs /dev/fuse
 //   and the right to mount (root, or CAP_SYS_ADMIN): without them Deliver
 //   fails with FailedPrecondition naming the mount point.
 //   ShardedByS3Key over more than one instance of the whole cluster
