@@ -62,8 +62,8 @@ void AppendEvents(benchmark::State& state, bool sync) {
     }
   }
   std::filesystem::remove_all(root);
-  state.counters["events_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()),
-                                                      benchmark::Counter::kIsRate);
+  state.counters["events_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 
 void WriteRecords(benchmark::State& state, bool sync) {
@@ -93,8 +93,8 @@ void WriteRecords(benchmark::State& state, bool sync) {
   }
   if (fd >= 0) close(fd);
   std::filesystem::remove_all(root);
-  state.counters["events_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()),
-                                                      benchmark::Counter::kIsRate);
+  state.counters["events_per_s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
 }
 
 void BM_OutboxRead(benchmark::State& state) {

@@ -100,7 +100,8 @@ absl::Status WriteError(int err, const std::string& path) {
 }
 
 absl::Status PathError(const std::string& what, const std::string& path, int err) {
-  return absl::InternalError(absl::StrCat("outbox file '", path, "': cannot ", what, ": ", strerror(err)));
+  return absl::InternalError(
+      absl::StrCat("outbox file '", path, "': cannot ", what, ": ", strerror(err)));
 }
 
 // Writes all of `iov` at `offset`, however many calls that takes.
@@ -190,7 +191,8 @@ class RecordReader {
   absl::Status Next(uint64_t seq, std::string_view* payload) {
     KILN_ASSIGN_OR_RETURN(size_t avail, Fill(kHeaderBytes));
     if (avail < kHeaderBytes) {
-      return Damaged(absl::StrCat("cut short: ", avail, " bytes of a ", kHeaderBytes, "-byte header"));
+      return Damaged(
+          absl::StrCat("cut short: ", avail, " bytes of a ", kHeaderBytes, "-byte header"));
     }
     const char* p = Here();
     const uint32_t length = GetU32(p);
@@ -301,8 +303,7 @@ class OutboxImpl final : public Outbox {
     PutU32(header, static_cast<uint32_t>(payload.size()));
     PutU32(header + 4, RecordCrc(seq, payload.data(), payload.size()));
     PutU64(header + 8, seq);
-    iovec iov[2] = {{header, kHeaderBytes},
-                    {const_cast<char*>(payload.data()), payload.size()}};
+    iovec iov[2] = {{header, kHeaderBytes}, {const_cast<char*>(payload.data()), payload.size()}};
     absl::Status written = WriteAt(segment.fd, segment.path, segment.size, iov, 2);
     if (written.ok() && options_.sync && fdatasync(segment.fd) != 0) {
       written = WriteError(errno, segment.path);
@@ -374,8 +375,9 @@ class OutboxImpl final : public Outbox {
       absl::MutexLock lock(&mu_);
       if (closed_) return Closed();
       if (seq > last_seq_) {
-        return absl::InvalidArgumentError(absl::StrCat("outbox '", dir_, "': cannot acknowledge event ",
-                                                       seq, ": the last event is ", last_seq_));
+        return absl::InvalidArgumentError(absl::StrCat("outbox '", dir_,
+                                                       "': cannot acknowledge event ", seq,
+                                                       ": the last event is ", last_seq_));
       }
       if (seq <= acked_) return absl::OkStatus();
     }
@@ -450,7 +452,8 @@ class OutboxImpl final : public Outbox {
     std::vector<std::shared_ptr<Segment>> taken;
     while (!segments_.empty()) {
       const Segment& first = *segments_.front();
-      const uint64_t next = segments_.size() > 1 ? segments_[1]->first_seq : first.first_seq + first.count;
+      const uint64_t next =
+          segments_.size() > 1 ? segments_[1]->first_seq : first.first_seq + first.count;
       if (next > acked_ + 1) break;
       taken.push_back(std::move(segments_.front()));
       segments_.pop_front();
@@ -519,8 +522,8 @@ absl::Status OutboxImpl::LoadAcknowledged() ABSL_NO_THREAD_SAFETY_ANALYSIS {
   }
   if (got != kAckFileBytes || Crc32c(0, buf, 8) != GetU32(buf + 8) || GetU32(buf + 12) != 0) {
     return absl::DataLossError(absl::StrCat("outbox file '", path,
-                                            "': not a valid acknowledged number (", got,
-                                            " bytes; ", kAckFileBytes, " with a checksum are due)"));
+                                            "': not a valid acknowledged number (", got, " bytes; ",
+                                            kAckFileBytes, " with a checksum are due)"));
   }
   acked_ = GetU64(buf);
   return absl::OkStatus();
@@ -551,7 +554,8 @@ absl::Status OutboxImpl::ScanSegment(Segment& segment, bool last) {
       break;
     }
     if (segment.count % kIndexStride == 0) {
-      segment.index.push_back(reader.offset() - static_cast<int64_t>(kHeaderBytes + payload.size()));
+      segment.index.push_back(reader.offset() -
+                              static_cast<int64_t>(kHeaderBytes + payload.size()));
     }
     ++segment.count;
   }
@@ -579,10 +583,9 @@ absl::Status OutboxImpl::Load() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     if (unlink(path.c_str()) != 0 && errno != ENOENT) return PathError("delete", path, errno);
   }
   if (i < firsts.size() && firsts[i] > acked_ + 1) {
-    return absl::DataLossError(absl::StrCat("outbox '", dir_, "': events ", acked_ + 1, " to ",
-                                            firsts[i] - 1, " are in no segment (",
-                                            acked_, " acknowledged; the first segment is '",
-                                            SegmentName(firsts[i]), "')"));
+    return absl::DataLossError(absl::StrCat(
+        "outbox '", dir_, "': events ", acked_ + 1, " to ", firsts[i] - 1, " are in no segment (",
+        acked_, " acknowledged; the first segment is '", SegmentName(firsts[i]), "')"));
   }
   uint64_t next = acked_ + 1;
   for (; i < firsts.size(); ++i) {

@@ -239,13 +239,13 @@ TEST_F(OutboxTest, AcknowledgeDeletesWholeSegmentsAndNumbersGoOn) {
     auto outbox = OpenOk(options);
     ASSERT_NE(outbox, nullptr);
     AppendUpTo(*outbox, 10);
-    EXPECT_EQ(Segments(dir_), (std::vector<std::string>{SegmentName(1), SegmentName(3),
-                                                         SegmentName(5), SegmentName(7),
-                                                         SegmentName(9)}));
+    EXPECT_EQ(Segments(dir_),
+              (std::vector<std::string>{SegmentName(1), SegmentName(3), SegmentName(5),
+                                        SegmentName(7), SegmentName(9)}));
     ASSERT_TRUE(outbox->Acknowledge(3).ok());
     EXPECT_EQ(outbox->acknowledged(), 3u);
     EXPECT_EQ(Segments(dir_), (std::vector<std::string>{SegmentName(3), SegmentName(5),
-                                                         SegmentName(7), SegmentName(9)}));
+                                                        SegmentName(7), SegmentName(9)}));
     // Acknowledged events are not read again.
     EXPECT_EQ(Seqs(ReadAll(*outbox)), Range(4, 10));
     // Lower: nothing changes; beyond the last: refused.
@@ -622,7 +622,8 @@ TEST_F(OutboxTest, FullDiskIsResourceExhaustedAndRecovers) {
 TEST_F(OutboxTest, FileSizeLimitIsResourceExhaustedAndRecovers) {
   // RLIMIT_FSIZE: a write past it is cut short, the next fails with EFBIG
   // (SIGXFSZ ignored, as it is here).
-  struct sigaction ignore {}, old_action {};
+  struct sigaction ignore {
+  }, old_action{};
   ignore.sa_handler = SIG_IGN;
   ASSERT_EQ(sigaction(SIGXFSZ, &ignore, &old_action), 0);
   rlimit old_limit{};
