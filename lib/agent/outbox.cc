@@ -288,16 +288,19 @@ class OutboxImpl final : public Outbox {
     const size_t record = kHeaderBytes + payload.size();
     absl::MutexLock lock(&mu_);
     if (closed_) return Closed();
+    if (truncate_pending_) {
+      // (Before a new segment is started: no segment but the last may end
+      // in part of a record.)
+      const Segment& last = *segments_.back();
+      if (ftruncate(last.fd, last.size) != 0) return WriteError(errno, last.path);
+      truncate_pending_ = false;
+    }
     if (segments_.empty() ||
         (segments_.back()->size > 0 &&
          segments_.back()->size + static_cast<int64_t>(record) > options_.segment_bytes)) {
       KILN_RETURN_IF_ERROR(StartSegment());
     }
     Segment& segment = *segments_.back();
-    if (truncate_pending_) {
-      if (ftruncate(segment.fd, segment.size) != 0) return WriteError(errno, segment.path);
-      truncate_pending_ = false;
-    }
     const uint64_t seq = last_seq_ + 1;
     char header[kHeaderBytes];
     PutU32(header, static_cast<uint32_t>(payload.size()));
@@ -443,7 +446,6 @@ class OutboxImpl final : public Outbox {
     if (segment->fd < 0) return WriteError(errno, segment->path);
     if (options_.sync) KILN_RETURN_IF_ERROR(SyncDir(dir_));
     segments_.push_back(std::move(segment));
-    truncate_pending_ = false;
     return absl::OkStatus();
   }
 

@@ -32,10 +32,10 @@
 //                         deleted once all its events are acknowledged
 // A record is a 16-byte header and the payload; integers are little-endian:
 //   u32 payload length | u32 CRC-32C (Castagnoli) of seq and payload | u64 seq | payload
-// Open checks every record not yet acknowledged. A damaged tail of the last
-// segment (a record cut short or not as written, with no valid record after
-// it: what a power loss leaves) is truncated away; damage anywhere else is
-// DataLoss.
+// Open checks every record of the segments not wholly acknowledged. A damaged
+// tail of the last segment (a record cut short or not as written, with no
+// valid record after it: what a power loss leaves) is truncated away; damage
+// anywhere else is DataLoss.
 //
 // Threading: an Outbox is thread-safe. One Outbox per directory: a second
 // Open of the same directory, in this process or another, is refused while
