@@ -27,3 +27,6 @@ find_package(OpenSSL REQUIRED)         # CMake's FindOpenSSL (OpenSSL::Crypto)
 find_package(SQLite3 REQUIRED)         # CMake's FindSQLite3 (SQLite::SQLite3)
 # Boost (headers only): kiln::serve answers HTTP with Boost.Beast on Boost.Asio.
 find_package(Boost 1.74 REQUIRED)
+# gRPC (with its protoc plugin): the sessions between the controller and the
+# agent on each host (kiln::agent), over mutual TLS.
+find_package(gRPC CONFIG REQUIRED)

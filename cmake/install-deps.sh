@@ -31,6 +31,10 @@ KILN_DEBIAN_PACKAGES=(
   zlib1g-dev
   libsqlite3-dev
   libboost-dev
+  libgrpc++-dev
+  protobuf-compiler-grpc
+  # ip and nsenter: the multi-host tests make hosts of network namespaces.
+  iproute2
   libfuse3-dev
   libseccomp-dev
   fuse3

@@ -28,9 +28,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "agent/state_files.h"
 
 namespace kiln::agent {
 namespace {
+
+using internal::Exists;
+using internal::MakeDir;
+using internal::ReadFile;
+using internal::WriteFileAtomically;
 
 struct BioFree {
   void operator()(BIO* p) const { BIO_free(p); }
@@ -117,83 +123,6 @@ std::string Sha256Hex(const std::string& text) {
   unsigned int size = 0;
   if (EVP_Digest(text.data(), text.size(), digest, &size, EVP_sha256(), nullptr) != 1) return "";
   return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(digest), size));
-}
-
-// ---- Files ----
-
-// Writes `contents` to `path` whole: a temporary file beside it, mode `mode`,
-// synced, renamed over `path`.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& contents,
-                                 mode_t mode) {
-  std::string tmp = path + ".tmp.XXXXXX";
-  int fd = mkstemp(tmp.data());
-  if (fd < 0)
-    return absl::InternalError(absl::StrCat("cannot create ", tmp, ": ", ErrnoText(errno)));
-  auto fail = [&](const std::string& what) {
-    const int err = errno;
-    close(fd);
-    unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("cannot ", what, " ", path, ": ", ErrnoText(err)));
-  };
-  if (fchmod(fd, mode) != 0) return fail("set the mode of");
-  size_t done = 0;
-  while (done < contents.size()) {
-    ssize_t n = write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return fail("write");
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (fsync(fd) != 0) return fail("sync");
-  if (close(fd) != 0) {
-    const int err = errno;
-    unlink(tmp.c_str());
-    return absl::InternalError(absl::StrCat("cannot write ", path, ": ", ErrnoText(err)));
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    unlink(tmp.c_str());
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", ErrnoText(err)));
-  }
-  return absl::OkStatus();
-}
-
-// The contents of `path`; NotFound when it does not exist.
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == ENOENT) return absl::NotFoundError(absl::StrCat(path, " does not exist"));
-    return absl::InternalError(absl::StrCat("cannot open ", path, ": ", ErrnoText(err)));
-  }
-  std::string text;
-  char buf[8192];
-  for (;;) {
-    ssize_t n = read(fd, buf, sizeof buf);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int err = errno;
-      close(fd);
-      return absl::InternalError(absl::StrCat("cannot read ", path, ": ", ErrnoText(err)));
-    }
-    if (n == 0) break;
-    text.append(buf, static_cast<size_t>(n));
-  }
-  close(fd);
-  return text;
-}
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return lstat(path.c_str(), &st) == 0;
-}
-
-absl::Status MakeDir(const std::string& path) {
-  if (mkdir(path.c_str(), 0700) == 0 || errno == EEXIST) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrCat("cannot create the directory ", path, ": ", ErrnoText(errno)));
 }
 
 // ---- PEM ----
@@ -357,6 +286,7 @@ class DirPki final : public Pki {
   const std::string& controller_key_pem() const override { return controller_key_pem_; }
 
   absl::StatusOr<std::string> CreateJoinToken(absl::Duration ttl) override;
+  absl::Status CoverControllerNames(const std::vector<std::string>& names) override;
   absl::StatusOr<std::string> RedeemJoinToken(const std::string& token, const std::string& csr_pem,
                                               const std::string& host_name) override;
 
@@ -400,12 +330,10 @@ absl::Status DirPki::Open(const std::vector<std::string>& controller_names) {
   return Load();
 }
 
-absl::Status DirPki::Create(const std::vector<std::string>& controller_names) {
-  if (controller_names.empty()) {
-    return absl::InvalidArgumentError("a new PKI needs the controller's host name or address");
-  }
+// subjectAltName's value for `names`: "DNS:a,IP:10.0.0.1".
+absl::StatusOr<std::string> AltNames(const std::vector<std::string>& names) {
   std::string alt_names;
-  for (const std::string& name : controller_names) {
+  for (const std::string& name : names) {
     if (!alt_names.empty()) alt_names += ",";
     if (IsIpAddress(name)) {
       alt_names += "IP:" + name;
@@ -416,6 +344,50 @@ absl::Status DirPki::Create(const std::vector<std::string>& controller_names) {
                                                      "' is neither a DNS name nor an IP address"));
     }
   }
+  return alt_names;
+}
+
+// Whether `cert` holds `name` (a DNS name or an IP address) as a subject
+// alternative name.
+bool CertHoldsName(X509* cert, const std::string& name) {
+  if (IsIpAddress(name)) return X509_check_ip_asc(cert, name.c_str(), 0) == 1;
+  return X509_check_host(cert, name.data(), name.size(), 0, nullptr) == 1;
+}
+
+// The DNS names and IP addresses of `cert`'s subjectAltName, in order.
+std::vector<std::string> CertNames(X509* cert) {
+  std::vector<std::string> names;
+  auto* general = static_cast<GENERAL_NAMES*>(
+      X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+  if (general == nullptr) return names;
+  for (int i = 0; i < sk_GENERAL_NAME_num(general); ++i) {
+    const GENERAL_NAME* g = sk_GENERAL_NAME_value(general, i);
+    if (g->type == GEN_DNS) {
+      const ASN1_STRING* dns = g->d.dNSName;
+      names.emplace_back(reinterpret_cast<const char*>(ASN1_STRING_get0_data(dns)),
+                         static_cast<size_t>(ASN1_STRING_length(dns)));
+    } else if (g->type == GEN_IPADD) {
+      const ASN1_OCTET_STRING* ip = g->d.iPAddress;
+      char text[INET6_ADDRSTRLEN] = {0};
+      const int length = ASN1_STRING_length(ip);
+      const int family = length == 4 ? AF_INET : length == 16 ? AF_INET6 : 0;
+      if (family != 0 &&
+          inet_ntop(family, ASN1_STRING_get0_data(ip), text, sizeof text) != nullptr) {
+        names.emplace_back(text);
+      }
+    }
+  }
+  GENERAL_NAMES_free(general);
+  return names;
+}
+
+absl::Status DirPki::Create(const std::vector<std::string>& controller_names) {
+  if (controller_names.empty()) {
+    return absl::InvalidArgumentError("a new PKI needs the controller's host name or address");
+  }
+  absl::StatusOr<std::string> alt_names_or = AltNames(controller_names);
+  if (!alt_names_or.ok()) return alt_names_or.status();
+  const std::string& alt_names = *alt_names_or;
   Pkey ca_key = NewP256Key();
   Pkey controller_key = NewP256Key();
   if (!ca_key || !controller_key) return SslError("cannot make an EC P-256 key");
@@ -483,6 +455,37 @@ absl::Status DirPki::Load() {
   ca_cert_pem_ = std::move(texts[1]);
   controller_key_pem_ = std::move(texts[2]);
   controller_cert_pem_ = std::move(texts[3]);
+  return absl::OkStatus();
+}
+
+absl::Status DirPki::CoverControllerNames(const std::vector<std::string>& names) {
+  absl::StatusOr<std::string> checked = AltNames(names);
+  if (!checked.ok()) return checked.status();
+  Cert cert = ParseCert(controller_cert_pem_);
+  Pkey key = ParseKey(controller_key_pem_);
+  if (!cert || !key) return SslError("cannot read the controller's certificate");
+  std::vector<std::string> all = CertNames(cert.get());
+  bool missing = false;
+  for (const std::string& name : names) {
+    if (CertHoldsName(cert.get(), name)) continue;
+    all.push_back(name);
+    missing = true;
+  }
+  if (!missing) return absl::OkStatus();
+  absl::StatusOr<std::string> alt_names = AltNames(all);
+  if (!alt_names.ok()) return alt_names.status();
+  absl::StatusOr<Cert> controller = MakeCert({.common_name = all.front(),
+                                              .validity = kControllerCertValidity,
+                                              .is_ca = false,
+                                              .key_usage = "digitalSignature",
+                                              .extended_key_usage = "serverAuth,clientAuth",
+                                              .subject_alt_names = *alt_names},
+                                             key.get(), ca_cert_.get(), ca_key_.get());
+  if (!controller.ok()) return controller.status();
+  std::string pem = PemOfCert(controller->get());
+  absl::Status status = WriteFileAtomically(Path("controller.pem"), pem, 0644);
+  if (!status.ok()) return status;
+  controller_cert_pem_ = std::move(pem);
   return absl::OkStatus();
 }
 
@@ -647,6 +650,20 @@ absl::StatusOr<KeyAndCsr> MakeKeyAndCsr(const std::string& host_name) {
   if (out.key_pem.empty() || out.csr_pem.empty())
     return SslError("cannot write the key or the CSR");
   return out;
+}
+
+absl::StatusOr<std::string> CertificateCommonName(const std::string& cert_pem) {
+  Cert cert = ParseCert(cert_pem);
+  if (!cert) {
+    ERR_clear_error();
+    return absl::InvalidArgumentError("the certificate is not PEM");
+  }
+  X509_NAME* subject = X509_get_subject_name(cert.get());
+  const int index = X509_NAME_get_index_by_NID(subject, NID_commonName, -1);
+  if (index < 0) return absl::InvalidArgumentError("the certificate has no common name");
+  const ASN1_STRING* cn = X509_NAME_ENTRY_get_data(X509_NAME_get_entry(subject, index));
+  return std::string(reinterpret_cast<const char*>(ASN1_STRING_get0_data(cn)),
+                     static_cast<size_t>(ASN1_STRING_length(cn)));
 }
 
 absl::Status VerifyPeerCertificate(const std::string& ca_pem, const std::string& cert_pem) {

@@ -112,6 +112,38 @@ TEST_F(PkiTest, CaAndControllerCertificateAreMadeOnceAndReused) {
   EXPECT_EQ(X509_check_host(controller.get(), "other.example", 0, 0, nullptr), 0);
 }
 
+TEST_F(PkiTest, ControllerCertificateIsMadeAgainForNamesItLacks) {
+  auto pki = Open(dir_);
+  ASSERT_NE(pki, nullptr);
+  const std::string before = pki->controller_cert_pem();
+  // Names it holds: nothing changes.
+  ASSERT_TRUE(pki->CoverControllerNames({"127.0.0.1", "controller.example"}).ok());
+  EXPECT_EQ(pki->controller_cert_pem(), before);
+
+  ASSERT_TRUE(pki->CoverControllerNames({"10.77.0.1", "ctl.internal"}).ok());
+  EXPECT_NE(pki->controller_cert_pem(), before);
+  EXPECT_EQ(ReadAll(dir_ + "/controller.pem"), pki->controller_cert_pem());
+  Cert controller = ParseCert(pki->controller_cert_pem());
+  ASSERT_TRUE(controller);
+  for (const char* name : {"controller.example", "ctl.internal"}) {
+    EXPECT_EQ(X509_check_host(controller.get(), name, 0, 0, nullptr), 1) << name;
+  }
+  for (const char* ip : {"127.0.0.1", "10.77.0.1"}) {
+    EXPECT_EQ(X509_check_ip_asc(controller.get(), ip, 0), 1) << ip;
+  }
+  EXPECT_TRUE(
+      OpenSslVerifies(pki->ca_cert_pem(), pki->controller_cert_pem(), X509_PURPOSE_SSL_SERVER));
+  // Same key, and a later open reads the new certificate.
+  auto reopened = Open(dir_);
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(reopened->controller_cert_pem(), pki->controller_cert_pem());
+  EXPECT_EQ(reopened->controller_key_pem(), pki->controller_key_pem());
+
+  absl::Status bad = pki->CoverControllerNames({"not a name"});
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.message()), HasSubstr("'not a name'"));
+}
+
 TEST_F(PkiTest, DirectoryAndKeysArePrivate) {
   ASSERT_NE(Open(dir_), nullptr);
   EXPECT_EQ(ModeOf(dir_), 0700u);

@@ -32,6 +32,7 @@ int UpdateCommand(const std::vector<std::string>& args);     // remote.cc
 int SubmitCommand(const std::vector<std::string>& args);     // remote.cc
 int InterruptCommand(const std::vector<std::string>& args);  // remote.cc
 int TokenCommand(const std::vector<std::string>& args);      // token.cc
+int AgentCommand(const std::vector<std::string>& args);      // agent.cc
 
 // A file name from the command line as the messages show it (kiln.cc).
 std::string ShownPath(std::string_view path);

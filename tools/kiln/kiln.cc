@@ -47,6 +47,10 @@ constexpr char kUsage[] =
     "       kiln update [--endpoint URL] --keep-alive SECONDS NAME\n"
     "       kiln interrupt [--endpoint URL] [--host algo-K] NAME\n"
     "       kiln token create --pki DIR [--ttl SECONDS] [--controller-name NAME]...\n"
+    "       kiln agent --controller HOST:PORT --ca CA.pem --state-dir DIR\n"
+    "                  [--token TOKEN | --token-file FILE] [--host-name NAME]\n"
+    "                  [--offers TYPE:COUNT,...] [--runtime process|bwrap]\n"
+    "                  [--address ADDRESS] [--network-interface NAME]\n"
     "       kiln simulate SCENARIO.json [--format table|json|csv] [--report FILE.html] [--seed N]\n"
     "                     [--jobs N]\n"
     "\n"
@@ -109,6 +113,10 @@ constexpr char kUsage[] =
     "             its certificate, the tokens) is kept in --pki DIR, made on first\n"
     "             use for --controller-name (default this host's name, localhost,\n"
     "             127.0.0.1).\n"
+    "  agent      the agent of this host: joins the controller at --controller\n"
+    "             (its CA's certificate in --ca; a join token the first time) and\n"
+    "             keeps a session with it until SIGTERM; the host's key and\n"
+    "             certificate stay in --state-dir.\n"
     "  simulate   run a scenario's policies through the engine in virtual time and\n"
     "             print one row per policy (see examples/scenarios/README.md).\n";
 
@@ -180,6 +188,7 @@ int main(int argc, char** argv) {
   if (command == "delete") return kiln::cli::DeleteCommand(args);
   if (command == "interrupt") return kiln::cli::InterruptCommand(args);
   if (command == "token") return kiln::cli::TokenCommand(args);
+  if (command == "agent") return kiln::cli::AgentCommand(args);
   if (command == "simulate") return RunSimulateCommand(args);
   std::cerr << "kiln: unknown command '" << kiln::InputForMessage(command) << "'\n" << kUsage;
   return kError;

@@ -79,6 +79,16 @@ class Pki {
   //   PermissionDenied the secret does not match, the token expired (at the
   //                    time given), or it was already used
   //   Internal         a token file cannot be read or written (naming it)
+  // Makes sure the controller's certificate holds every name of `names`
+  // (DNS names or IP addresses agents dial): when one is missing, the
+  // certificate is made again, with the same key, for its names and the
+  // missing ones, signed by the CA and written to controller.pem. Agents
+  // trust the CA, so they accept the new certificate. Not to be called while
+  // another thread uses controller_cert_pem(). Errors: InvalidArgument naming
+  // a name that is neither; Internal naming the file when it cannot be
+  // written.
+  virtual absl::Status CoverControllerNames(const std::vector<std::string>& names) = 0;
+
   virtual absl::StatusOr<std::string> RedeemJoinToken(const std::string& token,
                                                       const std::string& csr_pem,
                                                       const std::string& host_name) = 0;
@@ -107,6 +117,11 @@ struct KeyAndCsr {
   std::string csr_pem;
 };
 absl::StatusOr<KeyAndCsr> MakeKeyAndCsr(const std::string& host_name);
+
+// The subject common name of the PEM certificate `cert_pem` (an agent's is
+// its host name). Errors: InvalidArgument when it does not parse or has no
+// common name.
+absl::StatusOr<std::string> CertificateCommonName(const std::string& cert_pem);
 
 // OK when `cert_pem` (the peer's certificate, PEM) was signed by the CA whose
 // certificate is `ca_pem` and is valid now. Errors: InvalidArgument when
