@@ -41,6 +41,47 @@ std::string_view HostStateName(HostState state) {
 
 namespace {
 
+double EpochSeconds(absl::Time t) { return absl::ToDoubleSeconds(t - absl::UnixEpoch()); }
+
+}  // namespace
+
+JsonValue HostsJson(const std::vector<HostStatus>& hosts) {
+  JsonValue list = JsonValue::Array();
+  for (const HostStatus& host : hosts) {
+    JsonValue offers = JsonValue::Array();
+    for (const Offer& offer : host.facts.offers) {
+      JsonValue o = JsonValue::Object();
+      o.Set("InstanceType",
+            JsonValue::String(offer.instance_type.empty() ? "*" : offer.instance_type));
+      o.Set("Count", JsonValue::Int(offer.count));
+      offers.Push(std::move(o));
+    }
+    JsonValue h = JsonValue::Object();
+    h.Set("HostName", JsonValue::String(host.name));
+    h.Set("State", JsonValue::String(std::string(HostStateName(host.state))));
+    h.Set("Address", JsonValue::String(host.facts.address));
+    h.Set("Peer", JsonValue::String(host.peer));
+    h.Set("Cpus", JsonValue::Int(host.facts.cpus));
+    h.Set("MemoryBytes", JsonValue::Int(host.facts.memory_bytes));
+    h.Set("Gpus", JsonValue::Int(host.facts.gpus));
+    h.Set("FreeDiskBytes", JsonValue::Int(host.facts.free_disk_bytes));
+    h.Set("Runtime", JsonValue::String(host.facts.runtime));
+    h.Set("NetworkInterface", JsonValue::String(host.facts.network_interface));
+    h.Set("Offers", std::move(offers));
+    h.Set("Version", JsonValue::String(host.facts.version));
+    h.Set("JoinedTime", JsonValue::Double(EpochSeconds(host.joined)));
+    h.Set("ConnectedTime", JsonValue::Double(EpochSeconds(host.connected)));
+    h.Set("LastHeardTime", JsonValue::Double(EpochSeconds(host.last_heard)));
+    h.Set("Sessions", JsonValue::Int(host.sessions));
+    list.Push(std::move(h));
+  }
+  JsonValue out = JsonValue::Object();
+  out.Set("Hosts", std::move(list));
+  return out;
+}
+
+namespace {
+
 namespace pb = ::kiln::agent::v1;
 
 // "ipv4:10.0.0.2:41234" -> "10.0.0.2"; "ipv6:[::1]:5" -> "::1"; else "".

@@ -178,11 +178,12 @@ HttpResponse ErrorResponse(int status, std::string_view type, std::string_view m
 
 Api::Api(std::vector<Account> accounts, std::map<std::string, Engine*> engines,
          std::map<std::string, const LogReader*> logs, std::string region,
-         bool allow_fault_injection)
+         bool allow_fault_injection, std::function<JsonValue()> list_hosts)
     : engines_(std::move(engines)),
       logs_(std::move(logs)),
       region_(std::move(region)),
-      allow_fault_injection_(allow_fault_injection) {
+      allow_fault_injection_(allow_fault_injection),
+      list_hosts_(std::move(list_hosts)) {
   for (Account& a : accounts) {
     std::string key = a.access_key_id;
     by_key_.emplace(std::move(key), std::move(a));
@@ -414,6 +415,23 @@ absl::Status ParseInjectRequest(std::string_view body, InjectRequest& out) {
   return absl::OkStatus();
 }
 
+// A body with no members ({} or nothing), as ListHosts takes.
+absl::Status ParseEmptyRequest(std::string_view body) {
+  absl::StatusOr<JsonValue> doc = ParseJsonValue(body.empty() ? std::string_view("{}") : body);
+  if (!doc.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("Invalid JSON: ", doc.status().message()));
+  }
+  if (!doc->is_object()) {
+    return absl::InvalidArgumentError("Invalid JSON: the body must be an object");
+  }
+  if (!doc->members().empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("Unknown parameter in input: \"",
+                                                   InputForMessage(doc->members().front().first),
+                                                   "\", this operation takes none"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status InjectSpotInterruption(Engine& engine, const InjectRequest& r) {
   v1::DescribeTrainingJobRequest describe;
   describe.set_training_job_name(r.job_name);
@@ -451,6 +469,11 @@ HttpResponse Api::HandleKiln(const HttpRequest& request, std::string_view op,
     absl::Status s = ParseInjectRequest(request.body, r);
     if (s.ok()) s = InjectSpotInterruption(engine, r);
     return s.ok() ? HttpResponse{200, "application/x-amz-json-1.1", "{}"} : Failure(op, s);
+  }
+  if (op == "ListHosts" && list_hosts_) {
+    absl::Status s = ParseEmptyRequest(request.body);
+    if (!s.ok()) return Failure(op, s);
+    return HttpResponse{200, "application/x-amz-json-1.1", WriteJson(list_hosts_())};
   }
   return ErrorResponse(400, "UnknownOperationException", "");
 }

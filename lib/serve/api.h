@@ -7,6 +7,7 @@
 #ifndef KILN_LIB_SERVE_API_H_
 #define KILN_LIB_SERVE_API_H_
 
+#include <functional>
 #include <map>
 #include <string>
 #include <string_view>
@@ -42,7 +43,7 @@ class Api {
  public:
   Api(std::vector<Account> accounts, std::map<std::string, Engine*> engines,
       std::map<std::string, const LogReader*> logs, std::string region,
-      bool allow_fault_injection = false);
+      bool allow_fault_injection = false, std::function<JsonValue()> list_hosts = nullptr);
 
   // Whether answering `request` may take long or wait for more than a step
   // of the engine's loop: a call that changes a job (it waits for the
@@ -81,6 +82,7 @@ class Api {
   std::map<std::string, const LogReader*> logs_;
   std::string region_;
   bool allow_fault_injection_ = false;
+  std::function<JsonValue()> list_hosts_;
 };
 
 }  // namespace kiln::serve::internal

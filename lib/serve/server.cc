@@ -106,7 +106,8 @@ class ServerImpl final : public Server {
       : options_(options),
         tls_(std::move(tls)),
         api_(std::move(options.accounts), std::move(options.engines), std::move(options.logs),
-             std::move(options.region), options.allow_fault_injection),
+             std::move(options.region), options.allow_fault_injection,
+             std::move(options.list_hosts)),
         ioc_(std::make_unique<net::io_context>(options_.io_threads)),
         acceptor_(std::make_unique<tcp::acceptor>(net::make_strand(*ioc_))),
         workers_(static_cast<size_t>(std::max(1, options_.worker_threads))) {}

@@ -95,16 +95,18 @@ class Connection {
     if (!ok_) return 0;
     namespace sig = ::kiln::aws::internal;
     const std::string date = sig::AmzDate(absl::Now());
+    // (A whole target when it has a '.': "Kiln.ListHosts".)
+    const std::string target = op.find('.') != std::string::npos ? op : "SageMaker." + op;
     sig::SigV4Request r;
     r.method = "POST";
     r.canonical_uri = "/";
-    r.headers = {{"host", "127.0.0.1"}, {"x-amz-date", date}, {"x-amz-target", "SageMaker." + op}};
+    r.headers = {{"host", "127.0.0.1"}, {"x-amz-date", date}, {"x-amz-target", target}};
     r.payload_hash = sig::Sha256Hex(body);
     const sig::SigV4Result s =
         sig::SignV4(r, sig::Credentials{"AKID", "secret", ""}, "us-east-1", "sagemaker", date);
     const std::string request = absl::StrCat(
-        "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Amz-Date: ", date, "\r\nX-Amz-Target: SageMaker.",
-        op, "\r\nContent-Type: application/x-amz-json-1.1\r\nAuthorization: ", s.authorization,
+        "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Amz-Date: ", date, "\r\nX-Amz-Target: ",
+        target, "\r\nContent-Type: application/x-amz-json-1.1\r\nAuthorization: ", s.authorization,
         "\r\nContent-Length: ", body.size(), "\r\n\r\n", body);
     if (write(fd_, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
       return 0;
@@ -219,6 +221,40 @@ TEST_F(ServerTest, AnEngineErrorTravelsWithItsCodeAndStatus) {
   EXPECT_EQ(c.Call("StopTrainingJob", "{\"TrainingJobName\":\"nobody\"}", body), 400);
   EXPECT_THAT(body, HasSubstr("\"__type\":\"ResourceNotFound\""));
   EXPECT_EQ(c.Call("CreateTrainingJob", std::string(70 << 10, ' '), body), 413);
+}
+
+TEST_F(ServerTest, ListHostsIsAnsweredOnlyWithAHostList) {
+  Connection c(server_->port());
+  std::string body;
+  EXPECT_EQ(c.Call("Kiln.ListHosts", "{}", body), 400);
+  EXPECT_THAT(body, HasSubstr("UnknownOperationException"));
+
+  ServerOptions options;
+  options.port = 0;
+  options.accounts = {Account{"AKID", "secret", "111122223333"}};
+  options.engines["111122223333"] = engine_.get();
+  std::atomic<int> calls{0};
+  options.list_hosts = [&calls] {
+    ++calls;
+    JsonValue host = JsonValue::Object();
+    host.Set("HostName", JsonValue::String("host-1"));
+    JsonValue hosts = JsonValue::Array();
+    hosts.Push(std::move(host));
+    JsonValue out = JsonValue::Object();
+    out.Set("Hosts", std::move(hosts));
+    return out;
+  };
+  auto with_hosts = StartServer(std::move(options));
+  ASSERT_TRUE(with_hosts.ok()) << with_hosts.status();
+  Connection d((*with_hosts)->port());
+  EXPECT_EQ(d.Call("Kiln.ListHosts", "{}", body), 200);
+  EXPECT_EQ(body, "{\"Hosts\":[{\"HostName\":\"host-1\"}]}");
+  EXPECT_EQ(d.Call("Kiln.ListHosts", "", body), 200);
+  EXPECT_EQ(d.Call("Kiln.ListHosts", "{\"MaxResults\":1}", body), 400);
+  EXPECT_THAT(body, HasSubstr("ValidationException"));
+  EXPECT_THAT(body, HasSubstr("Unknown parameter in input: \\\"MaxResults\\\""));
+  EXPECT_EQ(calls.load(), 2);
+  (*with_hosts)->Shutdown();
 }
 
 TEST_F(ServerTest, ShutdownWithConnectionsOpenReturns) {

@@ -3,12 +3,16 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "kiln/journal_sqlite/sqlite_journal.h"
 #include "kiln/json.h"
@@ -22,6 +26,21 @@ std::string DefaultStateDir() {
   const char* home = std::getenv("HOME");
   return geteuid() == 0 ? "/var/lib/kiln/state"
                         : std::string(home != nullptr ? home : "/tmp") + "/.kiln/state";
+}
+
+std::vector<std::string> DefaultControllerNames() {
+  std::vector<std::string> names;
+  char host[HOST_NAME_MAX + 1] = {0};
+  // (A host name certificates cannot hold, with '_' say, is left out.)
+  if (gethostname(host, sizeof host - 1) == 0 && host[0] != '\0' &&
+      std::all_of(host, host + std::strlen(host), [](char c) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.';
+      })) {
+    names.push_back(host);
+  }
+  names.push_back("localhost");
+  names.push_back("127.0.0.1");
+  return names;
 }
 
 std::string ServiceErrorText(std::string_view operation, const absl::Status& status) {

@@ -33,6 +33,12 @@ int SubmitCommand(const std::vector<std::string>& args);     // remote.cc
 int InterruptCommand(const std::vector<std::string>& args);  // remote.cc
 int TokenCommand(const std::vector<std::string>& args);      // token.cc
 int AgentCommand(const std::vector<std::string>& args);      // agent.cc
+int HostsCommand(const std::vector<std::string>& args);      // hosts.cc
+
+// The names a controller's certificate holds when nothing else is said:
+// this machine's host name (when a certificate can hold it), localhost and
+// 127.0.0.1 (cli.cc).
+std::vector<std::string> DefaultControllerNames();
 
 // A file name from the command line as the messages show it (kiln.cc).
 std::string ShownPath(std::string_view path);

@@ -42,6 +42,7 @@ constexpr char kUsage[] =
     "                  [--runtime process|bwrap] [--grace SECONDS] [--reattach-lease SECONDS]\n"
     "                  [--file-root DIR]... [--allow-fault-injection]\n"
     "                  [--tls-cert FILE --tls-key FILE]\n"
+    "                  [--agents HOST:PORT --pki DIR [--agent-silence-timeout SECONDS]]\n"
     "       kiln submit [--endpoint URL] [--wait] JOB.json\n"
     "       kiln stop|delete [--endpoint URL] NAME\n"
     "       kiln update [--endpoint URL] --keep-alive SECONDS NAME\n"
@@ -51,6 +52,7 @@ constexpr char kUsage[] =
     "                  [--token TOKEN | --token-file FILE] [--host-name NAME]\n"
     "                  [--offers TYPE:COUNT,...] [--runtime process|bwrap]\n"
     "                  [--address ADDRESS] [--network-interface NAME]\n"
+    "       kiln hosts [--endpoint URL] [--json]\n"
     "       kiln simulate SCENARIO.json [--format table|json|csv] [--report FILE.html] [--seed N]\n"
     "                     [--jobs N]\n"
     "\n"
@@ -102,6 +104,8 @@ constexpr char kUsage[] =
     "             CloudWatch Logs' read API for the jobs' logs (aws logs ...).\n"
     "             --allow-fault-injection  answer Kiln.InjectSpotInterruption\n"
     "                               (`kiln interrupt`), for tests and drills\n"
+    "             --agents HOST:PORT  listen there for other hosts' agents (mutual\n"
+    "                               TLS, the CA in --pki DIR); `kiln hosts` lists them\n"
     "  submit, stop, update, delete, interrupt\n"
     "             a job on a server (--endpoint URL or KILN_ENDPOINT; credentials\n"
     "             the AWS way; AWS_CA_BUNDLE, a PEM file, for an https:// server whose\n"
@@ -117,6 +121,8 @@ constexpr char kUsage[] =
     "             (its CA's certificate in --ca; a join token the first time) and\n"
     "             keeps a session with it until SIGTERM; the host's key and\n"
     "             certificate stay in --state-dir.\n"
+    "  hosts      the hosts whose agents joined a server started with --agents,\n"
+    "             with their state (Connected, Disconnected, Lost) and offers.\n"
     "  simulate   run a scenario's policies through the engine in virtual time and\n"
     "             print one row per policy (see examples/scenarios/README.md).\n";
 
@@ -189,6 +195,7 @@ int main(int argc, char** argv) {
   if (command == "interrupt") return kiln::cli::InterruptCommand(args);
   if (command == "token") return kiln::cli::TokenCommand(args);
   if (command == "agent") return kiln::cli::AgentCommand(args);
+  if (command == "hosts") return kiln::cli::HostsCommand(args);
   if (command == "simulate") return RunSimulateCommand(args);
   std::cerr << "kiln: unknown command '" << kiln::InputForMessage(command) << "'\n" << kUsage;
   return kError;

@@ -6,6 +6,7 @@
 //              [--reattach-lease SECONDS] [--file-root DIR]...
 //              [--allow-fault-injection]
 //              [--tls-cert FILE --tls-key FILE]
+//              [--agents HOST:PORT --pki DIR [--agent-silence-timeout SECONDS]]
 //
 // Each account of the credentials file gets its own engine, journal and local
 // backend in <state-dir>/accounts/<account-id>/, so accounts never see each
@@ -17,6 +18,13 @@
 // the next start to take back (within --reattach-lease).
 // --allow-fault-injection answers Kiln.InjectSpotInterruption
 // (kiln/serve/server.h), for tests and drills.
+// --agents: the controller of other hosts' agents (`kiln agent`,
+// kiln/agent/hub.h) listens at HOST:PORT, over mutual TLS with the CA in
+// --pki DIR (made on first use, as `kiln token create` makes it; the
+// controller's certificate is made again when it lacks HOST). It prints
+// "listening for agents at HOST:PORT", and Kiln.ListHosts (`kiln hosts`)
+// lists the hosts that joined. A host silent for --agent-silence-timeout
+// (default 5) seconds is lost.
 //
 // Public headers only.
 #include <pthread.h>
@@ -37,6 +45,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "cli.h"
+#include "kiln/agent/hub.h"
+#include "kiln/agent/pki.h"
 #include "kiln/aws/s3.h"
 #include "kiln/engine.h"
 #include "kiln/journal_sqlite/sqlite_journal.h"
@@ -61,6 +71,9 @@ struct ServeOptions {
   bool allow_fault_injection = false;
   std::string tls_cert;
   std::string tls_key;
+  std::string agents;
+  std::string pki;
+  absl::Duration agent_silence_timeout = absl::Seconds(5);
 };
 
 // One account's engine and what it runs on.
@@ -108,6 +121,9 @@ int ServeCommand(const std::vector<std::string>& args) {
       FlagOption("--allow-fault-injection", o.allow_fault_injection),
       ValueOption("--tls-cert", o.tls_cert),
       ValueOption("--tls-key", o.tls_key),
+      ValueOption("--agents", o.agents),
+      ValueOption("--pki", o.pki),
+      SecondsOption("--agent-silence-timeout", o.agent_silence_timeout),
   };
   serve::ServerOptions server_options;
   if (ParseOptions(args, options, operands, error) && !operands.empty()) {
@@ -121,12 +137,24 @@ int ServeCommand(const std::vector<std::string>& args) {
     error =
         o.tls_cert.empty() ? "--tls-key needs --tls-cert FILE" : "--tls-cert needs --tls-key FILE";
   }
+  std::string agents_host;
+  uint16_t agents_port = 0;
+  if (error.empty() && !o.agents.empty() && !SplitListen(o.agents, agents_host, agents_port)) {
+    error = "--agents takes HOST:PORT, not '" + InputForMessage(o.agents) + "'";
+  }
+  if (error.empty() && o.agents.empty() != o.pki.empty()) {
+    error = o.agents.empty() ? "--pki needs --agents HOST:PORT" : "--agents needs --pki DIR";
+  }
+  if (error.empty() && o.agent_silence_timeout < absl::Seconds(2)) {
+    error = "--agent-silence-timeout must be at least 2 seconds";
+  }
   if (!error.empty()) {
     std::cerr << "kiln serve: " << error << "\n"
               << "usage: kiln serve --credentials FILE [--listen HOST:PORT] [--state-dir DIR]\n"
                  "                  [--region R] [--runtime process|bwrap] [--grace SECONDS]\n"
                  "                  [--reattach-lease SECONDS] [--file-root DIR]...\n"
-                 "                  [--allow-fault-injection] [--tls-cert FILE --tls-key FILE]\n";
+                 "                  [--allow-fault-injection] [--tls-cert FILE --tls-key FILE]\n"
+                 "                  [--agents HOST:PORT --pki DIR [--agent-silence-timeout S]]\n";
     return 1;
   }
   server_options.tls_certificate_file = o.tls_cert;
@@ -224,6 +252,37 @@ int ServeCommand(const std::vector<std::string>& args) {
   server_options.accounts = *std::move(accounts);
   server_options.region = o.region;
   server_options.allow_fault_injection = o.allow_fault_injection;
+
+  // The controller of the agents: its PKI, then the hub.
+  std::unique_ptr<agent::Pki> pki;
+  std::unique_ptr<agent::Hub> hub;
+  if (!o.agents.empty()) {
+    const bool wildcard = agents_host == "0.0.0.0" || agents_host == "::";
+    std::vector<std::string> names = DefaultControllerNames();
+    if (!wildcard) names.insert(names.begin(), agents_host);
+    absl::StatusOr<std::unique_ptr<agent::Pki>> opened = agent::OpenOrCreatePki(o.pki, names);
+    absl::Status status = opened.status();
+    if (status.ok()) {
+      pki = *std::move(opened);
+      if (!wildcard) status = pki->CoverControllerNames({agents_host});
+    }
+    if (status.ok()) {
+      agent::HubOptions hub_options;
+      hub_options.listen = o.agents;
+      hub_options.pki = pki.get();
+      hub_options.silence_timeout = o.agent_silence_timeout;
+      absl::StatusOr<std::unique_ptr<agent::Hub>> started = agent::Hub::Start(hub_options);
+      status = started.status();
+      if (status.ok()) hub = *std::move(started);
+    }
+    if (!status.ok()) {
+      std::cerr << "kiln serve: --agents: " << status.message() << "\n";
+      return 1;
+    }
+    server_options.list_hosts = [&hub] { return agent::HostsJson(hub->Hosts()); };
+    std::cout << "listening for agents at " << o.agents.substr(0, o.agents.rfind(':')) << ":"
+              << hub->port() << std::endl;
+  }
 
   std::thread loop_thread([&loop] { loop->Run(); });
   absl::StatusOr<std::unique_ptr<serve::Server>> server =

@@ -32,21 +32,6 @@ constexpr char kUsage[] =
     "usage: kiln token create --pki DIR [--ttl SECONDS] [--controller-name NAME]...\n";
 constexpr int kError = 1;
 
-std::vector<std::string> DefaultControllerNames() {
-  std::vector<std::string> names;
-  char host[HOST_NAME_MAX + 1] = {0};
-  // (A host name certificates cannot hold, with '_' say, is left out.)
-  if (gethostname(host, sizeof host - 1) == 0 && host[0] != '\0' &&
-      std::all_of(host, host + std::strlen(host), [](char c) {
-        return absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.';
-      })) {
-    names.push_back(host);
-  }
-  names.push_back("localhost");
-  names.push_back("127.0.0.1");
-  return names;
-}
-
 int TokenCreate(const std::vector<std::string>& args) {
   std::string pki_dir;
   absl::Duration ttl = absl::Hours(1);

@@ -29,6 +29,7 @@
 #include "absl/time/time.h"
 #include "kiln/agent/host.h"
 #include "kiln/agent/pki.h"
+#include "kiln/plugin/json_value.h"
 
 namespace kiln::agent {
 
@@ -72,6 +73,14 @@ struct HubOptions {
   absl::Duration silence_timeout = absl::Seconds(5);
   HubListener* listener = nullptr;  // optional; must outlive the hub
 };
+
+// `hosts` as Kiln.ListHosts answers (kiln/serve/server.h): {"Hosts": [{
+// "HostName", "State" (HostStateName), "Address", "Peer", "Cpus",
+// "MemoryBytes", "Gpus", "FreeDiskBytes", "Runtime", "NetworkInterface",
+// "Offers": [{"InstanceType" ("*" for any), "Count"}], "Version",
+// "JoinedTime", "ConnectedTime", "LastHeardTime" (seconds since the epoch,
+// as the API's timestamps), "Sessions"}, ...]} in the order given.
+JsonValue HostsJson(const std::vector<HostStatus>& hosts);
 
 class Hub {
  public:

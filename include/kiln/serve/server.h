@@ -30,6 +30,10 @@
 // expression patterns are refused with InvalidParameterException). Another
 // log group, or a stream that does not exist: ResourceNotFoundException.
 //
+// Kiln.ListHosts, only with `list_hosts` set: body {} (any member is a
+// ValidationException naming it); answers what `list_hosts` gives, to every
+// account (hosts are shared by the server's accounts).
+//
 // Kiln's own operation, only when `allow_fault_injection` is set (otherwise,
 // and for any other "Kiln." target, UnknownOperationException): X-Amz-Target
 // "Kiln.InjectSpotInterruption", body {"TrainingJobName": "NAME", "Host":
@@ -77,6 +81,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -85,6 +90,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kiln/engine.h"
+#include "kiln/plugin/json_value.h"
 #include "kiln/log_reader.h"
 
 namespace kiln::serve {
@@ -138,6 +144,11 @@ struct ServerOptions {
   // neither; neither: plain HTTP.
   std::string tls_certificate_file;
   std::string tls_private_key_file;
+  // Optional: the hosts whose agents joined this server's controller
+  // (`kiln serve --agents`), for Kiln.ListHosts (see above): the response's
+  // JSON object, {"Hosts": [...]}. Called on the server's threads, maybe
+  // several at once. Unset: Kiln.ListHosts is an unknown operation.
+  std::function<JsonValue()> list_hosts;
 };
 
 class Server {
