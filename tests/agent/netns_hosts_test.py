@@ -164,7 +164,8 @@ def run(work):
     sh("ip", "link", "set", f"kv{TAG}o1", "down")
     wait_for("host-1", "Lost", timeout=SILENCE + 10)
     detected = time.monotonic() - down
-    assert detected >= SILENCE - 0.5, detected
+    # (The last heartbeat came up to one interval, 1 s, before the link went down.)
+    assert SILENCE - 1.1 <= detected <= SILENCE + 3, detected
     assert hosts()["host-2"]["State"] == "Connected"
     sh("ip", "link", "set", f"kv{TAG}o1", "up")
     h = wait_for("host-1", "Connected", timeout=30)
