@@ -108,20 +108,21 @@ absl::Status AgentImpl::Init() {
     if (!cert.ok()) return cert.status();
     absl::StatusOr<std::string> key = internal::ReadFile(key_path);
     if (!key.ok()) {
-      return absl::DataLossError(absl::StrCat(cert_path, " has no key beside it: ",
-                                              key.status().message()));
+      return absl::DataLossError(
+          absl::StrCat(cert_path, " has no key beside it: ", key.status().message()));
     }
     absl::StatusOr<std::string> name = CertificateCommonName(*cert);
-    if (!name.ok()) return absl::DataLossError(absl::StrCat(cert_path, ": ", name.status().message()));
+    if (!name.ok())
+      return absl::DataLossError(absl::StrCat(cert_path, ": ", name.status().message()));
     absl::Status verified = VerifyPeerCertificate(options_.ca_pem, *cert);
     if (!verified.ok()) {
-      return absl::DataLossError(absl::StrCat(cert_path, " is refused by the CA given: ",
-                                              verified.message()));
+      return absl::DataLossError(
+          absl::StrCat(cert_path, " is refused by the CA given: ", verified.message()));
     }
     if (!options_.host_name.empty() && options_.host_name != *name) {
-      return absl::InvalidArgumentError(absl::StrCat("host name '", options_.host_name, "': ",
-                                                     cert_path, " is the certificate of '", *name,
-                                                     "'"));
+      return absl::InvalidArgumentError(absl::StrCat("host name '", options_.host_name,
+                                                     "': ", cert_path, " is the certificate of '",
+                                                     *name, "'"));
     }
     host_name_ = *std::move(name);
     key_pem_ = *std::move(key);
@@ -129,8 +130,8 @@ absl::Status AgentImpl::Init() {
   } else {
     host_name_ = options_.host_name.empty() ? ThisHostName() : options_.host_name;
     if (options_.token.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "a join token is needed: ", cert_path, " does not exist (the host has not joined)"));
+      return absl::InvalidArgumentError(absl::StrCat("a join token is needed: ", cert_path,
+                                                     " does not exist (the host has not joined)"));
     }
     status = JoinHub();
     if (!status.ok()) return status;
@@ -247,8 +248,8 @@ absl::Status AgentImpl::RunSession() {
   }
   const absl::Duration interval =
       absl::Milliseconds(std::max<int64_t>(10, message.welcome().heartbeat_interval_ms()));
-  const absl::Duration silence = std::max(
-      interval * 2, absl::Milliseconds(message.welcome().silence_timeout_ms()));
+  const absl::Duration silence =
+      std::max(interval * 2, absl::Milliseconds(message.welcome().silence_timeout_ms()));
   {
     absl::MutexLock lock(&mu_);
     connected_ = true;

@@ -46,9 +46,9 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
 
 absl::Status FromGrpcStatus(const grpc::Status& status, std::string_view what) {
   if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      absl::StrCat(absl::string_view(what.data(), what.size()), ": ",
-                                   status.error_message()));
+  return absl::Status(
+      static_cast<absl::StatusCode>(status.error_code()),
+      absl::StrCat(absl::string_view(what.data(), what.size()), ": ", status.error_message()));
 }
 
 }  // namespace kiln::agent

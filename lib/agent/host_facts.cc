@@ -38,8 +38,8 @@ absl::StatusOr<std::vector<Offer>> ParseOffers(std::string_view text) {
     offer.count = count;
     if (!types.insert(offer.instance_type).second) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "offer '", shown, "': the type ",
-          offer.instance_type.empty() ? "*" : offer.instance_type, " is offered twice"));
+          "offer '", shown, "': the type ", offer.instance_type.empty() ? "*" : offer.instance_type,
+          " is offered twice"));
     }
     offers.push_back(std::move(offer));
   }

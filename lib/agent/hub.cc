@@ -118,9 +118,9 @@ class HubImpl final : public Hub, public pb::Controller::Service {
 
   grpc::Status Join(grpc::ServerContext* context, const pb::JoinRequest* request,
                     pb::JoinResponse* response) override;
-  grpc::Status Session(grpc::ServerContext* context,
-                       grpc::ServerReaderWriter<pb::ControllerMessage, pb::AgentMessage>* stream)
-      override;
+  grpc::Status Session(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<pb::ControllerMessage, pb::AgentMessage>* stream) override;
 
  private:
   struct Host {
@@ -161,8 +161,7 @@ absl::Status HubImpl::Listen() {
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port_ == 0) {
     server_.reset();
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen for agents at ", options_.listen));
+    return absl::UnavailableError(absl::StrCat("cannot listen for agents at ", options_.listen));
   }
   monitor_ = std::thread([this] { Monitor(); });
   return absl::OkStatus();
@@ -216,9 +215,9 @@ grpc::Status HubImpl::Session(
   // The TLS handshake checked the certificate against the CA; a client with
   // none (one that has not joined) got this far too.
   std::shared_ptr<const grpc::AuthContext> auth = context->auth_context();
-  std::vector<grpc::string_ref> names =
-      auth != nullptr ? auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME)
-                      : std::vector<grpc::string_ref>();
+  std::vector<grpc::string_ref> names = auth != nullptr
+                                            ? auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME)
+                                            : std::vector<grpc::string_ref>();
   if (auth == nullptr || !auth->IsPeerAuthenticated() || names.size() != 1) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         "a session needs the host's certificate from this controller's CA "
@@ -290,8 +289,7 @@ grpc::Status HubImpl::Session(
 }
 
 void HubImpl::Monitor() {
-  const absl::Duration tick =
-      std::min(absl::Milliseconds(200), options_.heartbeat_interval / 2);
+  const absl::Duration tick = std::min(absl::Milliseconds(200), options_.heartbeat_interval / 2);
   for (;;) {
     std::vector<HostStatus> lost;
     {
@@ -316,8 +314,8 @@ void HubImpl::Monitor() {
 absl::StatusOr<std::unique_ptr<Hub>> Hub::Start(HubOptions options) {
   if (options.pki == nullptr) return absl::InvalidArgumentError("HubOptions.pki is required");
   if (!IsHostPort(options.listen)) {
-    return absl::InvalidArgumentError(absl::StrCat("HubOptions.listen '", options.listen,
-                                                   "' is not HOST:PORT"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("HubOptions.listen '", options.listen, "' is not HOST:PORT"));
   }
   if (options.heartbeat_interval <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("HubOptions.heartbeat_interval must be positive");

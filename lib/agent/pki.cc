@@ -357,8 +357,8 @@ bool CertHoldsName(X509* cert, const std::string& name) {
 // The DNS names and IP addresses of `cert`'s subjectAltName, in order.
 std::vector<std::string> CertNames(X509* cert) {
   std::vector<std::string> names;
-  auto* general = static_cast<GENERAL_NAMES*>(
-      X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+  auto* general =
+      static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
   if (general == nullptr) return names;
   for (int i = 0; i < sk_GENERAL_NAME_num(general); ++i) {
     const GENERAL_NAME* g = sk_GENERAL_NAME_value(general, i);

@@ -15,8 +15,7 @@ namespace kiln::agent::internal {
 
 // Writes `contents` to `path` whole: a temporary file beside it, mode `mode`,
 // synced, renamed over `path`. Errors: Internal naming the path.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& contents,
-                                 mode_t mode);
+absl::Status WriteFileAtomically(const std::string& path, const std::string& contents, mode_t mode);
 // The contents of `path`; NotFound when it does not exist, Internal naming it
 // when it cannot be read.
 absl::StatusOr<std::string> ReadFile(const std::string& path);

@@ -172,9 +172,8 @@ TEST_F(SessionTest, AHostJoinsWithATokenAndKeepsASession) {
   struct stat st;
   ASSERT_EQ(stat((options.state_dir + "/key.pem").c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
-  EXPECT_TRUE(VerifyPeerCertificate(pki_->ca_cert_pem(),
-                                    ReadAll(options.state_dir + "/cert.pem"))
-                  .ok());
+  EXPECT_TRUE(
+      VerifyPeerCertificate(pki_->ca_cert_pem(), ReadAll(options.state_dir + "/cert.pem")).ok());
 }
 
 TEST_F(SessionTest, ARestartedAgentNeedsNoTokenAndTheHostKeepsItsName) {

@@ -105,8 +105,8 @@ class Connection {
     const sig::SigV4Result s =
         sig::SignV4(r, sig::Credentials{"AKID", "secret", ""}, "us-east-1", "sagemaker", date);
     const std::string request = absl::StrCat(
-        "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Amz-Date: ", date, "\r\nX-Amz-Target: ",
-        target, "\r\nContent-Type: application/x-amz-json-1.1\r\nAuthorization: ", s.authorization,
+        "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Amz-Date: ", date, "\r\nX-Amz-Target: ", target,
+        "\r\nContent-Type: application/x-amz-json-1.1\r\nAuthorization: ", s.authorization,
         "\r\nContent-Length: ", body.size(), "\r\n\r\n", body);
     if (write(fd_, request.data(), request.size()) != static_cast<ssize_t>(request.size())) {
       return 0;

@@ -17,6 +17,8 @@
 // refused, the controller unreachable, a certificate of another CA).
 //
 // Public headers only.
+#include "kiln/agent/agent.h"
+
 #include <pthread.h>
 #include <signal.h>
 
@@ -28,7 +30,6 @@
 
 #include "absl/strings/ascii.h"
 #include "cli.h"
-#include "kiln/agent/agent.h"
 #include "kiln/agent/host.h"
 
 namespace kiln::cli {

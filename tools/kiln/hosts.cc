@@ -52,7 +52,8 @@ int HostsCommand(const std::vector<std::string>& args) {
     error = "unexpected argument '" + ShownPath(operands.front()) + "'";
   }
   endpoint = EndpointOr(endpoint);
-  if (error.empty() && endpoint.empty()) error = "no server: give --endpoint URL or set KILN_ENDPOINT";
+  if (error.empty() && endpoint.empty())
+    error = "no server: give --endpoint URL or set KILN_ENDPOINT";
   if (!error.empty()) {
     std::cerr << "kiln hosts: " << error << "\n" << kUsage;
     return 1;

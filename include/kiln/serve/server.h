@@ -90,8 +90,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "kiln/engine.h"
-#include "kiln/plugin/json_value.h"
 #include "kiln/log_reader.h"
+#include "kiln/plugin/json_value.h"
 
 namespace kiln::serve {
 
