@@ -310,8 +310,7 @@ TEST_F(S3LocalEngineTest, FastFileChannelIsALazyReadOnlyFuseViewOfTheBucket) {
 
 TEST_F(S3LocalEngineTest, FastFileChannelUnderBwrapIsTheSameView) {
   if (!local::testing::BwrapWorks()) {
-    GTEST_SKIP() << "bubblewrap does not work on this machine (`bwrap --ro-bind / / true` "
-                    "fails): the bwrap runtime is not tested here";
+    GTEST_SKIP() << local::testing::kNoBwrap;
   }
   Build(local::LocalRuntime::kBwrap);
   RunFastFileJob("s3-fastfile-bwrap");

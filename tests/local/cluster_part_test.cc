@@ -111,16 +111,12 @@ c.close()
 print("TOLD " + json.dumps(out), flush=True)
 )";
 
-std::string RuntimeName(const ::testing::TestParamInfo<LocalRuntime>& info) {
-  return info.param == LocalRuntime::kBwrap ? "Bwrap" : "Process";
-}
 
 class ClusterPartTest : public ::testing::TestWithParam<LocalRuntime> {
  protected:
   void SetUp() override {
     if (GetParam() == LocalRuntime::kBwrap && !testing::BwrapWorks()) {
-      GTEST_SKIP() << "bubblewrap does not work on this machine (`bwrap --ro-bind / / true` "
-                      "fails): the bwrap runtime is not tested here";
+      GTEST_SKIP() << testing::kNoBwrap;
     }
     ASSERT_FALSE(tmp_.path().empty());
     state_dir_ = tmp_.path() + "/state";
@@ -519,7 +515,7 @@ TEST(ClusterPartReattachTest, APartsWarmPoolTakenBackStillKnowsTheWholeCluster) 
 
 INSTANTIATE_TEST_SUITE_P(Runtimes, ClusterPartTest,
                          ::testing::Values(LocalRuntime::kProcess, LocalRuntime::kBwrap),
-                         RuntimeName);
+                         testing::RuntimeName);
 
 }  // namespace
 }  // namespace kiln::local

@@ -56,16 +56,12 @@ using testing::WriteFile;
 
 constexpr char kArnPrefix[] = "arn:aws:sagemaker:us-east-1:000000000000:training-job/";
 
-std::string RuntimeName(const ::testing::TestParamInfo<LocalRuntime>& info) {
-  return info.param == LocalRuntime::kBwrap ? "Bwrap" : "Process";
-}
 
 class LocalClusterProviderTest : public ::testing::TestWithParam<LocalRuntime> {
  protected:
   void SetUp() override {
     if (GetParam() == LocalRuntime::kBwrap && !testing::BwrapWorks()) {
-      GTEST_SKIP() << "bubblewrap does not work on this machine (`bwrap --ro-bind / / true` "
-                      "fails): the bwrap runtime is not tested here";
+      GTEST_SKIP() << testing::kNoBwrap;
     }
     ASSERT_FALSE(tmp_.path().empty());
     state_dir_ = tmp_.path() + "/state";
@@ -1893,7 +1889,7 @@ TEST_P(LocalClusterProviderTest, AProvisionWithoutTheLockDeletesNothing) {
 
 INSTANTIATE_TEST_SUITE_P(Runtimes, LocalClusterProviderTest,
                          ::testing::Values(LocalRuntime::kProcess, LocalRuntime::kBwrap),
-                         RuntimeName);
+                         testing::RuntimeName);
 
 TEST(LocalClusterProviderFactoryTest, StateDirIsRequired) {
   auto loop = NewRealTimeEventLoop();

@@ -34,6 +34,7 @@
 #include "gtest/gtest.h"
 #include "kiln/cluster_provider.h"
 #include "kiln/event_loop.h"
+#include "kiln/local/local.h"
 #include "kiln/object_store.h"
 #include "local/internal/fs.h"
 
@@ -100,6 +101,16 @@ inline std::vector<std::string> ListDir(const std::string& path) {
 // Whether bubblewrap works on this machine.
 inline bool BwrapWorks() {
   return std::system("bwrap --ro-bind / / true >/dev/null 2>&1") == 0;
+}
+
+// Why a bwrap test is skipped where BwrapWorks() is false.
+inline constexpr char kNoBwrap[] =
+    "bubblewrap does not work on this machine (`bwrap --ro-bind / / true` fails): the bwrap "
+    "runtime is not tested here";
+
+// The name of a test instantiated for a runtime: "Bwrap" or "Process".
+inline std::string RuntimeName(const ::testing::TestParamInfo<LocalRuntime>& info) {
+  return info.param == LocalRuntime::kBwrap ? "Bwrap" : "Process";
 }
 
 // Runs `loop` (real time) in short slices until `done()` or `timeout`.

@@ -36,9 +36,6 @@ using testing::Recorder;
 using testing::RunUntil;
 using testing::WriteFile;
 
-std::string RuntimeName(const ::testing::TestParamInfo<LocalRuntime>& info) {
-  return info.param == LocalRuntime::kBwrap ? "Bwrap" : "Process";
-}
 
 class SandboxTest : public ::testing::TestWithParam<LocalRuntime> {
  protected:
@@ -47,8 +44,7 @@ class SandboxTest : public ::testing::TestWithParam<LocalRuntime> {
       GTEST_SKIP() << "these attacks matter when Kiln runs as root, and this test does not";
     }
     if (bwrap() && !testing::BwrapWorks()) {
-      GTEST_SKIP() << "bubblewrap does not work on this machine (`bwrap --ro-bind / / true` "
-                      "fails): the bwrap runtime is not tested here";
+      GTEST_SKIP() << testing::kNoBwrap;
     }
     // Outside /tmp, which bwrap covers anyway: the state directory is hidden
     // by a mount of its own, the one a job would try to take away.
@@ -293,7 +289,7 @@ TEST_P(SandboxTest, AStateDirectoryTheContainerUserCannotReachIsRefused) {
 
 INSTANTIATE_TEST_SUITE_P(Runtimes, SandboxTest,
                          ::testing::Values(LocalRuntime::kProcess, LocalRuntime::kBwrap),
-                         RuntimeName);
+                         testing::RuntimeName);
 
 }  // namespace
 }  // namespace kiln::local
