@@ -111,7 +111,6 @@ c.close()
 print("TOLD " + json.dumps(out), flush=True)
 )";
 
-
 class ClusterPartTest : public ::testing::TestWithParam<LocalRuntime> {
  protected:
   void SetUp() override {

@@ -56,7 +56,6 @@ using testing::WriteFile;
 
 constexpr char kArnPrefix[] = "arn:aws:sagemaker:us-east-1:000000000000:training-job/";
 
-
 class LocalClusterProviderTest : public ::testing::TestWithParam<LocalRuntime> {
  protected:
   void SetUp() override {

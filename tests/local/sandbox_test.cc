@@ -36,7 +36,6 @@ using testing::Recorder;
 using testing::RunUntil;
 using testing::WriteFile;
 
-
 class SandboxTest : public ::testing::TestWithParam<LocalRuntime> {
  protected:
   void SetUp() override {
