@@ -520,8 +520,10 @@ void LocalClusterProvider::MakeCluster(std::unique_ptr<LocalCluster> cluster, bo
     // A failed attempt's files go now, off the loop thread and before the
     // caller hears of it.
     if (!status.ok()) dirs.reset();
-    loop_.Post([this, alive, cluster = std::move(cluster), done = std::move(done), status,
-                dirs = std::move(dirs), netns_denied]() mutable {
+    // (The status moves: this thread keeps no reference to its shared
+    // message, which the loop thread then drops alone.)
+    loop_.Post([this, alive, cluster = std::move(cluster), done = std::move(done),
+                status = std::move(status), dirs = std::move(dirs), netns_denied]() mutable {
       if (!alive.lock()) return;  // the provider is gone: `dirs` cleans up
       if (netns_denied) netns_unavailable_ = true;
       if (!status.ok()) {

@@ -68,7 +68,8 @@ void LocalDataChannel::RunTask(DoneCallback done, absl::AnyInvocable<absl::Statu
   tasks_.Run([this, guard, done = std::move(done), work = std::move(work),
               alive = std::weak_ptr<Alive>(alive_)]() mutable {
     absl::Status status = work();
-    loop_.Post([alive, done = std::move(done), status]() mutable {
+    // (Moved: this thread keeps no reference to the status's shared message.)
+    loop_.Post([alive, done = std::move(done), status = std::move(status)]() mutable {
       if (alive.lock()) done(status);
     });
     guard->Reset();
