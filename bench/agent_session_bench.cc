@@ -1,8 +1,8 @@
-// The agents' sessions on loopback with the default timings (1 s heartbeats,
-// 5 s silence timeout): how long a host takes to join (token to a session
-// that is up) next to an agent that has its certificate dialling again, and
-// how long after its agent stops the hub says a host is lost, next to the
-// silence timeout itself.
+// The agents on loopback with the default timings (1 s heartbeats, 5 s
+// silence timeout): how long a host takes to join (token to a connection
+// with the hub that is up) next to an agent that has its certificate
+// dialling again, and how long after its agent stops the hub says a host is
+// lost, next to the silence timeout itself.
 //
 //   build/bench/agent_session_bench
 #include <benchmark/benchmark.h>
@@ -78,7 +78,7 @@ struct Fixture {
   std::unique_ptr<Hub> hub;
 };
 
-// A new host each iteration: key, CSR, Join, certificate, session.
+// A new host each iteration: key, CSR, Join, certificate, connected stream.
 void BM_JoinToSession(benchmark::State& state) {
   Fixture f(nullptr);
   int n = 0;
@@ -86,7 +86,7 @@ void BM_JoinToSession(benchmark::State& state) {
     AgentOptions options = f.For("host-" + std::to_string(++n), /*with_token=*/true);
     const absl::Time start = absl::Now();
     auto agent = Agent::Start(options).value();
-    if (!agent->WaitConnected(absl::Seconds(10))) state.SkipWithError("no session");
+    if (!agent->WaitConnected(absl::Seconds(10))) state.SkipWithError("never connected");
     state.SetIterationTime(absl::ToDoubleSeconds(absl::Now() - start));
   }
 }
@@ -101,7 +101,7 @@ void BM_RedialToSession(benchmark::State& state) {
   for (auto _ : state) {
     const absl::Time start = absl::Now();
     auto agent = Agent::Start(options).value();
-    if (!agent->WaitConnected(absl::Seconds(10))) state.SkipWithError("no session");
+    if (!agent->WaitConnected(absl::Seconds(10))) state.SkipWithError("never connected");
     state.SetIterationTime(absl::ToDoubleSeconds(absl::Now() - start));
   }
 }

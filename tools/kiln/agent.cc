@@ -22,15 +22,14 @@
 #include <pthread.h>
 #include <signal.h>
 
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/ascii.h"
 #include "cli.h"
 #include "kiln/agent/host.h"
+#include "kiln/plugin/files.h"
 
 namespace kiln::cli {
 namespace {
@@ -41,15 +40,8 @@ constexpr char kUsage[] =
     "                  [--offers TYPE:COUNT,...] [--runtime process|bwrap]\n"
     "                  [--address ADDRESS] [--network-interface NAME]\n";
 constexpr int kError = 1;
-
-bool ReadWhole(const std::string& path, std::string& out) {
-  std::ifstream in(path);
-  if (!in) return false;
-  std::stringstream text;
-  text << in.rdbuf();
-  out = text.str();
-  return static_cast<bool>(in) || in.eof();
-}
+// The most a CA certificate or token file may hold.
+constexpr int64_t kMaxPemBytes = int64_t{1} << 20;
 
 }  // namespace
 
@@ -85,14 +77,21 @@ int AgentCommand(const std::vector<std::string>& args) {
       error = "give --token or --token-file, not both";
     }
   }
-  if (error.empty() && !ReadWhole(ca_file, options.ca_pem)) {
-    error = "--ca: cannot read '" + ShownPath(ca_file) + "'";
+  if (error.empty()) {
+    absl::StatusOr<std::string> ca = ReadUserFile(ca_file, kMaxPemBytes, "a CA certificate file");
+    if (ca.ok()) {
+      options.ca_pem = *std::move(ca);
+    } else {
+      error = "--ca '" + ShownPath(ca_file) + "': " + std::string(ca.status().message());
+    }
   }
   if (error.empty() && !token_file.empty()) {
-    if (!ReadWhole(token_file, options.token)) {
-      error = "--token-file: cannot read '" + ShownPath(token_file) + "'";
+    absl::StatusOr<std::string> token = ReadUserFile(token_file, kMaxPemBytes, "a token file");
+    if (token.ok()) {
+      options.token = std::string(absl::StripAsciiWhitespace(*token));
+    } else {
+      error = "--token-file '" + ShownPath(token_file) + "': " + std::string(token.status().message());
     }
-    options.token = std::string(absl::StripAsciiWhitespace(options.token));
   }
   if (error.empty()) {
     absl::StatusOr<std::vector<agent::Offer>> parsed = agent::ParseOffers(offers);
