@@ -90,7 +90,8 @@ int AgentCommand(const std::vector<std::string>& args) {
     if (token.ok()) {
       options.token = std::string(absl::StripAsciiWhitespace(*token));
     } else {
-      error = "--token-file '" + ShownPath(token_file) + "': " + std::string(token.status().message());
+      error =
+          "--token-file '" + ShownPath(token_file) + "': " + std::string(token.status().message());
     }
   }
   if (error.empty()) {
